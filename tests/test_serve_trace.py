@@ -1,0 +1,227 @@
+"""serve_trace: one file, to the Perfetto origin, on loopback, then stop."""
+
+import gzip
+import http.client
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+import serve_trace
+from serve_trace import PERFETTO_ORIGIN, ServeError, serve
+
+TRACE_JSON = b'{"traceEvents": [{"name": "mlp_fwd", "ph": "X", "ts": 0, "dur": 5, "pid": 1, "tid": 1}]}'
+
+
+class Running:
+    """serve() in a thread on a free port; `.port`, `.path` from the link it announces."""
+
+    def __init__(self, trace, **kw):
+        self.lines = []
+        self.result = None
+        self.error = None
+        self._ready = threading.Event()
+        kw.setdefault("timeout", 20.0)
+
+        def run():
+            try:
+                self.result = serve(trace, port=0, open_browser=False, out=self.lines.append,
+                                    ready=self._on_ready, **kw)
+            except BaseException as e:  # surfaced by the test, not swallowed
+                self.error = e
+            finally:
+                self._ready.set()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        assert self._ready.wait(10), "serve() never became ready"
+        if self.error:
+            raise self.error
+
+    def _on_ready(self, link):
+        self.link = link
+        trace_url = urlsplit(link.split("url=", 1)[1])
+        self.port, self.path = trace_url.port, trace_url.path
+        self._ready.set()
+
+    def request(self, method, path=None, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        hdrs = {"Origin": PERFETTO_ORIGIN}
+        hdrs.update(headers or {})
+        hdrs = {k: v for k, v in hdrs.items() if v is not None}
+        conn.request(method, self.path if path is None else path, headers=hdrs)
+        resp = conn.getresponse()
+        body = resp.read()
+        conn.close()
+        return resp, body
+
+    def finish(self, wait=10):
+        self.thread.join(wait)
+        assert not self.thread.is_alive(), "serve() did not return"
+        if self.error:
+            raise self.error
+        return self.result
+
+
+@pytest.fixture
+def trace(tmp_path):
+    p = tmp_path / "64_bf16_cold_eager.json"
+    p.write_bytes(TRACE_JSON)
+    return p
+
+
+def test_fetch_returns_bytes_with_cors_and_stops(trace):
+    s = Running(trace)
+    assert s.link == f"https://ui.perfetto.dev/#!/?url=http://127.0.0.1:{s.port}/64_bf16_cold_eager.json"
+    assert s.port != 0
+    resp, body = s.request("GET")
+    assert resp.status == 200
+    assert body == TRACE_JSON
+    assert resp.getheader("Access-Control-Allow-Origin") == PERFETTO_ORIGIN
+    assert resp.getheader("Content-Length") == str(len(TRACE_JSON))
+    assert resp.getheader("Content-Type") == "application/json"
+    assert s.finish() == "fetched"
+    assert any(s.link in line for line in s.lines)
+    assert "fetched" in s.lines[-1]
+    with pytest.raises(OSError):  # the port is closed once serve() returned
+        socket.create_connection(("127.0.0.1", s.port), timeout=2).close()
+
+
+def test_refused_requests_do_not_stop_the_server(trace):
+    s = Running(trace)
+    for path in ["/", "/other.json", "/../x", "/%2e%2e/x", "/%2E%2E/64_bf16_cold_eager.json",
+                 "/..%2f64_bf16_cold_eager.json", "/" + str(trace)]:
+        resp, body = s.request("GET", path)
+        assert resp.status == 404, path
+        assert TRACE_JSON not in body
+    # the UI's probe for trace_processor_shell (POST /status) must be a plain miss
+    resp, _ = s.request("POST", "/status")
+    assert resp.status == 404
+    resp, _ = s.request("GET", headers={"Origin": "https://evil.example"})
+    assert resp.status == 403
+    resp, _ = s.request("GET", headers={"Host": f"evil.example:{s.port}"})  # DNS rebinding
+    assert resp.status == 403
+    resp, body = s.request("HEAD")
+    assert resp.status == 200 and body == b""
+    assert s.thread.is_alive(), "a refused request or a HEAD stopped the server"
+    resp, body = s.request("GET")  # still serves the real file after all that
+    assert body == TRACE_JSON
+    assert s.finish() == "fetched"
+
+
+def test_preflight_is_answered(trace):
+    s = Running(trace, timeout=5.0)
+    resp, _ = s.request("OPTIONS", headers={
+        "Access-Control-Request-Method": "GET",
+        "Access-Control-Request-Private-Network": "true",
+    })
+    assert resp.status == 204
+    assert resp.getheader("Access-Control-Allow-Origin") == PERFETTO_ORIGIN
+    assert "GET" in resp.getheader("Access-Control-Allow-Methods")
+    assert resp.getheader("Access-Control-Allow-Private-Network") == "true"
+    resp, _ = s.request("OPTIONS", path="/other.json")
+    assert resp.status == 404
+    assert s.request("GET")[0].status == 200
+    assert s.finish() == "fetched"
+
+
+def test_gzip_served_raw_and_odd_names_quoted(tmp_path):
+    raw = gzip.compress(TRACE_JSON)
+    p = tmp_path / "my trace+1.json.gz"
+    p.write_bytes(raw)
+    s = Running(p)
+    assert s.path == "/my%20trace%2B1.json.gz"
+    resp, body = s.request("GET")
+    assert body == raw  # the gzip bytes themselves; Perfetto inflates them
+    assert resp.getheader("Content-Encoding") is None
+    assert resp.getheader("Content-Type") == "application/gzip"
+    assert s.finish() == "fetched"
+
+
+def test_custom_origin_and_no_origin_header(trace):
+    s = Running(trace, allow_origin="http://localhost:8123")
+    resp, _ = s.request("GET")  # Perfetto's origin is now a stranger
+    assert resp.status == 403
+    resp, body = s.request("GET", headers={"Origin": None})  # curl-like client
+    assert body == TRACE_JSON
+    assert resp.getheader("Access-Control-Allow-Origin") == "http://localhost:8123"
+    assert s.finish() == "fetched"
+
+
+def test_timeout(trace):
+    s = Running(trace, timeout=0.5)
+    assert s.finish() == "timed out"
+    assert "timed out" in s.lines[-1]
+
+
+def test_partial_download_is_not_fetched(tmp_path):
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * (64 << 20))  # more than loopback socket buffers hold
+    s = Running(big, timeout=3.0)
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    sock.sendall(f"GET {s.path} HTTP/1.0\r\nHost: 127.0.0.1:{s.port}\r\nOrigin: {PERFETTO_ORIGIN}\r\n\r\n".encode())
+    assert sock.recv(1024).startswith(b"HTTP/1.0 200")
+    # RST instead of FIN, so the server's next write fails at once
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+    assert s.finish() == "timed out"
+
+
+def test_ctrl_c_interrupts(trace):
+    if threading.current_thread() is not threading.main_thread() or os.name == "nt":
+        pytest.skip("SIGINT reaches only the main thread, on POSIX")
+    lines = []
+
+    def ready(link):
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+
+    result = serve(trace, port=0, timeout=20.0, open_browser=False, out=lines.append, ready=ready)
+    assert result == "interrupted"
+    assert "interrupted" in lines[-1]
+
+
+def test_busy_port_names_the_holder(trace):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(ServeError) as exc:
+            serve(trace, port=port, timeout=1.0, open_browser=False, out=lambda s: None)
+    msg = str(exc.value)
+    assert "\n" not in msg
+    assert f"port {port} is in use" in msg and "--port" in msg
+    if Path("/proc/net/tcp").exists():
+        assert f"pid {os.getpid()}" in msg  # found through /proc/net/tcp and /proc/<pid>/fd
+
+
+@pytest.mark.parametrize("make_bad, words", [
+    (lambda d: d / "missing.json", "not found"),
+    (lambda d: d, "not a file"),
+])
+def test_bad_file(tmp_path, make_bad, words):
+    with pytest.raises(ServeError, match=words):
+        serve(make_bad(tmp_path), port=0, timeout=1.0, open_browser=False, out=lambda s: None)
+
+
+def test_unreadable_file(trace):
+    if os.name == "nt" or os.geteuid() == 0:
+        pytest.skip("root (and Windows) can read a chmod 000 file")
+    trace.chmod(0)
+    with pytest.raises(ServeError, match="cannot read"):
+        serve(trace, port=0, timeout=1.0, open_browser=False, out=lambda s: None)
+
+
+def test_cli_bad_input_is_one_line(tmp_path):
+    root = Path(serve_trace.__file__).parent
+    r = subprocess.run([sys.executable, str(root / "serve_trace.py"), str(tmp_path / "nope.json"), "--no-browser"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert r.stderr.strip().count("\n") == 0 and "trace not found" in r.stderr
+    assert "Traceback" not in r.stderr
