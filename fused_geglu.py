@@ -1,0 +1,283 @@
+"""The GeGLU MLP with its gate and up projections fused into one Triton kernel.
+
+The post ends with `torch.compile` and Liger fusing GeLU * mul into one kernel. That kernel still
+has to read the gate and up projections back from HBM: cuBLAS writes g = x @ Wg^T and u = x @ Wu^T
+(at the post's shape each is [8192, 3072] bf16, 50 MB), then the fused kernel reads both again and
+writes m = gelu_tanh(g) * u. This file goes one rung further: one kernel computes each output tile
+of m from a tile of x and the matching rows of Wg and Wu,
+
+    acc = x_tile @ W_tile^T                  (fp32, in registers; W interleaves Wg and Wu rows)
+    g, u = acc[:, 0::2], acc[:, 1::2]        (a register split: each thread holds adjacent columns)
+    m_tile = gelu_tanh(g) * u                (the "epilogue"), stored once as bf16
+
+so g and u never exist in HBM: 2 x 50 MB written and 2 x 50 MB read back are gone at the post's
+shape, and only m (50 MB) is stored. `down_proj` then runs as an ordinary cuBLAS GEMM (F.linear).
+
+Why one GEMM over interleaved rows (w_packed[2j] = Wg[j], w_packed[2j+1] = Wu[j]) rather than two
+GEMMs into two accumulators: a single 128 x 256 tensor-core tile is as fast as cuBLAS's, and the
+split costs nothing; with two accumulators Triton 3.6 serialises the Hopper wgmma instructions in the
+persistent loop (ptxas warning C7515). The price is a packed copy of the two weights (9.4 MB at the
+post's shape), which `FusedGeGLUMLP` rebuilds whenever either weight changes.
+
+The saving only matters if the GEMM main loop runs near cuBLAS speed, so there are two versions:
+- `_geglu_tma_kernel` (Hopper, sm_90+): tensor-memory-accelerator (TMA) descriptors load the tiles,
+  a persistent grid of one program per SM walks the tiles in grouped order, and Triton software-
+  pipelines the loads across tiles (`flatten=True`) so one tile's epilogue hides behind the next
+  tile's first loads (with K = 768 there are only 12 K-steps per tile to hide it behind).
+- `_geglu_pointer_kernel` (any GPU, and Triton's CPU interpreter): masked pointer loads, one program
+  per tile. Tests run both kernels on the CPU with TRITON_INTERPRET=1, and on a GPU when there is one.
+
+Read `bench.py` for the timings. `geglu()` is the bare launcher, `FusedGeGLUMLP` the nn.Module whose
+parameters carry the same names as `SimpleGeGLUMLP` in 03_simple_mlp.py.
+"""
+
+import os
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+try:  # host-side TMA descriptors (Triton >= 3.4)
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:  # older Triton: only the pointer kernel
+    TensorDescriptor = None
+
+# Read once, like Triton itself: the interpreter is chosen when the kernels are decorated.
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@triton.jit
+def _geglu_epilogue(acc, BM: tl.constexpr, BN: tl.constexpr):
+    # Columns alternate gate, up: split them (each thread already holds adjacent column pairs).
+    g, u = tl.split(tl.reshape(acc, (BM, BN // 2, 2)))
+    # gelu_tanh(g) = 0.5 * g * (1 + tanh(y)) with y = sqrt(2/pi) * (g + 0.044715 g^3),
+    # and 0.5 * (1 + tanh(y)) = 1 / (1 + exp(-2y)): one exp and no libdevice tanh, which the CPU
+    # interpreter cannot run. No overflow to NaN: exp(-2y) -> inf for very negative g gives g/inf = -0.
+    two_y = 1.5957691216057308 * (g + 0.044715 * g * g * g)  # 2 * sqrt(2/pi) * (...)
+    return g / (1.0 + tl.exp(-two_y)) * u
+
+
+@triton.jit
+def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    # Grouped order: GROUP_M row-tiles of x walk the weight tiles together, so each weight tile
+    # is fetched from HBM once and then re-read from L2 by the programs running next to it.
+    tiles_per_group = GROUP_M * num_pid_n
+    first_m = (tile_id // tiles_per_group) * GROUP_M
+    group_m = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (tile_id % tiles_per_group) % group_m
+    pid_n = (tile_id % tiles_per_group) // group_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def _upcast(x, w):
+    # Interpreter only: it multiplies bf16 tiles as raw 16-bit patterns (triton-lang/triton#11584).
+    # bf16 -> fp32 is exact and the GPU also multiplies bf16 exactly into fp32, so results agree.
+    return x.to(tl.float32), w.to(tl.float32)
+
+
+@triton.jit
+def _geglu_tma_kernel(x_desc, w_desc, m_desc, M, N2, K,
+                      BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+                      NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr, UPCAST: tl.constexpr):
+    """m[M, N2/2] = GeGLU of x[M, K] @ w_packed[N2, K]^T; persistent, TMA loads and stores."""
+    num_pid_m = tl.cdiv(M, BM)
+    num_pid_n = tl.cdiv(N2, BN)
+    num_tiles = num_pid_m * num_pid_n
+    k_tiles = tl.cdiv(K, BK)
+    # One program per SM loops over the tiles; FLATTEN lets the pipeliner prefetch the next tile's
+    # first K-slices while this tile's epilogue runs.
+    for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=FLATTEN):
+        pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for ki in range(k_tiles):
+            # TMA fills out-of-bounds rows/columns with zeros: no masks, any M, N, K.
+            x = x_desc.load([pid_m * BM, ki * BK])
+            w = w_desc.load([pid_n * BN, ki * BK])
+            if UPCAST:
+                x, w = _upcast(x, w)
+            acc = tl.dot(x, w.T, acc)
+        m = _geglu_epilogue(acc, BM, BN)
+        # The TMA store clips the tile at the tensor's edges.
+        m_desc.store([pid_m * BM, pid_n * (BN // 2)], m.to(m_desc.dtype))
+
+
+@triton.jit
+def _geglu_pointer_kernel(x_ptr, w_ptr, m_ptr, M, N2, K, stride_xm, stride_wn, stride_mm,
+                          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+                          DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """Same computation as _geglu_tma_kernel with masked pointer loads: one program per tile."""
+    pid_m, pid_n = _tile_coords(tl.program_id(0), tl.cdiv(M, BM), tl.cdiv(N2, BN), GROUP_M)
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    offs_k = tl.arange(0, BK)
+    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :]
+    # Index the [N2, K] weight as [K, N2] tiles, so tl.dot sees W^T without a copy.
+    w_ptrs = w_ptr + offs_n[None, :] * stride_wn + offs_k[:, None]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BK)):
+        k_left = K - k * BK
+        # Masked elements load as 0 and add nothing to the dot product.
+        x = tl.load(x_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
+        w = tl.load(w_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N2), other=0.0)
+        if UPCAST:
+            x, w = _upcast(x, w)
+        acc = tl.dot(x, w, acc, input_precision=DOT_PRECISION)
+        x_ptrs += BK
+        w_ptrs += BK
+    m = _geglu_epilogue(acc, BM, BN)
+    offs_h = pid_n * (BN // 2) + tl.arange(0, BN // 2)
+    m_ptrs = m_ptr + offs_m[:, None] * stride_mm + offs_h[None, :]
+    tl.store(m_ptrs, m.to(m_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_h[None, :] < N2 // 2))
+
+
+# Tile configs; BN counts packed columns (gate and up), so a tile yields BN / 2 columns of m.
+# Hopper: a 128 x 256 tile per program (8 warps = 2 warpgroups, 64 rows each); shared memory is
+# (BM + BN) * BK * 2 bytes = 48 KB per stage plus a 32 KB epilogue buffer: 3 stages = 176 KB of 227.
+HOPPER_CONFIG = dict(BM=128, BN=256, BK=64, GROUP_M=8, num_warps=8, num_stages=3, FLATTEN=True)
+# Pre-Hopper GPUs (A100: 164 KB of shared memory per SM): 24 KB per stage, still tensor cores.
+PORTABLE_CONFIG = dict(BM=128, BN=128, BK=32, GROUP_M=8, num_warps=8, num_stages=4)
+# The CPU interpreter runs each program in numpy: small tiles keep the tests quick.
+INTERPRETER_CONFIG = dict(BM=32, BN=32, BK=16, GROUP_M=2, num_warps=4, num_stages=1, FLATTEN=True)
+
+
+def pack_gate_up(w_gate, w_up):
+    """Interleave rows: packed[2j] = w_gate[j], packed[2j + 1] = w_up[j]; [N, K] x 2 -> [2N, K]."""
+    return torch.stack((w_gate, w_up), dim=1).reshape(-1, w_gate.shape[1])
+
+
+def kernel_path(x2d, w_packed, use_tma=None):
+    """Which implementation `geglu_packed` uses: 'tma', 'pointer', or 'torch' (CPU, no interpreter)."""
+    if x2d.device.type != "cuda" and not INTERPRET:
+        return "torch"
+    tma_possible = (
+        TensorDescriptor is not None
+        and x2d.dtype in (torch.bfloat16, torch.float16)
+        # TMA needs 16-byte aligned row strides: K and N multiples of 8 for 2-byte types.
+        and x2d.shape[1] % 8 == 0 and (w_packed.shape[0] // 2) % 8 == 0
+        and x2d.data_ptr() % 16 == 0 and w_packed.data_ptr() % 16 == 0
+        and (INTERPRET or torch.cuda.get_device_capability(x2d.device)[0] >= 9)
+    )
+    if use_tma is None:
+        # In the interpreter the pointer kernel is the default; tests ask for the TMA one explicitly.
+        use_tma = tma_possible and not INTERPRET
+    if use_tma and not tma_possible:
+        raise ValueError("the TMA kernel needs a Hopper GPU (or the interpreter), bf16/fp16, "
+                         "dim and hidden multiples of 8")
+    return "tma" if use_tma else "pointer"
+
+
+def _num_sms(device):
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 3  # interpreter: a few persistent programs, so each one loops over several tiles
+
+
+def geglu_packed(x2d, w_packed, *, use_tma=None, config=None):
+    """m = gelu_tanh(x2d @ Wg^T) * (x2d @ Wu^T) from w_packed = pack_gate_up(Wg, Wu); [M, K] -> [M, N]."""
+    if x2d.dim() != 2 or w_packed.dim() != 2 or x2d.shape[1] != w_packed.shape[1] or w_packed.shape[0] % 2:
+        raise ValueError(f"geglu expects x2d [M, K] and packed weights [2N, K], got {tuple(x2d.shape)}, "
+                         f"{tuple(w_packed.shape)}")
+    if x2d.dtype != w_packed.dtype or x2d.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(f"geglu expects one dtype among bf16/fp16/fp32, got {x2d.dtype} and {w_packed.dtype}")
+    path = kernel_path(x2d, w_packed, use_tma)
+    if path == "torch":
+        # No GPU and no interpreter: the same math through PyTorch, so CPU-only scripts still run.
+        return F.gelu(x2d @ w_packed[0::2].T, approximate="tanh") * (x2d @ w_packed[1::2].T)
+    x2d, w_packed = x2d.contiguous(), w_packed.contiguous()
+    M, K = x2d.shape
+    N2 = w_packed.shape[0]
+    m = torch.empty((M, N2 // 2), device=x2d.device, dtype=x2d.dtype)
+    if M == 0:
+        return m
+    upcast = INTERPRET and x2d.dtype == torch.bfloat16
+    if path == "tma":
+        cfg = dict(config or (INTERPRETER_CONFIG if INTERPRET else HOPPER_CONFIG))
+        BM, BN, BK = cfg.pop("BM"), cfg.pop("BN"), cfg.pop("BK")
+        num_sms = _num_sms(x2d.device)
+        grid = (min(num_sms, triton.cdiv(M, BM) * triton.cdiv(N2, BN)),)
+        _geglu_tma_kernel[grid](
+            TensorDescriptor.from_tensor(x2d, [BM, BK]),
+            TensorDescriptor.from_tensor(w_packed, [BN, BK]),
+            TensorDescriptor.from_tensor(m, [BM, BN // 2]),
+            M, N2, K, BM=BM, BN=BN, BK=BK, NUM_SMS=num_sms, UPCAST=upcast, **cfg)
+    else:
+        cfg = dict(config or (INTERPRETER_CONFIG if INTERPRET else PORTABLE_CONFIG))
+        cfg.pop("FLATTEN", None)
+        grid = (triton.cdiv(M, cfg["BM"]) * triton.cdiv(N2, cfg["BN"]),)
+        # fp32 inputs: full-precision dots, like PyTorch's default matmul (tf32 would cost ~1e-3).
+        precision = "ieee" if x2d.dtype == torch.float32 else "tf32"
+        _geglu_pointer_kernel[grid](x2d, w_packed, m, M, N2, K, x2d.stride(0), w_packed.stride(0), m.stride(0),
+                                    DOT_PRECISION=precision, UPCAST=upcast, **cfg)
+    return m
+
+
+def geglu(x2d, w_gate, w_up, **kwargs):
+    """m = gelu_tanh(x2d @ w_gate^T) * (x2d @ w_up^T); packs the weights on every call (see FusedGeGLUMLP)."""
+    if w_gate.shape != w_up.shape:
+        raise ValueError(f"gate and up weights differ in shape: {tuple(w_gate.shape)} vs {tuple(w_up.shape)}")
+    return geglu_packed(x2d, pack_gate_up(w_gate, w_up), **kwargs)
+
+
+class _GeGLUFunction(torch.autograd.Function):
+    """Fused forward; the backward recomputes g and u with PyTorch ops (simple, and correct)."""
+
+    @staticmethod
+    def forward(ctx, x2d, w_gate, w_up, w_packed):
+        ctx.save_for_backward(x2d, w_gate, w_up)
+        return geglu_packed(x2d, w_packed)
+
+    @staticmethod
+    def backward(ctx, grad_m):
+        inputs = [t.detach().requires_grad_(need) for t, need in zip(ctx.saved_tensors, ctx.needs_input_grad)]
+        x2d, w_gate, w_up = inputs
+        with torch.enable_grad():
+            m = F.gelu(x2d @ w_gate.T, approximate="tanh") * (x2d @ w_up.T)
+        wanted = [t for t in inputs if t.requires_grad]
+        grads = iter(torch.autograd.grad(m, wanted, grad_m))
+        return tuple(next(grads) if t.requires_grad else None for t in inputs) + (None,)
+
+
+def _weight_state(w):
+    # In-place writes (load_state_dict's copy_, optimizer steps) bump _version; .to()/.half() change
+    # the pointer or dtype. Inference tensors have no version counter: never trust a cached pack.
+    version = object() if w.is_inference() else w._version
+    return (w.data_ptr(), version, w.dtype, w.device, w.shape)
+
+
+class FusedGeGLUMLP(nn.Module):
+    """down_proj(gelu_tanh(gate_proj(x)) * up_proj(x)) with gate, up and GeGLU in one kernel.
+
+    Same parameter names as SimpleGeGLUMLP (gate_proj.weight, up_proj.weight, down_proj.weight), so
+    `load_state_dict` moves weights both ways. The kernel reads a packed copy of the gate and up
+    weights; it is not a parameter or buffer (state_dict is unchanged) and is rebuilt on the next
+    forward whenever either weight was changed, moved or cast.
+    """
+
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)
+        self._packed, self._packed_key = None, None
+
+    def packed_gate_up(self):
+        w_gate, w_up = self.gate_proj.weight, self.up_proj.weight
+        key = (_weight_state(w_gate), _weight_state(w_up))
+        if key != self._packed_key:
+            with torch.no_grad():
+                self._packed = pack_gate_up(w_gate, w_up)
+            self._packed_key = key
+        return self._packed
+
+    def forward(self, x):
+        # Any leading shape: the kernel sees [tokens, dim].
+        x2d = x.reshape(-1, x.shape[-1])
+        w_gate, w_up = self.gate_proj.weight, self.up_proj.weight
+        if torch.is_grad_enabled() and (x2d.requires_grad or w_gate.requires_grad or w_up.requires_grad):
+            m = _GeGLUFunction.apply(x2d, w_gate, w_up, self.packed_gate_up())
+        else:  # inference: skip the autograd.Function bookkeeping (a few µs of CPU per call)
+            m = geglu_packed(x2d, self.packed_gate_up())
+        return self.down_proj(m).reshape(*x.shape[:-1], -1)
