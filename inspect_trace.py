@@ -25,7 +25,9 @@ from __future__ import annotations
 import argparse
 import ast
 import bisect
+import contextlib
 import difflib
+import gc
 import gzip
 import importlib.util
 import json
@@ -217,10 +219,22 @@ def _read_json(path: str | Path) -> dict:
         raise TraceError(f"{p}: JSON nested too deeply to be a trace") from None
 
 
+@contextlib.contextmanager
+def _no_gc():
+    """A trace is 10^5 small objects: the cyclic GC would rescan them again and again while we work."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
 def load_trace(path: str | Path, require_steps: bool = True) -> Trace:
     """Read a Chrome trace exported by torch.profiler (.json or .json.gz). Raises TraceError on bad input."""
-    data = _read_json(path)
-    trace = parse_trace(data, str(path))
+    with _no_gc():
+        trace = parse_trace(_read_json(path), str(path))
     if require_steps and not trace.steps:
         raise TraceError(f"{path}: no ProfilerStep#N spans; profile with schedule(...) and call prof.step()")
     return trace
@@ -550,9 +564,9 @@ def _table(headers: list[str], rows: list[list], right: set[int] = frozenset()) 
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
 
     def line(r):
-        return "  ".join((c.rjust(w) if i in right else c.ljust(w)) for i, (c, w) in enumerate(zip(r, widths)))
+        return "  ".join((c.rjust(w) if i in right else c.ljust(w)) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
 
-    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells]).rstrip()
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells])
 
 
 def short(name: str, full: bool, width: int = 72) -> str:
@@ -593,6 +607,11 @@ def _header(trace: Trace) -> list[str]:
 
 def report(trace: Trace, full_names: bool = False) -> str:
     """The one-trace report, as plain text."""
+    with _no_gc():
+        return _report(trace, full_names)
+
+
+def _report(trace: Trace, full_names: bool) -> str:
     lines = _header(trace)
     if not trace.steps:
         return "\n".join(lines + ["no active ProfilerStep#N spans: nothing to report per step"])
@@ -793,6 +812,11 @@ def match(a: Trace, b: Trace) -> Comparison:
 
 def compare(a: Trace, b: Trace, full_names: bool = False) -> str:
     """The two-trace report, as plain text (A = before, B = after)."""
+    with _no_gc():
+        return _compare(a, b, full_names)
+
+
+def _compare(a: Trace, b: Trace, full_names: bool) -> str:
     m = match(a, b)
     ta, tb = _per_step_time(a), _per_step_time(b)
     what = "GPU kernels" if a.device == "cuda" and b.device == "cuda" else "units of work (CPU kernels)"
