@@ -1,0 +1,240 @@
+"""The epilogue-fused GeGLU kernel (fused_geglu.py) against fp64 and eager references.
+
+CPU: both Triton kernels run under Triton's interpreter. TRITON_INTERPRET must be set before Triton
+decorates a kernel and must not leak into other test modules (they use torch.compile), so the
+interpreter checks run once in a child process that prints one JSON result per case.
+GPU (skipped without CUDA): the same kernels compiled for the device, at the benchmark's shapes.
+"""
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fused_geglu
+
+ROOT = Path(__file__).resolve().parent.parent
+# ||out - ref|| / ||ref|| with ref in fp64 from the same rounded inputs: the output's rounding dominates.
+TOL = {"bf16": 1e-2, "fp16": 2e-3, "fp32": 1e-5}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+# Runs in the child process, with TRITON_INTERPRET=1 set before fused_geglu (and Triton) is imported.
+CHILD = r"""
+import importlib, json, sys
+import torch, torch.nn.functional as F
+import fused_geglu as fg
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+torch.manual_seed(0)
+
+def emit(case, **fields):
+    print(json.dumps(dict(case=case, **fields)), flush=True)
+
+def rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+def ref_geglu(x, wg, wu):
+    x, wg, wu = x.double(), wg.double(), wu.double()
+    return F.gelu(x @ wg.T, approximate="tanh") * (x @ wu.T)
+
+# Kernels: M, K (dim), N (hidden) not multiples of the 32 x 32 x 16 interpreter tiles.
+for dt in ("bf16", "fp16", "fp32"):
+    for M, K, N in [(37, 40, 72), (64, 48, 96), (3, 16, 8), (33, 41, 57)]:
+        x = torch.randn(M, K).to(DTYPES[dt])
+        wg, wu = (torch.randn(N, K).div(K ** 0.5).to(DTYPES[dt]) for _ in range(2))
+        ref = ref_geglu(x, wg, wu)
+        for use_tma in (False, True):
+            case = f"kernel-{dt}-{M}x{K}x{N}-{'tma' if use_tma else 'pointer'}"
+            try:
+                path = fg.kernel_path(x, fg.pack_gate_up(wg, wu), use_tma)
+            except ValueError:
+                emit(case, skipped="TMA needs bf16/fp16 and dim, hidden multiples of 8")
+                continue
+            m = fg.geglu(x, wg, wu, use_tma=use_tma)
+            emit(case, path=path, err=rel(m, ref), finite=bool(torch.isfinite(m).all()),
+                 shape=list(m.shape), dtype=str(m.dtype), want_dtype=str(DTYPES[dt]))
+
+# Large |g|: exp(-2y) overflows to inf for very negative g; the result must stay finite.
+x = torch.tensor([[-60.0, 60.0], [-1e4, 1e4]]).repeat(1, 8)
+w = torch.eye(16)  # g = u = x
+m = fg.geglu(x, w, w)
+emit("extreme-values", err=rel(m, ref_geglu(x, w, w)), finite=bool(torch.isfinite(m).all()))
+
+# Module vs the eager SimpleGeGLUMLP with the same weights, leading batch dims.
+SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
+for dt in ("bf16", "fp32"):
+    eager = SimpleGeGLUMLP(40, 72).to(DTYPES[dt])
+    fused = fg.FusedGeGLUMLP(40, 72).to(DTYPES[dt])
+    fused.load_state_dict(eager.state_dict())
+    x = torch.randn(2, 5, 40).to(DTYPES[dt])
+    with torch.no_grad():
+        y, y_eager = fused(x), eager(x)
+    emit(f"module-{dt}", err=rel(y, y_eager), shape=list(y.shape), want_shape=list(y_eager.shape))
+
+# Stale weights: the packed copy must follow load_state_dict, in-place edits and dtype changes.
+eager = SimpleGeGLUMLP(40, 72)
+fused = fg.FusedGeGLUMLP(40, 72)
+x = torch.randn(7, 40)
+with torch.no_grad():
+    fused(x)                                       # builds the packed weights from the initial values
+    fused.load_state_dict(eager.state_dict())
+    emit("stale-load_state_dict", err=rel(fused(x), eager(x)))
+    fused.up_proj.weight.mul_(-2.0)                # an optimizer-style in-place write
+    eager.up_proj.weight.mul_(-2.0)
+    emit("stale-inplace", err=rel(fused(x), eager(x)))
+    fused.to(torch.bfloat16)                       # .to() swaps the parameters' storage
+    emit("stale-to-bf16", err=rel(fused(x.bfloat16()), eager(x)))
+
+# Gradients (the backward recomputes with PyTorch ops) against eager's.
+eager = SimpleGeGLUMLP(40, 72)
+fused = fg.FusedGeGLUMLP(40, 72)
+fused.load_state_dict(eager.state_dict())
+x = torch.randn(9, 40)
+xe, xf = x.clone().requires_grad_(), x.clone().requires_grad_()
+eager(xe).square().sum().backward()
+fused(xf).square().sum().backward()
+errs = [rel(xf.grad, xe.grad)] + [rel(pf.grad, pe.grad) for pf, pe in zip(fused.parameters(), eager.parameters())]
+emit("backward", err=max(errs))
+"""
+
+
+@pytest.fixture(scope="module")
+def interpreted():
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {r["case"]: r for r in map(json.loads, proc.stdout.splitlines())}
+
+
+KERNEL_CASES = [f"kernel-{dt}-{s}-{p}" for dt in ("bf16", "fp16", "fp32")
+                for s in ("37x40x72", "64x48x96", "3x16x8", "33x41x57") for p in ("pointer", "tma")]
+
+
+@pytest.mark.parametrize("case", KERNEL_CASES)
+def test_kernel_interpreted(interpreted, case):
+    r = interpreted[case]
+    dt, shape, path = case.split("-")[1:]
+    if "skipped" in r:
+        # Only the combinations TMA cannot express may be skipped, never a whole dtype or shape.
+        assert path == "tma" and (dt == "fp32" or shape == "33x41x57"), r
+        return
+    M, K, N = map(int, shape.split("x"))
+    assert r["path"] == path
+    assert r["finite"] and r["shape"] == [M, N] and r["dtype"] == r["want_dtype"]
+    assert r["err"] < TOL[dt], r
+
+
+def test_interpreted_cases_are_all_there(interpreted):
+    # A case that silently vanished from the child would otherwise go unnoticed.
+    assert set(KERNEL_CASES) <= set(interpreted)
+    assert sum("skipped" not in interpreted[c] for c in KERNEL_CASES) == 18
+
+
+def test_extreme_inputs_stay_finite(interpreted):
+    r = interpreted["extreme-values"]
+    assert r["finite"] and r["err"] < 1e-6, r
+
+
+@pytest.mark.parametrize("dt", ["bf16", "fp32"])
+def test_module_matches_eager(interpreted, dt):
+    r = interpreted[f"module-{dt}"]
+    assert r["shape"] == r["want_shape"] == [2, 5, 40]
+    # bf16: eager rounds g, u, gelu(g) and m on the way, the fused kernel only m.
+    assert r["err"] < (2e-2 if dt == "bf16" else 1e-5), r
+
+
+@pytest.mark.parametrize("case", ["stale-load_state_dict", "stale-inplace", "stale-to-bf16"])
+def test_no_stale_packed_weights(interpreted, case):
+    assert interpreted[case]["err"] < (2e-2 if "bf16" in case else 1e-5), interpreted[case]
+
+
+def test_backward_matches_eager(interpreted):
+    assert interpreted["backward"]["err"] < 1e-5, interpreted["backward"]
+
+
+def test_same_parameter_names_as_eager():
+    SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
+    assert list(fused_geglu.FusedGeGLUMLP(8, 16).state_dict()) == list(SimpleGeGLUMLP(8, 16).state_dict())
+
+
+@pytest.mark.skipif(fused_geglu.INTERPRET or torch.cuda.is_available(), reason="CPU without the interpreter only")
+def test_cpu_fallback_matches_eager():
+    # Without a GPU or the interpreter the module computes the same math with PyTorch ops.
+    SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
+    eager, fused = SimpleGeGLUMLP(24, 40), fused_geglu.FusedGeGLUMLP(24, 40)
+    fused.load_state_dict(eager.state_dict())
+    x = torch.randn(3, 4, 24)
+    assert fused_geglu.kernel_path(x.reshape(-1, 24), fused.packed_gate_up()) == "torch"
+    torch.testing.assert_close(fused(x), eager(x))
+
+
+def test_bad_shapes_are_one_clear_error():
+    x = torch.randn(4, 8)
+    with pytest.raises(ValueError, match="expects"):
+        fused_geglu.geglu(x, torch.randn(6, 9), torch.randn(6, 9))
+    with pytest.raises(ValueError, match="differ"):
+        fused_geglu.geglu(x, torch.randn(6, 8), torch.randn(5, 8))
+
+
+# ---- GPU: the compiled kernels (TMA on Hopper, pointer everywhere) --------------------------------
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _poison_allocator():
+    # Leave NaNs in memory the caching allocator will hand out next: unwritten outputs show up.
+    torch.empty(1 << 28, device="cuda", dtype=torch.bfloat16).fill_(float("nan"))
+
+
+def _check_gpu(M, K, N, dt, use_tma, tol):
+    x = torch.randn(M, K, device="cuda").to(DTYPES[dt])
+    wg, wu = (torch.randn(N, K, device="cuda").div(K ** 0.5).to(DTYPES[dt]) for _ in range(2))
+    ref = F.gelu(x.float() @ wg.float().T, approximate="tanh") * (x.float() @ wu.float().T)
+    _poison_allocator()
+    m = fused_geglu.geglu(x, wg, wu, use_tma=use_tma)
+    assert fused_geglu.kernel_path(x, fused_geglu.pack_gate_up(wg, wu), use_tma) == ("tma" if use_tma else "pointer")
+    assert torch.isfinite(m).all()
+    err = ((m.float() - ref).norm() / ref.norm()).item()
+    assert err < tol, err
+
+
+def _has_tma():
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+
+
+@cuda
+@pytest.mark.parametrize("shape", [(8192, 768, 3072), (2048, 768, 3072), (8192, 4096, 14336)])
+@pytest.mark.parametrize("use_tma", [True, False])
+def test_gpu_bench_shapes_bf16(shape, use_tma):
+    if use_tma and not _has_tma():
+        pytest.skip("TMA needs compute capability 9.0+")
+    _check_gpu(*shape, "bf16", use_tma, TOL["bf16"])
+
+
+@cuda
+@pytest.mark.parametrize("shape", [(37, 40, 72), (1000, 136, 200), (4097, 768, 3080), (33, 41, 57)])
+@pytest.mark.parametrize("dt", ["bf16", "fp16"])
+def test_gpu_irregular_shapes(shape, dt):
+    _check_gpu(*shape, dt, use_tma=False, tol=TOL[dt])
+    if _has_tma() and shape[1] % 8 == 0 and shape[2] % 8 == 0:
+        _check_gpu(*shape, dt, use_tma=True, tol=TOL[dt])
+
+
+@cuda
+def test_gpu_module_matches_eager():
+    SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
+    eager = SimpleGeGLUMLP(768, 3072).cuda().bfloat16()
+    fused = fused_geglu.FusedGeGLUMLP(768, 3072).cuda().bfloat16()
+    fused.load_state_dict(eager.state_dict())
+    x = torch.randn(4, 128, 768, device="cuda", dtype=torch.bfloat16)
+    with torch.inference_mode():
+        y, y_eager = fused(x), eager(x)
+    assert y.shape == y_eager.shape
+    assert ((y.float() - y_eager.float()).norm() / y_eager.float().norm()).item() < 2e-2
