@@ -961,8 +961,8 @@ def occupancy_before_gemms() -> Expect:
         gemms = [k for k in launched if is_gemm(k)]
         if not gemms:
             return "no GEMM kernels in the active steps"
-        if any(k.launch is None for k in launched):
-            return f"{sum(k.launch is None for k in launched)} kernels have no linked launch call"
+        if any(k.launch is None for k in gemms):  # without the launch call, "before it" means nothing
+            return f"{sum(k.launch is None for k in gemms)} GEMM kernels have no linked launch call"
         bare = [k for k in gemms if not k.occupancy_query]
         queried = [k for k in launched if not is_gemm(k) and k.occupancy_query]
         if bare or queried:
