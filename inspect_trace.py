@@ -412,19 +412,23 @@ def _broadcast(shapes: list[list]) -> list:
 def pointwise_bytes(op: Event | None) -> float | None:
     """Bytes a pointwise op must move: its tensor inputs once, plus its output unless it writes in place.
 
-    The trace records inputs only; the output of an aten op is the broadcast of its tensor inputs in the
-    first input's dtype. Generated kernels (Triton, Liger) list every buffer, outputs included, as inputs.
+    The trace records inputs only; the output of an aten op (or an autograd Function such as Liger's) is
+    the broadcast of its tensor inputs in the first input's dtype. An Inductor Triton launch lists every
+    buffer, outputs included, as its inputs, and may carry Inductor's own estimate ("kernel_num_gb").
     """
     if op is None:
         return None
+    if isinstance(op.args.get("kernel_num_gb"), (int, float)) and op.args["kernel_num_gb"] > 0:
+        return float(op.args["kernel_num_gb"]) * 1e9
     tensors = [(d, DTYPE_BYTES[t]) for d, t in zip(_dims(op), _types(op))
                if isinstance(d, list) and t in DTYPE_BYTES and all(isinstance(x, int) for x in d)]
-    tensors = [(d, size) for d, size in tensors if d]  # scalars passed as 0-d tensors move nothing worth counting
+    tensors = [(d, size) for d, size in tensors if d]  # 0-d tensors are scalars: nothing worth counting
     if not tensors:
         return None
     total = sum(_numel(d) * size for d, size in tensors)
+    lists_outputs = op.name.startswith("triton_") or op.args.get("kernel_backend") == "triton"
     in_place = op.name.endswith("_") or op.name.endswith(".out")
-    if op.name.startswith("aten::") and not in_place:
+    if not (lists_outputs or in_place):
         total += _numel(_broadcast([d for d, _ in tensors])) * tensors[0][1]
     return float(total)
 
@@ -637,6 +641,8 @@ def _group(trace: Trace) -> list[dict]:
             if not k.is_kernel or op_time <= 0:
                 continue
             flops = gemm_flops(op) if is_gemm(k) else None
+            if flops is None and is_gemm(k) and isinstance(op.args.get("kernel_flop"), (int, float)):
+                flops = float(op.args["kernel_flop"])  # an Inductor Triton GEMM carries its own count
             if flops is not None:
                 g["unit"] = "TFLOP/s"
                 g["rates"].append(flops / op_time / 1e6)
@@ -670,6 +676,11 @@ def _report_gpu(trace: Trace, full: bool) -> list[str]:
                        "achieved", "of peak"], rows, right={0, 3, 4, 5, 6, 7}))
     src = peak.source if peak else "unknown (device not in torch's datasheet table)"
     out.append(f"peak: {trace.device_name or '?'}: {src}")
+    orders = Counter(tuple(k.name for k in st.kernels) for st in trace.steps)
+    if len(orders) == 1:
+        out.append(f"every step launches the same {len(next(iter(orders)))} kernels in the same order")
+    else:
+        out.append("steps differ: " + ", ".join(f"#{st.number}: {len(st.kernels)} kernels" for st in trace.steps))
 
     out.append("")
     out.append("Step time (µs): GPU busy vs step wall time (CPU span until the last GPU work ends)")

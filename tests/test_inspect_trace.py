@@ -373,3 +373,16 @@ def test_load_trace_raises_trace_error(cpu, tmp_path):
             it.load_trace(path)
         assert "\n" not in str(e.value), case
     assert it.load_trace(tmp_path / "nosteps.json", require_steps=False).steps == []
+
+
+def test_datasheet_read_from_source_matches_torch_module():
+    """The table is read with ast (no torch import); it must say what torch's own module says."""
+    device_info = pytest.importorskip("torch._inductor.analysis.device_info")
+    table = it._read_torch_table()
+    assert table and set(table) == set(device_info._device_mapping)
+    for name, info in device_info._device_mapping.items():
+        factor = getattr(info, "tops_sparsity_factor", 1)
+        assert table[name].gbs == info.dram_bw_gbs
+        for dtype, tops in info.tops.items():
+            key = str(dtype).removeprefix("torch.")
+            assert table[name].tflops[key] == pytest.approx(tops / factor), (name, key)
