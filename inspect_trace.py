@@ -485,6 +485,14 @@ def _read_torch_table() -> dict[str, Peak]:
                     tops[name.removeprefix("torch.")] = ast.literal_eval(dv) / factor
             gbs = ast.literal_eval(kw["dram_bw_gbs"]) if "dram_bw_gbs" in kw else None
             table[key.value.upper()] = Peak("torch._inductor.analysis.device_info", tops, gbs)
+    # aliases: _device_mapping["AMD INSTINCT MI300X"] = _device_mapping["AMD MI300X"]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Subscript):
+            for t in node.targets:
+                if isinstance(t, ast.Subscript) and getattr(t.value, "id", "") == "_device_mapping":
+                    alias, source = ast.literal_eval(t.slice), ast.literal_eval(node.value.slice)
+                    if source.upper() in table:
+                        table[alias.upper()] = table[source.upper()]
     return table
 
 
