@@ -591,7 +591,7 @@ def _us(x: float | None) -> str:
 
 
 def _spread(values: list[float]) -> str:
-    return f"{min(values):.1f}–{max(values):.1f}" if len(values) > 1 else "-"
+    return f"{_us(min(values))}–{_us(max(values))}" if len(values) > 1 else "-"
 
 
 def _header(trace: Trace) -> list[str]:
@@ -1072,8 +1072,9 @@ def print_expectations(results: list[tuple[Expect, str, str]], file=None) -> int
         else:
             line = Text("  n/a     ", style="dim") + Text(f"{ex.text} ({detail})", style="dim")
         console.print(line)
-    broken = sum(v == "broken" for _, v, _ in results)
-    console.print(Text(f"  {len(results) - broken} of {len(results)} hold, {broken} broken",
+    count = Counter(v for _, v, _ in results)
+    broken = count["broken"]
+    console.print(Text(f"  {count['confirmed']} confirmed, {broken} broken, {count['not applicable']} not applicable",
                        style="bold red" if broken else "bold green"))
     return broken
 
