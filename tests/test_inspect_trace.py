@@ -386,3 +386,19 @@ def test_datasheet_read_from_source_matches_torch_module():
         for dtype, tops in info.tops.items():
             key = str(dtype).removeprefix("torch.")
             assert table[name].tflops[key] == pytest.approx(tops / factor), (name, key)
+
+
+def test_bench_replicates_a_step_faithfully(cpu, tmp_path):
+    import bench_inspect
+
+    bench_inspect.replicate(cpu["dir"] / "eager.json", 7, tmp_path / "long.json")
+    long = it.load_trace(tmp_path / "long.json")
+    assert [s.number for s in long.steps] == list(range(2, 9))
+    first = [e.name for e in it.cpu_kernels(cpu["eager"].steps[0])]
+    assert all([e.name for e in it.cpu_kernels(st)] == first for st in long.steps)
+    gpu = tmp_path / "gpu.json"
+    gpu.write_text(json.dumps(gpu_trace(steps=2)))
+    bench_inspect.replicate(gpu, 5, tmp_path / "long_gpu.json.gz")
+    long = it.load_trace(tmp_path / "long_gpu.json.gz")
+    assert len(long.steps) == 5 and all(len(st.kernels) == 5 and st.kernels[0].op.name == "aten::mm"
+                                        for st in long.steps)
