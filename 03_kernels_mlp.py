@@ -1,0 +1,105 @@
+"""Profile Liger's hand-written GeGLU MLP, loaded with the `kernels` library: fusion without a compiler.
+
+    uv run 03_kernels_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072
+
+What to look for in the trace (Perfetto, or the report printed below):
+- three aten::linear groups (gate, up, down: the same cuBLAS GEMMs as eager) and one LigerGELUMulFunction
+  group running the Triton kernel _geglu_tanh_forward_kernel: gelu(gate) * up in one pass over memory.
+- no Torch-Compiled Region, no Dynamo guards, no recompiles when the shape changes.
+
+The kernel comes from the Hugging Face Hub (kernels-community/liger-kernels, version 1). When the Hub cannot be
+reached (offline, HF_HUB_OFFLINE=1, a firewall) the script says so and uses LigerGEGLUMLP from the liger-kernel
+package: the same module and the same Triton kernel. Liger's kernel needs a CUDA GPU (its libdevice tanh does not
+run in Triton's CPU interpreter).
+"""
+
+import importlib
+import logging
+import os
+from dataclasses import dataclass
+
+import torch
+
+import common
+import inspect_trace as it
+
+HUB_REPO = "kernels-community/liger-kernels"
+HUB_TIMEOUT = float(os.environ.get("HUB_TIMEOUT", "20"))  # seconds; a firewall can otherwise hang for minutes
+
+# Guess first, then look: what the post says this trace holds. Checked against the trace after the run.
+EXPECT = {
+    "eager": [
+        it.steps(3, "mlp_fwd"),
+        it.cpu_op("aten::linear", per_step=3),
+        it.cpu_op("LigerGELUMulFunction", per_step=1),
+        it.kernels_per_step(4, "3 GEMMs + Liger's fused GeGLU kernel"),
+        it.kernel(r"^_geglu_tanh_forward_kernel$", per_step=1),
+    ],
+    "compile": [  # not in the post: does Inductor keep Liger's hand-written kernel? Look.
+        it.steps(3, "mlp_fwd"),
+        it.kernel(r"^_geglu_tanh_forward_kernel$", per_step=1),
+    ],
+}
+
+
+@dataclass
+class Config:  # the fields of a transformers config that LigerGEGLUMLP reads
+    hidden_size: int
+    intermediate_size: int
+    hidden_act: str = "gelu_pytorch_tanh"
+
+
+def liger_layers():
+    """The post's get_kernel(...) line, with a bounded wait and an offline fallback to the liger-kernel package."""
+    try:
+        from kernels import get_kernel
+
+        logging.getLogger("kernels").setLevel(logging.ERROR)  # its offline warnings: our one line below says it
+        layers = common.call_with_timeout(lambda: get_kernel(HUB_REPO, version=1).layers, HUB_TIMEOUT)
+        return layers, f"{HUB_REPO} (Hugging Face Hub, version 1)"
+    except Exception as e:  # noqa: BLE001 - any failure to reach or load the Hub kernel means: fall back
+        reason = (str(e).strip().split(". ")[0].splitlines() or ["no details"])[0][:160]
+        print(f"Hugging Face Hub kernel not available ({type(e).__name__}: {reason}); "
+              "using LigerGEGLUMLP from the liger-kernel package (same Triton kernel)")
+        from liger_kernel.transformers import geglu
+
+        return geglu, "liger-kernel package"
+
+
+def main():
+    args = common.parser(__doc__, batch=64, seq=128, dim=768, hidden=3072).parse_args()
+    tokens, d, h = args.batch * args.seq, args.dim, args.hidden
+    run = common.setup(__file__, args, elements=6 * d * h + 3 * tokens * d + 4 * tokens * h)
+    common.describe(run)
+
+    layers, source = liger_layers()
+    print(f"LigerGEGLUMLP from {source}")
+    if not run.cuda:
+        raise common.Fail("Liger's Triton kernel needs a CUDA GPU (Triton's CPU interpreter cannot run its libdevice tanh); "
+                          "on this machine run: uv run 03_simple_mlp.py --compile (the fused C++ kernel, the CPU twin)")
+    model = layers.LigerGEGLUMLP(Config(d, h)).to(run.device, run.dtype).eval()
+    x = torch.randn(args.batch, args.seq, d, device=run.device, dtype=run.dtype)
+
+    # Correct before fast: the post's eager MLP with the same weights must give the same output.
+    eager = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP(d, h).to(run.device, run.dtype).eval()
+    eager.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        err = common.rel_error(model(x), eager(x))
+    tol = common.TOLERANCE[run.dtype]
+    print(f"check: Liger vs eager SimpleGeGLUMLP, relative error {err:.2e} (tolerance {tol:.0e})")
+    if not err <= tol:
+        raise common.Fail(f"Liger's output differs from the eager MLP: relative error {err:.2e} > {tol:.0e}")
+
+    forward = torch.compile(model) if args.compile else model  # not needed: Liger fuses without a compiler
+
+    @torch.no_grad()
+    def step():
+        return forward(x)
+
+    prof = common.profile(run, step, "mlp_fwd")
+    trace, table = common.export(run, prof, f"{args.batch}x{args.seq}x{d}x{h}")
+    common.show(run, trace, table, EXPECT[run.mode])
+
+
+if __name__ == "__main__":
+    common.main(main)

@@ -1,0 +1,303 @@
+"""Plumbing shared by the scripts: flags, device and dtype, the profiler loop, export.
+
+The model and the profiled step live in each script, where the reader looks for them.
+This file only holds what every script does the same way:
+
+- `parser()`        one argparse CLI: the script's sizes plus --compile --dtype --warmup ...
+- `setup()`         device, dtype, output folder, checked before any work starts
+- `profile()`       torch.profiler with schedule(wait=1, warmup=1, active=N), as in Part 1
+- `export()`        the Chrome trace (.json / .json.gz) and the profiler table (.txt), written atomically
+- `main()`          turns bad input into one clear line and a non-zero exit
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import shutil
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile as _profile, record_function, schedule
+
+ROOT = Path(__file__).resolve().parent
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+MAX_DIM = 1 << 20  # a single size above a million is a typo, not an experiment
+MAX_ACTIVE = 1000
+PROFILER_STEPS = 2  # schedule(wait=1, warmup=1): the first step is skipped, the second traced and thrown away
+
+
+class Fail(Exception):
+    """Bad input or an impossible run: reported as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse prints usage + error; one line is enough
+        raise Fail(message)
+
+
+def _size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 < value <= MAX_DIM:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_DIM}, got {value}")
+    return value
+
+
+def _active(text: str) -> int:
+    value = _size(text)
+    if value > MAX_ACTIVE:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_ACTIVE}, got {value}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= value <= 10_000:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 10000, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 65535, got {value}")
+    return value
+
+
+def parser(doc: str, **sizes: int) -> argparse.ArgumentParser:
+    """The CLI every script shares; `sizes` are the script's own flags with the post's defaults."""
+    p = _Parser(description=doc.strip().splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for name, default in sizes.items():
+        p.add_argument(f"--{name}", type=_size, default=default, help=f"{name} (the post uses {default})")
+    p.add_argument("--compile", action="store_true", help="torch.compile the forward")
+    p.add_argument("--dtype", choices=list(DTYPES), default="bf16", help="parameter and input dtype")
+    p.add_argument("--warmup", type=_count, default=0, metavar="N",
+                   help="run the forward N times before profiling (0 = a cold run, as in the post)")
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
+                   help="auto = CUDA when available, else the CPU")
+    p.add_argument("--active", type=_active, default=3, metavar="N",
+                   help="profiled steps: schedule(wait=1, warmup=1, active=N)")
+    p.add_argument("--out", type=Path, default=ROOT / "traces", help="output folder (one sub-folder per script)")
+    p.add_argument("--gzip", action="store_true", help="write the trace as .json.gz (smaller; for long --active runs)")
+    p.add_argument("--open", action="store_true", help="serve the new trace to ui.perfetto.dev from 127.0.0.1 and open it")
+    p.add_argument("--port", type=_port, default=9001, help="port for --open (ui.perfetto.dev fetches from 9001 only)")
+    return p
+
+
+@dataclass
+class Run:
+    """What setup() resolved: everything the profiler loop and the export need."""
+
+    script: str
+    args: argparse.Namespace
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    @property
+    def mode(self) -> str:
+        return "compile" if self.args.compile else "eager"
+
+    def stem(self, shape: str) -> str:
+        temp = "warm" if self.args.warmup else "cold"
+        return f"{shape}_{self.args.dtype}_{temp}_{self.mode}"  # e.g. 64x128x768x3072_bf16_cold_eager
+
+
+def setup(script_file: str, args: argparse.Namespace, elements: int = 0) -> Run:
+    """Resolve device and dtype and check the run can succeed before any work starts.
+
+    `elements`: about how many tensor elements the run holds at once (weights + activations),
+    so an impossible shape fails here in one line instead of deep inside an allocation.
+    """
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise Fail("--device cuda, but this machine has no CUDA GPU that PyTorch can use; try --device cpu")
+    device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
+    need_bytes = elements * DTYPES[args.dtype].itemsize
+    if need_bytes:
+        free = _free_bytes(device)
+        if free is not None and need_bytes > 0.9 * free:
+            raise Fail(f"this shape needs about {need_bytes / 2**30:.1f} GiB but the {device.type} has "
+                       f"{free / 2**30:.1f} GiB free; try smaller sizes")
+    out = args.out / Path(script_file).stem
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=out).close()  # fail now, not after the run
+    except OSError as e:
+        raise Fail(f"cannot write to output folder {out}: {e.strerror or e}") from None
+    args.out = out
+    if not torch.cuda.is_available():
+        # A CUDA build of torch on a GPU-less machine makes the profiler log a harmless "gpuGetDeviceCount failed".
+        os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+    if args.compile and device.type == "cpu":
+        # Name each C++ kernel Inductor generates in the trace: the CPU twin of the post's Triton kernel.
+        import torch._inductor.config as inductor_config
+
+        inductor_config.cpp.enable_kernel_profile = True
+    return Run(Path(script_file).stem, args, device, DTYPES[args.dtype])
+
+
+def _free_bytes(device: torch.device) -> int | None:
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return None
+
+
+def sync(run: Run) -> None:
+    if run.cuda:
+        torch.cuda.synchronize()  # kernels launch asynchronously; wait so timing and traces are complete
+
+
+def describe(run: Run) -> None:
+    name = torch.cuda.get_device_name(run.device) if run.cuda else "CPU"
+    print(f"{run.script}: {name}, torch {torch.__version__}, {run.args.dtype}, "
+          f"{run.mode}, {'warm' if run.args.warmup else 'cold'}, active={run.args.active}")
+
+
+def profile(run: Run, step, annotation: str) -> _profile:
+    """Part 1's harness: optional warm-up, then wait=1, warmup=1, active=N profiled steps."""
+    for _ in range(run.args.warmup):
+        step()  # warm calls pay compilation, cuBLAS heuristics and allocator growth outside the trace
+    sync(run)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.cuda else [])
+    interrupted = False
+    try:
+        with _profile(
+            activities=activities,
+            schedule=schedule(wait=1, warmup=1, active=run.args.active),
+            record_shapes=True,  # input shapes let the trace reader compute FLOP/s and bytes
+        ) as prof:
+            try:
+                for _ in range(PROFILER_STEPS + run.args.active):
+                    with record_function(annotation):
+                        step()
+                    sync(run)
+                    prof.step()
+            except KeyboardInterrupt:
+                interrupted = True
+                raise
+    except Exception:
+        if interrupted:  # Ctrl-C mid-step can leave the profiler unable to stop cleanly; report the Ctrl-C
+            raise KeyboardInterrupt from None
+        raise
+    return prof
+
+
+def export(run: Run, prof: _profile, shape: str) -> tuple[Path, Path]:
+    """Write <out>/<stem>.json[.gz] and <stem>.txt; an interrupted write leaves the old files intact."""
+    stem = run.stem(shape)
+    trace = run.args.out / (stem + (".json.gz" if run.args.gzip else ".json"))
+    table = run.args.out / (stem + ".txt")
+    sort_by = "cuda_time_total" if run.cuda else "cpu_time_total"
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=run.args.out))
+    try:
+        raw = tmp / "trace.json"
+        prof.export_chrome_trace(str(raw))
+        if run.args.gzip:
+            with open(raw, "rb") as src, gzip.open(tmp / "trace.json.gz", "wb", compresslevel=6) as dst:
+                shutil.copyfileobj(src, dst)
+            raw = tmp / "trace.json.gz"
+        (tmp / "table.txt").write_text(prof.key_averages().table(sort_by=sort_by, row_limit=40) + "\n")
+        # os.replace is atomic: readers see the old file or the new one, never half of one.
+        os.replace(tmp / "table.txt", table)
+        os.replace(raw, trace)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return trace, table
+
+
+def rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    """||a - b|| / ||b|| in fp32: one number for 'do these two outputs agree'."""
+    a, b = a.float(), b.float()
+    return ((a - b).norm() / b.norm().clamp_min(1e-12)).item()
+
+
+# bf16 keeps 8 bits of mantissa; two implementations of the same MLP differ by a few 1e-3.
+TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 5e-3, torch.float32: 1e-4}
+
+
+def show(run: Run, trace: Path, table: Path, expectations=()) -> None:
+    """Print what was written, how to open it, then read the trace back and check the post's expectations."""
+    rel = lambda p: os.path.relpath(p)  # noqa: E731 - paths as the reader would type them
+    print(f"\nwrote {rel(trace)}\n      {rel(table)}")
+    print(f"open:  uv run inspect_trace.py --open {rel(trace)}   (local, private)")
+    print("       or drag the file into https://ui.perfetto.dev")
+    print(f"share: uvx trace-util -b BUCKET -f {rel(run.args.out.parent)}   (trace-util 0.2.0, Python >= 3.12;"
+          f" the post's 0.1.0: uvx trace-util@0.1.0 {rel(run.args.out.parent)} -b BUCKET)")
+    try:
+        import inspect_trace
+    except ImportError:
+        return
+    loaded = inspect_trace.load_trace(trace)
+    print()
+    print(inspect_trace.report(loaded))
+    if expectations:
+        inspect_trace.print_expectations(inspect_trace.check(loaded, expectations))
+    if run.args.open:
+        import serve_trace
+
+        try:
+            serve_trace.serve(trace, port=run.args.port)
+        except serve_trace.ServeError as e:
+            raise Fail(str(e)) from None
+
+
+def call_with_timeout(fn, seconds: float):
+    """Run fn() in a daemon thread; raise TimeoutError if it takes longer (a hung network call stays behind)."""
+    box: dict = {}
+
+    def target():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed back to the caller
+            box["error"] = e
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise TimeoutError(f"no answer within {seconds:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def main(fn) -> None:
+    """Run a script's main(); bad input and known failures become one line on stderr."""
+    prog = Path(sys.argv[0]).name
+    try:
+        code = fn()
+    except Fail as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        code = 2
+    except torch.OutOfMemoryError:
+        print(f"{prog}: error: out of memory at this shape; try smaller sizes (nothing was written)", file=sys.stderr)
+        code = 1
+    except RuntimeError as e:
+        if "allocate" not in str(e) and "out of memory" not in str(e):
+            raise
+        print(f"{prog}: error: out of memory at this shape; try smaller sizes (nothing was written)", file=sys.stderr)
+        code = 1
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; earlier traces are untouched", file=sys.stderr)
+        code = 130
+    sys.exit(code or 0)

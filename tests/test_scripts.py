@@ -1,0 +1,200 @@
+"""Real runs of the post's scripts on the CPU, at tiny shapes, checked against the exported trace.
+
+The trace is read here with plain json, independently of inspect_trace.py, so the scripts' own
+report cannot vouch for itself.
+"""
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LINEAR = ["--batch", "16", "--in_dim", "8", "--out_dim", "12"]
+MLP = ["--batch", "2", "--seq", "8", "--dim", "32", "--hidden", "64"]
+
+
+def run(script, *args, env=None, **kw):
+    return subprocess.run([sys.executable, str(ROOT / script), *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, cwd=ROOT, **kw)
+
+
+def load(path):
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
+def steps(trace):
+    """{ProfilerStep#k: [names of the X events inside it]}, by time containment."""
+    events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    spans = [e for e in events if e["name"].startswith("ProfilerStep#")]
+    return {s["name"]: [e["name"] for e in events if s["ts"] <= e["ts"] <= s["ts"] + s["dur"] and e is not s]
+            for s in spans}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("traces")
+    done = {}
+    for key, script, args in [
+        ("linear_eager", "02_linear.py", LINEAR),
+        ("linear_compile", "02_linear.py", LINEAR + ["--compile"]),
+        ("mlp_eager", "03_simple_mlp.py", MLP),
+        ("mlp_compile", "03_simple_mlp.py", MLP + ["--compile"]),
+    ]:
+        proc = run(script, *args, "--out", str(out))
+        assert proc.returncode == 0, proc.stderr
+        done[key] = proc
+    return out, done
+
+
+def test_files_are_named_after_the_run(runs):
+    out, _ = runs
+    names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert names == [
+        "02_linear/16x8x12_bf16_cold_compile.json", "02_linear/16x8x12_bf16_cold_compile.txt",
+        "02_linear/16x8x12_bf16_cold_eager.json", "02_linear/16x8x12_bf16_cold_eager.txt",
+        "03_simple_mlp/2x8x32x64_bf16_cold_compile.json", "03_simple_mlp/2x8x32x64_bf16_cold_compile.txt",
+        "03_simple_mlp/2x8x32x64_bf16_cold_eager.json", "03_simple_mlp/2x8x32x64_bf16_cold_eager.txt",
+    ]
+
+
+def test_scripts_print_the_paths_they_wrote(runs):
+    out, done = runs
+    for proc in done.values():
+        assert "wrote " in proc.stdout and ".json" in proc.stdout and ".txt" in proc.stdout
+        assert "ui.perfetto.dev" in proc.stdout and "trace-util" in proc.stdout
+
+
+@pytest.mark.parametrize("key,annotation", [("linear_eager", "linear_fwd"), ("linear_compile", "linear_fwd"),
+                                            ("mlp_eager", "mlp_fwd"), ("mlp_compile", "mlp_fwd")])
+def test_three_profiler_steps_each_with_the_annotation(runs, key, annotation):
+    out, _ = runs
+    script, mode = key.split("_")
+    folder = "02_linear" if script == "linear" else "03_simple_mlp"
+    trace = load(next((out / folder).glob(f"*_{mode}.json")))
+    per_step = steps(trace)
+    assert sorted(per_step) == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
+    assert all(names.count(annotation) == 1 for names in per_step.values())
+    assert trace["record_shapes"] == 1  # shapes are what lets a reader compute FLOP/s
+
+
+def test_linear_is_one_addmm_and_no_add(runs):
+    out, _ = runs
+    for mode in ("eager", "compile"):
+        per_step = steps(load(out / f"02_linear/16x8x12_bf16_cold_{mode}.json"))
+        for names in per_step.values():
+            assert names.count("aten::addmm") == 1
+            assert "aten::add" not in names
+    eager = steps(load(out / "02_linear/16x8x12_bf16_cold_eager.json"))
+    compiled = steps(load(out / "02_linear/16x8x12_bf16_cold_compile.json"))
+    assert all("aten::t" in names for names in eager.values())
+    assert all("aten::t" not in names for names in compiled.values())  # Inductor hard-codes the strides
+    assert all(any(n.startswith("Torch-Compiled Region") for n in names) for names in compiled.values())
+
+
+def test_mlp_eager_dispatches_gelu_and_mul(runs):
+    out, _ = runs
+    for names in steps(load(out / "03_simple_mlp/2x8x32x64_bf16_cold_eager.json")).values():
+        assert names.count("aten::linear") == 3
+        assert names.count("aten::gelu") == 1 and names.count("aten::mul") == 1
+
+
+def test_mlp_compiled_runs_the_fused_cpp_kernel(runs):
+    out, _ = runs
+    for names in steps(load(out / "03_simple_mlp/2x8x32x64_bf16_cold_compile.json")).values():
+        assert any(n.startswith("Torch-Compiled Region") for n in names)
+        assert "graph_0_cpp_fused__unsafe_view_gelu_mul_0" in names  # the CPU twin of the Triton kernel
+        assert names.count("aten::mm") == 3
+        assert "aten::gelu" not in names and "aten::t" not in names
+
+
+def test_table_sits_beside_each_trace(runs):
+    out, _ = runs
+    for trace in out.rglob("*.json"):
+        table = trace.with_suffix(".txt").read_text()
+        assert "Self CPU" in table and "# of Calls" in table
+
+
+def test_warm_fp32_gzip_and_active(tmp_path):
+    proc = run("02_linear.py", *LINEAR, "--warmup", "2", "--dtype", "fp32", "--gzip", "--active", "5",
+               "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    trace = tmp_path / "02_linear/16x8x12_fp32_warm_eager.json.gz"
+    assert sorted(steps(load(trace))) == [f"ProfilerStep#{k}" for k in range(2, 7)]
+    assert (tmp_path / "02_linear/16x8x12_fp32_warm_eager.txt").exists()
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--batch", "0"], "--batch: must be between 1"),
+    (["--batch", "-3"], "--batch: must be between 1"),
+    (["--batch", "abc"], "--batch: expected a whole number"),
+    (["--dtype", "int8"], "--dtype: invalid choice"),
+    (["--active", "5000"], "--active: must be at most"),
+    (["--in_dim", "1000000", "--out_dim", "1000000"], "GiB free"),
+    (["--out", "/dev/null/traces"], "cannot write to output folder"),
+    (["--nope"], "unrecognized arguments"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, says):
+    if "--out" not in args:
+        args = args + ["--out", str(tmp_path)]
+    proc = run("02_linear.py", *args)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and says in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not list(tmp_path.rglob("*.json"))
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU message")
+def test_device_cuda_without_gpu(tmp_path):
+    proc = run("03_simple_mlp.py", *MLP, "--device", "cuda", "--out", str(tmp_path))
+    assert proc.returncode == 2 and "no CUDA GPU" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_interrupted_run_keeps_the_previous_trace(tmp_path):
+    big = ["--batch", "4096", "--in_dim", "1024", "--out_dim", "1024", "--out", str(tmp_path)]
+    first = run("02_linear.py", *big, "--active", "1")
+    assert first.returncode == 0, first.stderr
+    trace = tmp_path / "02_linear/4096x1024x1024_bf16_cold_eager.json"
+    before = trace.read_bytes()
+    # The same run made long (1000 steps of ~0.1 s), interrupted while it profiles: the earlier trace survives.
+    proc = subprocess.Popen([sys.executable, str(ROOT / "02_linear.py"), *big, "--active", "1000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert proc.stdout.readline().startswith("02_linear:")
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err
+    assert trace.read_bytes() == before
+    assert sorted(p.name for p in trace.parent.iterdir()) == [trace.name, trace.with_suffix(".txt").name]
+
+
+def test_kernels_mlp_offline_falls_back_to_the_liger_package_then_needs_a_gpu(tmp_path):
+    proc = run("03_kernels_mlp.py", *MLP, "--device", "cpu", "--out", str(tmp_path), env={"HF_HUB_OFFLINE": "1"})
+    assert "Hugging Face Hub kernel not available" in proc.stdout
+    assert "LigerGEGLUMLP from liger-kernel package" in proc.stdout
+    assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "uv run 03_simple_mlp.py --compile" in proc.stderr
+    assert not list(tmp_path.rglob("*.json"))
+
+
+def test_hub_wait_is_bounded(monkeypatch):
+    import importlib
+
+    import kernels
+
+    script = importlib.import_module("03_kernels_mlp")
+    monkeypatch.setattr(kernels, "get_kernel", lambda *a, **k: time.sleep(30))  # a firewall that never answers
+    monkeypatch.setattr(script, "HUB_TIMEOUT", 0.5)
+    start = time.perf_counter()
+    layers, source = script.liger_layers()
+    assert time.perf_counter() - start < 5
+    assert source == "liger-kernel package" and hasattr(layers, "LigerGEGLUMLP")
