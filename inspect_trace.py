@@ -104,12 +104,6 @@ class Event:
     def self_time(self) -> float:
         return self.dur - sum(c.dur for c in self.children)
 
-    def ancestors(self) -> Iterable[Event]:
-        node = self.parent
-        while node is not None:
-            yield node
-            node = node.parent
-
     def __repr__(self) -> str:
         return f"Event({self.name!r}, {self.cat}, ts={self.ts}, dur={self.dur})"
 
@@ -295,20 +289,23 @@ def parse_trace(data: object, path: str = "<trace>") -> Trace:
         if corr is not None:
             by_corr[corr] = c
 
+    # A launch counts as "queried" if an occupancy query came in the same op since that op's previous launch.
+    queried: set[int] = set()
+    for owner in {id(c.parent): c.parent for c in calls if c.parent is not None}.values():
+        pending = False
+        for c in owner.calls:
+            if c.name.startswith(OCCUPANCY):
+                pending = True
+            elif _launches(c):
+                if pending:
+                    queried.add(id(c))
+                pending = False
+
     kernels: list[Kernel] = []
     for g in gpu:
         launch = by_corr.get(g.args.get("correlation"))
         op = launch.parent if launch is not None else by_ext.get(g.args.get("External id"))
-        occupancy = False
-        if launch is not None and op is not None:
-            # Only the calls since this op's previous launch count as "before this launch".
-            for c in reversed(op.calls[: op.calls.index(launch)]):
-                if c.name.startswith(OCCUPANCY):
-                    occupancy = True
-                    break
-                if c.args.get("correlation") in by_corr and _launches(c):
-                    break
-        k = Kernel(g, launch, op, occupancy)
+        k = Kernel(g, launch, op, launch is not None and id(launch) in queried)
         if op is not None:
             op.kernels.append(k)
         kernels.append(k)
@@ -535,9 +532,9 @@ def cpu_kernels(step: Step) -> list[Event]:
     for e in step.spans:
         if CPP_KERNEL_RE.search(e.name):
             out.append(e)
-        elif e.cat == "cpu_op" and e.name.startswith("aten::") and e.name not in BOOKKEEPING_OPS:
-            if not any(c.name not in BOOKKEEPING_OPS for c in e.children):
-                out.append(e)
+        elif (e.cat == "cpu_op" and e.name.startswith("aten::") and e.name not in BOOKKEEPING_OPS
+              and all(c.name in BOOKKEEPING_OPS for c in e.children)):
+            out.append(e)
     return out
 
 
@@ -576,7 +573,8 @@ def _table(headers: list[str], rows: list[list], right: set[int] = frozenset()) 
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
 
     def line(r):
-        return "  ".join((c.rjust(w) if i in right else c.ljust(w)) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+        padded = (c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        return "  ".join(padded).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells])
 
