@@ -95,8 +95,9 @@ def main() -> int:
             print(f"bench_inspect.py: error: {e}", file=sys.stderr)
             return 1
         loaded = it.load_trace(big_a)
+        n_gpu, n_cpu = sum(len(s.gpu) for s in loaded.steps), sum(len(s.spans) for s in loaded.steps)
         print(f"long trace: {len(loaded.steps)} active steps, {size_a / 1e6:.1f} MB of JSON, "
-              f"{sum(len(s.gpu) for s in loaded.steps)} GPU activities, {sum(len(s.spans) for s in loaded.steps)} CPU spans")
+              f"{n_gpu} GPU activities, {n_cpu} CPU spans")
         it.device_peak(loaded.device_name)  # the datasheet lookup is cached after its first use; time it apart
         t_load = timed(lambda: it.load_trace(big_a), args.runs)
         t_report = timed(lambda: it.report(it.load_trace(big_a)), args.runs)
