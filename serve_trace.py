@@ -70,9 +70,9 @@ class _TraceHandler(http.server.BaseHTTPRequestHandler):
     # --- request checks -------------------------------------------------------------
     def _host_ok(self) -> bool:
         # Refusing other Host names defeats DNS rebinding (evil.example resolving to 127.0.0.1).
+        # Any port: behind `ssh -L 9001:127.0.0.1:N` the browser's Host still says 9001.
         host = (self.headers.get("Host") or "").strip().lower()
-        port = self.server.server_address[1]
-        return host in {f"127.0.0.1:{port}", f"localhost:{port}"}
+        return host.rsplit(":", 1)[0] in {"127.0.0.1", "localhost"}
 
     def _origin_ok(self) -> bool:
         # No Origin: a non-browser client (curl, a test). Another page's Origin: refuse, so a
@@ -114,8 +114,8 @@ class _TraceHandler(http.server.BaseHTTPRequestHandler):
 
     # --- methods ----------------------------------------------------------------------
     def do_OPTIONS(self) -> None:
-        # Perfetto's fetch(url) is a simple GET and needs no CORS preflight, but a browser may
-        # still send one for a public page reaching loopback (Chrome's Private Network Access).
+        # Perfetto's fetch(url) is a simple GET and needs no CORS preflight; Chrome versions that
+        # ran Private Network Access checks still sent one for a public page reaching loopback.
         if not self._check():
             return
         self.send_response(204)
@@ -287,7 +287,8 @@ def serve(
         out(f"Serving {trace_path.name} on http://{HOST}:{bound_port}/ (only this file, only to this machine)")
         out(f"Open in Perfetto: {link}")
         if bound_port != DEFAULT_PORT and allow_origin == PERFETTO_ORIGIN:
-            out(f"Note: the Perfetto UI only fetches from {HOST}:{DEFAULT_PORT}; another port needs its CSP flag.")
+            out(f"Note: the Perfetto UI only fetches from {HOST}:{DEFAULT_PORT}; forward that port to this one "
+                f"(ssh -L {DEFAULT_PORT}:{HOST}:{bound_port} <this host>) and use :{DEFAULT_PORT} in the link.")
         if open_browser:
             _open_browser(link, out)
         if ready is not None:
