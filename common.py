@@ -41,7 +41,7 @@ class _Parser(argparse.ArgumentParser):
         raise Fail(message)
 
 
-def _size(text: str) -> int:
+def size_arg(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -52,7 +52,7 @@ def _size(text: str) -> int:
 
 
 def _active(text: str) -> int:
-    value = _size(text)
+    value = size_arg(text)
     if value > MAX_ACTIVE:
         raise argparse.ArgumentTypeError(f"must be at most {MAX_ACTIVE}, got {value}")
     return value
@@ -82,7 +82,7 @@ def parser(doc: str, **sizes: int) -> argparse.ArgumentParser:
     """The CLI every script shares; `sizes` are the script's own flags with the post's defaults."""
     p = _Parser(description=doc.strip().splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     for name, default in sizes.items():
-        p.add_argument(f"--{name}", type=_size, default=default, help=f"{name} (the post uses {default})")
+        p.add_argument(f"--{name}", type=size_arg, default=default, help=f"{name} (the post uses {default})")
     p.add_argument("--compile", action="store_true", help="torch.compile the forward")
     p.add_argument("--dtype", choices=list(DTYPES), default="bf16", help="parameter and input dtype")
     p.add_argument("--warmup", type=_count, default=0, metavar="N",
@@ -237,7 +237,10 @@ TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 5e-3, torch.float32: 1e-4}
 
 def show(run: Run, trace: Path, table: Path, expectations=()) -> None:
     """Print what was written, how to open it, then read the trace back and check the post's expectations."""
-    rel = lambda p: os.path.relpath(p)  # noqa: E731 - paths as the reader would type them
+    def rel(p: Path) -> str:  # paths as the reader would type them
+        p = Path(p).resolve()
+        return str(p.relative_to(Path.cwd())) if p.is_relative_to(Path.cwd()) else str(p)
+
     print(f"\nwrote {rel(trace)}\n      {rel(table)}")
     print(f"open:  uv run inspect_trace.py --open {rel(trace)}   (local, private)")
     print("       or drag the file into https://ui.perfetto.dev")

@@ -21,6 +21,8 @@ MLP = ["--batch", "2", "--seq", "8", "--dim", "32", "--hidden", "64"]
 
 
 def run(script, *args, env=None, **kw):
+    if "--device" not in args:
+        args = (*args, "--device", "cpu")  # the CPU lane, also on a machine with a GPU
     return subprocess.run([sys.executable, str(ROOT / script), *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, cwd=ROOT, **kw)
 
@@ -165,7 +167,7 @@ def test_interrupted_run_keeps_the_previous_trace(tmp_path):
     trace = tmp_path / "02_linear/4096x1024x1024_bf16_cold_eager.json"
     before = trace.read_bytes()
     # The same run made long (1000 steps of ~0.1 s), interrupted while it profiles: the earlier trace survives.
-    proc = subprocess.Popen([sys.executable, str(ROOT / "02_linear.py"), *big, "--active", "1000"],
+    proc = subprocess.Popen([sys.executable, str(ROOT / "02_linear.py"), *big, "--active", "1000", "--device", "cpu"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert proc.stdout.readline().startswith("02_linear:")
