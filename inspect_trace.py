@@ -32,6 +32,7 @@ import gzip
 import importlib.util
 import json
 import math
+import os
 import re
 import statistics
 import sys
@@ -406,28 +407,50 @@ def _broadcast(shapes: list[list]) -> list:
     return out
 
 
-def pointwise_bytes(op: Event | None) -> float | None:
-    """Bytes a pointwise op must move: its tensor inputs once, plus its output unless it writes in place.
+def pointwise_bytes(op: Event | None) -> tuple[float, bool] | None:
+    """(bytes a pointwise op must move, exact?): its tensor inputs once, plus its output unless in place.
 
     The trace records inputs only; the output of an aten op (or an autograd Function such as Liger's) is
     the broadcast of its tensor inputs in the first input's dtype. An Inductor Triton launch lists every
-    buffer, outputs included, as its inputs, and may carry Inductor's own estimate ("kernel_num_gb").
+    buffer, outputs included, as its inputs; a buffer it reads and writes back ("in_out_ptr") counts twice,
+    which only the kernel's source says: without that file the count is a lower bound (exact=False).
     """
     if op is None:
         return None
     if isinstance(op.args.get("kernel_num_gb"), (int, float)) and op.args["kernel_num_gb"] > 0:
-        return float(op.args["kernel_num_gb"]) * 1e9
-    tensors = [(d, DTYPE_BYTES[t]) for d, t in zip(_dims(op), _types(op))
-               if isinstance(d, list) and t in DTYPE_BYTES and all(isinstance(x, int) for x in d)]
-    tensors = [(d, size) for d, size in tensors if d]  # 0-d tensors are scalars: nothing worth counting
+        return float(op.args["kernel_num_gb"]) * 1e9, True
+    triton = op.name.startswith("triton_") or op.args.get("kernel_backend") == "triton"
+    arg_names = _triton_arg_names(op) if triton else None
+    total, tensors = 0, []
+    for i, (d, t) in enumerate(zip(_dims(op), _types(op))):
+        # 0-d tensors and scalars (xnumel) move nothing worth counting
+        if isinstance(d, list) and d and t in DTYPE_BYTES and all(isinstance(x, int) for x in d):
+            reads_and_writes = arg_names is not None and i < len(arg_names) and arg_names[i].startswith("in_out_ptr")
+            total += _numel(d) * DTYPE_BYTES[t] * (2 if reads_and_writes else 1)
+            tensors.append((d, DTYPE_BYTES[t]))
     if not tensors:
         return None
-    total = sum(_numel(d) * size for d, size in tensors)
-    lists_outputs = op.name.startswith("triton_") or op.args.get("kernel_backend") == "triton"
     in_place = op.name.endswith("_") or op.name.endswith(".out")
-    if not (lists_outputs or in_place):
+    if not (triton or in_place):
         total += _numel(_broadcast([d for d, _ in tensors])) * tensors[0][1]
-    return float(total)
+    return float(total), not triton or arg_names is not None
+
+
+_triton_sources: dict[str, str | None] = {}
+
+
+def _triton_arg_names(op: Event) -> list[str] | None:
+    """The Triton kernel's parameter names, from its Inductor source file if it is still on this machine."""
+    path, name = op.args.get("kernel_file"), op.args.get("kernel_name", op.name)
+    if not isinstance(path, str) or not path:
+        return None
+    if path not in _triton_sources:
+        try:
+            _triton_sources[path] = Path(path).read_text()
+        except (OSError, UnicodeDecodeError):
+            _triton_sources[path] = None
+    m = re.search(rf"def {re.escape(str(name))}\(([^)]*)\)", _triton_sources[path] or "")
+    return [a.split(":")[0].strip() for a in m.group(1).split(",")] if m else None
 
 
 def op_dtype(op: Event | None) -> str | None:
@@ -580,8 +603,22 @@ def _table(headers: list[str], rows: list[list], right: set[int] = frozenset()) 
 
 
 def short(name: str, full: bool, width: int = 72) -> str:
+    """A kernel name that fits a column; full=True gives it back byte for byte."""
+    if full:
+        return name
     name = name.removeprefix("void ")
-    return name if full or len(name) <= width else name[: width - 1] + "…"
+    if len(name) <= width:
+        return name
+    # Templated ATen kernels differ only deep inside: keep the kernel and the functor that names the math,
+    # e.g. vectorized_elementwise_kernel<…MulFunctor…>.
+    base = re.split(r"[<(]", name, maxsplit=1)[0].split("::")[-1]
+    functors = [f for f in dict.fromkeys(re.findall(r"(\w+(?:Functor|Impl)\w*)", name))
+                if not f.startswith(("Binary", "AUnary", "BUnary", "Unary"))]
+    if base and functors:
+        cut = f"{base}<…{functors[0]}…>"
+        if len(cut) <= width:
+            return cut
+    return name[: width - 1] + "…"
 
 
 def _us(x: float | None) -> str:
@@ -654,9 +691,9 @@ def _group(trace: Trace) -> list[dict]:
                 g["rates"].append(flops / op_time / 1e6)
                 if peak is not None:
                     g["peak"] = peak.tflops.get(op_dtype(op) or "")
-            elif is_pointwise(k) and (nbytes := pointwise_bytes(op)) is not None:
-                g["unit"] = "GB/s"
-                g["rates"].append(nbytes / op_time / 1e3)
+            elif is_pointwise(k) and (moved := pointwise_bytes(op)) is not None:
+                g["unit"] = "GB/s" if moved[1] else "GB/s+"  # "+": a lower bound, see pointwise_bytes
+                g["rates"].append(moved[0] / op_time / 1e3)
                 if peak is not None:
                     g["peak"] = peak.gbs
     return list(groups.values())
@@ -667,10 +704,12 @@ def _report_gpu(trace: Trace, full: bool) -> list[str]:
     groups = _group(trace)
     total = sum(sum(g["durs"]) for g in groups) or 1.0
     peak = device_peak(trace.device_name)
-    rows = []
+    rows, lower_bound = [], False
     for i, g in enumerate(groups, 1):
         rate = statistics.mean(g["rates"]) if g["rates"] else None
         achieved = "-" if rate is None else f"{rate:,.0f} {g['unit']}"
+        if g["unit"] == "GB/s+":
+            achieved, lower_bound = f">={rate:,.0f} GB/s", True
         of_peak = "unknown" if rate is not None and not g["peak"] else "-"
         if rate is not None and g["peak"]:
             of_peak = f"{100 * rate / g['peak']:.0f}% of {g['peak']:,.0f}"
@@ -680,6 +719,9 @@ def _report_gpu(trace: Trace, full: bool) -> list[str]:
     out = [f"GPU work per step, in launch order (mean over {n} steps; µs per call):"]
     out.append(_table(["#", "kernel", "launched by", "calls/step", "mean µs", "min–max", "GPU share",
                        "achieved", "of peak"], rows, right={0, 3, 4, 5, 6, 7}))
+    if lower_bound:
+        out.append(">= : Triton kernel whose source is not on this machine; a buffer it reads and writes "
+                   "(in_out_ptr) counted once")
     src = peak.source if peak else "unknown (device not in torch's datasheet table)"
     out.append(f"peak: {trace.device_name or '?'}: {src}")
     orders = Counter(tuple(k.name for k in st.kernels) for st in trace.steps)
@@ -868,8 +910,8 @@ def _compare(a: Trace, b: Trace, full_names: bool) -> str:
     if m.replaced:
         for old, new in m.replaced:
             t_old, t_new = sum(ta[n] for n in set(old)), sum(tb[n] for n in set(new))
-            out.append(f"  {' + '.join(short(n, full_names, 48) for n in old) or '(nothing at this position)'}")
-            out.append(f"    -> {' + '.join(short(n, full_names, 60) for n in new) or '(nothing at this position)'}"
+            out.append(f"  {' + '.join(short(n, full_names) for n in old) or '(nothing at this position)'}")
+            out.append(f"    -> {' + '.join(short(n, full_names) for n in new) or '(nothing at this position)'}"
                        f"   {_us(t_old)} -> {_us(t_new)} µs per step ({_change(t_old, t_new)})")
     else:
         out.append("  (none)")
@@ -983,8 +1025,11 @@ def occupancy_before_gemms() -> Expect:
         bare = [k for k in gemms if not k.occupancy_query]
         queried = [k for k in launched if not is_gemm(k) and k.occupancy_query]
         if bare or queried:
-            return (f"GEMM launches without the query: {len(bare)}/{len(gemms)}; "
-                    f"non-GEMM launches with it: {len(queried)}"
+            # Say what the GEMM ops called instead: that is where to look next.
+            seen = sorted({c.name for k in bare for c in k.op.calls} if bare else set())
+            return (f"GEMM launches without the query: {len(bare)}/{len(gemms)}"
+                    + (f" (their ops call: {', '.join(seen)})" if seen else "")
+                    + f"; non-GEMM launches with it: {len(queried)}"
                     + (f" ({short(queried[0].name, False, 50)})" if queried else ""))
         return True
     return Expect(f"every GEMM launch is preceded by {OCCUPANCY}; pointwise launches are bare", run, "cuda")
@@ -1114,6 +1159,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `... | head` closed the pipe: not an error worth a traceback
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
+        return 0
     return 0
 
 
