@@ -48,3 +48,17 @@ def test_gpu_run_writes_record(tmp_path):
     for v in shape["variants"].values():
         assert v["median_us"] > 0 and v["rel_err"] < 2e-2
     assert str(out) in proc.stdout
+
+
+def test_table_from_a_record(capsys):
+    # The printing path on the CPU too: a record shaped like the GPU run's, numbers made up.
+    import bench
+    variants = {name: {"median_us": us, "rounds_us": [us, us * 1.02, us * 0.99], "rel_err": 3e-3}
+                for name, us in [("eager", 250.0), ("compile", 240.0), ("liger", 230.0), ("fused", 190.0)]}
+    record = {"M": 8192, "dim": 768, "hidden": 3072, "flops": 2 * 8192 * 768 * 3072 * 3, "floor_us": 170.0,
+              "variants": variants, "skipped": [], "parts": {"fused geglu kernel": 130.0, "cuBLAS down_proj GEMM": 55.0}}
+    bench.print_shape(record, ceiling=680.0)
+    out = capsys.readouterr().out
+    assert "fused vs best of the others: 1.21x" in out
+    (fused_row,) = [line for line in out.splitlines() if line.startswith("  fused ")]
+    assert fused_row.split()[4] == "0.89"  # of floor = 170 / 190
