@@ -625,6 +625,11 @@ def _us(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}" if x < 1000 else f"{x:,.0f}"
 
 
+def _num(x: float) -> str:
+    """Three significant figures at most, so a tiny GEMM reads 0.27, not 0."""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.1f}" if abs(x) >= 10 else f"{x:.2g}"
+
+
 def _spread(values: list[float]) -> str:
     return f"{_us(min(values))}–{_us(max(values))}" if len(values) > 1 else "-"
 
@@ -707,12 +712,12 @@ def _report_gpu(trace: Trace, full: bool) -> list[str]:
     rows, lower_bound = [], False
     for i, g in enumerate(groups, 1):
         rate = statistics.mean(g["rates"]) if g["rates"] else None
-        achieved = "-" if rate is None else f"{rate:,.0f} {g['unit']}"
+        achieved = "-" if rate is None else f"{_num(rate)} {g['unit']}"
         if g["unit"] == "GB/s+":
-            achieved, lower_bound = f">={rate:,.0f} GB/s", True
+            achieved, lower_bound = f">={_num(rate)} GB/s", True
         of_peak = "unknown" if rate is not None and not g["peak"] else "-"
         if rate is not None and g["peak"]:
-            of_peak = f"{100 * rate / g['peak']:.0f}% of {g['peak']:,.0f}"
+            of_peak = f"{_num(100 * rate / g['peak'])}% of {g['peak']:,.0f}"
         calls = len(g["durs"]) / n
         rows.append([i, short(g["name"], full), g["op"], f"{calls:g}", _us(statistics.mean(g["durs"])),
                      _spread(g["durs"]), f"{100 * sum(g['durs']) / total:.1f}%", achieved, of_peak])

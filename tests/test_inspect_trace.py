@@ -308,7 +308,110 @@ def fixture(*words):
     return hits[0] if hits else None
 
 
-needs_h200 = pytest.mark.skipif(fixture("eager") is None, reason="no tests/data/h200_*.json.gz fixtures yet")
+needs_h200 = pytest.mark.skipif(fixture("mlp_eager") is None, reason="no tests/data/h200_*.json.gz fixtures")
+TRITON = "triton_poi_fused__unsafe_view_gelu_mul_0"
+
+
+@pytest.fixture(scope="module")
+def h200():
+    return {name: it.load_trace(fixture(name)) for name in ("mlp_eager", "mlp_compile", "liger", "linear_eager",
+                                                            "linear_compile", "mlp_small_eager")}
+
+
+@needs_h200
+def test_h200_every_fixture_reads():
+    for path in sorted(DATA.glob("h200_*.json.gz")):
+        t = it.load_trace(path)
+        text = it.report(t)
+        assert t.device_name == "NVIDIA H200" and len(t.steps) == 3, path
+        assert "GPU work per step" in text and "Traceback" not in text, path
+
+
+@needs_h200
+def test_h200_eager_mlp_kernels_and_launch_links(h200):
+    t = h200["mlp_eager"]
+    for st in t.steps:
+        ks = st.kernels
+        assert len(ks) == 5
+        assert [k.op.name for k in ks] == ["aten::mm", "aten::mm", "aten::gelu", "aten::mul", "aten::mm"]
+        assert ks[0].name == ks[1].name != ks[4].name and all(ks[i].name.startswith("nvjet") for i in (0, 1, 4))
+        assert "GeluCUDAKernelImpl" in ks[2].name and "MulFunctor" in ks[3].name
+        # every kernel came back to its launch call through "correlation", and the call sits inside its op
+        for k in ks:
+            assert k.launch.args["correlation"] == k.event.args["correlation"]
+            assert k.op.ts <= k.launch.ts <= k.op.end
+        assert {k.launch.name for k in ks} == {"cuLaunchKernelEx", "cudaLaunchKernel"}
+        # cuBLAS zeroes a small workspace before the gate and up GEMMs: GPU work that is not a kernel
+        assert [g.op.name for g in st.gpu if g.event.cat == "gpu_memset"] == ["aten::mm", "aten::mm"]
+
+
+@needs_h200
+def test_h200_report_rates_match_an_independent_count(h200):
+    raw = json.loads(gzip.decompress(fixture("mlp_eager").read_bytes()))
+    events = [e for e in raw["traceEvents"] if e.get("ph") == "X"]
+    ops = {e["args"]["External id"]: e for e in events if e.get("cat") == "cpu_op"}
+    down = [e for e in events if e.get("cat") == "kernel" and ops[e["args"]["External id"]]["name"] == "aten::mm"
+            and ops[e["args"]["External id"]]["args"]["Input Dims"][0] == [8192, 3072]]
+    assert len(down) == 3
+    tflops = sum(2 * 8192 * 3072 * 768 / (e["dur"] * 1e-6) for e in down) / 3 / 1e12
+    text = it.report(h200["mlp_eager"])
+    row = next(line for line in text.splitlines() if "coopB" in line)
+    assert f"{tflops:,.0f} TFLOP/s" in row and "of 990" in row
+
+
+@needs_h200
+def test_h200_expectations(h200):
+    eager = it.check(h200["mlp_eager"], [it.steps(3, "mlp_fwd"), it.kernels_per_step(5), it.views_launch_nothing(),
+                                         it.bound("compute"), it.occupancy_before_gemms()])
+    assert [v for _, v, _ in eager] == ["confirmed"] * 4 + ["broken"]
+    # the post's A100 showed the query before each GEMM; the H200 (CUDA 13, cuBLAS nvjet) does not
+    assert "9/9" in eager[4][2] and "cudaMemsetAsync" in eager[4][2]
+    comp = it.check(h200["mlp_compile"], [it.kernels_per_step(4), it.kernel(r"^triton_poi_fused.*gelu_mul", 1),
+                                          it.cpu_op("aten::t", present=False), it.cpu_event("cpp_fused")])
+    assert [v for _, v, _ in comp] == ["confirmed"] * 3 + ["not applicable"]
+    assert it.check(h200["mlp_small_eager"], [it.bound("overhead")])[0][1] == "confirmed"
+    assert it.check(h200["linear_eager"], [it.kernels_per_step(1), it.kernel("bias", 1)])[0][1] == "confirmed"
+
+
+@needs_h200
+def test_h200_dropped_kernel_breaks_the_count():
+    raw = json.loads(gzip.decompress(fixture("mlp_eager").read_bytes()))
+    mul = next(e for e in raw["traceEvents"] if e.get("cat") == "kernel" and "MulFunctor" in e["name"])
+    raw["traceEvents"].remove(mul)
+    [(_, verdict, detail)] = it.check(parse(raw), [it.kernels_per_step(5, "3 GEMMs + GeLU + mul")])
+    assert verdict == "broken" and detail == "kernels per step: [4, 5, 5]"
+
+
+@needs_h200
+def test_h200_compare_eager_vs_compiled(h200):
+    a, b = h200["mlp_eager"], h200["mlp_compile"]
+    m = it.match(a, b)
+    gelu, mul = [k.name for k in a.steps[0].kernels[2:4]]
+    assert m.replaced == [([gelu, mul], [TRITON])]
+    gemms = sorted({k.name for k in a.steps[0].kernels if k.op.name == "aten::mm"})
+    assert sorted(m.same) == gemms and len(gemms) == 2
+    assert m.only_a == [gelu, mul] and m.only_b == [TRITON]
+    assert m.ops_gone["aten::t"] == 3 and m.ops_gone["aten::linear"] == 3 and "aten::gelu" in m.ops_gone
+    assert "TorchDynamo Cache Lookup" in m.ops_new and TRITON in m.ops_new
+    text = it.compare(a, b)
+    assert "-> " + TRITON in text
+
+
+@needs_h200
+def test_h200_compare_compiled_vs_liger(h200):
+    m = it.match(h200["mlp_compile"], h200["liger"])
+    assert m.replaced == [([TRITON], ["_geglu_tanh_forward_kernel"])]
+    assert len(m.same) == 2 and "LigerGELUMulFunction" in m.ops_new
+    lin = it.match(h200["linear_eager"], h200["linear_compile"])
+    assert lin.replaced == [] and len(lin.same) == 1 and lin.ops_gone.get("aten::t") == 1
+
+
+@needs_h200
+def test_h200_truncated_gzip_is_one_line(tmp_path):
+    bad = tmp_path / "cut.json.gz"
+    bad.write_bytes(fixture("mlp_eager").read_bytes()[:1000])
+    proc = cli(bad)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
 
 
 # ------------------------------------------------------------------------------------------------ the CLI
