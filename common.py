@@ -19,6 +19,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -178,6 +179,8 @@ def profile(run: Run, step, annotation: str) -> _profile:
     for _ in range(run.args.warmup):
         step()  # warm calls pay compilation, cuBLAS heuristics and allocator growth outside the trace
     sync(run)
+    # We export once, after the last active step, so the "events are cleared each cycle" warning does not apply.
+    warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle.*")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.cuda else [])
     interrupted = False
     try:
