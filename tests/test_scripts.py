@@ -200,3 +200,27 @@ def test_hub_wait_is_bounded(monkeypatch):
     layers, source = script.liger_layers()
     assert time.perf_counter() - start < 5
     assert source == "liger-kernel package" and hasattr(layers, "LigerGEGLUMLP")
+
+
+def test_fused_mlp_without_gpu_says_how_to_run_it(tmp_path):
+    proc = run("04_fused_mlp.py", *MLP, "--out", str(tmp_path), env={"TRITON_INTERPRET": "0"})
+    assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr and "TRITON_INTERPRET=1" in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+    assert not list(tmp_path.rglob("*.json"))
+
+
+def test_fused_mlp_in_the_triton_interpreter(tmp_path):
+    proc = run("04_fused_mlp.py", *MLP, "--out", str(tmp_path), env={"TRITON_INTERPRET": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert "check: fused vs eager SimpleGeGLUMLP, relative error" in proc.stdout
+    per_step = steps(load(tmp_path / "04_fused_mlp/2x8x32x64_bf16_cold_eager.json"))
+    assert len(per_step) == 3
+    for names in per_step.values():
+        assert names.count("mlp_fwd") == 1
+        assert "aten::gelu" not in names and "aten::mul" not in names  # GeGLU happens inside the kernel
+        assert "aten::mm" in names  # down_proj, a plain GEMM
+
+
+def test_fused_mlp_refuses_big_shapes_in_the_interpreter(tmp_path):
+    proc = run("04_fused_mlp.py", "--out", str(tmp_path), env={"TRITON_INTERPRET": "1"})
+    assert proc.returncode == 2 and "interpreter is far too slow" in proc.stderr

@@ -1,0 +1,79 @@
+"""One rung past the post: gate, up and GeGLU in one Triton kernel, the GeGLU in the GEMM's epilogue.
+
+    uv run 04_fused_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072
+
+What to look for in the trace (Perfetto, or the report printed below):
+- two GPU kernels per forward: `_geglu_tma_kernel` (Hopper; `_geglu_pointer_kernel` on older GPUs), which
+  computes gelu_tanh(x @ Wg^T) * (x @ Wu^T) tile by tile, and the cuBLAS GEMM of down_proj.
+- no aten::gelu, no aten::mul, no fused pointwise kernel: the gate and up projections (2 x 50 MB in bf16
+  at the post's shape) never go to HBM, so nothing has to read them back. Compare with 03_simple_mlp's
+  compiled trace: `uv run inspect_trace.py A B` names what replaced what.
+
+Triton's kernels need a CUDA GPU. On a CPU, TRITON_INTERPRET=1 runs the same kernel in Triton's
+interpreter (numpy, slow: use tiny shapes), e.g.
+    TRITON_INTERPRET=1 uv run 04_fused_mlp.py --batch 2 --seq 8 --dim 32 --hidden 64
+"""
+
+import importlib
+
+import torch
+
+import common
+import fused_geglu
+import inspect_trace as it
+from fused_geglu import FusedGeGLUMLP
+
+# Guess first, then look: what this trace should hold. Checked against the trace after the run.
+EXPECT = {
+    "eager": [
+        it.steps(3, "mlp_fwd"),
+        it.cpu_op("aten::gelu", present=False),
+        it.cpu_op("aten::mul", present=False),
+        it.kernels_per_step(2, "the fused gate/up GEMM with the GeGLU epilogue + down_proj"),
+        it.kernel(r"^_geglu_(tma|pointer)_kernel$", per_step=1),
+    ],
+    "compile": [
+        it.steps(3, "mlp_fwd"),
+        it.kernel(r"^_geglu_(tma|pointer)_kernel$", per_step=1),
+    ],
+}
+
+
+def main():
+    args = common.parser(__doc__, batch=64, seq=128, dim=768, hidden=3072).parse_args()
+    tokens, d, h = args.batch * args.seq, args.dim, args.hidden
+    run = common.setup(__file__, args, elements=8 * d * h + 3 * tokens * d + 3 * tokens * h)
+    common.describe(run)
+    if not run.cuda and not fused_geglu.INTERPRET:
+        raise common.Fail("the fused Triton kernel needs a CUDA GPU; on a CPU run it in Triton's interpreter at a tiny "
+                          "shape: TRITON_INTERPRET=1 uv run 04_fused_mlp.py --batch 2 --seq 8 --dim 32 --hidden 64")
+    if fused_geglu.INTERPRET and tokens * d * h > 1 << 24:
+        raise common.Fail(f"Triton's interpreter is far too slow for {tokens}x{d}x{h}; use a tiny shape, "
+                          "e.g. --batch 2 --seq 8 --dim 32 --hidden 64")
+
+    model = FusedGeGLUMLP(d, h).to(run.device, run.dtype).eval()
+    x = torch.randn(args.batch, args.seq, d, device=run.device, dtype=run.dtype)
+
+    # Correct before fast: the post's eager MLP with the same weights must give the same output.
+    eager = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP(d, h).to(run.device, run.dtype).eval()
+    eager.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        err = common.rel_error(model(x), eager(x))
+    tol = common.TOLERANCE[run.dtype]
+    print(f"check: fused vs eager SimpleGeGLUMLP, relative error {err:.2e} (tolerance {tol:.0e})")
+    if not err <= tol:
+        raise common.Fail(f"the fused MLP's output differs from the eager MLP: relative error {err:.2e} > {tol:.0e}")
+
+    forward = torch.compile(model) if args.compile else model
+
+    @torch.no_grad()
+    def step():
+        return forward(x)
+
+    prof = common.profile(run, step, "mlp_fwd")
+    trace, table = common.export(run, prof, f"{args.batch}x{args.seq}x{d}x{h}")
+    common.show(run, trace, table, EXPECT[run.mode])
+
+
+if __name__ == "__main__":
+    common.main(main)
