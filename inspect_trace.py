@@ -27,6 +27,7 @@ import ast
 import bisect
 import contextlib
 import difflib
+import functools
 import gc
 import gzip
 import importlib.util
@@ -542,7 +543,13 @@ def device_peak(name: str | None) -> Peak | None:
 def is_gemm(k: Kernel) -> bool:
     if k.op is not None and k.op.name in GEMM_OPS:
         return True
-    return bool(GEMM_NAME_RE.search(k.name)) and not POINTWISE_NAME_RE.search(k.name)
+    return _gemm_name(k.name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _gemm_name(name: str) -> bool:
+    """By name, for GEMMs launched outside an aten matmul op (cached: templated names run to 1000s of chars)."""
+    return bool(GEMM_NAME_RE.search(name)) and not POINTWISE_NAME_RE.search(name)
 
 
 def is_pointwise(k: Kernel) -> bool:
@@ -1171,4 +1178,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # The trace's tree (parents <-> children) is cyclic garbage now; the process ends, so skip the final
+    # collection over 10^5-10^6 objects (about half the run time on a 35 MB trace).
+    gc.freeze()
+    sys.exit(code)
