@@ -95,7 +95,8 @@ class Event:
         self.end = self.ts + self.dur
         self.pid = raw.get("pid")
         self.tid = raw.get("tid")
-        self.args = raw.get("args") or {}
+        args = raw.get("args")
+        self.args = args if isinstance(args, dict) else {}
         self.parent: Event | None = None
         self.children: list[Event] = []
         self.calls: list[Event] = []  # runtime/driver calls made directly inside this op
@@ -230,7 +231,11 @@ def _no_gc():
 def load_trace(path: str | Path, require_steps: bool = True) -> Trace:
     """Read a Chrome trace exported by torch.profiler (.json or .json.gz). Raises TraceError on bad input."""
     with _no_gc():
-        trace = parse_trace(_read_json(path), str(path))
+        data = _read_json(path)
+        try:
+            trace = parse_trace(data, str(path))
+        except (TypeError, ValueError, AttributeError, KeyError) as e:  # odd types where a trace has numbers
+            raise TraceError(f"{path}: malformed trace ({type(e).__name__}: {e})") from None
     if require_steps and not trace.steps:
         raise TraceError(f"{path}: no ProfilerStep#N spans; profile with schedule(...) and call prof.step()")
     return trace
@@ -303,14 +308,12 @@ def parse_trace(data: object, path: str = "<trace>") -> Trace:
                     queried.add(id(c))
                 pending = False
 
-    kernels: list[Kernel] = []
     for g in gpu:
         launch = by_corr.get(g.args.get("correlation"))
         op = launch.parent if launch is not None else by_ext.get(g.args.get("External id"))
         k = Kernel(g, launch, op, launch is not None and id(launch) in queried)
         if op is not None:
             op.kernels.append(k)
-        kernels.append(k)
         st = step_at(launch.ts) if launch is not None else (op.step if op is not None else step_at(g.ts))
         if st is not None:
             st.gpu.append(k)

@@ -378,8 +378,10 @@ def test_h200_dropped_kernel_breaks_the_count():
     raw = json.loads(gzip.decompress(fixture("mlp_eager").read_bytes()))
     mul = next(e for e in raw["traceEvents"] if e.get("cat") == "kernel" and "MulFunctor" in e["name"])
     raw["traceEvents"].remove(mul)
-    [(_, verdict, detail)] = it.check(parse(raw), [it.kernels_per_step(5, "3 GEMMs + GeLU + mul")])
+    t = parse(raw)
+    [(_, verdict, detail)] = it.check(t, [it.kernels_per_step(5, "3 GEMMs + GeLU + mul")])
     assert verdict == "broken" and detail == "kernels per step: [4, 5, 5]"
+    assert "steps differ: #2: 4 kernels, #3: 5 kernels, #4: 5 kernels" in it.report(t)
 
 
 @needs_h200
@@ -394,7 +396,8 @@ def test_h200_compare_eager_vs_compiled(h200):
     assert m.ops_gone["aten::t"] == 3 and m.ops_gone["aten::linear"] == 3 and "aten::gelu" in m.ops_gone
     assert "TorchDynamo Cache Lookup" in m.ops_new and TRITON in m.ops_new
     text = it.compare(a, b)
-    assert "-> " + TRITON in text
+    assert "-> " + TRITON in text and gelu not in text
+    assert gelu in it.compare(a, b, full_names=True)  # byte for byte, "void " and all
 
 
 @needs_h200
@@ -465,6 +468,15 @@ def test_cli_bad_input_is_one_line_and_exit_1(cpu, tmp_path):
     for args in ([], ["a", "b", "c"], ["--no-such-flag", cpu["dir"] / "eager.json"]):
         proc = cli(*args)
         assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, args
+    # --open hands the file to serve_trace; a port it cannot use is one line too
+    proc = cli("--open", "--port", "70000", cpu["dir"] / "eager.json")
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1 and "70000" in proc.stderr
+    malformed = tmp_path / "malformed.json"
+    malformed.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 10},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2, "args": {"External id": [1]}}]}))
+    proc = cli(malformed)
+    assert proc.returncode == 1 and "malformed trace" in proc.stderr and "Traceback" not in proc.stderr
     # a good A and a bad B: still one line, naming B
     proc = cli(cpu["dir"] / "eager.json", tmp_path / "missing.json")
     assert proc.returncode == 1 and "missing.json" in proc.stderr
