@@ -7,13 +7,15 @@ A shape is tokens x dim x hidden; 8192 x 768 x 3072 is the post's (batch 64 x se
 shape the four variants get the same weights and are checked against an fp32 reference before
 anything is timed (correct before fast). Then each forward is timed with triton.testing.do_bench
 (median, L2 flushed before every run), in ROUNDS round-robin rounds with the order rotated each
-round; the table shows the median of the rounds.
+round; the table shows the median of the rounds. "graph µs" times the same forward replayed from a
+CUDA graph: the GPU's time alone. Where it is much lower than "µs", the forward waits on the host
+(Python, Dynamo guards, kernel launches): that happens at small M.
 
 The yardstick is measured in the same run: a dtype 8192^3 matmul gives the GEMM ceiling (TFLOP/s),
 and the MLP's floor is its FLOPs, 2 * M * dim * hidden * 3 (three GEMMs), over that ceiling. No
 forward runs much faster than the floor; "of floor" = floor / time (1.00 = at the ceiling).
-"parts" times the fused kernel alone against what it replaces: cuBLAS on x @ [Wg; Wu]^T, one GEMM
-of N = 2 * hidden, and the down_proj GEMM that both share.
+"parts" times (graph replays) the fused kernel alone against what it replaces: cuBLAS on
+x @ [Wg; Wu]^T, one GEMM of N = 2 * hidden; and the down_proj GEMM that both share.
 
 Prints a table; writes a JSON record (device, versions, date, per-shape per-variant median µs) to --out.
 """
@@ -87,6 +89,20 @@ def middle(values):
     return sorted(values)[len(values) // 2]
 
 
+def graph_replay(fn):
+    """fn captured once in a CUDA graph; replays time the GPU work alone, without Python or launch cost."""
+    with torch.inference_mode():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm up off the default stream, as capture wants
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+    return graph.replay
+
+
 def gemm_ceiling_tflops(dtype):
     # Random data: a matmul on zeros runs faster than on real data (METHOD.md).
     a, b = (torch.randn(8192, 8192, device="cuda", dtype=dtype) for _ in range(2))
@@ -137,10 +153,15 @@ def bench_shape(M, dim, hidden, dtype, tol, ceiling):
     result = {"M": M, "dim": dim, "hidden": hidden, "flops": flops, "floor_us": flops / ceiling / 1e6,
               "variants": {}, "parts": {}}
     # model=model binds each variant now, not the loop's last value.
-    rounds = time_round_robin({name: (lambda model=model: model(x)) for name, model in variants.items()})
+    calls = {name: (lambda model=model: model(x)) for name, model in variants.items()}
+    rounds = time_round_robin(calls)
+    # The same forwards replayed from CUDA graphs: GPU time only. Where the two columns differ, the
+    # forward waits on the host (Python, guards, launches), not on the GPU.
+    graph_rounds = time_round_robin({name: graph_replay(fn) for name, fn in calls.items()})
     for name in variants:
         result["variants"][name] = {"median_us": middle(rounds[name]), "rounds_us": rounds[name],
-                                    "rel_err": errors[name]}
+                                    "graph_median_us": middle(graph_rounds[name]),
+                                    "graph_rounds_us": graph_rounds[name], "rel_err": errors[name]}
     result["skipped"] = [] if "liger" in variants else ["liger (liger-kernel is not installed)"]
 
     # The fused kernel alone vs the cuBLAS work it replaces (gate+up as one N = 2*hidden GEMM).
@@ -150,10 +171,10 @@ def bench_shape(M, dim, hidden, dtype, tol, ceiling):
     m = geglu_packed(x, packed)
     w_down = fused.down_proj.weight.detach()
     result["fused_path"] = kernel_path(x, packed)
-    rounds = time_round_robin({
-        "fused geglu kernel": lambda: geglu_packed(x, packed),
-        "cuBLAS gate+up GEMM": lambda: F.linear(x, w_cat),
-        "cuBLAS down_proj GEMM": lambda: F.linear(m, w_down),
+    rounds = time_round_robin({  # GPU time of each kernel alone (graph replays)
+        "fused geglu kernel": graph_replay(lambda: geglu_packed(x, packed)),
+        "cuBLAS gate+up GEMM": graph_replay(lambda: F.linear(x, w_cat)),
+        "cuBLAS down_proj GEMM": graph_replay(lambda: F.linear(m, w_down)),
     })
     result["parts"] = {name: middle(r) for name, r in rounds.items()}
     return result
@@ -162,21 +183,25 @@ def bench_shape(M, dim, hidden, dtype, tol, ceiling):
 def print_shape(r, ceiling):
     print(f"\nM={r['M']} dim={r['dim']} hidden={r['hidden']}: {r['flops'] / 1e9:.1f} GFLOP, "
           f"floor {r['floor_us']:.1f} µs at {ceiling:.0f} TFLOP/s")
-    print(f"  {'variant':<24}{'µs':>9}{'spread':>8}{'TFLOP/s':>10}{'of floor':>10}{'vs eager':>10}{'rel err':>10}")
+    print(f"  {'variant':<12}{'µs':>9}{'spread':>8}{'TFLOP/s':>9}{'of floor':>10}{'vs eager':>10}"
+          f"{'graph µs':>10}{'of floor':>10}{'rel err':>10}")
     eager_us = r["variants"]["eager"]["median_us"]
     for name, v in r["variants"].items():
         us = v["median_us"]
         spread = (max(v["rounds_us"]) - min(v["rounds_us"])) / us  # across rounds: the noise to beat
-        print(f"  {name:<24}{us:9.1f}{spread:8.1%}{r['flops'] / us / 1e6:10.0f}{r['floor_us'] / us:10.2f}"
-              f"{eager_us / us:9.2f}x{v['rel_err']:10.1e}")
+        graph_us = v["graph_median_us"]
+        print(f"  {name:<12}{us:9.1f}{spread:8.1%}{r['flops'] / us / 1e6:9.0f}{r['floor_us'] / us:10.2f}"
+              f"{eager_us / us:9.2f}x{graph_us:10.1f}{r['floor_us'] / graph_us:10.2f}{v['rel_err']:10.1e}")
     for note in r["skipped"]:
         print(f"  skipped: {note}")
-    best_other = min(v["median_us"] for k, v in r["variants"].items() if k != "fused")
-    print(f"  fused vs best of the others: {best_other / r['variants']['fused']['median_us']:.2f}x")
+    others = [v for k, v in r["variants"].items() if k != "fused"]
+    fused = r["variants"]["fused"]
+    print(f"  fused vs best of the others: {min(v['median_us'] for v in others) / fused['median_us']:.2f}x"
+          f" (graph replays: {min(v['graph_median_us'] for v in others) / fused['graph_median_us']:.2f}x)")
     gemm_flops = 2 * r["M"] * r["dim"] * r["hidden"]
     for name, us in r["parts"].items():
         n_gemms = 1 if "down" in name else 2
-        print(f"  part: {name:<24}{us:9.1f} µs{n_gemms * gemm_flops / us / 1e6:8.0f} TFLOP/s")
+        print(f"  part (graph): {name:<22}{us:9.1f} µs{n_gemms * gemm_flops / us / 1e6:8.0f} TFLOP/s")
 
 
 def main(argv=None):

@@ -46,19 +46,20 @@ def test_gpu_run_writes_record(tmp_path):
     (shape,) = record["shapes"]
     assert {"eager", "compile", "fused"} <= set(shape["variants"])
     for v in shape["variants"].values():
-        assert v["median_us"] > 0 and v["rel_err"] < 2e-2
+        assert v["median_us"] > 0 and v["graph_median_us"] > 0 and v["rel_err"] < 2e-2
     assert str(out) in proc.stdout
 
 
 def test_table_from_a_record(capsys):
     # The printing path on the CPU too: a record shaped like the GPU run's, numbers made up.
     import bench
-    variants = {name: {"median_us": us, "rounds_us": [us, us * 1.02, us * 0.99], "rel_err": 3e-3}
+    variants = {name: {"median_us": us, "rounds_us": [us, us * 1.02, us * 0.99], "rel_err": 3e-3,
+                       "graph_median_us": us - 5, "graph_rounds_us": [us - 5] * 3}
                 for name, us in [("eager", 250.0), ("compile", 240.0), ("liger", 230.0), ("fused", 190.0)]}
     record = {"M": 8192, "dim": 768, "hidden": 3072, "flops": 2 * 8192 * 768 * 3072 * 3, "floor_us": 170.0,
               "variants": variants, "skipped": [], "parts": {"fused geglu kernel": 130.0, "cuBLAS down_proj GEMM": 55.0}}
     bench.print_shape(record, ceiling=680.0)
     out = capsys.readouterr().out
-    assert "fused vs best of the others: 1.21x" in out
+    assert "fused vs best of the others: 1.21x (graph replays: 1.22x)" in out
     (fused_row,) = [line.split() for line in out.splitlines() if line.split()[:1] == ["fused"] and "vs" not in line]
     assert fused_row[4] == "0.89"  # of floor = 170 / 190
