@@ -77,18 +77,13 @@ def main():
     if not run.cuda:
         raise common.Fail("Liger's Triton kernel needs a CUDA GPU (Triton's CPU interpreter cannot run its libdevice tanh); "
                           "on this machine run: uv run 03_simple_mlp.py --compile (the fused C++ kernel, the CPU twin)")
+
     model = layers.LigerGEGLUMLP(Config(d, h)).to(run.device, run.dtype).eval()
     x = torch.randn(args.batch, args.seq, d, device=run.device, dtype=run.dtype)
 
     # Correct before fast: the post's eager MLP with the same weights must give the same output.
     eager = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP(d, h).to(run.device, run.dtype).eval()
-    eager.load_state_dict(model.state_dict())
-    with torch.no_grad():
-        err = common.rel_error(model(x), eager(x))
-    tol = common.TOLERANCE[run.dtype]
-    print(f"check: Liger vs eager SimpleGeGLUMLP, relative error {err:.2e} (tolerance {tol:.0e})")
-    if not err <= tol:
-        raise common.Fail(f"Liger's output differs from the eager MLP: relative error {err:.2e} > {tol:.0e}")
+    common.check_same_output(run, "Liger", model, eager, x)
 
     forward = torch.compile(model) if args.compile else model  # not needed: Liger fuses without a compiler
 

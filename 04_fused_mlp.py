@@ -56,13 +56,7 @@ def main():
 
     # Correct before fast: the post's eager MLP with the same weights must give the same output.
     eager = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP(d, h).to(run.device, run.dtype).eval()
-    eager.load_state_dict(model.state_dict())
-    with torch.no_grad():
-        err = common.rel_error(model(x), eager(x))
-    tol = common.TOLERANCE[run.dtype]
-    print(f"check: fused vs eager SimpleGeGLUMLP, relative error {err:.2e} (tolerance {tol:.0e})")
-    if not err <= tol:
-        raise common.Fail(f"the fused MLP's output differs from the eager MLP: relative error {err:.2e} > {tol:.0e}")
+    common.check_same_output(run, "fused", model, eager, x)
 
     forward = torch.compile(model) if args.compile else model
 

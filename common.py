@@ -42,41 +42,22 @@ class _Parser(argparse.ArgumentParser):
         raise Fail(message)
 
 
-def size_arg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if not 0 < value <= MAX_DIM:
-        raise argparse.ArgumentTypeError(f"must be between 1 and {MAX_DIM}, got {value}")
-    return value
+def int_arg(low: int, high: int):
+    """An argparse type: a whole number in [low, high], with a one-line complaint otherwise."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {value}")
+        return value
+
+    return parse
 
 
-def _active(text: str) -> int:
-    value = size_arg(text)
-    if value > MAX_ACTIVE:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_ACTIVE}, got {value}")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if not 0 <= value <= 10_000:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 10000, got {value}")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 65535, got {value}")
-    return value
+size_arg = int_arg(1, MAX_DIM)
 
 
 def parser(doc: str, **sizes: int) -> argparse.ArgumentParser:
@@ -86,16 +67,16 @@ def parser(doc: str, **sizes: int) -> argparse.ArgumentParser:
         p.add_argument(f"--{name}", type=size_arg, default=default, help=f"{name} (the post uses {default})")
     p.add_argument("--compile", action="store_true", help="torch.compile the forward")
     p.add_argument("--dtype", choices=list(DTYPES), default="bf16", help="parameter and input dtype")
-    p.add_argument("--warmup", type=_count, default=0, metavar="N",
+    p.add_argument("--warmup", type=int_arg(0, 10_000), default=0, metavar="N",
                    help="run the forward N times before profiling (0 = a cold run, as in the post)")
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
                    help="auto = CUDA when available, else the CPU")
-    p.add_argument("--active", type=_active, default=3, metavar="N",
+    p.add_argument("--active", type=int_arg(1, MAX_ACTIVE), default=3, metavar="N",
                    help="profiled steps: schedule(wait=1, warmup=1, active=N)")
     p.add_argument("--out", type=Path, default=ROOT / "traces", help="output folder (one sub-folder per script)")
     p.add_argument("--gzip", action="store_true", help="write the trace as .json.gz (smaller; for long --active runs)")
     p.add_argument("--open", action="store_true", help="serve the new trace to ui.perfetto.dev from 127.0.0.1 and open it")
-    p.add_argument("--port", type=_port, default=9001, help="port for --open (ui.perfetto.dev fetches from 9001 only)")
+    p.add_argument("--port", type=int_arg(0, 65535), default=9001, help="port for --open (ui.perfetto.dev fetches from 9001 only)")
     return p
 
 
@@ -236,6 +217,18 @@ def rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
 
 # bf16 keeps 8 bits of mantissa; two implementations of the same MLP differ by a few 1e-3.
 TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 5e-3, torch.float32: 1e-4}
+
+
+def check_same_output(run: Run, name: str, model, reference, x: torch.Tensor) -> float:
+    """Correct before fast: `model` and `reference`, given the same weights, must agree on x."""
+    reference.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        err = rel_error(model(x), reference(x))
+    tol = TOLERANCE[run.dtype]
+    print(f"check: {name} vs eager SimpleGeGLUMLP, relative error {err:.2e} (tolerance {tol:.0e})")
+    if not err <= tol:  # also catches NaN
+        raise Fail(f"{name}'s output differs from the eager MLP: relative error {err:.2e} > {tol:.0e}")
+    return err
 
 
 def show(run: Run, trace: Path, table: Path, expectations=()) -> None:

@@ -139,7 +139,7 @@ def test_warm_fp32_gzip_and_active(tmp_path):
     (["--batch", "-3"], "--batch: must be between 1"),
     (["--batch", "abc"], "--batch: expected a whole number"),
     (["--dtype", "int8"], "--dtype: invalid choice"),
-    (["--active", "5000"], "--active: must be at most"),
+    (["--active", "5000"], "--active: must be between 1 and 1000"),
     (["--in_dim", "1000000", "--out_dim", "1000000"], "GiB free"),
     (["--out", "/dev/null/traces"], "cannot write to output folder"),
     (["--nope"], "unrecognized arguments"),
