@@ -14,9 +14,10 @@ so g and u never exist in HBM: 2 x 50 MB written and 2 x 50 MB read back are gon
 shape, and only m (50 MB) is stored. `down_proj` then runs as an ordinary cuBLAS GEMM (F.linear).
 
 Why one GEMM over interleaved rows (w_packed[2j] = Wg[j], w_packed[2j+1] = Wu[j]) rather than two
-GEMMs into two accumulators: a single 128 x 256 tensor-core tile is as fast as cuBLAS's, and the
-split costs nothing; with two accumulators Triton 3.6 serialises the Hopper wgmma instructions in the
-persistent loop (ptxas warning C7515). The price is a packed copy of the two weights (9.4 MB at the
+GEMMs into two accumulators: a single 128 x 256 tensor-core tile runs close to cuBLAS (compare the
+"parts" rows in results/bench_h200.txt), and the split costs no shared-memory round trip; with two
+accumulators Triton 3.6 serialises the Hopper wgmma instructions in the persistent loop (ptxas
+warning C7515). The price is a packed copy of the two weights (9.4 MB at the
 post's shape), which `FusedGeGLUMLP` rebuilds whenever either weight changes.
 
 The saving only matters if the GEMM main loop runs near cuBLAS speed, so there are two versions:
@@ -138,7 +139,7 @@ def _geglu_pointer_kernel(x_ptr, w_ptr, m_ptr, M, N2, K, stride_xm, stride_wn, s
 # Hopper: a 128 x 256 tile per program (8 warps = 2 warpgroups, 64 rows each); shared memory is
 # (BM + BN) * BK * 2 bytes = 48 KB per stage plus a 32 KB epilogue buffer: 3 stages = 176 KB of 227.
 HOPPER_CONFIG = dict(BM=128, BN=256, BK=64, GROUP_M=8, num_warps=8, num_stages=3, FLATTEN=True)
-# Pre-Hopper GPUs (A100: 164 KB of shared memory per SM): 24 KB per stage, still tensor cores.
+# Pre-Hopper GPUs (A100: 164 KB of shared memory per SM): 16 KB per stage, still tensor cores.
 PORTABLE_CONFIG = dict(BM=128, BN=128, BK=32, GROUP_M=8, num_warps=8, num_stages=4)
 # The CPU interpreter runs each program in numpy: small tiles keep the tests quick.
 INTERPRETER_CONFIG = dict(BM=32, BN=32, BK=16, GROUP_M=2, num_warps=4, num_stages=1, FLATTEN=True)
