@@ -689,13 +689,13 @@ def _group(trace: Trace) -> list[dict]:
     for st in trace.steps:
         for k in st.gpu:
             key = (k.name, k.op.name if k.op is not None else "?")
-            g = groups.setdefault(key, {"name": k.name, "op": key[1], "cat": k.event.cat, "durs": [],
-                                        "rates": [], "unit": None, "peak": None, "occ": 0})
+            g = groups.setdefault(key, {"name": k.name, "op": key[1], "durs": [], "rates": [], "unit": None,
+                                        "peak": None})
             g["durs"].append(k.dur)
-            g["occ"] += k.occupancy_query
             op = k.op
-            # The op's work is spread over all the GPU work it launched (e.g. a split-K GEMM's 2 kernels).
-            op_time = sum(x.dur for x in op.kernels) if op is not None else 0.0
+            # The op's work is spread over all the kernels it launched (e.g. a split-K GEMM's two kernels);
+            # a workspace memset is not part of the math.
+            op_time = sum(x.dur for x in op.kernels if x.is_kernel) if op is not None else 0.0
             if not k.is_kernel or op_time <= 0:
                 continue
             flops = gemm_flops(op) if is_gemm(k) else None

@@ -350,13 +350,17 @@ def test_h200_report_rates_match_an_independent_count(h200):
     raw = json.loads(gzip.decompress(fixture("mlp_eager").read_bytes()))
     events = [e for e in raw["traceEvents"] if e.get("ph") == "X"]
     ops = {e["args"]["External id"]: e for e in events if e.get("cat") == "cpu_op"}
-    down = [e for e in events if e.get("cat") == "kernel" and ops[e["args"]["External id"]]["name"] == "aten::mm"
-            and ops[e["args"]["External id"]]["args"]["Input Dims"][0] == [8192, 3072]]
-    assert len(down) == 3
-    tflops = sum(2 * 8192 * 3072 * 768 / (e["dur"] * 1e-6) for e in down) / 3 / 1e12
     text = it.report(h200["mlp_eager"])
-    row = next(line for line in text.splitlines() if "coopB" in line)
-    assert f"{tflops:,.0f} TFLOP/s" in row and "of 990" in row
+    for rows, tile, calls in (([8192, 768], "coopA", 6), ([8192, 3072], "coopB", 3)):
+        gemms = [e for e in events if e.get("cat") == "kernel" and ops[e["args"]["External id"]]["name"] == "aten::mm"
+                 and ops[e["args"]["External id"]]["args"]["Input Dims"][0] == rows]
+        assert len(gemms) == calls and all(tile in e["name"] for e in gemms)
+        tflops = sum(2 * 8192 * 3072 * 768 / (e["dur"] * 1e-6) for e in gemms) / calls / 1e12
+        row = next(line for line in text.splitlines() if tile in line)
+        assert f"{tflops:,.0f} TFLOP/s" in row and "of 990" in row
+    gelu = [e for e in events if e.get("cat") == "kernel" and "GeluCUDAKernelImpl" in e["name"]]
+    gbs = sum(2 * 8192 * 3072 * 2 / (e["dur"] * 1e-6) for e in gelu) / 3 / 1e9  # read g, write gelu(g)
+    assert f"{gbs:,.0f} GB/s" in next(line for line in text.splitlines() if "GeluCUDAKernelImpl" in line)
 
 
 @needs_h200
