@@ -448,7 +448,11 @@ def bad_inputs(tmp: Path, good: Path) -> dict:
         "no_events": tmp / "dict.json",
         "no_steps": tmp / "nosteps.json",
         "directory": tmp,
+        "empty": tmp / "empty.json",
+        "gz_of_text": tmp / "text.json.gz",
     }
+    cases["empty"].write_bytes(b"")
+    cases["gz_of_text"].write_bytes(gzip.compress(b"not json at all"))
     cases["truncated"].write_bytes(raw[: len(raw) // 2])
     cases["truncated_gz"].write_bytes(gzip.compress(raw)[:200])
     cases["binary"].write_bytes(bytes(range(256)))
