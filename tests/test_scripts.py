@@ -224,3 +224,31 @@ def test_fused_mlp_in_the_triton_interpreter(tmp_path):
 def test_fused_mlp_refuses_big_shapes_in_the_interpreter(tmp_path):
     proc = run("04_fused_mlp.py", "--out", str(tmp_path), env={"TRITON_INTERPRET": "1"})
     assert proc.returncode == 2 and "interpreter is far too slow" in proc.stderr
+
+
+def test_part1_matmul_add(tmp_path):
+    for extra in ([], ["--batched", "3"], ["--compile"]):
+        proc = run("01_matmul_add.py", "--size", "16", *extra, "--out", str(tmp_path))
+        assert proc.returncode == 0, proc.stderr
+    folder = tmp_path / "01_matmul_add"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "16_bf16_cold_compile.json", "16_bf16_cold_compile.txt", "16_bf16_cold_eager.json", "16_bf16_cold_eager.txt",
+        "3x16_bf16_cold_eager.json", "3x16_bf16_cold_eager.txt"]
+    for names in steps(load(folder / "16_bf16_cold_eager.json")).values():
+        assert names.count("matmul_add") == 1
+        assert names.index("aten::matmul") < names.index("aten::mm")  # matmul dispatches mm
+        assert names.count("aten::add") == 1 and "aten::bmm" not in names
+    for names in steps(load(folder / "3x16_bf16_cold_eager.json")).values():
+        assert names.index("aten::matmul") < names.index("aten::bmm") and "aten::mm" not in names
+    compiled = steps(load(folder / "16_bf16_cold_compile.json"))
+    assert len(compiled) == 3
+    for names in compiled.values():
+        assert names.count("aten::addmm") == 1  # one dispatch: the add rides in the GEMM
+        assert "aten::add" not in names and "aten::matmul" not in names
+
+
+def test_part1_default_name_is_the_posts(tmp_path):
+    proc = run("01_matmul_add.py", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "01_matmul_add/64_bf16_cold_eager.json").exists()
+    assert (tmp_path / "01_matmul_add/64_bf16_cold_eager.txt").exists()
