@@ -211,7 +211,9 @@ def _read_json(path: str | Path) -> dict:
     except UnicodeDecodeError:
         raise TraceError(f"{p}: not text JSON (binary content)") from None
     except json.JSONDecodeError as e:
-        raise TraceError(f"{p}: not valid JSON ({e.msg} at line {e.lineno}); truncated file?") from None
+        if not e.doc.strip():
+            raise TraceError(f"{p}: empty file") from None
+        raise TraceError(f"{p}: not valid JSON ({e.msg}: line {e.lineno}, column {e.colno}); truncated file?") from None
     except RecursionError:
         raise TraceError(f"{p}: JSON nested too deeply to be a trace") from None
 
