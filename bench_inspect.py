@@ -1,7 +1,7 @@
 """How fast does inspect_trace.py read a long trace? Build one by replicating a real step, then time it.
 
-    uv run bench_inspect.py tests/data/h200_small_eager.json.gz                      # 100 steps, 5 runs
-    uv run bench_inspect.py A.json.gz B.json.gz --steps 100 --runs 5                 # compare A vs B too
+    uv run bench_inspect.py tests/data/h200_mlp_eager.json.gz                        # 100 steps, 5 runs
+    uv run bench_inspect.py tests/data/h200_mlp_eager.json.gz tests/data/h200_mlp_compile.json.gz --steps 2000
 
 The first active step of each trace (every event from its ProfilerStep#k start until the next step starts:
 CPU ops, runtime calls, kernels, flow arrows) is copied --steps times with shifted timestamps and fresh
