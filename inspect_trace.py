@@ -187,8 +187,11 @@ class Trace:
 
     @property
     def device(self) -> str:
-        """"cuda" when the trace holds GPU activity or GPU properties, else "cpu"."""
-        return "cuda" if (self.device_props or self.has_gpu_work) else "cpu"
+        """'cuda' when the trace holds GPU activity or launch calls, else 'cpu'.
+
+        deviceProperties alone is not enough: a CPU-only profile on a GPU machine lists the GPU too.
+        """
+        return "cuda" if self.has_gpu_work else "cpu"
 
     @property
     def device_name(self) -> str | None:
@@ -325,7 +328,7 @@ def parse_trace(data: object, path: str = "<trace>") -> Trace:
     meta = {k: v for k, v in data.items() if k != "traceEvents"}
     props = meta.get("deviceProperties")
     props = [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
-    return Trace(path, meta, steps, props, bool(gpu))
+    return Trace(path, meta, steps, props, bool(gpu or calls))
 
 
 def _launches(call: Event) -> bool:
@@ -648,7 +651,7 @@ def _spread(values: list[float]) -> str:
 
 def _header(trace: Trace) -> list[str]:
     out = [f"trace   {trace.path}"]
-    if trace.device_props:
+    if trace.device == "cuda" and trace.device_props:
         p = trace.device_props[0]
         extra = []
         if "computeMajor" in p:
@@ -658,8 +661,11 @@ def _header(trace: Trace) -> list[str]:
         if isinstance(p.get("totalGlobalMem"), (int, float)):
             extra.append(f"{p['totalGlobalMem'] / 2**30:.0f} GiB")
         out.append(f"device  {p.get('name', '?')}" + (f" ({', '.join(extra)})" if extra else ""))
+    elif trace.device == "cuda":
+        out.append("device  a GPU (no deviceProperties in the trace)")
     else:
-        out.append("device  CPU only (no deviceProperties, no GPU activity)")
+        gpu = f"; the machine has {trace.device_name}, not profiled" if trace.device_name else ""
+        out.append(f"device  CPU only (no GPU activity in the trace{gpu})")
     versions = [f"{k}={v}" for k, v in trace.meta.items()
                 if ("version" in k.lower() or k.lower() in ("torch", "triton")) and isinstance(v, (str, int, float))]
     if versions:
@@ -898,8 +904,11 @@ def _compare(a: Trace, b: Trace, full_names: bool) -> str:
     what = "GPU kernels" if a.device == "cuda" and b.device == "cuda" else "units of work (CPU kernels)"
     if a.device != b.device:
         what += f" -- note: A is a {a.device} trace, B a {b.device} trace"
-    out = [f"A  {a.path}  ({a.device_name or 'CPU'}, {len(a.steps)} steps)",
-           f"B  {b.path}  ({b.device_name or 'CPU'}, {len(b.steps)} steps)", ""]
+    def where(t: Trace) -> str:
+        return (t.device_name or "GPU") if t.device == "cuda" else "CPU"
+
+    out = [f"A  {a.path}  ({where(a)}, {len(a.steps)} steps)",
+           f"B  {b.path}  ({where(b)}, {len(b.steps)} steps)", ""]
 
     rows = []
     for i in range(max(len(a.steps), len(b.steps))):

@@ -109,6 +109,16 @@ def test_expectations_on_cpu_traces(cpu):
     assert it.check(cpu["eager"], [it.steps(3, "linear_fwd")])[0][1] == "broken"
 
 
+def test_cpu_profile_on_a_gpu_machine_is_a_cpu_trace(cpu, tmp_path):
+    """kineto lists the machine's GPUs even when only CPU activity was profiled."""
+    data = json.loads((cpu["dir"] / "eager.json").read_text())
+    data["deviceProperties"] = [{"id": 0, "name": "NVIDIA H200"}]
+    t = parse(data)
+    assert t.device == "cpu"
+    assert it.check(t, [it.kernels_per_step(5)])[0][1] == "not applicable"
+    assert "CPU only (no GPU activity in the trace; the machine has NVIDIA H200" in it.report(t)
+
+
 def test_a_check_that_raises_is_broken_not_a_crash(cpu):
     def boom(trace):
         raise KeyError("no such thing")
