@@ -479,7 +479,7 @@ class Peak:
 # torch's datasheet table has no H200 (torch 2.13); this suite runs on one. NVIDIA H200 SXM datasheet:
 # 1,979 TFLOPS bf16/fp16 with sparsity (989 dense), 4.8 TB/s HBM3e.
 _SUPPLEMENT = {"NVIDIA H200": Peak("NVIDIA H200 datasheet (not in torch's table)",
-                                   {"bfloat16": 989.5, "float16": 989.5, "float32": 67.0, "float64": 67.0,
+                                   {"bfloat16": 989.5, "float16": 989.5, "tf32": 494.5, "float32": 67.0, "float64": 67.0,
                                     "float8_e4m3fn": 1979.0, "float8_e5m2": 1979.0, "int8": 1979.0}, 4800.0)}
 _torch_table: dict[str, Peak] | None = None
 
@@ -1108,6 +1108,9 @@ def check(trace: Trace, expectations: Iterable[Expect]) -> list[tuple[Expect, st
     """(expect, "confirmed" | "broken" | "not applicable", detail) for each; a check that raises is broken."""
     results = []
     for ex in expectations:
+        if ex.device not in ("any", "cuda", "cpu"):  # a typo must not turn into a silent "not applicable"
+            results.append((ex, "broken", f"device must be 'any', 'cuda' or 'cpu', got {ex.device!r}"))
+            continue
         if ex.device not in ("any", trace.device):
             results.append((ex, "not applicable", f"a {ex.device}-only expectation on a {trace.device} trace"))
             continue

@@ -128,6 +128,8 @@ def test_a_check_that_raises_is_broken_not_a_crash(cpu):
                                                                     it.Expect("none", lambda t: None)])
     assert (v1, v2, v3) == ("confirmed", "broken", "broken")
     assert "KeyError" in d2 and "no such thing" in d2 and "None" in d3
+    [(_, verdict, detail)] = it.check(cpu["eager"], [it.Expect("typo", lambda t: True, device="gpu")])
+    assert verdict == "broken" and "'gpu'" in detail
 
 
 def test_print_expectations_highlights_broken_without_colour_in_a_pipe(cpu):
