@@ -17,18 +17,25 @@ SCRIPTS = {"01_matmul_add.py", "02_linear.py", "03_simple_mlp.py", "03_kernels_m
 
 
 def readme_commands():
-    """`uv run ...` lines from the README's code blocks, continuations joined, comments dropped."""
+    """`[VAR=value ...] uv run ...` lines from the README's code blocks, continuations joined, comments dropped.
+
+    Returns (env, argv-after-`uv run`) pairs."""
     text = (ROOT / "README.md").read_text()
     commands = []
     for block in re.findall(r"```(?:bash)?\n(.*?)```", text, flags=re.S):
         for line in block.replace("\\\n", " ").splitlines():
-            line = line.split("#", 1)[0].strip()
-            if line.startswith("uv run "):
-                commands.append(shlex.split(line)[2:])
+            words = shlex.split(line.split("#", 1)[0])
+            env = {}
+            while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
+                key, value = words.pop(0).split("=", 1)
+                env[key] = value
+            if words[:2] == ["uv", "run"]:
+                commands.append((env, words[2:]))
     return commands
 
 
-COMMANDS = readme_commands()
+ENVS = {tuple(argv): env for env, argv in readme_commands()}
+COMMANDS = [argv for _, argv in readme_commands()]
 
 
 def test_readme_has_the_two_setup_commands():
@@ -63,10 +70,12 @@ ORDERED = sorted((c for c in COMMANDS if c != ["pytest"] and "--open" not in c),
 def test_readme_command_runs(argv, out):
     if argv[0] not in SCRIPTS and argv[0] != "inspect_trace.py" and argv[0] != "bench.py":
         pytest.fail(f"README runs {argv[0]}, which this test does not know how to check")
+    env = {**os.environ, "TRITON_INTERPRET": "0", **ENVS[tuple(argv)]}
     proc = subprocess.run(launcher() + as_run_here(argv, out), capture_output=True, text=True, cwd=ROOT,
-                          timeout=600)
+                          timeout=600, env=env)
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    if argv[0] == "03_kernels_mlp.py" and not _cuda():
+    gpu_only = argv[0] == "03_kernels_mlp.py" or (argv[0] == "04_fused_mlp.py" and env["TRITON_INTERPRET"] != "1")
+    if gpu_only and not _cuda():
         assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr  # the documented CPU answer
     elif argv[0] == "bench.py" and not _cuda():
         assert proc.returncode == 2 and "CUDA" in proc.stderr

@@ -252,3 +252,21 @@ def test_part1_default_name_is_the_posts(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "01_matmul_add/64_bf16_cold_eager.json").exists()
     assert (tmp_path / "01_matmul_add/64_bf16_cold_eager.txt").exists()
+
+
+def gpu_kernels(trace):
+    return [e["name"] for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "kernel"]
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_fused_mlp_runs_two_kernels_per_forward(tmp_path):
+    proc = run("04_fused_mlp.py", "--device", "cuda", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    names = gpu_kernels(load(tmp_path / "04_fused_mlp/64x128x768x3072_bf16_cold_eager.json"))
+    assert len(names) == 2 * 3  # 3 active steps: the fused gate/up GEMM + down_proj, nothing else
+    assert sum(n.startswith("_geglu_") for n in names) == 3
+
+
+def test_h200_fused_trace_has_two_kernels_per_forward():
+    names = gpu_kernels(load(ROOT / "tests/data/h200_fused_eager.json.gz"))
+    assert len(names) == 6 and names.count("_geglu_tma_kernel") == 3

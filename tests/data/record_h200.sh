@@ -23,6 +23,7 @@ rec() {  # rec NAME SCRIPT ARGS...: run a script, keep its trace as NAME.json.gz
   rec mlp_warm_eager 03_simple_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072 --warmup 3
   rec mlp_small_eager 03_simple_mlp.py --batch 2 --seq 8 --dim 32 --hidden 64
   rec liger 03_kernels_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072
+  rec fused_eager 04_fused_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072
   rec matmul_add_64_eager 01_matmul_add.py --size 64
   rec matmul_add_64_compile 01_matmul_add.py --size 64 --compile
   rec matmul_add_4096_eager 01_matmul_add.py --size 4096
