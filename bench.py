@@ -33,9 +33,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+import common
+
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-# ||y - ref|| / ||ref|| against the fp32 model: eager rounds g, u, gelu(g) and m to the dtype on the way.
-TOLERANCE = {"bf16": 2e-2, "fp16": 5e-3}
 DEFAULT_SHAPES = "8192x768x3072,2048x768x3072,8192x4096x14336"
 # The GPU's clock follows its power draw and heat: on the H200 the same eager forward took 4.39 and
 # 4.84 ms minutes apart at the large shape. Rounds with a rotating order keep any variant from always
@@ -131,10 +131,6 @@ def build_variants(M, dim, hidden, dtype):
     return variants, reference
 
 
-def rel_err(y, ref):
-    return ((y.float() - ref).norm() / ref.norm()).item()
-
-
 def bench_shape(M, dim, hidden, dtype, tol, ceiling):
     from fused_geglu import geglu_packed, kernel_path
 
@@ -145,7 +141,7 @@ def bench_shape(M, dim, hidden, dtype, tol, ceiling):
         errors = {}
         for name, model in variants.items():
             y = model(x)
-            errors[name] = rel_err(y, ref)
+            errors[name] = common.rel_error(y, ref)  # vs fp32: eager itself rounds g, u, m
             # Correct before fast: a wrong variant stops the run before any number is printed.
             if not (math.isfinite(errors[name]) and errors[name] <= tol):
                 raise AssertionError(f"{name} at {M}x{dim}x{hidden}: relative error {errors[name]:.2e} > {tol:.0e}")
@@ -218,7 +214,7 @@ def main(argv=None):
     results = []
     try:
         for M, dim, hidden in args.shapes:
-            results.append(bench_shape(M, dim, hidden, dtype, TOLERANCE[args.dtype], ceiling))
+            results.append(bench_shape(M, dim, hidden, dtype, common.TOLERANCE[dtype], ceiling))
             print_shape(results[-1], ceiling)
     except AssertionError as e:
         print(f"bench.py: wrong result, nothing timed for this shape: {e}", file=sys.stderr)
