@@ -4,6 +4,7 @@ that launches a kernel, a device torch's table does not know)."""
 
 import copy
 import gzip
+import importlib
 import io
 import json
 import subprocess
@@ -12,8 +13,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
-from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 import inspect_trace as it
@@ -25,16 +24,8 @@ FUSED_CPP = "graph_0_cpp_fused__unsafe_view_gelu_mul_0"
 
 # ---------------------------------------------------------------------------------------------- CPU traces
 
-class GeGLU(nn.Module):
-    def __init__(self, dim, hidden):
-        super().__init__()
-        self.gate_proj = nn.Linear(dim, hidden, bias=False)
-        self.up_proj = nn.Linear(dim, hidden, bias=False)
-        self.down_proj = nn.Linear(hidden, dim, bias=False)
-
-    def forward(self, x):
-        g, u = self.gate_proj(x), self.up_proj(x)
-        return self.down_proj(F.gelu(g, approximate="tanh") * u)
+# The post's MLP, as 03_simple_mlp.py defines it.
+GeGLU = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
 
 
 def record(fn, path):
