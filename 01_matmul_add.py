@@ -69,9 +69,7 @@ def main():
     def step():
         return forward(x, w, bias)
 
-    prof = common.profile(run, step, "matmul_add")
-    trace, table = common.export(run, prof, f"{args.batched}x{n}" if args.batched else f"{n}")
-    common.show(run, trace, table, expectations(args))
+    common.record(run, step, "matmul_add", f"{args.batched}x{n}" if args.batched else f"{n}", expectations(args))
 
 
 if __name__ == "__main__":

@@ -53,9 +53,7 @@ def main():
     def step():
         return forward(x)
 
-    prof = common.profile(run, step, "linear_fwd")
-    trace, table = common.export(run, prof, f"{args.batch}x{args.in_dim}x{args.out_dim}")
-    common.show(run, trace, table, EXPECT[run.mode])
+    common.record(run, step, "linear_fwd", f"{args.batch}x{args.in_dim}x{args.out_dim}", EXPECT[run.mode])
 
 
 if __name__ == "__main__":

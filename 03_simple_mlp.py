@@ -74,9 +74,7 @@ def main():
     def step():
         return forward(x)
 
-    prof = common.profile(run, step, "mlp_fwd")
-    trace, table = common.export(run, prof, f"{args.batch}x{args.seq}x{d}x{h}")
-    common.show(run, trace, table, EXPECT[run.mode])
+    common.record(run, step, "mlp_fwd", f"{args.batch}x{args.seq}x{d}x{h}", EXPECT[run.mode])
 
 
 if __name__ == "__main__":

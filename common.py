@@ -7,6 +7,8 @@ This file only holds what every script does the same way:
 - `setup()`         device, dtype, output folder, checked before any work starts
 - `profile()`       torch.profiler with schedule(wait=1, warmup=1, active=N), as in Part 1
 - `export()`        the Chrome trace (.json / .json.gz) and the profiler table (.txt), written atomically
+- `show()`          print the paths, how to open them, the trace read back and the post's expectations
+- `record()`        profile + export + show: the last line of every script
 - `main()`          turns bad input into one clear line and a non-zero exit
 """
 
@@ -258,6 +260,14 @@ def show(run: Run, trace: Path, table: Path, expectations=()) -> None:
             serve_trace.serve(trace, port=run.args.port)
         except serve_trace.ServeError as e:
             raise Fail(str(e)) from None
+
+
+def record(run: Run, step, annotation: str, shape: str, expectations=()) -> tuple[Path, Path]:
+    """What every script ends with: profile `step`, write the trace and the table, read them back."""
+    prof = profile(run, step, annotation)
+    trace, table = export(run, prof, shape)
+    show(run, trace, table, expectations)
+    return trace, table
 
 
 def call_with_timeout(fn, seconds: float):
