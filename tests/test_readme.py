@@ -125,3 +125,33 @@ def test_readme_open_command_serves_the_trace_once(argv, out):
     assert "fetched" in "".join(lines) + rest
     written = re.search(r"^(?:wrote|trace) +(\S+)$", "".join(lines), flags=re.M).group(1)
     assert served == Path(written if os.path.isabs(written) else ROOT / written).read_bytes()
+
+
+def test_readme_example_output_is_what_the_h200_trace_gives():
+    """The expectations block quoted in the README, re-derived from the committed H200 trace."""
+    import importlib
+    import io
+
+    import inspect_trace as it
+
+    text = (ROOT / "README.md").read_text()
+    quoted = re.search(r"```\n(Expectations \(guess first, then look\):\n.*?)```", text, flags=re.S).group(1)
+    expect = importlib.import_module("03_simple_mlp").EXPECT["eager"]
+    buf = io.StringIO()
+    it.print_expectations(it.check(it.load_trace(ROOT / "tests/data/h200_mlp_eager.json.gz"), expect), file=buf)
+    assert quoted == buf.getvalue()
+
+
+def test_readme_bench_table_is_the_committed_h200_record():
+    """Each row of the README's benchmark table: the median µs of results/bench_h200.json, to 0.1 µs."""
+    import json
+
+    record = json.loads((ROOT / "results/bench_h200.json").read_text())
+    text = (ROOT / "README.md").read_text()
+    for shape in record["shapes"]:
+        row = re.search(rf"^\| {shape['M']}×{shape['dim']}→{shape['hidden']}.*$", text, flags=re.M).group(0)
+        numbers = [float(n) for n in re.findall(r"(\d+\.\d)(?: µs)?\**(?: \(|\s)", row)]
+        medians = [round(shape["variants"][v]["median_us"], 1) for v in ("eager", "compile", "liger", "fused")]
+        assert numbers[-4:] == medians, row
+        floor = float(re.search(r"\| ([\d.]+) µs \|", row).group(1))
+        assert abs(floor - shape["floor_us"]) < 1, row
