@@ -28,6 +28,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile as _profile, record_function, schedule
 
+import inspect_trace
+
 ROOT = Path(__file__).resolve().parent
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 MAX_DIM = 1 << 20  # a single size above a million is a typo, not an experiment
@@ -244,10 +246,6 @@ def show(run: Run, trace: Path, table: Path, expectations=()) -> None:
     print("       or drag the file into https://ui.perfetto.dev")
     print(f"share: uvx trace-util -b BUCKET -f {rel(run.args.out.parent)}   (trace-util 0.2.0, Python >= 3.12;"
           f" the post's 0.1.0: uvx trace-util@0.1.0 {rel(run.args.out.parent)} -b BUCKET)")
-    try:
-        import inspect_trace
-    except ImportError:
-        return
     loaded = inspect_trace.load_trace(trace)
     print()
     print(inspect_trace.report(loaded))
@@ -298,11 +296,8 @@ def main(fn) -> None:
     except Fail as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         code = 2
-    except torch.OutOfMemoryError:
-        print(f"{prog}: error: out of memory at this shape; try smaller sizes (nothing was written)", file=sys.stderr)
-        code = 1
-    except RuntimeError as e:
-        if "allocate" not in str(e) and "out of memory" not in str(e):
+    except RuntimeError as e:  # torch.OutOfMemoryError on a GPU; a failed allocation on the CPU
+        if not isinstance(e, torch.OutOfMemoryError) and "allocate" not in str(e) and "out of memory" not in str(e):
             raise
         print(f"{prog}: error: out of memory at this shape; try smaller sizes (nothing was written)", file=sys.stderr)
         code = 1
