@@ -1,0 +1,190 @@
+"""Expectations, "guess first, then look": Expect, its builders, check() and print_expectations()."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from .kernels import VIEW_OPS, _view_cuda_time, is_gemm, short
+from .read import OCCUPANCY, Trace
+from .report import bound_of
+
+
+@dataclass
+class Expect:
+    text: str  # the guess, in the post's words
+    check: Callable[[Trace], bool | str]  # True = confirmed; False or a str (what was seen instead) = broken
+    device: str = "any"  # "any", "cuda" (GPU-only: "not applicable" on a CPU trace) or "cpu"
+
+
+def _need_steps(trace: Trace) -> str | None:
+    return None if trace.steps else "no active steps in the trace"
+
+
+def steps(n: int, annotation: str) -> Expect:
+    def run(t: Trace):
+        if len(t.steps) != n:
+            return f"{len(t.steps)} active steps"
+        for st in t.steps:
+            if not any(e.cat == "user_annotation" and e.name == annotation for e in st.spans):
+                return f"ProfilerStep#{st.number} has no '{annotation}' span"
+        return True
+    return Expect(f"{n} active ProfilerStep#k spans, each around a '{annotation}' record_function", run)
+
+
+def kernels_per_step(n: int, what: str = "") -> Expect:
+    def run(t: Trace):
+        if (miss := _need_steps(t)):
+            return miss
+        counts = [len(st.kernels) for st in t.steps]
+        return True if all(c == n for c in counts) else f"kernels per step: {counts}"
+    return Expect(f"{n} GPU kernel{'s' if n != 1 else ''} per step" + (f" ({what})" if what else ""), run, "cuda")
+
+
+def kernel(pattern: str, per_step: int | None = None, what: str = "") -> Expect:
+    rx = re.compile(pattern)
+
+    def run(t: Trace):
+        if (miss := _need_steps(t)):
+            return miss
+        counts = [sum(1 for k in st.kernels if rx.search(k.name)) for st in t.steps]
+        ok = all(c == per_step for c in counts) if per_step is not None else all(c > 0 for c in counts)
+        if ok:
+            return True
+        seen = sorted({short(k.name, False, 60) for st in t.steps for k in st.kernels})
+        return f"matches per step: {counts}; kernels seen: {seen}"
+    times = f", {per_step}x per step" if per_step is not None else " in every step"
+    return Expect(f"a GPU kernel matching /{pattern}/{times}" + (f" ({what})" if what else ""), run, "cuda")
+
+
+def cpu_op(name: str, present: bool = True, per_step: int | None = None) -> Expect:
+    def run(t: Trace):
+        if (miss := _need_steps(t)):
+            return miss
+        counts = [sum(1 for e in st.spans if e.cat == "cpu_op" and e.name == name) for st in t.steps]
+        if not present:
+            return True if not any(counts) else f"'{name}' per step: {counts}"
+        ok = all(c == per_step for c in counts) if per_step is not None else all(c > 0 for c in counts)
+        return True if ok else f"'{name}' per step: {counts}"
+    if not present:
+        text = f"no '{name}' op"
+    else:
+        text = f"'{name}' " + (f"{per_step}x per step" if per_step is not None else "in every step")
+    return Expect(text, run)
+
+
+def cpu_event(pattern: str, device: str = "cpu") -> Expect:
+    rx = re.compile(pattern)
+
+    def run(t: Trace):
+        if (miss := _need_steps(t)):
+            return miss
+        counts = [sum(1 for e in st.spans if rx.search(e.name)) for st in t.steps]
+        return True if all(counts) else f"matching CPU events per step: {counts}"
+    return Expect(f"a CPU event matching /{pattern}/ in every step", run, device)
+
+
+def occupancy_before_gemms() -> Expect:
+    def run(t: Trace):
+        if (miss := _need_steps(t)):
+            return miss
+        launched = [k for st in t.steps for k in st.kernels]
+        gemms = [k for k in launched if is_gemm(k)]
+        if not gemms:
+            return "no GEMM kernels in the active steps"
+        if any(k.launch is None for k in gemms):  # without the launch call, "before it" means nothing
+            return f"{sum(k.launch is None for k in gemms)} GEMM kernels have no linked launch call"
+        bare = [k for k in gemms if not k.occupancy_query]
+        queried = [k for k in launched if not is_gemm(k) and k.occupancy_query]
+        if bare or queried:
+            # Say what the GEMM ops called instead: that is where to look next.
+            seen = sorted({c.name for k in bare for c in k.op.calls} if bare else set())
+            return (f"GEMM launches without the query: {len(bare)}/{len(gemms)}"
+                    + (f" (their ops call: {', '.join(seen)})" if seen else "")
+                    + f"; non-GEMM launches with it: {len(queried)}"
+                    + (f" ({short(queried[0].name, False, 50)})" if queried else ""))
+        return True
+    return Expect(f"every GEMM launch is preceded by {OCCUPANCY}; pointwise launches are bare", run, "cuda")
+
+
+def views_launch_nothing() -> Expect:
+    def run(t: Trace):
+        if (miss := _need_steps(t)):
+            return miss
+        views = [op for st in t.steps for op in st.ops(VIEW_OPS)]
+        if not views:
+            return "no view ops in the active steps"
+        if not any(st.kernels for st in t.steps):
+            return "no GPU kernels in the active steps"
+        busy = [(op.name, *_view_cuda_time(op)) for op in views]
+        busy = [b for b in busy if b[1]]
+        if busy:
+            return "; ".join(f"{n} launched {k} kernel(s), {t_:.1f} µs" for n, k, t_ in busy[:3])
+        return True
+    return Expect("view ops (aten::t, transpose, reshape, view, ...) launch no kernel: 0 µs CUDA time",
+                  run, "cuda")
+
+
+def bound(kind: str) -> Expect:
+    if kind not in ("overhead", "compute"):
+        raise ValueError(f"bound(kind): kind must be 'overhead' or 'compute', got {kind!r}")
+
+    def run(t: Trace):
+        if (miss := _need_steps(t)):
+            return miss
+        b = bound_of(t)
+        if b is None:
+            return "no GPU work in the active steps"
+        return True if b[0] == kind else f"{b[0]}-bound: GPU busy {100 * b[1]:.0f}% of the step wall time"
+    return Expect(f"{kind}-bound: GPU busy {'<' if kind == 'overhead' else '>='} 50% of the step wall time",
+                  run, "cuda")
+
+
+def check(trace: Trace, expectations: Iterable[Expect]) -> list[tuple[Expect, str, str]]:
+    """(expect, "confirmed" | "broken" | "not applicable", detail) for each; a check that raises is broken."""
+    results = []
+    for ex in expectations:
+        if ex.device not in ("any", "cuda", "cpu"):  # a typo must not turn into a silent "not applicable"
+            results.append((ex, "broken", f"device must be 'any', 'cuda' or 'cpu', got {ex.device!r}"))
+            continue
+        if ex.device not in ("any", trace.device):
+            results.append((ex, "not applicable", f"a {ex.device}-only expectation on a {trace.device} trace"))
+            continue
+        try:
+            seen = ex.check(trace)
+        except Exception as e:  # noqa: BLE001 - a failing check is a finding, not a crash
+            results.append((ex, "broken", f"check raised {type(e).__name__}: {e}"))
+            continue
+        if seen is True:
+            results.append((ex, "confirmed", ""))
+        elif isinstance(seen, str):
+            results.append((ex, "broken", seen))
+        else:
+            results.append((ex, "broken", "" if seen is False else f"check returned {seen!r}, not True"))
+    return results
+
+
+def print_expectations(results: list[tuple[Expect, str, str]], file=None) -> int:
+    """Print each guess with its verdict; broken ones stand out. Returns how many are broken."""
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(file=file or sys.stdout, highlight=False, soft_wrap=True)
+    console.print(Text("Expectations (guess first, then look):", style="bold"))
+    for ex, verdict, detail in results:
+        if verdict == "confirmed":
+            line = Text("  ok      ", style="green") + Text(ex.text)
+        elif verdict == "broken":
+            line = Text("  BROKEN  ", style="bold red") + Text(ex.text, style="red")
+            line += Text(f"\n          seen: {detail or '(no detail)'}  <- BROKEN — look here", style="bold red")
+        else:
+            line = Text("  n/a     ", style="dim") + Text(f"{ex.text} ({detail})", style="dim")
+        console.print(line)
+    count = Counter(v for _, v, _ in results)
+    broken = count["broken"]
+    console.print(Text(f"  {count['confirmed']} confirmed, {broken} broken, {count['not applicable']} not applicable",
+                       style="bold red" if broken else "bold green"))
+    return broken

@@ -1,0 +1,204 @@
+"""Naming kernels and ops: GEMM or pointwise, FLOPs and bytes moved, dtype, short names, units of work."""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections import Counter
+from pathlib import Path
+
+from .read import Event, Kernel, Step, Trace
+
+
+# Views only rewrite sizes and strides: they should never launch a kernel.
+VIEW_OPS = {
+    "aten::t", "aten::transpose", "aten::reshape", "aten::view", "aten::as_strided", "aten::_unsafe_view",
+    "aten::permute", "aten::expand", "aten::squeeze", "aten::unsqueeze", "aten::slice", "aten::select",
+    "aten::alias", "aten::_reshape_alias", "aten::view_as", "aten::narrow", "aten::detach",
+}
+# Bookkeeping ops that neither compute nor launch: ignored when looking for the CPU's "kernels".
+BOOKKEEPING_OPS = VIEW_OPS | {
+    "aten::resolve_conj", "aten::resolve_neg", "aten::empty", "aten::empty_strided", "aten::empty_like",
+    "aten::lift_fresh", "aten::result_type", "aten::is_nonzero", "aten::item", "aten::_local_scalar_dense",
+}
+GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation"}
+GEMM_NAME_RE = re.compile(r"gemm|nvjet|cutlass|xmma|cublas|_mm_|^triton_tem_fused_mm|matmul", re.I)
+POINTWISE_NAME_RE = re.compile(r"elementwise|triton_poi_|pointwise|_geglu_|_swiglu_", re.I)
+CPP_KERNEL_RE = re.compile(r"cpp_fused")
+# Bytes per element of the dtypes the profiler writes in "Input type".
+DTYPE_BYTES = {
+    "c10::BFloat16": 2, "c10::Half": 2, "float": 4, "double": 8, "long int": 8, "int": 4, "short int": 2,
+    "signed char": 1, "unsigned char": 1, "bool": 1, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
+    "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1, "c10::complex<float>": 8, "c10::complex<double>": 16,
+}
+DTYPE_NAMES = {"c10::BFloat16": "bfloat16", "c10::Half": "float16", "float": "float32", "double": "float64",
+               "c10::Float8_e4m3fn": "float8_e4m3fn", "c10::Float8_e5m2": "float8_e5m2", "signed char": "int8"}
+
+
+def _dims(op: Event) -> list:
+    dims = op.args.get("Input Dims")
+    return dims if isinstance(dims, list) else []
+
+
+def _types(op: Event) -> list:
+    types = op.args.get("Input type")
+    return types if isinstance(types, list) else []
+
+
+def gemm_flops(op: Event | None) -> float | None:
+    """2*M*K*N (times the batch) from a matmul op's recorded input shapes; None when not a GEMM or no shapes."""
+    if op is None or op.name not in GEMM_OPS:
+        return None
+    dims = _dims(op)
+    first = 1 if op.name in ("aten::addmm", "aten::baddbmm", "aten::_addmm_activation") else 0
+    if len(dims) < first + 2:
+        return None
+    a, b = dims[first], dims[first + 1]
+    if not (isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and len(a) in (2, 3)):
+        return None
+    batch = a[0] if len(a) == 3 else 1
+    m, k, n = a[-2], a[-1], b[-1]
+    if b[-2] != k:
+        return None
+    return 2.0 * batch * m * k * n
+
+
+def _numel(shape: list) -> int:
+    return math.prod(int(d) for d in shape)
+
+
+def _broadcast(shapes: list[list]) -> list:
+    out: list = []
+    for shape in shapes:
+        shape = list(shape)
+        if len(shape) > len(out):
+            out = [1] * (len(shape) - len(out)) + out
+        shape = [1] * (len(out) - len(shape)) + shape
+        out = [max(a, b) for a, b in zip(out, shape)]
+    return out
+
+
+def pointwise_bytes(op: Event | None) -> tuple[float, bool] | None:
+    """(bytes a pointwise op must move, exact?): its tensor inputs once, plus its output unless in place.
+
+    The trace records inputs only; the output of an aten op (or an autograd Function such as Liger's) is
+    the broadcast of its tensor inputs in the first input's dtype. An Inductor Triton launch lists every
+    buffer, outputs included, as its inputs; a buffer it reads and writes back ("in_out_ptr") counts twice,
+    which only the kernel's source says: without that file the count is a lower bound (exact=False).
+    """
+    if op is None:
+        return None
+    if isinstance(op.args.get("kernel_num_gb"), (int, float)) and op.args["kernel_num_gb"] > 0:
+        return float(op.args["kernel_num_gb"]) * 1e9, True
+    triton = op.name.startswith("triton_") or op.args.get("kernel_backend") == "triton"
+    arg_names = _triton_arg_names(op) if triton else None
+    total, tensors = 0, []
+    for i, (d, t) in enumerate(zip(_dims(op), _types(op))):
+        # 0-d tensors and scalars (xnumel) move nothing worth counting
+        if isinstance(d, list) and d and t in DTYPE_BYTES and all(isinstance(x, int) for x in d):
+            reads_and_writes = arg_names is not None and i < len(arg_names) and arg_names[i].startswith("in_out_ptr")
+            total += _numel(d) * DTYPE_BYTES[t] * (2 if reads_and_writes else 1)
+            tensors.append((d, DTYPE_BYTES[t]))
+    if not tensors:
+        return None
+    in_place = op.name.endswith("_") or op.name.endswith(".out")
+    if not (triton or in_place):
+        total += _numel(_broadcast([d for d, _ in tensors])) * tensors[0][1]
+    return float(total), not triton or arg_names is not None
+
+
+_triton_sources: dict[str, str | None] = {}
+
+
+def _triton_arg_names(op: Event) -> list[str] | None:
+    """The Triton kernel's parameter names, from its Inductor source file if it is still on this machine."""
+    path, name = op.args.get("kernel_file"), op.args.get("kernel_name", op.name)
+    if not isinstance(path, str) or not path:
+        return None
+    if path not in _triton_sources:
+        try:
+            _triton_sources[path] = Path(path).read_text()
+        except (OSError, UnicodeDecodeError):
+            _triton_sources[path] = None
+    m = re.search(rf"def {re.escape(str(name))}\(([^)]*)\)", _triton_sources[path] or "")
+    return [a.split(":")[0].strip() for a in m.group(1).split(",")] if m else None
+
+
+def op_dtype(op: Event | None) -> str | None:
+    for t in _types(op) if op is not None else []:
+        if t in DTYPE_NAMES:
+            return DTYPE_NAMES[t]
+    return None
+
+
+def is_gemm(k: Kernel) -> bool:
+    if k.op is not None and k.op.name in GEMM_OPS:
+        return True
+    return _gemm_name(k.name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _gemm_name(name: str) -> bool:
+    """By name, for GEMMs launched outside an aten matmul op (cached: templated names run to 1000s of chars)."""
+    return bool(GEMM_NAME_RE.search(name)) and not POINTWISE_NAME_RE.search(name)
+
+
+def is_pointwise(k: Kernel) -> bool:
+    return k.is_kernel and not is_gemm(k)
+
+
+def cpu_kernels(step: Step) -> list[Event]:
+    """The CPU's "kernels": Inductor's fused C++ kernels and aten ops that compute without a computing child."""
+    out = []
+    for e in step.spans:
+        if CPP_KERNEL_RE.search(e.name):
+            out.append(e)
+        elif (e.cat == "cpu_op" and e.name.startswith("aten::") and e.name not in BOOKKEEPING_OPS
+              and all(c.name in BOOKKEEPING_OPS for c in e.children)):
+            out.append(e)
+    return out
+
+
+def units(trace: Trace, step: Step) -> list[tuple[str, float]]:
+    """(name, µs) of the step's units of work in launch order: GPU kernels, or the CPU's kernels."""
+    if trace.device == "cuda":
+        return [(k.name, k.dur) for k in step.kernels]
+    return [(e.name, e.dur) for e in cpu_kernels(step)]
+
+
+def typical_sequence(trace: Trace) -> list[str]:
+    """The most common launch order of the steps (a warm-up straggler does not decide the structure)."""
+    seqs = Counter(tuple(n for n, _ in units(trace, st)) for st in trace.steps)
+    return list(seqs.most_common(1)[0][0]) if seqs else []
+
+
+def _view_cuda_time(op: Event) -> tuple[int, float]:
+    """Kernels launched by this op or anything it called, and their total time."""
+    n, t = 0, 0.0
+    todo = [op]
+    while todo:
+        e = todo.pop()
+        n += len(e.kernels)
+        t += sum(k.dur for k in e.kernels)
+        todo.extend(e.children)
+    return n, t
+
+
+def short(name: str, full: bool, width: int = 72) -> str:
+    """A kernel name that fits a column; full=True gives it back byte for byte."""
+    if full:
+        return name
+    name = name.removeprefix("void ")
+    if len(name) <= width:
+        return name
+    # Templated ATen kernels differ only deep inside: keep the kernel and the functor that names the math,
+    # e.g. vectorized_elementwise_kernel<…MulFunctor…>.
+    base = re.split(r"[<(]", name, maxsplit=1)[0].split("::")[-1]
+    functors = [f for f in dict.fromkeys(re.findall(r"(\w+(?:Functor|Impl)\w*)", name))
+                if not f.startswith(("Binary", "AUnary", "BUnary", "Unary"))]
+    if base and functors:
+        cut = f"{base}<…{functors[0]}…>"
+        if len(cut) <= width:
+            return cut
+    return name[: width - 1] + "…"

@@ -1,0 +1,85 @@
+"""Peaks: a device's datasheet TFLOP/s and GB/s, from torch's table or our supplement."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class Peak:
+    source: str
+    tflops: dict[str, float]  # dense TFLOP/s per dtype name
+    gbs: float | None
+
+
+# torch's datasheet table has no H200 (torch 2.13); this suite runs on one. NVIDIA H200 SXM datasheet, dense
+# (its tensor-core figures are quoted with 2:4 sparsity, so halved): bf16/fp16 1,979 -> 989.5 TFLOPS, 4.8 TB/s.
+_SUPPLEMENT = {"NVIDIA H200": Peak(
+    "NVIDIA H200 datasheet (not in torch's table)",
+    {"bfloat16": 989.5, "float16": 989.5, "tf32": 494.5, "float32": 67.0, "float64": 67.0,
+     "float8_e4m3fn": 1979.0, "float8_e5m2": 1979.0, "int8": 1979.0},
+    4800.0)}
+_torch_table: dict[str, Peak] | None = None
+
+
+def _read_torch_table() -> dict[str, Peak]:
+    """torch/_inductor/analysis/device_info.py's _device_mapping, read as source (no torch import).
+
+    Importing torch._inductor takes seconds; the table is plain literals, so ast reads it in milliseconds.
+    Any change in that private file just means "peak unknown".
+    """
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    path = Path(list(spec.submodule_search_locations)[0]) / "_inductor" / "analysis" / "device_info.py"
+    tree = ast.parse(path.read_text())
+    table: dict[str, Peak] = {}
+    for node in ast.walk(tree):
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if not isinstance(value, ast.Dict) or not any(getattr(t, "id", "") == "_device_mapping" for t in targets):
+            continue
+        for key, call in zip(value.keys, value.values):
+            if not (isinstance(key, ast.Constant) and isinstance(call, ast.Call)):
+                continue
+            kw = {k.arg: k.value for k in call.keywords}
+            factor = ast.literal_eval(kw["tops_sparsity_factor"]) if "tops_sparsity_factor" in kw else 1
+            tops = {}
+            if isinstance(kw.get("tops"), ast.Dict):
+                for dk, dv in zip(kw["tops"].keys, kw["tops"].values):
+                    # keys are torch.bfloat16 (an attribute) or the string "torch.tf32"
+                    name = dk.attr if isinstance(dk, ast.Attribute) else str(getattr(dk, "value", ""))
+                    tops[name.removeprefix("torch.")] = ast.literal_eval(dv) / factor
+            gbs = ast.literal_eval(kw["dram_bw_gbs"]) if "dram_bw_gbs" in kw else None
+            table[key.value.upper()] = Peak("torch._inductor.analysis.device_info", tops, gbs)
+    # aliases: _device_mapping["AMD INSTINCT MI300X"] = _device_mapping["AMD MI300X"]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Subscript):
+            for t in node.targets:
+                if isinstance(t, ast.Subscript) and getattr(t.value, "id", "") == "_device_mapping":
+                    alias, source = ast.literal_eval(t.slice), ast.literal_eval(node.value.slice)
+                    if source.upper() in table:
+                        table[alias.upper()] = table[source.upper()]
+    return table
+
+
+def device_peak(name: str | None) -> Peak | None:
+    """Datasheet peak for a device name: torch's table first (longest matching prefix), then ours."""
+    global _torch_table
+    if not name:
+        return None
+    if _torch_table is None:
+        try:
+            _torch_table = _read_torch_table()
+        except Exception:  # noqa: BLE001 - a private file moved or changed: peaks become unknown
+            _torch_table = {}
+    upper = name.upper()
+    # Device names carry suffixes ("NVIDIA H100 80GB HBM3"); the table is keyed by the family name.
+    for table in (_torch_table, {k.upper(): v for k, v in _SUPPLEMENT.items()}):
+        matches = [k for k in table if upper == k or upper.startswith(k + " ")]
+        if matches:
+            return table[max(matches, key=len)]
+    return None

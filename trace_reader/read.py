@@ -1,0 +1,313 @@
+"""Reading a trace: the JSON (or gzip) file into Steps of CPU spans and the GPU work they launched."""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import gc
+import gzip
+import json
+import re
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+CPU_SPAN_CATS = {"cpu_op", "user_annotation"}
+LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
+STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+OCCUPANCY = "cudaOccupancyMaxActiveBlocksPerMultiprocessor"
+
+
+class TraceError(Exception):
+    """Bad input: the message is one line, meant for the reader."""
+
+
+class Event:
+    """One complete ("ph": "X") event; spans also get their place in the CPU call tree."""
+
+    __slots__ = ("name", "cat", "ts", "dur", "end", "pid", "tid", "args", "parent", "children", "calls",
+                 "kernels", "step")
+
+    def __init__(self, raw: dict):
+        self.name = str(raw.get("name", ""))
+        self.cat = raw.get("cat", "")
+        self.ts = float(raw["ts"])
+        self.dur = float(raw.get("dur") or 0.0)
+        self.end = self.ts + self.dur
+        self.pid = raw.get("pid")
+        self.tid = raw.get("tid")
+        args = raw.get("args")
+        self.args = args if isinstance(args, dict) else {}
+        self.parent: Event | None = None
+        self.children: list[Event] = []
+        self.calls: list[Event] = []  # runtime/driver calls made directly inside this op
+        self.kernels: list[Kernel] = []  # GPU work launched directly inside this op
+        self.step: Step | None = None
+
+    @property
+    def self_time(self) -> float:
+        return self.dur - sum(c.dur for c in self.children)
+
+    def __repr__(self) -> str:
+        return f"Event({self.name!r}, {self.cat}, ts={self.ts}, dur={self.dur})"
+
+
+@dataclass
+class Kernel:
+    """GPU work (kernel, memcpy, memset) tied back to the CPU call that launched it."""
+
+    event: Event
+    launch: Event | None  # the cudaLaunchKernel / cuLaunchKernel call, via "correlation"
+    op: Event | None  # the innermost CPU op or record_function span around the launch
+    occupancy_query: bool  # cudaOccupancyMaxActiveBlocksPerMultiprocessor in the same op before this launch
+
+    @property
+    def name(self) -> str:
+        return self.event.name
+
+    @property
+    def dur(self) -> float:
+        return self.event.dur
+
+    @property
+    def order(self) -> float:
+        return self.launch.ts if self.launch is not None else self.event.ts
+
+    @property
+    def is_kernel(self) -> bool:
+        return self.event.cat == "kernel"
+
+
+@dataclass
+class Step:
+    """One active ProfilerStep#k: its CPU span, the CPU spans inside it, the GPU work it launched."""
+
+    number: int
+    span: Event
+    spans: list[Event] = field(default_factory=list)  # cpu_op / user_annotation inside, in time order
+    gpu: list[Kernel] = field(default_factory=list)  # in launch order
+
+    @property
+    def kernels(self) -> list[Kernel]:
+        return [k for k in self.gpu if k.is_kernel]
+
+    @property
+    def cpu_time(self) -> float:
+        return self.span.dur
+
+    @property
+    def gpu_busy(self) -> float:
+        """Union of the GPU work intervals: overlapping streams count once."""
+        busy, cur_start, cur_end = 0.0, None, None
+        for start, end in sorted((k.event.ts, k.event.end) for k in self.gpu):
+            if cur_end is None or start > cur_end:
+                if cur_end is not None:
+                    busy += cur_end - cur_start
+                cur_start, cur_end = start, end
+            else:
+                cur_end = max(cur_end, end)
+        return busy + (cur_end - cur_start if cur_end is not None else 0.0)
+
+    @property
+    def wall(self) -> float:
+        """From the step's start until both the CPU span and its last GPU work have ended."""
+        end = max([self.span.end] + [k.event.end for k in self.gpu])
+        return end - self.span.ts
+
+    def ops(self, names: set[str] | None = None) -> list[Event]:
+        return [e for e in self.spans if e.cat == "cpu_op" and (names is None or e.name in names)]
+
+
+@dataclass
+class Trace:
+    path: str
+    meta: dict  # top-level keys other than traceEvents
+    steps: list[Step]
+    device_props: list[dict]
+    has_gpu_work: bool
+
+    @property
+    def device(self) -> str:
+        """'cuda' when the trace holds GPU activity or launch calls, else 'cpu'.
+
+        deviceProperties alone is not enough: a CPU-only profile on a GPU machine lists the GPU too.
+        """
+        return "cuda" if self.has_gpu_work else "cpu"
+
+    @property
+    def device_name(self) -> str | None:
+        return self.device_props[0].get("name") if self.device_props else None
+
+
+def _read_json(path: str | Path) -> dict:
+    p = Path(path)
+    if not p.exists():
+        raise TraceError(f"{p}: no such file")
+    if not p.is_file():
+        raise TraceError(f"{p}: not a file")
+    try:
+        raw = p.read_bytes()
+        if raw[:2] == b"\x1f\x8b":  # gzip magic, whatever the file is called
+            raw = gzip.decompress(raw)
+        return json.loads(raw)
+    except (OSError, EOFError, zlib.error) as e:
+        raise TraceError(f"{p}: cannot read ({e.__class__.__name__}: {e}); truncated or not gzip?") from None
+    except UnicodeDecodeError:
+        raise TraceError(f"{p}: not text JSON (binary content)") from None
+    except json.JSONDecodeError as e:
+        if not e.doc.strip():
+            raise TraceError(f"{p}: empty file") from None
+        raise TraceError(f"{p}: not valid JSON ({e.msg}: line {e.lineno}, column {e.colno}); truncated file?") from None
+    except RecursionError:
+        raise TraceError(f"{p}: JSON nested too deeply to be a trace") from None
+
+
+@contextlib.contextmanager
+def _no_gc():
+    """A trace is 10^5 small objects: the cyclic GC would rescan them again and again while we work."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
+def load_trace(path: str | Path, require_steps: bool = True) -> Trace:
+    """Read a Chrome trace exported by torch.profiler (.json or .json.gz). Raises TraceError on bad input."""
+    with _no_gc():
+        data = _read_json(path)
+        try:
+            trace = parse_trace(data, str(path))
+        except (TypeError, ValueError, AttributeError, KeyError) as e:  # odd types where a trace has numbers
+            raise TraceError(f"{path}: malformed trace ({type(e).__name__}: {e})") from None
+    if require_steps and not trace.steps:
+        raise TraceError(f"{path}: no ProfilerStep#N spans; profile with schedule(...) and call prof.step()")
+    return trace
+
+
+def parse_trace(data: object, path: str = "<trace>") -> Trace:
+    """Build the Trace from the loaded JSON object (see load_trace)."""
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise TraceError(f"{path}: JSON, but not a torch.profiler trace (no 'traceEvents' list)")
+    spans: list[Event] = []
+    calls: list[Event] = []
+    gpu: list[Event] = []
+    wanted = CPU_SPAN_CATS | LAUNCH_CATS | GPU_CATS
+    for raw in data["traceEvents"]:
+        if not isinstance(raw, dict) or raw.get("ph") != "X" or raw.get("cat") not in wanted:
+            continue
+        try:
+            ev = Event(raw)
+        except (KeyError, TypeError, ValueError):
+            continue  # an event without a usable timestamp cannot be placed; skip it
+        cat = ev.cat
+        (spans if cat in CPU_SPAN_CATS else calls if cat in LAUNCH_CATS else gpu).append(ev)
+
+    _build_tree(spans)
+    by_ext: dict[int, Event] = {}
+    for s in spans:
+        ext = s.args.get("External id")
+        # The innermost span owns an id: a cpu_op wins over a user_annotation sharing it.
+        if ext and (ext not in by_ext or s.cat == "cpu_op"):
+            by_ext[ext] = s
+    threads = _thread_index(spans)
+
+    steps = [Step(int(m.group(1)), s) for s in spans
+             if s.cat == "user_annotation" and (m := STEP_RE.match(s.name))]
+    steps.sort(key=lambda st: st.span.ts)
+    step_starts = [st.span.ts for st in steps]
+
+    def step_at(ts: float) -> Step | None:
+        i = bisect.bisect_right(step_starts, ts) - 1
+        return steps[i] if i >= 0 and ts <= steps[i].span.end else None
+
+    # CPU spans into their steps; spans is already sorted by time.
+    for s in spans:
+        st = step_at(s.ts)
+        if st is not None and s is not st.span:
+            s.step = st
+            st.spans.append(s)
+
+    # Runtime calls belong to the op they were made in: by "External id", else by time on their thread.
+    by_corr: dict[object, Event] = {}
+    calls.sort(key=lambda c: c.ts)
+    for c in calls:
+        owner = by_ext.get(c.args.get("External id")) or _innermost(threads, c)
+        c.parent = owner
+        if owner is not None:
+            owner.calls.append(c)
+        corr = c.args.get("correlation")
+        if corr is not None:
+            by_corr[corr] = c
+
+    # A launch counts as "queried" if an occupancy query came in the same op since that op's previous launch.
+    queried: set[int] = set()
+    for owner in {id(c.parent): c.parent for c in calls if c.parent is not None}.values():
+        pending = False
+        for c in owner.calls:
+            if c.name.startswith(OCCUPANCY):
+                pending = True
+            elif _launches(c):
+                if pending:
+                    queried.add(id(c))
+                pending = False
+
+    for g in gpu:
+        launch = by_corr.get(g.args.get("correlation"))
+        op = launch.parent if launch is not None else by_ext.get(g.args.get("External id"))
+        k = Kernel(g, launch, op, launch is not None and id(launch) in queried)
+        if op is not None:
+            op.kernels.append(k)
+        st = step_at(launch.ts) if launch is not None else (op.step if op is not None else step_at(g.ts))
+        if st is not None:
+            st.gpu.append(k)
+    for st in steps:
+        st.gpu.sort(key=lambda k: k.order)
+
+    meta = {k: v for k, v in data.items() if k != "traceEvents"}
+    props = meta.get("deviceProperties")
+    props = [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
+    return Trace(path, meta, steps, props, bool(gpu or calls))
+
+
+def _launches(call: Event) -> bool:
+    return "Launch" in call.name or "launch" in call.name
+
+
+def _build_tree(spans: list[Event]) -> None:
+    """Nest spans per thread by time: a span's parent is the innermost one that contains it."""
+    spans.sort(key=lambda e: (e.ts, -e.dur))
+    stacks: dict[tuple, list[Event]] = defaultdict(list)
+    for s in spans:
+        stack = stacks[(s.pid, s.tid)]
+        while stack and stack[-1].end < s.end:
+            stack.pop()
+        if stack:
+            s.parent = stack[-1]
+            stack[-1].children.append(s)
+        stack.append(s)
+
+
+def _thread_index(spans: list[Event]) -> dict[tuple, tuple[list[float], list[Event]]]:
+    per: dict[tuple, list[Event]] = defaultdict(list)
+    for s in spans:
+        per[(s.pid, s.tid)].append(s)
+    return {k: ([s.ts for s in v], v) for k, v in per.items()}
+
+
+def _innermost(threads: dict, ev: Event) -> Event | None:
+    """The innermost span on ev's thread that contains ev's start (bisect, then up the tree)."""
+    entry = threads.get((ev.pid, ev.tid))
+    if entry is None:
+        return None
+    starts, spans = entry
+    i = bisect.bisect_right(starts, ev.ts) - 1
+    node = spans[i] if i >= 0 else None
+    while node is not None and node.end < ev.ts:
+        node = node.parent
+    return node
