@@ -14,6 +14,7 @@ run in Triton's CPU interpreter).
 """
 
 import importlib
+import importlib.util
 import logging
 import os
 from dataclasses import dataclass
@@ -71,6 +72,10 @@ def main():
     tokens, d, h = args.batch * args.seq, args.dim, args.hidden
     run = common.setup(__file__, args, elements=6 * d * h + 3 * tokens * d + 4 * tokens * h)
     common.describe(run)
+    if importlib.util.find_spec("triton") is None:  # Triton has Linux wheels only (see pyproject.toml)
+        raise common.Fail("Liger's kernel needs a CUDA GPU and Triton, which installs on Linux only; here run "
+                          "uv run 03_simple_mlp.py --compile (the fused C++ kernel, the CPU twin), or read the H200 run: "
+                          "uv run inspect_trace.py tests/data/h200_liger.json.gz")
 
     layers, source = liger_layers()
     print(f"LigerGEGLUMLP from {source}")

@@ -15,13 +15,12 @@ interpreter (numpy, slow: use tiny shapes), e.g.
 """
 
 import importlib
+import importlib.util
 
 import torch
 
 import common
-import fused_geglu
 import inspect_trace as it
-from fused_geglu import FusedGeGLUMLP
 
 # Guess first, then look: what this trace should hold. Checked against the trace after the run.
 EXPECT = {
@@ -44,6 +43,13 @@ def main():
     tokens, d, h = args.batch * args.seq, args.dim, args.hidden
     run = common.setup(__file__, args, elements=8 * d * h + 3 * tokens * d + 3 * tokens * h)
     common.describe(run)
+    if importlib.util.find_spec("triton") is None:  # Triton has Linux wheels only (see pyproject.toml)
+        raise common.Fail("the fused kernel needs a CUDA GPU and Triton, which installs on Linux only; here run "
+                          "uv run 03_simple_mlp.py --compile (the CPU twin), or read the H200 run: "
+                          "uv run inspect_trace.py tests/data/h200_fused_eager.json.gz")
+    import fused_geglu  # imports Triton, so only once we know it is there
+    from fused_geglu import FusedGeGLUMLP
+
     if not run.cuda and not fused_geglu.INTERPRET:
         raise common.Fail("the fused Triton kernel needs a CUDA GPU; on a CPU run it in Triton's interpreter at a tiny "
                           "shape: TRITON_INTERPRET=1 uv run 04_fused_mlp.py --batch 2 --seq 8 --dim 32 --hidden 64")

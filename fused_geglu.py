@@ -38,7 +38,7 @@ import os
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-import triton
+import triton  # Linux wheels only (pyproject.toml): scripts import this module once they know it is there
 import triton.language as tl
 
 try:  # host-side TMA descriptors (Triton >= 3.4)

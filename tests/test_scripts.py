@@ -5,6 +5,7 @@ report cannot vouch for itself.
 """
 
 import gzip
+import importlib.util
 import json
 import os
 import signal
@@ -18,6 +19,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 LINEAR = ["--batch", "16", "--in_dim", "8", "--out_dim", "12"]
 MLP = ["--batch", "2", "--seq", "8", "--dim", "32", "--hidden", "64"]
+NEEDS_TRITON = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                                  reason="needs Triton (Linux wheels only; tests/test_platforms.py runs without it)")
 
 
 def run(script, *args, env=None, **kw):
@@ -179,6 +182,7 @@ def test_interrupted_run_keeps_the_previous_trace(tmp_path):
     assert sorted(p.name for p in trace.parent.iterdir()) == [trace.name, trace.with_suffix(".txt").name]
 
 
+@NEEDS_TRITON
 def test_kernels_mlp_offline_falls_back_to_the_liger_package_then_needs_a_gpu(tmp_path):
     proc = run("03_kernels_mlp.py", *MLP, "--device", "cpu", "--out", str(tmp_path), env={"HF_HUB_OFFLINE": "1"})
     assert "Hugging Face Hub kernel not available" in proc.stdout
@@ -188,6 +192,7 @@ def test_kernels_mlp_offline_falls_back_to_the_liger_package_then_needs_a_gpu(tm
     assert not list(tmp_path.rglob("*.json"))
 
 
+@NEEDS_TRITON
 def test_hub_wait_is_bounded(monkeypatch):
     import importlib
 
@@ -202,6 +207,7 @@ def test_hub_wait_is_bounded(monkeypatch):
     assert source == "liger-kernel package" and hasattr(layers, "LigerGEGLUMLP")
 
 
+@NEEDS_TRITON
 def test_fused_mlp_without_gpu_says_how_to_run_it(tmp_path):
     proc = run("04_fused_mlp.py", *MLP, "--out", str(tmp_path), env={"TRITON_INTERPRET": "0"})
     assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr and "TRITON_INTERPRET=1" in proc.stderr
@@ -209,6 +215,7 @@ def test_fused_mlp_without_gpu_says_how_to_run_it(tmp_path):
     assert not list(tmp_path.rglob("*.json"))
 
 
+@NEEDS_TRITON
 def test_fused_mlp_in_the_triton_interpreter(tmp_path):
     proc = run("04_fused_mlp.py", *MLP, "--out", str(tmp_path), env={"TRITON_INTERPRET": "1"})
     assert proc.returncode == 0, proc.stderr
@@ -221,6 +228,7 @@ def test_fused_mlp_in_the_triton_interpreter(tmp_path):
         assert "aten::mm" in names  # down_proj, a plain GEMM
 
 
+@NEEDS_TRITON
 def test_fused_mlp_refuses_big_shapes_in_the_interpreter(tmp_path):
     proc = run("04_fused_mlp.py", "--out", str(tmp_path), env={"TRITON_INTERPRET": "1"})
     assert proc.returncode == 2 and "interpreter is far too slow" in proc.stderr
