@@ -120,9 +120,9 @@ print("bench exit", importlib.import_module("bench").main([]))
 
 
 def test_every_module_imports_and_the_reader_runs_without_triton(no_triton):
-    modules = ["common", "inspect_trace", "serve_trace", "bench", "bench_inspect", "01_matmul_add", "02_linear",
-               "03_simple_mlp", "03_kernels_mlp", "04_fused_mlp"]
-    assert sorted(p.stem for p in ROOT.glob("*.py") if p.stem != "fused_geglu") == sorted(modules)
+    # Every script and helper, new ones too; fused_geglu.py is the Triton kernel itself, imported after a check.
+    modules = sorted(p.stem for p in ROOT.glob("*.py") if p.stem != "fused_geglu")
+    assert {"common", "inspect_trace", "serve_trace", "bench", "03_simple_mlp", "04_fused_mlp"} <= set(modules)
     proc = no_triton("-c", f"MODULES = {modules!r}" + IMPORT_ALL)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "_geglu_tma_kernel" in proc.stdout and "reader exit 0" in proc.stdout, proc.stdout[-3000:]
