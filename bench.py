@@ -318,16 +318,6 @@ def main(argv=None):
     ceiling, bandwidth = gemm_ceiling_tflops(dtype), copy_bandwidth_tbps()
     print(f"{torch.cuda.get_device_name()}: {args.dtype} 8192^3 matmul {ceiling:.0f} TFLOP/s, "
           f"1 GiB copy {bandwidth:.2f} TB/s (the ceilings)")
-    results = []
-    try:
-        for M, dim, hidden in args.shapes:
-            tuned = {"all": True, "none": False, "some": (M, dim, hidden) in MAX_AUTOTUNE_SHAPES}[args.max_autotune]
-            results.append(bench_shape(M, dim, hidden, dtype, common.TOLERANCE[dtype], ceiling, bandwidth, tuned))
-            print_shape(results[-1], ceiling, bandwidth)
-    except AssertionError as e:
-        print(f"bench.py: wrong result, nothing timed for this shape: {e}", file=sys.stderr)
-        return 1
-    print_summary(results)
     try:
         from importlib.metadata import version
         liger_version = version("liger-kernel")
@@ -335,6 +325,7 @@ def main(argv=None):
         liger_version = None
     from fused_geglu import HOPPER_CONFIG, PORTABLE_CONFIG, SMALL_M_CONFIGS
 
+    results = []
     record = {
         "device": torch.cuda.get_device_name(),
         "capability": ".".join(map(str, torch.cuda.get_device_capability())),
@@ -351,8 +342,20 @@ def main(argv=None):
         "shapes": results,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    partial = args.out.with_name(args.out.name + ".partial")  # never a half-written record at --out
-    partial.write_text(json.dumps(record, indent=2) + "\n")
+    # Shapes done so far go to OUT.partial (a long sweep that is cut short still shows what it measured);
+    # --out itself is only ever replaced by a complete record.
+    partial = args.out.with_name(args.out.name + ".partial")
+    try:
+        for M, dim, hidden in args.shapes:
+            tuned = {"all": True, "none": False, "some": (M, dim, hidden) in MAX_AUTOTUNE_SHAPES}[args.max_autotune]
+            results.append(bench_shape(M, dim, hidden, dtype, common.TOLERANCE[dtype], ceiling, bandwidth, tuned))
+            print_shape(results[-1], ceiling, bandwidth)
+            partial.write_text(json.dumps(record, indent=2) + "\n")
+    except AssertionError as e:
+        partial.unlink(missing_ok=True)
+        print(f"bench.py: wrong result, nothing timed for this shape: {e}", file=sys.stderr)
+        return 1
+    print_summary(results)
     partial.replace(args.out)
     print(f"\nwrote {args.out}")
     return 0
