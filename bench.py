@@ -306,6 +306,33 @@ def print_summary(results):
               f"{'  SLOWER than ' + best if slower else ''}")
 
 
+def markdown_table(record):
+    """The README's benchmark table, from a record this script wrote (tests/test_readme.py checks they agree)."""
+    names = ["eager", "compile", "max-autotune", "liger"]
+    lines = [f"Measured on {record['date'][:10]} on an {record['device']} (torch {record['torch']}, triton "
+             f"{record['triton']}, CUDA {record['cuda']}, liger-kernel {record['liger_kernel']}, {record['dtype']}); "
+             f"ceilings {record['ceiling_tflops']:.0f} TFLOP/s (GEMM) and {record['copy_tbps']:.2f} TB/s (copy). "
+             f"µs, median of {ROUNDS} rounds; full record: `results/bench_h200.json` and `.txt`.", "",
+             "| M×dim→hidden | floor (bound) | eager | compile | max-autotune | Liger | fused (of floor) "
+             "| fused vs best other | GPU time alone (graph): fused vs best other (fused of floor) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in record["shapes"]:
+        v = r["variants"]
+        fused = v["fused"]["median_us"]
+        best, ratio, slower = fused_vs_best(r)
+        graph = "-"
+        if "graph_median_us" in v["fused"]:
+            g = v["fused"]["graph_median_us"]
+            g_best = min(o["graph_median_us"] for k, o in v.items() if k != "fused" and "graph_median_us" in o)
+            graph = f"{g:.1f} vs {g_best:.1f} ({r['floor_us'] / g:.2f})"
+        post = " (the post's)" if (r["M"], r["dim"], r["hidden"]) == (8192, 768, 3072) else ""
+        cells = " | ".join(f"{v[n]['median_us']:.1f}" if n in v else "-" for n in names)
+        lines.append(f"| {r['M']}×{r['dim']}→{r['hidden']}{post} | {r['floor_us']:.1f} µs ({r['bound']}) | {cells} "
+                     f"| **{fused:.1f}** ({r['floor_us'] / fused:.2f}) "
+                     f"| {ratio:.2f}×{' (slower: ' + best + ')' if slower else ''} | {graph} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None):
     args = parse_args(argv)
     if not torch.cuda.is_available():
