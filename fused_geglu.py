@@ -258,7 +258,7 @@ SMALL_M_CONFIGS = {
 INTERPRETER_SMALL_M_CONFIGS = {  # tiny tiles; the tests also cover split-K with other tiles
     "geglu": [(1, dict(BM=16, BN=16, BK=16, SPLIT_K=2, num_warps=4, num_stages=1)),
               (32, dict(BM=16, BN=16, BK=16, num_warps=4, num_stages=1))],
-    "down": [(32, dict(BM=16, BN=16, BK=16, SPLIT_K=3, num_warps=4, num_stages=1))],
+    "down": [],  # F.linear: the interpreter's trace keeps down_proj as the aten::mm the post shows
 }
 
 
