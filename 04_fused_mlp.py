@@ -4,7 +4,8 @@
 
 What to look for in the trace (Perfetto, or the report printed below):
 - two GPU kernels per forward: `_geglu_tma_kernel` (Hopper; `_geglu_pointer_kernel` on older GPUs), which
-  computes gelu_tanh(x @ Wg^T) * (x @ Wu^T) tile by tile, and the cuBLAS GEMM of down_proj.
+  computes gelu_tanh(x @ Wg^T) * (x @ Wu^T) tile by tile, and the cuBLAS GEMM of down_proj. With few tokens
+  (--batch 1 --seq 1: a decode step) they are `_geglu_small_m_kernel` and `_linear_small_m_kernel`.
 - no aten::gelu, no aten::mul, no fused pointwise kernel: the gate and up projections (2 x 50 MB in bf16
   at the post's shape) never go to HBM, so nothing has to read them back. Compare with 03_simple_mlp's
   compiled trace: `uv run inspect_trace.py A B` names what replaced what.
@@ -29,11 +30,11 @@ EXPECT = {
         it.cpu_op("aten::gelu", present=False),
         it.cpu_op("aten::mul", present=False),
         it.kernels_per_step(2, "the fused gate/up GEMM with the GeGLU epilogue + down_proj"),
-        it.kernel(r"^_geglu_(tma|pointer)_kernel$", per_step=1),
+        it.kernel(r"^_geglu_(tma|pointer|small_m)_kernel$", per_step=1),
     ],
     "compile": [
         it.steps(3, "mlp_fwd"),
-        it.kernel(r"^_geglu_(tma|pointer)_kernel$", per_step=1),
+        it.kernel(r"^_geglu_(tma|pointer|small_m)_kernel$", per_step=1),
     ],
 }
 

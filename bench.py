@@ -1,32 +1,46 @@
-"""Eager, torch.compile, Liger and the epilogue-fused GeGLU MLP forward, side by side on one GPU.
+"""Eager, torch.compile, max-autotune, Liger and the epilogue-fused GeGLU MLP forward, side by side on one GPU.
 
-    python3 bench.py                                   # on the GPU machine
-    uv run bench.py --dtype bf16 --shapes 8192x768x3072 --out bench_results/bench.json
+    python3 bench.py                                   # on the GPU machine: the "models" sweep (~5 min)
+    uv run bench.py --sweep post --out bench_results/bench.json
+    uv run bench.py --shapes 1x4096x11008,8192x768x3072
 
-A shape is tokens x dim x hidden; 8192 x 768 x 3072 is the post's (batch 64 x seq 128). For each
-shape the four variants get the same weights and are checked against an fp32 reference before
-anything is timed (correct before fast). Then each forward is timed with triton.testing.do_bench
-(median, L2 flushed before every run), in ROUNDS round-robin rounds with the order rotated each
-round; the table shows the median of the rounds. "graph µs" times the same forward replayed from a
-CUDA graph: the GPU's time alone. Where it is much lower than "µs", the forward waits on the host
-(Python, Dynamo guards, kernel launches): that happens at small M.
+A shape is tokens x dim x hidden; 8192 x 768 x 3072 is the post's (batch 64 x seq 128). The default sweep
+("models") is how models run an MLP: the post's shape and a quarter of it; decode (M = 1, 16, 64 tokens)
+and prefill (M = 4096..16384) at Llama-2-7B (4096 -> 11008), Gemma-2B (2048 -> 16384) and Llama-3-8B
+(4096 -> 14336) sizes; and an odd M. For each shape the variants get the same weights and are checked
+against an fp32 reference before anything is timed (correct before fast). Each forward is then timed in
+ROUNDS round-robin rounds with the order rotated each round; the table shows the median of the rounds.
 
-The yardstick is measured in the same run: a dtype 8192^3 matmul gives the GEMM ceiling (TFLOP/s),
-and the MLP's floor is its FLOPs, 2 * M * dim * hidden * 3 (three GEMMs), over that ceiling. No
-forward runs much faster than the floor; "of floor" = floor / time (1.00 = at the ceiling).
-"parts" times (graph replays) the fused kernel alone against what it replaces: cuBLAS on
-x @ [Wg; Wu]^T, one GEMM of N = 2 * hidden; and the down_proj GEMM that both share.
+The timer: CUDA events around each call, median over ~100 ms of calls, L2 evicted before every call by
+*reading* 256 MB. (triton.testing.do_bench evicts by writing zeros: the dirty lines it leaves are written
+back while the timed kernel runs, ~7 µs extra on a 50 µs decode kernel on the H200.)
 
-Prints a table; writes a JSON record (device, versions, date, per-shape per-variant median µs) to --out.
+The yardstick is measured in the same run: an 8192^3 matmul gives the GEMM ceiling (TFLOP/s), a 1 GiB
+device copy the memory ceiling (TB/s, bytes read + written). The floor of a shape is the larger of
+FLOPs / GEMM ceiling (6 * M * dim * hidden) and bytes / copy bandwidth, where the bytes are what no
+forward can avoid moving: the three weights once, x in and y out. Large M is compute-bound; decode is
+memory-bound (the weights). "of floor" = floor / time (1.00 = at the ceiling). "graph µs" (M <= 128,
+where the host matters) replays the same forward from a CUDA graph: the GPU's time alone; where it is
+much lower than "µs" the forward waits on the host (Python, Dynamo guards, launches). max-autotune
+(`mode="max-autotune-no-cudagraphs"`, what a user tries next) compiles for ~20 s a shape, so by default
+it runs at MAX_AUTOTUNE_SHAPES only (--max-autotune all|none). "parts" times (graph replays) the fused
+kernels alone against what they replace: cuBLAS on x @ [Wg; Wu]^T, one GEMM of N = 2 * hidden; and
+the down_proj GEMM.
+
+Prints a table per shape and a summary; writes a JSON record (device, versions, date, ceilings, per-shape
+floors and per-variant median µs) to --out.
 """
 
 import argparse
+import copy
 import datetime
 import importlib
 import json
 import math
 import platform
+import statistics
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -36,7 +50,19 @@ import torch.nn.functional as F
 import common
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-DEFAULT_SHAPES = "8192x768x3072,2048x768x3072,8192x4096x14336"
+SWEEPS = {
+    "models": ",".join([
+        "8192x768x3072", "2048x768x3072",  # the post's shape, and a quarter of its tokens
+        "1x4096x11008", "16x4096x11008", "64x4096x11008", "4096x4096x11008",  # Llama-2-7B: decode, prefill
+        "1000x4096x11008",  # an odd M: a short prompt
+        "1x2048x16384", "64x2048x16384", "16384x2048x16384",  # Gemma-2B
+        "1x4096x14336", "8192x4096x14336",  # Llama-3-8B
+    ]),
+    "post": "8192x768x3072,2048x768x3072,8192x4096x14336",
+}
+# max-autotune compiles for ~20 s a shape (H200): by default only here, a decode, a prefill and the post's.
+MAX_AUTOTUNE_SHAPES = {(8192, 768, 3072), (1, 4096, 11008), (64, 4096, 11008), (4096, 4096, 11008)}
+GRAPH_MAX_M = 128  # CUDA-graph replays where host time matters: few tokens, short kernels
 # The GPU's clock follows its power draw and heat: on the H200 the same eager forward took 4.39 and
 # 4.84 ms minutes apart at the large shape. Rounds with a rotating order keep any variant from always
 # running last, on the hottest GPU.
@@ -63,16 +89,45 @@ def _shapes(text):
 def parse_args(argv=None):
     p = _Parser(description=__doc__.split("\n")[0])
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="weights and activations (default bf16)")
-    p.add_argument("--shapes", type=_shapes, default=_shapes(DEFAULT_SHAPES),
-                   help=f"comma-separated MxDIMxHIDDEN, M = tokens (default {DEFAULT_SHAPES})")
+    p.add_argument("--sweep", choices=sorted(SWEEPS), default="models",
+                   help="named list of shapes: models (decode and prefill at model sizes, default) or post")
+    p.add_argument("--shapes", type=_shapes, help="comma-separated MxDIMxHIDDEN, M = tokens (instead of --sweep)")
+    p.add_argument("--max-autotune", choices=["some", "all", "none"], default="some",
+                   help="where to run the max-autotune-no-cudagraphs peer (default some: MAX_AUTOTUNE_SHAPES)")
     p.add_argument("--out", type=Path, default=Path("bench_results/bench.json"), help="JSON record to write")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.shapes is None:
+        args.shapes = _shapes(SWEEPS[args.sweep])
+    return args
+
+
+_l2_flush = None
 
 
 def median_us(fn, rep_ms=100):
-    import triton.testing
+    """Median GPU time of fn in µs: CUDA events around each call, L2 evicted by a 256 MB read before each."""
+    global _l2_flush
+    if _l2_flush is None:  # larger than any GPU's L2; read, so it leaves no dirty lines behind
+        _l2_flush = torch.empty(256 << 20, device="cuda", dtype=torch.int8)
     with torch.inference_mode():
-        return 1e3 * triton.testing.do_bench(fn, warmup=25, rep=rep_ms, return_mode="median")
+        fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        est_ms = max((time.perf_counter() - t0) / 3 * 1e3, 1e-3)
+        for _ in range(min(int(25 / est_ms), 200)):  # ~25 ms of warm-up: clocks up, caches filled
+            fn()
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(max(5, min(int(rep_ms / est_ms), 300)))]
+        for start, end in events:
+            _l2_flush.max()
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+    return 1e3 * statistics.median(start.elapsed_time(end) for start, end in events)
 
 
 def time_round_robin(fns):
@@ -109,12 +164,31 @@ def gemm_ceiling_tflops(dtype):
     return 2 * 8192**3 / median_us(lambda: a @ b, rep_ms=300) / 1e6
 
 
-def build_variants(M, dim, hidden, dtype):
+def copy_bandwidth_tbps():
+    """The memory ceiling: a 1 GiB device-to-device copy, bytes read + written per second."""
+    src = torch.empty(1 << 30, device="cuda", dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    return 2 * src.numel() / median_us(lambda: dst.copy_(src), rep_ms=300) / 1e6
+
+
+def roofline(M, dim, hidden, elem_bytes, ceiling_tflops, bandwidth_tbps):
+    """The MLP forward's floor: max(FLOPs / GEMM ceiling, unavoidable bytes / copy bandwidth)."""
+    flops = 2 * M * dim * hidden * 3  # three GEMMs
+    moved = elem_bytes * (3 * dim * hidden + 2 * M * dim)  # the weights once, x in, y out
+    compute_us, memory_us = flops / ceiling_tflops / 1e6, moved / bandwidth_tbps / 1e6
+    return {"flops": flops, "bytes": moved, "floor_compute_us": compute_us, "floor_memory_us": memory_us,
+            "floor_us": max(compute_us, memory_us), "bound": "compute" if compute_us >= memory_us else "memory"}
+
+
+def build_variants(M, dim, hidden, dtype, max_autotune):
     SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
     from fused_geglu import FusedGeGLUMLP
 
     eager = SimpleGeGLUMLP(dim, hidden).cuda().to(dtype).eval()
     variants = {"eager": eager, "compile": torch.compile(eager, dynamic=False)}
+    if max_autotune:  # its own copy of the module: two compiled wrappers never share Dynamo's cache entry
+        variants["max-autotune"] = torch.compile(copy.deepcopy(eager), mode="max-autotune-no-cudagraphs",
+                                                 dynamic=False)
     try:
         from liger_kernel.transformers.geglu import LigerGEGLUMLP
     except ImportError:
@@ -131,10 +205,11 @@ def build_variants(M, dim, hidden, dtype):
     return variants, reference
 
 
-def bench_shape(M, dim, hidden, dtype, tol, ceiling):
-    from fused_geglu import geglu_packed, kernel_path
+def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune):
+    from fused_geglu import down_proj, geglu_packed, kernel_path, small_m_config
 
-    variants, reference = build_variants(M, dim, hidden, dtype)
+    torch._dynamo.reset()  # a fresh cache per shape: no recompile limit across a long sweep
+    variants, reference = build_variants(M, dim, hidden, dtype, max_autotune)
     x = torch.randn(M, dim, device="cuda", dtype=dtype)
     with torch.inference_mode():
         ref = reference(x.float())
@@ -145,59 +220,117 @@ def bench_shape(M, dim, hidden, dtype, tol, ceiling):
             # Correct before fast: a wrong variant stops the run before any number is printed.
             if not (math.isfinite(errors[name]) and errors[name] <= tol):
                 raise AssertionError(f"{name} at {M}x{dim}x{hidden}: relative error {errors[name]:.2e} > {tol:.0e}")
-    flops = 2 * M * dim * hidden * 3
-    result = {"M": M, "dim": dim, "hidden": hidden, "flops": flops, "floor_us": flops / ceiling / 1e6,
-              "variants": {}, "parts": {}}
+    result = {"M": M, "dim": dim, "hidden": hidden,
+              **roofline(M, dim, hidden, x.element_size(), ceiling, bandwidth), "variants": {}, "parts": {}}
     # model=model binds each variant now, not the loop's last value.
     calls = {name: (lambda model=model: model(x)) for name, model in variants.items()}
     rounds = time_round_robin(calls)
     # The same forwards replayed from CUDA graphs: GPU time only. Where the two columns differ, the
-    # forward waits on the host (Python, guards, launches), not on the GPU.
-    graph_rounds = time_round_robin({name: graph_replay(fn) for name, fn in calls.items()})
+    # forward waits on the host (Python, guards, launches), not on the GPU. Only where that can matter.
+    graph_rounds = (time_round_robin({name: graph_replay(fn) for name, fn in calls.items()})
+                    if M <= GRAPH_MAX_M else {})
     for name in variants:
         result["variants"][name] = {"median_us": middle(rounds[name]), "rounds_us": rounds[name],
-                                    "graph_median_us": middle(graph_rounds[name]),
-                                    "graph_rounds_us": graph_rounds[name], "rel_err": errors[name]}
-    result["skipped"] = [] if "liger" in variants else ["liger (liger-kernel is not installed)"]
+                                    "rel_err": errors[name]}
+        if name in graph_rounds:
+            result["variants"][name].update(graph_median_us=middle(graph_rounds[name]),
+                                            graph_rounds_us=graph_rounds[name])
+    result["skipped"] = ([] if "liger" in variants else ["liger (liger-kernel is not installed)"]) + \
+        ([] if max_autotune else ["max-autotune (not at this shape: --max-autotune all)"])
 
-    # The fused kernel alone vs the cuBLAS work it replaces (gate+up as one N = 2*hidden GEMM).
+    # The fused kernels alone vs the cuBLAS work they replace (gate+up as one N = 2*hidden GEMM).
     fused = variants["fused"]
     packed = fused.packed_gate_up()
     w_cat = torch.cat([fused.gate_proj.weight, fused.up_proj.weight]).detach()
     m = geglu_packed(x, packed)
     w_down = fused.down_proj.weight.detach()
     result["fused_path"] = kernel_path(x, packed)
-    rounds = time_round_robin({  # GPU time of each kernel alone (graph replays)
-        "fused geglu kernel": graph_replay(lambda: geglu_packed(x, packed)),
-        "cuBLAS gate+up GEMM": graph_replay(lambda: F.linear(x, w_cat)),
-        "cuBLAS down_proj GEMM": graph_replay(lambda: F.linear(m, w_down)),
-    })
-    result["parts"] = {name: middle(r) for name, r in rounds.items()}
+    parts = {"fused geglu kernel": graph_replay(lambda: geglu_packed(x, packed)),
+             "cuBLAS gate+up GEMM": graph_replay(lambda: F.linear(x, w_cat)),
+             "cuBLAS down_proj GEMM": graph_replay(lambda: F.linear(m, w_down))}
+    if small_m_config(M, "down") is not None:
+        parts["fused down_proj kernel"] = graph_replay(lambda: down_proj(m, w_down))
+    result["parts"] = {name: middle(r) for name, r in time_round_robin(parts).items()}
     return result
 
 
-def print_shape(r, ceiling):
-    print(f"\nM={r['M']} dim={r['dim']} hidden={r['hidden']}: {r['flops'] / 1e9:.1f} GFLOP, "
-          f"floor {r['floor_us']:.1f} µs at {ceiling:.0f} TFLOP/s")
-    print(f"  {'variant':<12}{'µs':>9}{'spread':>8}{'TFLOP/s':>9}{'of floor':>10}{'vs eager':>10}"
+def spread(v):
+    """(slowest - fastest round) / median: the noise a difference has to beat."""
+    return (max(v["rounds_us"]) - min(v["rounds_us"])) / v["median_us"]
+
+
+def fused_vs_best(r):
+    """(best other variant's name, its µs / fused µs, True when fused is slower beyond both spreads)."""
+    others = {k: v for k, v in r["variants"].items() if k != "fused"}
+    best = min(others, key=lambda k: others[k]["median_us"])
+    fused = r["variants"]["fused"]
+    ratio = others[best]["median_us"] / fused["median_us"]
+    return best, ratio, ratio < 1 - max(spread(fused), spread(others[best]))
+
+
+def print_shape(r, ceiling, bandwidth):
+    print(f"\nM={r['M']} dim={r['dim']} hidden={r['hidden']}: {r['flops'] / 1e9:.1f} GFLOP, {r['bytes'] / 1e6:.0f} MB; "
+          f"floor {r['floor_us']:.1f} µs, {r['bound']}-bound (compute {r['floor_compute_us']:.1f} µs at "
+          f"{ceiling:.0f} TFLOP/s, memory {r['floor_memory_us']:.1f} µs at {bandwidth:.2f} TB/s)")
+    print(f"  {'variant':<14}{'µs':>9}{'spread':>8}{'TFLOP/s':>9}{'of floor':>10}{'vs eager':>10}"
           f"{'graph µs':>10}{'of floor':>10}{'rel err':>10}")
     eager_us = r["variants"]["eager"]["median_us"]
     for name, v in r["variants"].items():
         us = v["median_us"]
-        spread = (max(v["rounds_us"]) - min(v["rounds_us"])) / us  # across rounds: the noise to beat
-        graph_us = v["graph_median_us"]
-        print(f"  {name:<12}{us:9.1f}{spread:8.1%}{r['flops'] / us / 1e6:9.0f}{r['floor_us'] / us:10.2f}"
-              f"{eager_us / us:9.2f}x{graph_us:10.1f}{r['floor_us'] / graph_us:10.2f}{v['rel_err']:10.1e}")
+        graph = (f"{v['graph_median_us']:10.1f}{r['floor_us'] / v['graph_median_us']:10.2f}"
+                 if "graph_median_us" in v else f"{'-':>10}{'-':>10}")
+        print(f"  {name:<14}{us:9.1f}{spread(v):8.1%}{r['flops'] / us / 1e6:9.0f}{r['floor_us'] / us:10.2f}"
+              f"{eager_us / us:9.2f}x{graph}{v['rel_err']:10.1e}")
     for note in r["skipped"]:
         print(f"  skipped: {note}")
-    others = [v for k, v in r["variants"].items() if k != "fused"]
-    fused = r["variants"]["fused"]
-    print(f"  fused vs best of the others: {min(v['median_us'] for v in others) / fused['median_us']:.2f}x"
-          f" (graph replays: {min(v['graph_median_us'] for v in others) / fused['graph_median_us']:.2f}x)")
+    best, ratio, slower = fused_vs_best(r)
+    print(f"  fused vs best of the others ({best}): {ratio:.2f}x{' SLOWER beyond the spread' if slower else ''}")
     gemm_flops = 2 * r["M"] * r["dim"] * r["hidden"]
     for name, us in r["parts"].items():
         n_gemms = 1 if "down" in name else 2
-        print(f"  part (graph): {name:<22}{us:9.1f} µs{n_gemms * gemm_flops / us / 1e6:8.0f} TFLOP/s")
+        print(f"  part (graph): {name:<24}{us:9.1f} µs{n_gemms * gemm_flops / us / 1e6:8.0f} TFLOP/s")
+
+
+def print_summary(results):
+    """One line per shape: the floor, every variant's µs, and how the fused MLP stands against the best other."""
+    names = ["eager", "compile", "max-autotune", "liger", "fused"]
+    print(f"\n{'shape':<18}{'bound':>8}{'floor':>9}" + "".join(f"{n:>14}" for n in names)
+          + f"{'fused vs best':>15}{'of floor':>10}")
+    for r in results:
+        cells = "".join(f"{r['variants'][n]['median_us']:14.1f}" if n in r["variants"] else f"{'-':>14}"
+                        for n in names)
+        best, ratio, slower = fused_vs_best(r)
+        shape = f"{r['M']}x{r['dim']}x{r['hidden']}"
+        print(f"{shape:<18}{r['bound']:>8}{r['floor_us']:9.1f}{cells}"
+              f"{ratio:14.2f}x{r['floor_us'] / r['variants']['fused']['median_us']:10.2f}"
+              f"{'  SLOWER than ' + best if slower else ''}")
+
+
+def markdown_table(record):
+    """The README's benchmark table, from a record this script wrote (tests/test_readme.py checks they agree)."""
+    names = ["eager", "compile", "max-autotune", "liger"]
+    lines = [f"Measured on {record['date'][:10]} on an {record['device']} (torch {record['torch']}, triton "
+             f"{record['triton']}, CUDA {record['cuda']}, liger-kernel {record['liger_kernel']}, {record['dtype']}); "
+             f"ceilings {record['ceiling_tflops']:.0f} TFLOP/s (GEMM) and {record['copy_tbps']:.2f} TB/s (copy). "
+             f"µs, median of {ROUNDS} rounds; full record: `results/bench_h200.json` and `.txt`.", "",
+             "| M×dim→hidden | floor (bound) | eager | compile | max-autotune | Liger | fused (of floor) "
+             "| fused vs best other | GPU time alone (graph): fused vs best other (fused of floor) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in record["shapes"]:
+        v = r["variants"]
+        fused = v["fused"]["median_us"]
+        best, ratio, slower = fused_vs_best(r)
+        graph = "-"
+        if "graph_median_us" in v["fused"]:
+            g = v["fused"]["graph_median_us"]
+            g_best = min(o["graph_median_us"] for k, o in v.items() if k != "fused" and "graph_median_us" in o)
+            graph = f"{g:.1f} vs {g_best:.1f} ({r['floor_us'] / g:.2f})"
+        post = " (the post's)" if (r["M"], r["dim"], r["hidden"]) == (8192, 768, 3072) else ""
+        cells = " | ".join(f"{v[n]['median_us']:.1f}" if n in v else "-" for n in names)
+        lines.append(f"| {r['M']}×{r['dim']}→{r['hidden']}{post} | {r['floor_us']:.1f} µs ({r['bound']}) | {cells} "
+                     f"| **{fused:.1f}** ({r['floor_us'] / fused:.2f}) "
+                     f"| {ratio:.2f}×{' (slower: ' + best + ')' if slower else ''} | {graph} |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv=None):
@@ -209,23 +342,17 @@ def main(argv=None):
 
     dtype = DTYPES[args.dtype]
     torch.manual_seed(0)
-    ceiling = gemm_ceiling_tflops(dtype)
-    print(f"{torch.cuda.get_device_name()}: {args.dtype} 8192^3 matmul {ceiling:.0f} TFLOP/s (the ceiling)")
-    results = []
-    try:
-        for M, dim, hidden in args.shapes:
-            results.append(bench_shape(M, dim, hidden, dtype, common.TOLERANCE[dtype], ceiling))
-            print_shape(results[-1], ceiling)
-    except AssertionError as e:
-        print(f"bench.py: wrong result, nothing timed for this shape: {e}", file=sys.stderr)
-        return 1
+    ceiling, bandwidth = gemm_ceiling_tflops(dtype), copy_bandwidth_tbps()
+    print(f"{torch.cuda.get_device_name()}: {args.dtype} 8192^3 matmul {ceiling:.0f} TFLOP/s, "
+          f"1 GiB copy {bandwidth:.2f} TB/s (the ceilings)")
     try:
         from importlib.metadata import version
         liger_version = version("liger-kernel")
     except Exception:
         liger_version = None
-    from fused_geglu import HOPPER_CONFIG, PORTABLE_CONFIG
+    from fused_geglu import HOPPER_CONFIG, PORTABLE_CONFIG, SMALL_M_CONFIGS
 
+    results = []
     record = {
         "device": torch.cuda.get_device_name(),
         "capability": ".".join(map(str, torch.cuda.get_device_capability())),
@@ -233,13 +360,30 @@ def main(argv=None):
         "liger_kernel": liger_version, "python": platform.python_version(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "dtype": args.dtype,
-        "timer": f"triton.testing.do_bench median (L2 flushed per run); middle of {ROUNDS} round-robin rounds",
+        "timer": f"CUDA events, median over ~100 ms of calls, L2 evicted by a 256 MB read before each call; "
+                 f"middle of {ROUNDS} round-robin rounds",
         "ceiling_tflops": ceiling, "ceiling_gemm": "8192x8192x8192",
-        "fused_config": {"hopper": HOPPER_CONFIG, "portable": PORTABLE_CONFIG},
+        "copy_tbps": bandwidth, "copy": "1 GiB device-to-device, bytes read + written",
+        "floor": "max(6*M*dim*hidden / ceiling, bytes / copy) with bytes = the 3 weights + x + y",
+        "fused_config": {"hopper": HOPPER_CONFIG, "portable": PORTABLE_CONFIG, "small_m": SMALL_M_CONFIGS},
         "shapes": results,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    # Shapes done so far go to OUT.partial (a long sweep that is cut short still shows what it measured);
+    # --out itself is only ever replaced by a complete record.
+    partial = args.out.with_name(args.out.name + ".partial")
+    try:
+        for M, dim, hidden in args.shapes:
+            tuned = {"all": True, "none": False, "some": (M, dim, hidden) in MAX_AUTOTUNE_SHAPES}[args.max_autotune]
+            results.append(bench_shape(M, dim, hidden, dtype, common.TOLERANCE[dtype], ceiling, bandwidth, tuned))
+            print_shape(results[-1], ceiling, bandwidth)
+            partial.write_text(json.dumps(record, indent=2) + "\n")
+    except AssertionError as e:
+        partial.unlink(missing_ok=True)
+        print(f"bench.py: wrong result, nothing timed for this shape: {e}", file=sys.stderr)
+        return 1
+    print_summary(results)
+    partial.replace(args.out)
     print(f"\nwrote {args.out}")
     return 0
 

@@ -28,6 +28,15 @@ The saving only matters if the GEMM main loop runs near cuBLAS speed, so there a
 - `_geglu_pointer_kernel` (any GPU, and Triton's CPU interpreter): masked pointer loads, one program
   per tile. Tests run both kernels on the CPU with TRITON_INTERPRET=1, and on a GPU when there is one.
 
+A decode step has few tokens (M = 1 .. 128) and the picture flips: the weights are the bytes (at
+1 x 4096 -> 11008 the MLP reads 270 MB of weights and 8 KB of activations), the FLOPs are nothing, and a
+128-row tile wastes almost all of its work while 86 tiles leave most SMs idle. So `_geglu_small_m_kernel`
+streams the packed weights with many small programs (16..128 rows of x, 32..128 weight rows each), the
+tile chosen by M from a few buckets (`SMALL_M_CONFIGS`: one compiled kernel per bucket, not per shape).
+The same body without the epilogue, `_linear_small_m_kernel`, does down_proj there: its weight has only
+`dim` rows, so it also splits K across programs until they fill the GPU (the last program of a tile sums
+the fp32 partials in a fixed order). Past the buckets, the tiled kernels above and cuBLAS take over.
+
 Read `bench.py` for the timings. `geglu()` is the bare launcher, `FusedGeGLUMLP` the nn.Module whose
 parameters carry the same names as `SimpleGeGLUMLP` in 03_simple_mlp.py.
 """
@@ -135,6 +144,96 @@ def _geglu_pointer_kernel(x_ptr, w_ptr, m_ptr, M, N2, K, stride_xm, stride_wn, s
     tl.store(m_ptrs, m.to(m_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_h[None, :] < N2 // 2))
 
 
+@triton.jit
+def _dot_main_loop(x_ptr, w_ptr, offs_m, offs_n, offs_k, M, N2, K, k_steps, stride_xm, stride_wn,
+                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, UPCAST: tl.constexpr,
+                   DOT_PRECISION: tl.constexpr):
+    # x [BM, BK] times the [N2, K] weight read as [BK, BN] tiles (W^T without a copy), on tensor cores.
+    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :]
+    w_ptrs = w_ptr + offs_n[None, :] * stride_wn + offs_k[:, None]
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for i in range(k_steps):
+        k_in = offs_k < K - i * BK
+        x = tl.load(x_ptrs, mask=(offs_m[:, None] < M) & k_in[None, :], other=0.0)
+        w = tl.load(w_ptrs, mask=k_in[:, None] & (offs_n[None, :] < N2), other=0.0)
+        if UPCAST:
+            x, w = _upcast(x, w)
+        acc = tl.dot(x, w, acc, input_precision=DOT_PRECISION)
+        x_ptrs += BK
+        w_ptrs += BK
+    return acc
+
+
+@triton.jit
+def _store_out(out_ptr, acc, offs_m, pid_n, M, N2, stride_om, BM: tl.constexpr, BN: tl.constexpr,
+               GEGLU: tl.constexpr):
+    if GEGLU:  # BN packed columns -> BN / 2 columns of m
+        tile = _geglu_epilogue(acc, BM, BN)
+        offs_c = pid_n * (BN // 2) + tl.arange(0, BN // 2)
+        n_out = N2 // 2
+    else:
+        tile = acc
+        offs_c = pid_n * BN + tl.arange(0, BN)
+        n_out = N2
+    out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_c[None, :]
+    tl.store(out_ptrs, tile.to(out_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_c[None, :] < n_out))
+
+
+@triton.jit
+def _small_m_body(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_xm, stride_wn, stride_om,
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr, GEGLU: tl.constexpr,
+                  UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """Few tokens: x[M, K] @ w[N2, K]^T, with the GeGLU epilogue (GEGLU) or without (down_proj).
+
+    The weights dominate the bytes, so many small programs stream them: grid (M tiles, N tiles, SPLIT_K),
+    the programs next to each other share a weight tile (L2 hits). Even at M = 1 a 16-row tensor-core tile
+    is as fast as a GEMV loop without tensor cores (measured on the H200): the weights' bytes set the time.
+    With SPLIT_K > 1 each program sums one slice of K into an fp32 partial; the last of a tile's SPLIT_K
+    programs to arrive adds the partials in a fixed order (deterministic), applies the epilogue and
+    resets the tile's counter for the next launch.
+    """
+    pid_m, pid_n, pid_k = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    offs_m = pid_m * BM + tl.arange(0, BM)
+    offs_n = pid_n * BN + tl.arange(0, BN)
+    k_steps = tl.cdiv(tl.cdiv(K, BK), SPLIT_K)  # K-steps per slice (the last slice may get fewer)
+    offs_k = pid_k * k_steps * BK + tl.arange(0, BK)
+    acc = _dot_main_loop(x_ptr, w_ptr, offs_m, offs_n, offs_k, M, N2, K, k_steps, stride_xm, stride_wn,
+                         BM, BN, BK, UPCAST, DOT_PRECISION)
+    if SPLIT_K == 1:
+        _store_out(out_ptr, acc, offs_m, pid_n, M, N2, stride_om, BM, BN, GEGLU)
+    else:
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N2)
+        part_ptrs = part_ptr + offs_m[:, None] * N2 + offs_n[None, :]  # part is [SPLIT_K, M, N2] fp32
+        tl.store(part_ptrs + pid_k * M * N2, acc, mask=mask)
+        tile = pid_m * tl.num_programs(1) + pid_n
+        # acq_rel: this program's partial is visible before its arrival is counted, and the last
+        # program sees every other partial once it has read the count.
+        arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel")
+        if arrived == SPLIT_K - 1:
+            total = tl.zeros((BM, BN), dtype=tl.float32)
+            for s in tl.static_range(SPLIT_K):  # .cg: read through L2, never a stale L1 line
+                total += tl.load(part_ptrs + s * M * N2, mask=mask, other=0.0, cache_modifier=".cg")
+            _store_out(out_ptr, total, offs_m, pid_n, M, N2, stride_om, BM, BN, GEGLU)
+            tl.store(count_ptr + tile, 0)
+
+
+# Two kernels over one body, so a trace names what each launch computes.
+@triton.jit(do_not_specialize=["M"])
+def _geglu_small_m_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_xm, stride_wn, stride_om,
+                          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
+                          UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    _small_m_body(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_xm, stride_wn, stride_om,
+                  BM, BN, BK, SPLIT_K, True, UPCAST, DOT_PRECISION)
+
+
+@triton.jit(do_not_specialize=["M"])
+def _linear_small_m_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_xm, stride_wn, stride_om,
+                           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
+                           UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    _small_m_body(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_xm, stride_wn, stride_om,
+                  BM, BN, BK, SPLIT_K, False, UPCAST, DOT_PRECISION)
+
+
 # Tile configs; BN counts packed columns (gate and up), so a tile yields BN / 2 columns of m.
 # Hopper: a 128 x 256 tile per program (8 warps = 2 warpgroups, 64 rows each); shared memory is
 # (BM + BN) * BK * 2 bytes = 48 KB per stage plus a 32 KB epilogue buffer: 3 stages = 176 KB of 227.
@@ -143,6 +242,24 @@ HOPPER_CONFIG = dict(BM=128, BN=256, BK=64, GROUP_M=8, num_warps=8, num_stages=3
 PORTABLE_CONFIG = dict(BM=128, BN=128, BK=32, GROUP_M=8, num_warps=8, num_stages=4)
 # The CPU interpreter runs each program in numpy: small tiles keep the tests quick.
 INTERPRETER_CONFIG = dict(BM=32, BN=32, BK=16, GROUP_M=2, num_warps=4, num_stages=1, FLATTEN=True)
+# Few tokens (decode), per kernel: (largest M, config), first match wins; past the last bucket, the tiled
+# kernels (gate/up) and cuBLAS (down_proj). Buckets, not shapes: one compiled kernel serves a bucket's M.
+SMALL_M_CONFIGS = {
+    "geglu": [
+        (16, dict(BM=16, BN=32, BK=512, num_warps=4, num_stages=3)),
+        (64, dict(BM=64, BN=128, BK=64, num_warps=4, num_stages=4)),
+        (128, dict(BM=128, BN=128, BK=64, num_warps=8, num_stages=3)),
+    ],
+    "down": [  # N = dim is small: split K to fill the GPU (FILL = CTAs per SM)
+        (16, dict(BM=16, BN=64, BK=128, FILL=2, num_warps=4, num_stages=4)),
+        (64, dict(BM=64, BN=64, BK=128, FILL=1, num_warps=4, num_stages=4)),
+    ],
+}
+INTERPRETER_SMALL_M_CONFIGS = {  # tiny tiles; the tests also cover split-K with other tiles
+    "geglu": [(1, dict(BM=16, BN=16, BK=16, SPLIT_K=2, num_warps=4, num_stages=1)),
+              (32, dict(BM=16, BN=16, BK=16, num_warps=4, num_stages=1))],
+    "down": [],  # F.linear: the interpreter's trace keeps down_proj as the aten::mm the post shows
+}
 
 
 def pack_gate_up(w_gate, w_up):
@@ -151,9 +268,12 @@ def pack_gate_up(w_gate, w_up):
 
 
 def kernel_path(x2d, w_packed, use_tma=None):
-    """Which implementation `geglu_packed` uses: 'tma', 'pointer', or 'torch' (CPU, no interpreter)."""
+    """Which implementation `geglu_packed` uses: 'small' (few tokens), 'tma', 'pointer', or 'torch' (CPU, no
+    interpreter). use_tma=True/False asks for one of the tiled kernels at any M."""
     if x2d.device.type != "cuda" and not INTERPRET:
         return "torch"
+    if use_tma is None and small_m_config(x2d.shape[0]) is not None:
+        return "small"
     tma_possible = (
         TensorDescriptor is not None
         and x2d.dtype in (torch.bfloat16, torch.float16)
@@ -171,6 +291,26 @@ def kernel_path(x2d, w_packed, use_tma=None):
     return "tma" if use_tma else "pointer"
 
 
+def small_m_config(M, kernel="geglu"):
+    """The small-M kernel's config for M tokens ('geglu' or 'down'), or None past the small-M buckets."""
+    for max_m, cfg in (INTERPRETER_SMALL_M_CONFIGS if INTERPRET else SMALL_M_CONFIGS)[kernel]:
+        if M <= max_m:
+            return cfg
+    return None
+
+
+_split_k_counters = {}
+
+
+def _tile_counters(device, n):
+    """Zeroed int32 arrival counters for split-K, one set per device and stream (the kernel re-zeroes them)."""
+    key = (device, torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
+    counters = _split_k_counters.get(key)
+    if counters is None or counters.numel() < n:
+        counters = _split_k_counters[key] = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+    return counters
+
+
 # Cached: at small M the forward is bound by host time, and these queries cost µs per call.
 @functools.lru_cache(maxsize=None)
 def _capability(device):
@@ -182,6 +322,30 @@ def _num_sms(device):
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
     return 3  # interpreter: a few persistent programs, so each one loops over several tiles
+
+
+def _split_k(device, tiles, k_steps, ctas_per_sm):
+    """Split K until the programs fill one wave of the GPU: a power of two, at most 4 (measured) and k_steps."""
+    split = 1
+    while split < min(4, k_steps) and tiles * split * 1.5 < _num_sms(device) * ctas_per_sm:
+        split *= 2
+    return split
+
+
+def _launch_small_m(x2d, w, out, cfg, geglu, upcast, precision):
+    M, K = x2d.shape
+    N2 = w.shape[0]
+    BM, BN = cfg.pop("BM"), cfg["BN"]
+    tiles = triton.cdiv(M, BM) * triton.cdiv(N2, BN)
+    fill = cfg.pop("FILL", None)  # CTAs per SM to aim for by splitting K (down_proj: few output columns)
+    split_k = cfg.pop("SPLIT_K", 1) if fill is None else _split_k(x2d.device, tiles, triton.cdiv(K, cfg["BK"]), fill)
+    grid = (triton.cdiv(M, BM), triton.cdiv(N2, BN), split_k)
+    # Split-K: fp32 partials [SPLIT_K, M, N2] and one arrival counter per output tile.
+    part = torch.empty((split_k, M, N2), device=x2d.device, dtype=torch.float32) if split_k > 1 else out
+    counters = _tile_counters(x2d.device, tiles) if split_k > 1 else out
+    kernel = _geglu_small_m_kernel if geglu else _linear_small_m_kernel
+    kernel[grid](x2d, w, out, part, counters, M, N2, K, x2d.stride(0), w.stride(0), out.stride(0),
+                 BM=BM, SPLIT_K=split_k, UPCAST=upcast, DOT_PRECISION=precision, **cfg)
 
 
 def geglu_packed(x2d, w_packed, *, use_tma=None, config=None):
@@ -202,7 +366,11 @@ def geglu_packed(x2d, w_packed, *, use_tma=None, config=None):
     if M == 0:
         return m
     upcast = INTERPRET and x2d.dtype == torch.bfloat16
-    if path == "tma":
+    # fp32 inputs: full-precision dots, like PyTorch's default matmul (tf32 would cost ~1e-3).
+    precision = "ieee" if x2d.dtype == torch.float32 else "tf32"
+    if path == "small":
+        _launch_small_m(x2d, w_packed, m, dict(config or small_m_config(M)), True, upcast, precision)
+    elif path == "tma":
         cfg = dict(config or (INTERPRETER_CONFIG if INTERPRET else HOPPER_CONFIG))
         BM, BN, BK = cfg.pop("BM"), cfg.pop("BN"), cfg.pop("BK")
         num_sms = _num_sms(x2d.device)
@@ -216,11 +384,23 @@ def geglu_packed(x2d, w_packed, *, use_tma=None, config=None):
         cfg = dict(config or (INTERPRETER_CONFIG if INTERPRET else PORTABLE_CONFIG))
         cfg.pop("FLATTEN", None)
         grid = (triton.cdiv(M, cfg["BM"]) * triton.cdiv(N2, cfg["BN"]),)
-        # fp32 inputs: full-precision dots, like PyTorch's default matmul (tf32 would cost ~1e-3).
-        precision = "ieee" if x2d.dtype == torch.float32 else "tf32"
         _geglu_pointer_kernel[grid](x2d, w_packed, m, M, N2, K, x2d.stride(0), w_packed.stride(0), m.stride(0),
                                     DOT_PRECISION=precision, UPCAST=upcast, **cfg)
     return m
+
+
+def down_proj(m, w_down, *, config=None):
+    """y = m @ w_down^T. For few tokens the small-M kernel (split-K: the weight has only dim rows to spread
+    over the GPU; cuBLAS leaves bandwidth unused there); otherwise, and on a CPU, F.linear (cuBLAS)."""
+    cfg = config or small_m_config(m.shape[0], "down")
+    if m.dim() != 2 or cfg is None or (m.device.type != "cuda" and not INTERPRET) or m.dtype != w_down.dtype:
+        return F.linear(m, w_down)
+    m, w_down = m.contiguous(), w_down.contiguous()
+    y = torch.empty((m.shape[0], w_down.shape[0]), device=m.device, dtype=m.dtype)
+    if m.shape[0]:
+        _launch_small_m(m, w_down, y, dict(cfg), False, INTERPRET and m.dtype == torch.bfloat16,
+                        "ieee" if m.dtype == torch.float32 else "tf32")
+    return y
 
 
 def geglu(x2d, w_gate, w_up, **kwargs):
@@ -287,9 +467,12 @@ class FusedGeGLUMLP(nn.Module):
         x2d = x.reshape(-1, x.shape[-1])
         w_gate, w_up = self.gate_proj.weight, self.up_proj.weight
         packed = self.packed_gate_up(w_gate, w_up)
-        if torch.is_grad_enabled() and (x2d.requires_grad or w_gate.requires_grad or w_up.requires_grad):
+        if torch.is_grad_enabled() and (x2d.requires_grad or w_gate.requires_grad or w_up.requires_grad
+                                        or self.down_proj.weight.requires_grad):
             m = _GeGLUFunction.apply(x2d, w_gate, w_up, packed)
-        else:  # inference: skip the autograd.Function bookkeeping (µs of host time per call)
-            m = geglu_packed(x2d, packed)
-        # F.linear rather than self.down_proj(m): the same GEMM without nn.Module's call overhead.
-        return F.linear(m, self.down_proj.weight).reshape(*x.shape[:-1], -1)
+            return F.linear(m, self.down_proj.weight).reshape(*x.shape[:-1], -1)  # autograd's GEMM
+        # Inference: no autograd.Function bookkeeping (µs of host time per call), and down_proj()
+        # rather than self.down_proj(m): the same GEMM (the small-M kernel for few tokens) without
+        # nn.Module's call overhead.
+        m = geglu_packed(x2d, packed)
+        return down_proj(m, self.down_proj.weight).reshape(*x.shape[:-1], -1)

@@ -29,37 +29,100 @@ def test_no_gpu_one_line_exit_2(tmp_path):
     assert "Traceback" not in proc.stderr and not (tmp_path / "b.json").exists()
 
 
-@pytest.mark.parametrize("flags", [["--shapes", "8192x768"], ["--shapes", "0x768x3072"], ["--dtype", "fp8"]])
-def test_bad_flags_one_line_exit_2(flags):
-    proc = run_bench(*flags, hide_gpu=True)
-    assert proc.returncode == 2
-    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("bench.py: ")
+@pytest.mark.parametrize("flags", [["--shapes", "8192x768"], ["--shapes", "0x768x3072"], ["--dtype", "fp8"],
+                                   ["--sweep", "llama"], ["--max-autotune", "sometimes"]])
+def test_bad_flags_one_line_exit_2(flags, capsys):
+    import bench
+    with pytest.raises(SystemExit) as exit_info:  # in-process: argparse runs before any GPU check
+        bench.parse_args(flags)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert len(err.strip().splitlines()) == 1 and err.startswith("bench.py: ")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_run_writes_record(tmp_path):
     out = tmp_path / "bench.json"
-    proc = run_bench("--shapes", "512x256x1024", "--out", str(out), timeout=600)
+    # A decode shape (memory-bound, small-M kernels, graph replays) and a larger one (compute-bound).
+    proc = run_bench("--shapes", "1x256x1024,4096x256x1024", "--out", str(out), timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads(out.read_text())
-    assert record["device"] == torch.cuda.get_device_name() and record["ceiling_tflops"] > 0
-    (shape,) = record["shapes"]
-    assert {"eager", "compile", "fused"} <= set(shape["variants"])
-    for v in shape["variants"].values():
-        assert v["median_us"] > 0 and v["graph_median_us"] > 0 and v["rel_err"] < 2e-2
-    assert str(out) in proc.stdout
+    assert record["device"] == torch.cuda.get_device_name()
+    assert record["ceiling_tflops"] > 0 and record["copy_tbps"] > 0
+    decode, prefill = record["shapes"]
+    assert decode["bound"] == "memory" and decode["fused_path"] == "small" and "fused down_proj kernel" in decode["parts"]
+    assert prefill["bound"] == "compute" and prefill["fused_path"] != "small"
+    for shape in record["shapes"]:
+        assert shape["floor_us"] == max(shape["floor_compute_us"], shape["floor_memory_us"]) > 0
+        assert {"eager", "compile", "fused"} <= set(shape["variants"]) and "max-autotune" not in shape["variants"]
+        assert any(note.startswith("max-autotune") for note in shape["skipped"])
+        for v in shape["variants"].values():
+            assert v["median_us"] > 0 and v["rel_err"] < 2e-2
+            assert ("graph_median_us" in v) == (shape["M"] <= 128)
+    assert str(out) in proc.stdout and not list(tmp_path.glob("*.partial"))
+
+
+def _record(M=8192, dim=768, hidden=3072, fused_us=190.0, fused_rounds=(1.0, 1.02, 0.99)):
+    # A record shaped like the GPU run's, numbers made up.
+    import bench
+    variants = {name: {"median_us": us, "rounds_us": [us * f for f in rounds], "rel_err": 3e-3,
+                       "graph_median_us": us - 5, "graph_rounds_us": [us - 5] * 3}
+                for name, us, rounds in [("eager", 250.0, (1.0, 1.02, 0.99)), ("compile", 240.0, (1.0, 1.02, 0.99)),
+                                         ("liger", 230.0, (1.0, 1.02, 0.99)), ("fused", fused_us, fused_rounds)]}
+    del variants["compile"]["graph_median_us"]  # graph replays are optional per variant
+    return {"M": M, "dim": dim, "hidden": hidden, **bench.roofline(M, dim, hidden, 2, 680.0, 4.0),
+            "variants": variants, "skipped": ["max-autotune (not at this shape: --max-autotune all)"],
+            "parts": {"fused geglu kernel": 130.0, "cuBLAS down_proj GEMM": 55.0}}
 
 
 def test_table_from_a_record(capsys):
-    # The printing path on the CPU too: a record shaped like the GPU run's, numbers made up.
     import bench
-    variants = {name: {"median_us": us, "rounds_us": [us, us * 1.02, us * 0.99], "rel_err": 3e-3,
-                       "graph_median_us": us - 5, "graph_rounds_us": [us - 5] * 3}
-                for name, us in [("eager", 250.0), ("compile", 240.0), ("liger", 230.0), ("fused", 190.0)]}
-    record = {"M": 8192, "dim": 768, "hidden": 3072, "flops": 2 * 8192 * 768 * 3072 * 3, "floor_us": 170.0,
-              "variants": variants, "skipped": [], "parts": {"fused geglu kernel": 130.0, "cuBLAS down_proj GEMM": 55.0}}
-    bench.print_shape(record, ceiling=680.0)
+    record = _record()
+    bench.print_shape(record, ceiling=680.0, bandwidth=4.0)
     out = capsys.readouterr().out
-    assert "fused vs best of the others: 1.21x (graph replays: 1.22x)" in out
+    assert "fused vs best of the others (liger): 1.21x" in out and "SLOWER" not in out
+    assert "compute-bound" in out and "skipped: max-autotune" in out
     (fused_row,) = [line.split() for line in out.splitlines() if line.split()[:1] == ["fused"] and "vs" not in line]
-    assert fused_row[4] == "0.89"  # of floor = 170 / 190
+    assert fused_row[4] == f"{record['floor_us'] / 190.0:.2f}"  # of floor = floor / time
+    (compile_row,) = [line.split() for line in out.splitlines() if line.split()[:1] == ["compile"]]
+    assert compile_row[6:8] == ["-", "-"]  # no graph replay for it
+
+
+def test_roofline_picks_the_bound_that_applies():
+    import bench
+    # One decode token: 3 weights of 4096 x 11008 bf16 and two 4096-vectors; the FLOPs are nothing.
+    mem = bench.roofline(1, 4096, 11008, 2, 700.0, 4.25)
+    assert mem["bytes"] == 2 * (3 * 4096 * 11008 + 2 * 4096) and mem["bound"] == "memory"
+    assert mem["floor_us"] == pytest.approx(mem["bytes"] / 4.25e6) and mem["floor_compute_us"] < 1
+    # The post's shape: the GEMMs dominate.
+    comp = bench.roofline(8192, 768, 3072, 2, 700.0, 4.25)
+    assert comp["bound"] == "compute" and comp["floor_us"] == pytest.approx(6 * 8192 * 768 * 3072 / 700e6)
+    # Doubling the bandwidth halves a memory-bound floor and leaves a compute-bound one alone.
+    assert bench.roofline(1, 4096, 11008, 2, 700.0, 8.5)["floor_us"] == pytest.approx(mem["floor_us"] / 2)
+    assert bench.roofline(8192, 768, 3072, 2, 700.0, 8.5)["floor_us"] == comp["floor_us"]
+
+
+def test_summary_flags_a_slower_fused_only_beyond_the_spread(capsys):
+    import bench
+    within = _record(M=1, dim=4096, hidden=11008, fused_us=232.0)  # 1% slower than Liger; rounds spread 3%
+    beyond = _record(M=16, dim=4096, hidden=11008, fused_us=260.0)
+    bench.print_summary([within, beyond])
+    lines = capsys.readouterr().out.splitlines()
+    (row_within,) = [line for line in lines if line.startswith("1x4096x11008")]
+    (row_beyond,) = [line for line in lines if line.startswith("16x4096x11008")]
+    assert "memory" in row_within and "SLOWER" not in row_within
+    assert row_beyond.endswith("SLOWER than liger")
+    assert " - " in f" {row_within} "  # no max-autotune column value
+
+
+def test_models_sweep_covers_how_models_run():
+    import bench
+    shapes = bench.parse_args([]).shapes  # the default
+    assert (8192, 768, 3072) in shapes and (2048, 768, 3072) in shapes  # the post's
+    for dim, hidden in [(2048, 16384), (4096, 11008), (4096, 14336)]:  # Gemma-2B, Llama-2-7B, Llama-3-8B
+        ms = {m for m, d, h in shapes if (d, h) == (dim, hidden)}
+        assert 1 in ms and any(4096 <= m <= 16384 for m in ms), (dim, hidden, ms)
+    assert {16, 64} <= {m for m, _, _ in shapes}
+    assert any(m & (m - 1) for m, _, _ in shapes)  # an M that is not a power of two
+    assert bench.MAX_AUTOTUNE_SHAPES <= set(shapes)
+    assert bench.parse_args(["--sweep", "post"]).shapes == bench._shapes(bench.SWEEPS["post"])

@@ -61,22 +61,42 @@ for dt in ("bf16", "fp16", "fp32"):
             emit(case, path=path, err=rel(m, ref), finite=bool(torch.isfinite(m).all()),
                  shape=list(m.shape), dtype=str(m.dtype), want_dtype=str(DTYPES[dt]))
 
+# The small-M kernels (decode), with and without split-K, at shapes no tile divides; down_proj is the
+# same body without the epilogue.
+SMALL = {"tile": dict(BM=16, BN=32, BK=32, num_warps=4, num_stages=1),
+         "split3": dict(BM=16, BN=16, BK=16, SPLIT_K=3, num_warps=4, num_stages=1)}
+for dt, shapes in [("bf16", [(1, 41, 57), (7, 40, 72), (18, 33, 8)]), ("fp32", [(7, 40, 72)])]:
+    for M, K, N in shapes:
+        x = torch.randn(M, K).to(DTYPES[dt])
+        wg, wu = (torch.randn(N, K).div(K ** 0.5).to(DTYPES[dt]) for _ in range(2))
+        ref, down_ref = ref_geglu(x, wg, wu), x.double() @ wg.double().T
+        for name, cfg in SMALL.items():
+            m = fg.geglu(x, wg, wu, config=cfg)
+            again = fg.geglu(x, wg, wu, config=cfg)  # split-K counters must be back at zero
+            y = fg.down_proj(x, wg, config=cfg)
+            emit(f"small-{dt}-{M}x{K}x{N}-{name}", path=fg.kernel_path(x, fg.pack_gate_up(wg, wu)),
+                 err=rel(m, ref), same_twice=bool(torch.equal(m, again)), shape=list(m.shape),
+                 down_err=rel(y, down_ref), down_shape=list(y.shape))
+
 # Large |g|: exp(-2y) overflows to inf for very negative g; the result must stay finite.
 x = torch.tensor([[-60.0, 60.0], [-1e4, 1e4]]).repeat(1, 8)
 w = torch.eye(16)  # g = u = x
 m = fg.geglu(x, w, w)
 emit("extreme-values", err=rel(m, ref_geglu(x, w, w)), finite=bool(torch.isfinite(m).all()))
 
-# Module vs the eager SimpleGeGLUMLP with the same weights, leading batch dims.
+# Module vs the eager SimpleGeGLUMLP with the same weights, leading batch dims; 2 x 5 tokens run the
+# small-M kernels, 2 x 20 the tiled one.
 SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
 for dt in ("bf16", "fp32"):
-    eager = SimpleGeGLUMLP(40, 72).to(DTYPES[dt])
-    fused = fg.FusedGeGLUMLP(40, 72).to(DTYPES[dt])
-    fused.load_state_dict(eager.state_dict())
-    x = torch.randn(2, 5, 40).to(DTYPES[dt])
-    with torch.no_grad():
-        y, y_eager = fused(x), eager(x)
-    emit(f"module-{dt}", err=rel(y, y_eager), shape=list(y.shape), want_shape=list(y_eager.shape))
+    for seq in (5, 20):
+        eager = SimpleGeGLUMLP(40, 72).to(DTYPES[dt])
+        fused = fg.FusedGeGLUMLP(40, 72).to(DTYPES[dt])
+        fused.load_state_dict(eager.state_dict())
+        x = torch.randn(2, seq, 40).to(DTYPES[dt])
+        with torch.no_grad():
+            y, y_eager = fused(x), eager(x)
+        emit(f"module-{dt}-{seq}", err=rel(y, y_eager), shape=list(y.shape), want_shape=list(y_eager.shape),
+             path=fg.kernel_path(x.reshape(-1, 40), fused.packed_gate_up()))
 
 # Stale weights: the packed copy must follow load_state_dict, in-place edits and dtype changes.
 eager = SimpleGeGLUMLP(40, 72)
@@ -147,7 +167,7 @@ def test_kernel_interpreted(interpreted, case):
 
 def test_interpreted_cases_are_all_there(interpreted):
     # A case that silently vanished from the child would otherwise go unnoticed.
-    assert set(KERNEL_CASES) <= set(interpreted)
+    assert set(KERNEL_CASES) <= set(interpreted) and set(SMALL_CASES) <= set(interpreted)
     assert sum("skipped" not in interpreted[c] for c in KERNEL_CASES) == 18
 
 
@@ -156,10 +176,28 @@ def test_extreme_inputs_stay_finite(interpreted):
     assert r["finite"] and r["err"] < 1e-6, r
 
 
+SMALL_SHAPES = {"bf16": ("1x41x57", "7x40x72", "18x33x8"), "fp32": ("7x40x72",)}
+SMALL_CASES = [f"small-{dt}-{s}-{c}" for dt, shapes in SMALL_SHAPES.items() for s in shapes
+               for c in ("tile", "split3")]
+
+
+@pytest.mark.parametrize("case", SMALL_CASES)
+def test_small_m_kernels_interpreted(interpreted, case):
+    r = interpreted[case]
+    dt, shape = case.split("-")[1:3]
+    M, K, N = map(int, shape.split("x"))
+    assert r["path"] == "small"  # the interpreter's buckets go up to M = 32
+    assert r["shape"] == [M, N] and r["down_shape"] == [M, N]
+    assert r["err"] < TOL[dt] and r["down_err"] < TOL[dt], r
+    assert r["same_twice"], "a second split-K launch differs: the arrival counters were not reset"
+
+
 @pytest.mark.parametrize("dt", ["bf16", "fp32"])
-def test_module_matches_eager(interpreted, dt):
-    r = interpreted[f"module-{dt}"]
-    assert r["shape"] == r["want_shape"] == [2, 5, 40]
+@pytest.mark.parametrize("seq", [5, 20])
+def test_module_matches_eager(interpreted, dt, seq):
+    r = interpreted[f"module-{dt}-{seq}"]
+    assert r["shape"] == r["want_shape"] == [2, seq, 40]
+    assert r["path"] == ("small" if seq == 5 else "pointer")
     # bf16: eager rounds g, u, gelu(g) and m on the way, the fused kernel only m.
     assert r["err"] < (2e-2 if dt == "bf16" else 1e-5), r
 
@@ -233,7 +271,7 @@ def test_gpu_bench_shapes_bf16(shape, use_tma):
 
 
 @cuda
-@pytest.mark.parametrize("shape", [(37, 40, 72), (1000, 136, 200), (4097, 768, 3080), (33, 41, 57)])
+@pytest.mark.parametrize("shape", [(37, 40, 72), (1000, 136, 200), (4097, 768, 3080), (33, 41, 57), (1000, 770, 3001)])
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])
 def test_gpu_irregular_shapes(shape, dt):
     _check_gpu(*shape, dt, use_tma=False, tol=TOL[dt])
@@ -251,4 +289,41 @@ def test_gpu_module_matches_eager():
     with torch.inference_mode():
         y, y_eager = fused(x), eager(x)
     assert y.shape == y_eager.shape
+    assert ((y.float() - y_eager.float()).norm() / y_eager.float().norm()).item() < 2e-2
+
+
+@cuda
+@pytest.mark.parametrize("M", [1, 7, 16, 64, 100, 128])
+@pytest.mark.parametrize("dt", ["bf16", "fp16"])
+def test_gpu_small_m_odd_shapes(M, dt):
+    # dim 770 and hidden 3001: no tile divides them; down_proj (N = 770) splits K.
+    K, N = 770, 3001
+    x = torch.randn(M, K, device="cuda").to(DTYPES[dt])
+    wg, wu = (torch.randn(N, K, device="cuda").div(K ** 0.5).to(DTYPES[dt]) for _ in range(2))
+    wd = torch.randn(K, N, device="cuda").div(N ** 0.5).to(DTYPES[dt])
+    packed = fused_geglu.pack_gate_up(wg, wu)
+    assert fused_geglu.kernel_path(x, packed) == "small"
+    ref = F.gelu(x.float() @ wg.float().T, approximate="tanh") * (x.float() @ wu.float().T)
+    _poison_allocator()
+    m = fused_geglu.geglu_packed(x, packed)
+    y = fused_geglu.down_proj(m, wd)
+    y_ref = m.float() @ wd.float().T
+    assert torch.isfinite(m).all() and torch.isfinite(y).all()
+    assert ((m.float() - ref).norm() / ref.norm()).item() < TOL[dt]
+    assert ((y.float() - y_ref).norm() / y_ref.norm()).item() < TOL[dt]
+    # Split-K sums its partials in a fixed order: the same bits on every launch.
+    assert torch.equal(fused_geglu.down_proj(m, wd), y) and torch.equal(fused_geglu.geglu_packed(x, packed), m)
+
+
+@cuda
+@pytest.mark.parametrize("M", [1, 64])
+def test_gpu_decode_module_matches_eager(M):
+    # A Llama-2-7B MLP at decode: both small-M kernels, against the eager module's output.
+    SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
+    eager = SimpleGeGLUMLP(4096, 11008).cuda().bfloat16()
+    fused = fused_geglu.FusedGeGLUMLP(4096, 11008).cuda().bfloat16()
+    fused.load_state_dict(eager.state_dict())
+    x = torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16)
+    with torch.inference_mode():
+        y, y_eager = fused(x), eager(x)
     assert ((y.float() - y_eager.float()).norm() / y_eager.float().norm()).item() < 2e-2
