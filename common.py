@@ -159,8 +159,10 @@ def describe(run: Run) -> None:
           f"{run.mode}, {'warm' if run.args.warmup else 'cold'}, active={run.args.active}")
 
 
-def profile(run: Run, step, annotation: str) -> _profile:
-    """Part 1's harness: optional warm-up, then wait=1, warmup=1, active=N profiled steps."""
+def profile(run: Run, step, annotation: str, profile_memory: bool = False) -> _profile:
+    """Part 1's harness: optional warm-up, then wait=1, warmup=1, active=N profiled steps.
+
+    `profile_memory` adds the allocator's "[memory]" events (each allocation and free, with the running total)."""
     for _ in range(run.args.warmup):
         step()  # warm calls pay compilation, cuBLAS heuristics and allocator growth outside the trace
     sync(run)
@@ -173,6 +175,7 @@ def profile(run: Run, step, annotation: str) -> _profile:
             activities=activities,
             schedule=schedule(wait=1, warmup=1, active=run.args.active),
             record_shapes=True,  # input shapes let the trace reader compute FLOP/s and bytes
+            profile_memory=profile_memory,
         ) as prof:
             try:
                 for _ in range(PROFILER_STEPS + run.args.active):
@@ -223,16 +226,22 @@ def rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
 TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 5e-3, torch.float32: 1e-4}
 
 
+def check_close(run: Run, name: str, out: torch.Tensor, expected: torch.Tensor,
+                reference: str = "eager SimpleGeGLUMLP") -> float:
+    """Correct before fast: `out` must match `expected` (what `reference` computed) to the dtype's tolerance."""
+    err = rel_error(out, expected)
+    tol = TOLERANCE[run.dtype]
+    print(f"check: {name} vs {reference}, relative error {err:.2e} (tolerance {tol:.0e})")
+    if not err <= tol:  # also catches NaN
+        raise Fail(f"{name}'s output differs from the {reference}: relative error {err:.2e} > {tol:.0e}")
+    return err
+
+
 def check_same_output(run: Run, name: str, model, reference, x: torch.Tensor) -> float:
     """Correct before fast: `model` and `reference`, given the same weights, must agree on x."""
     reference.load_state_dict(model.state_dict())
     with torch.no_grad():
-        err = rel_error(model(x), reference(x))
-    tol = TOLERANCE[run.dtype]
-    print(f"check: {name} vs eager SimpleGeGLUMLP, relative error {err:.2e} (tolerance {tol:.0e})")
-    if not err <= tol:  # also catches NaN
-        raise Fail(f"{name}'s output differs from the eager MLP: relative error {err:.2e} > {tol:.0e}")
-    return err
+        return check_close(run, name, model(x), reference(x))
 
 
 def show(run: Run, trace: Path, table: Path, expectations=()) -> None:
@@ -260,9 +269,10 @@ def show(run: Run, trace: Path, table: Path, expectations=()) -> None:
             raise Fail(str(e)) from None
 
 
-def record(run: Run, step, annotation: str, shape: str, expectations=()) -> tuple[Path, Path]:
+def record(run: Run, step, annotation: str, shape: str, expectations=(),
+           profile_memory: bool = False) -> tuple[Path, Path]:
     """What every script ends with: profile `step`, write the trace and the table, read them back."""
-    prof = profile(run, step, annotation)
+    prof = profile(run, step, annotation, profile_memory)
     trace, table = export(run, prof, shape)
     show(run, trace, table, expectations)
     return trace, table

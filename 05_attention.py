@@ -1,0 +1,221 @@
+"""Profile a decoder's causal self-attention block: the score matrix written out, then fused away.
+
+    uv run 05_attention.py --impl math
+    uv run 05_attention.py --impl sdpa                      # --backend flash|efficient|cudnn|math to choose
+    uv run 05_attention.py --impl flex
+    uv run 05_attention.py --impl sdpa --backend flash --decode
+
+The block as Llama and Gemma write it: q_proj, k_proj, v_proj, rotary position embedding (RoPE), the
+attention core, o_proj, all bias=False, with grouped-query attention (--kv_heads KV heads shared by --heads
+query heads). The defaults are Llama-3-8B's attention: 32 heads, 8 KV heads, head_dim 128, at batch 4 x 2048.
+
+What to look for in the trace (Perfetto, or the report printed below):
+- math: softmax(Q K^T / sqrt(d) + causal mask) V written out in PyTorch: two batched GEMMs (aten::bmm) with
+  the scale, mask and softmax kernels between them; the [batch, heads, seq, seq] scores are allocated
+  (2 GiB in bf16 at the defaults, and the fp32 softmax doubles it): see the step's peak allocation.
+- sdpa: one attention kernel whose name says the backend (cuDNN, pytorch_flash::flash_fwd_kernel, fmha_cutlass...)
+  and no score matrix. On the CPU: aten::_scaled_dot_product_flash_attention_for_cpu.
+- flex: FlexAttention with a causal block mask, compiled (as its docs require): one triton_tem_fused_flex_attention kernel.
+- --compile on math: the scale, mask and softmax chain becomes one fused kernel; the RoPE pointwise ops fuse too.
+- views (view, transpose, expand) launch nothing.
+- --decode: one new token per sequence attends to a KV cache of --seq entries: little compute per byte of
+  cache read, so the step is memory-bound; flash then splits the KV sequence (flash_fwd_splitkv_kernel + a combine kernel).
+"""
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+import common
+import inspect_trace as it
+from trace_reader import memory
+
+BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+            "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
+# The attention kernel's name says which backend ran (cuDNN's own name holds "flash" too: match it first).
+SDPA_KERNEL = {"cudnn": r"cudnn", "flash": r"^(?!.*cudnn).*flash_fwd", "efficient": r"fmha|efficient_attention",
+               "auto": r"cudnn|flash_fwd|fmha|efficient_attention"}
+SDPA_CPU_OP = {"math": r"^aten::_scaled_dot_product_attention_math$"}
+
+
+# FlexAttention is meant to be compiled (its docs): eager flex_attention runs a slow reference that
+# materialises the scores. Compiled, it is one Triton kernel generated for the mask.
+compiled_flex_attention = torch.compile(flex_attention)
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def math_attention(q, k, v, causal):
+    """softmax(Q K^T / sqrt(d) + mask) V, written out: the [batch, heads, s_q, s_kv] scores live in memory."""
+    b, kv_heads, s_kv, d = k.shape
+    groups = q.shape[1] // kv_heads  # GQA: each KV head serves `groups` query heads; expand is a view, reshape copies
+    k = k[:, :, None].expand(b, kv_heads, groups, s_kv, d).reshape(b, kv_heads * groups, s_kv, d)
+    v = v[:, :, None].expand(b, kv_heads, groups, s_kv, d).reshape(b, kv_heads * groups, s_kv, d)
+    scores = torch.matmul(q, k.transpose(2, 3)) * d**-0.5
+    if causal:
+        mask = torch.full((q.shape[2], s_kv), float("-inf"), device=q.device).triu(1)  # -inf above the diagonal
+        scores = scores + mask
+    probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(probs, v)
+
+
+class Attention(nn.Module):
+    def __init__(self, heads, kv_heads, head_dim, impl):
+        super().__init__()
+        dim = heads * head_dim
+        self.heads, self.kv_heads, self.head_dim, self.impl = heads, kv_heads, head_dim, impl
+        self.q_proj = nn.Linear(dim, heads * head_dim, bias=False)
+        self.k_proj = nn.Linear(dim, kv_heads * head_dim, bias=False)
+        self.v_proj = nn.Linear(dim, kv_heads * head_dim, bias=False)
+        self.o_proj = nn.Linear(heads * head_dim, dim, bias=False)
+        self.block_mask = None  # flex only: built once, outside the step
+
+    def forward(self, x, cos, sin, cache=None):
+        b, s, _ = x.shape
+        q = self.q_proj(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)  # [b, heads, s, d]: views
+        k = self.k_proj(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin  # RoPE: rotate each pair of channels by its position's angle
+        k = k * cos + rotate_half(k) * sin
+        if cache is not None:  # decode: the new token's k, v go into the static cache's last slot
+            k_cache, v_cache = cache
+            k_cache[:, :, -s:] = k
+            v_cache[:, :, -s:] = v
+            k, v = k_cache, v_cache
+        causal = cache is None  # one decode token comes after every cached one: it sees them all
+        if self.impl == "math":
+            o = math_attention(q, k, v, causal)
+        elif self.impl == "sdpa":
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+        else:
+            o = compiled_flex_attention(q, k, v, block_mask=self.block_mask, enable_gqa=True)
+        return self.o_proj(o.transpose(1, 2).reshape(b, s, -1))
+
+
+def rope_tables(positions, head_dim, device, dtype, base=10000.0):
+    inv_freq = 1.0 / base ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
+    angles = torch.outer(positions.float(), inv_freq)
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+# Guess first, then look: what each variant's trace should hold. Checked against the trace after the run.
+def expectations(args, score_bytes, kv_bytes):
+    impl, backend, compiled, decode = args.impl, args.backend, args.compile, args.decode
+    exp = [it.steps(3, "attention_fwd")]
+    # At prefill the [b, h, s, s] scores outweigh every other activation; at decode the KV cache does.
+    score_matrix = "the [batch, heads, seq, seq] score matrix"
+
+    def scores(present=True):
+        return [] if decode else [memory.allocates(score_bytes, score_matrix, present)]
+
+    if not compiled:
+        exp += [it.cpu_op("aten::linear", per_step=4), it.views_launch_nothing()]
+    if impl == "math" and not compiled:
+        exp += [it.cpu_op("aten::bmm", per_step=2), it.cpu_op("aten::_softmax", per_step=1),
+                it.kernel(r"(?i)softmax", per_step=1, what="the softmax"), *scores()]
+        if not decode:
+            exp.append(it.kernel(r"triu", per_step=1, what="the causal mask"))
+    elif impl == "math":
+        exp += [it.cpu_op("aten::_softmax", present=False), *scores(),
+                it.kernel(r"^triton_.*fused.*softmax", what="scale, mask and softmax fused by Inductor"),
+                it.cpu_event(r"cpp_fused.*softmax"), it.cpu_event(r"cpp_fused.*(cat|neg)")]
+    elif impl == "sdpa" and backend == "math":
+        exp += [it.cpu_event(r"^aten::_scaled_dot_product_attention_math$", device="any"),
+                *scores()]
+    elif impl == "sdpa":
+        exp += [it.cpu_op("aten::bmm", present=False), *scores(present=False),
+                it.kernel(SDPA_KERNEL[backend], per_step=1, what=f"the {backend} attention kernel"),
+                it.cpu_event(r"^aten::_scaled_dot_product_flash_attention_for_cpu$")]
+        if decode:
+            exp.append(memory.streams(SDPA_KERNEL[backend], kv_bytes, "the KV cache"))
+        if decode and backend == "flash":
+            exp += [it.kernel(r"splitkv", what="flash splits the KV sequence at one query token"),
+                    it.kernel(r"combine", per_step=1, what="and merges the splits")]
+    else:
+        flex = r"^triton_tem_fused_flex_(attention|decoding)"
+        exp += [it.kernel(flex, per_step=1, what="FlexAttention's Triton template"),
+                *scores(present=False)]
+        if decode:
+            exp.append(memory.streams(flex, kv_bytes, "the KV cache"))
+    if impl == "sdpa" and not compiled:
+        exp.append(it.cpu_op("aten::scaled_dot_product_attention", per_step=1))
+    return exp
+
+
+def main():
+    p = common.parser(__doc__, batch=4, seq=2048, heads=32, kv_heads=8, head_dim=128)
+    p.add_argument("--impl", choices=["math", "sdpa", "flex"], default="sdpa", help="the attention core")
+    p.add_argument("--backend", choices=["auto", *BACKENDS], default="auto",
+                   help="sdpa only: which kernel torch.nn.attention.sdpa_kernel allows")
+    p.add_argument("--decode", action="store_true",
+                   help="one new token per sequence, attending to a KV cache of --seq entries")
+    args = p.parse_args()
+    b, s, h, kv, d = args.batch, args.seq, args.heads, args.kv_heads, args.head_dim
+    if h % kv:
+        raise common.Fail(f"--heads {h} is not a multiple of --kv_heads {kv}: each KV head serves a whole group")
+    if d % 2:
+        raise common.Fail(f"--head_dim {d} is odd: RoPE rotates pairs of channels")
+    if args.backend != "auto" and args.impl != "sdpa":
+        raise common.Fail(f"--backend picks sdpa's kernel; --impl {args.impl} has none (use --impl sdpa)")
+    s_q = 1 if args.decode else s
+    dim = h * d
+    # weights, activations, the KV cache; math's scores in the dtype, their fp32 softmax, and the fp32 reference's
+    elements = 4 * dim * dim + 8 * b * s * dim + (5 * b * h * s_q * s if args.impl == "math" else 0)
+    run = common.setup(__file__, args, elements=elements + 4 * b * h * s_q * s)
+    common.describe(run)
+
+    model = Attention(h, kv, d, args.impl).to(run.device, run.dtype).eval()
+    x = torch.randn(b, s_q, dim, device=run.device, dtype=run.dtype)
+    cos, sin = rope_tables(torch.arange(s - s_q, s, device=run.device), d, run.device, run.dtype)
+    cache = None
+    if args.decode:  # a cache of s entries: s - 1 earlier tokens, the last slot for this one
+        cache = tuple(torch.randn(b, kv, s, d, device=run.device, dtype=run.dtype) for _ in range(2))
+    if args.impl == "flex":  # bottom-right aligned causal mask: query i is at position s - s_q + i
+        model.block_mask = create_block_mask(lambda b_, h_, q_idx, kv_idx: q_idx + (s - s_q) >= kv_idx,
+                                             None, None, s_q, s, device=run.device)
+    forward = torch.compile(model) if args.compile else model
+    allowed = list(BACKENDS.values()) if args.backend == "auto" else [BACKENDS[args.backend]]
+
+    @torch.no_grad()
+    def step():
+        with sdpa_kernel(allowed):  # sdpa's choice among the allowed kernels; math and flex ignore it
+            return forward(x, cos, sin, cache)
+
+    # Correct before fast: the same weights through fp32 math attention must give the same output.
+    reference = Attention(h, kv, d, "math").to(run.device, torch.float32).eval()
+    reference.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        expected = reference(x.float(), cos.float(), sin.float(), cache and tuple(c.float() for c in cache))
+        with warnings.catch_warnings(record=True) as why:
+            warnings.simplefilter("always")
+            try:
+                out = step()
+            except RuntimeError as e:
+                if "No available kernel" not in str(e) and "No viable backend" not in str(e):
+                    raise
+                # torch says why in warnings ("... not used because ..."); else its error's first line is all we have
+                reasons = "; ".join(dict.fromkeys(str(w.message).strip().splitlines()[0] for w in why))
+                reasons = reasons or str(e).strip().splitlines()[0]
+                raise common.Fail(f"sdpa --backend {args.backend} cannot run this input on the "
+                                  f"{run.device.type}: {reasons}") from None
+    common.check_close(run, f"{args.impl} attention", out, expected, "fp32 math attention")
+
+    name = f"{b}x{s}x{h}x{kv}x{d}_{args.impl}" + (f"_{args.backend}" if args.impl == "sdpa" else "")
+    name += "_decode" if args.decode else ""
+    score_bytes = b * h * s_q * s * run.dtype.itemsize
+    kv_bytes = 2 * b * kv * s * d * run.dtype.itemsize
+    trace, _ = common.record(run, step, "attention_fwd", name, expectations(args, score_bytes, kv_bytes),
+                             profile_memory=True)
+    print(memory.describe_peaks(it.load_trace(trace), score_bytes, "the score matrix"))
+
+
+if __name__ == "__main__":
+    common.main(main)
