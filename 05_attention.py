@@ -142,6 +142,7 @@ def expectations(args, score_bytes, kv_bytes):
     else:
         flex = r"^triton_tem_fused_flex_(attention|decoding)"
         exp += [it.kernel(flex, per_step=1, what="FlexAttention's Triton template"),
+                it.cpu_event(r"^Torch-Compiled Region", device="any"),
                 *scores(present=False)]
         if decode:
             exp.append(memory.streams(flex, kv_bytes, "the KV cache"))
