@@ -11,4 +11,6 @@ Which file answers which question:
     compare.py   What changed between two traces? Same, gone, new, replaced kernels and CPU ops.
     expect.py    Was the guess right? Expect and its builders (steps(), kernel(), ...), check(),
                  print_expectations().
+    memory.py    What did a step allocate, how fast did it stream memory? Per-step peak allocation from
+                 the "[memory]" events (profile_memory=True); allocates() and streams() expectations.
 """

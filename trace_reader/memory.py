@@ -21,7 +21,9 @@ import os
 import re
 from dataclasses import dataclass
 
-from inspect_trace import Expect, Trace, _read_json, _need_steps, device_peak
+from .expect import Expect, _need_steps
+from .peaks import device_peak
+from .read import Trace, _read_json
 
 DEVICE_TYPE = {"cpu": 0, "cuda": 1}  # c10::DeviceType
 # The reader needs no more than this many memory events: a longer run is not a tutorial trace.
