@@ -12,7 +12,7 @@ query heads). The defaults are Llama-3-8B's attention: 32 heads, 8 KV heads, hea
 What to look for in the trace (Perfetto, or the report printed below):
 - math: softmax(Q K^T / sqrt(d) + causal mask) V written out in PyTorch: two batched GEMMs (aten::bmm) with
   the scale, mask and softmax kernels between them; the [batch, heads, seq, seq] scores are allocated
-  (2 GiB in bf16 at the defaults, and the fp32 softmax doubles it): see the step's peak allocation.
+  (1 GiB in bf16 at the defaults, and the fp32 softmax doubles it): see the step's peak allocation.
 - sdpa: one attention kernel whose name says the backend (cuDNN, pytorch_flash::flash_fwd_kernel, fmha_cutlass...)
   and no score matrix. On the CPU: aten::_scaled_dot_product_flash_attention_for_cpu.
 - flex: FlexAttention with a causal block mask, compiled (as its docs require): one triton_tem_fused_flex_attention kernel.

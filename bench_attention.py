@@ -183,6 +183,22 @@ def format_shape(r):
     return "\n".join(lines)
 
 
+COLUMNS = ["math", "math compiled", "sdpa default", "sdpa flash", "sdpa cudnn", "sdpa efficient", "flex compiled"]
+
+
+def markdown(record):
+    """The README's table, from a record: median µs per variant, the fastest in bold, "—" where skipped."""
+    rows = ["| shape (BxSxHxKVxD) | " + " | ".join(COLUMNS) + " |", "| --- " * (len(COLUMNS) + 1) + "|"]
+    for r in record["shapes"]:
+        cells = []
+        for name in COLUMNS:
+            v = r["variants"].get(name)
+            cell = "—" if v is None else f"{v['median_us']:.1f}"
+            cells.append(f"**{cell}**" if name == r["fastest"] else cell)
+        rows.append(f"| {r['shape']} {'decode' if r['decode'] else 'prefill'} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def main(argv=None):
     args = parse_args(argv)
     device = args.device

@@ -204,3 +204,17 @@ def test_gpu_attention_kernels(monkeypatch, capsys, tmp_path, args, kernel):
     peaks = memory.step_peaks(t)
     score_bytes = 2 * 32 * (1 if "--decode" in args else 1024) * 1024 * 2
     assert all((p >= score_bytes) == (args[1] == "math") for p in peaks.values()) or "--decode" in args
+
+
+def test_readme_score_matrix_size_is_the_defaults(monkeypatch, capsys, tmp_path):
+    """The README's "1 GiB in bf16 at the defaults": [batch, heads, seq, seq] x 2 bytes, from --help's defaults."""
+    import re
+    from pathlib import Path
+
+    code, out, _, _ = run(monkeypatch, capsys, tmp_path, "--help")
+    assert code == 0
+    default = {f: int(re.search(rf"^ +--{f} {f.upper()} .*?\(default: (\d+)\)", out, flags=re.M).group(1))
+               for f in ("batch", "heads", "seq")}
+    gib = default["batch"] * default["heads"] * default["seq"] ** 2 * 2 / 2**30
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert f"{gib:g} GiB in bf16 at the defaults" in readme
