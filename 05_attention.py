@@ -47,6 +47,20 @@ SDPA_CPU_OP = {"math": r"^aten::_scaled_dot_product_attention_math$"}
 compiled_flex_attention = torch.compile(flex_attention)
 
 
+def sdpa_refusal(call):
+    """(call(), None), or (None, why) when sdpa has no kernel allowed for this input ("No available kernel")."""
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        try:
+            return call(), None
+        except RuntimeError as e:
+            if "No available kernel" not in str(e) and "No viable backend" not in str(e):
+                raise
+            # torch says why in warnings ("... not used because ..."); else its error's first line is all we have
+            why = "; ".join(dict.fromkeys(str(w.message).strip().splitlines()[0] for w in warned))
+            return None, why or str(e).strip().splitlines()[0]
+
+
 def rotate_half(x):
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
@@ -55,9 +69,9 @@ def rotate_half(x):
 def math_attention(q, k, v, causal):
     """softmax(Q K^T / sqrt(d) + mask) V, written out: the [batch, heads, s_q, s_kv] scores live in memory."""
     b, kv_heads, s_kv, d = k.shape
-    groups = q.shape[1] // kv_heads  # GQA: each KV head serves `groups` query heads; expand is a view, reshape copies
-    k = k[:, :, None].expand(b, kv_heads, groups, s_kv, d).reshape(b, kv_heads * groups, s_kv, d)
-    v = v[:, :, None].expand(b, kv_heads, groups, s_kv, d).reshape(b, kv_heads * groups, s_kv, d)
+    groups = q.shape[1] // kv_heads  # GQA: each KV head serves `groups` query heads; expand is a view, contiguous copies
+    k = k[:, :, None].expand(b, kv_heads, groups, s_kv, d).contiguous().view(b, kv_heads * groups, s_kv, d)
+    v = v[:, :, None].expand(b, kv_heads, groups, s_kv, d).contiguous().view(b, kv_heads * groups, s_kv, d)
     scores = torch.matmul(q, k.transpose(2, 3)) * d**-0.5
     if causal:
         mask = torch.full((q.shape[2], s_kv), float("-inf"), device=q.device).triu(1)  # -inf above the diagonal
@@ -96,7 +110,7 @@ class Attention(nn.Module):
             o = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
         else:
             o = compiled_flex_attention(q, k, v, block_mask=self.block_mask, enable_gqa=True)
-        return self.o_proj(o.transpose(1, 2).reshape(b, s, -1))
+        return self.o_proj(o.transpose(1, 2).contiguous().view(b, s, -1))  # back to [b, s, heads * d]
 
 
 def rope_tables(positions, head_dim, device, dtype, base=10000.0):
@@ -111,28 +125,26 @@ def expectations(args, score_bytes, kv_bytes):
     impl, backend, compiled, decode = args.impl, args.backend, args.compile, args.decode
     exp = [it.steps(3, "attention_fwd")]
     # At prefill the [b, h, s, s] scores outweigh every other activation; at decode the KV cache does.
-    score_matrix = "the [batch, heads, seq, seq] score matrix"
-
-    def scores(present=True):
-        return [] if decode else [memory.allocates(score_bytes, score_matrix, present)]
-
+    what = "the [batch, heads, seq, seq] score matrix"
+    scores = [] if decode else [memory.allocates(score_bytes, what)]
+    no_scores = [] if decode else [memory.allocates(score_bytes, what, present=False)]
     if not compiled:
         exp += [it.cpu_op("aten::linear", per_step=4), it.views_launch_nothing()]
     if impl == "math" and not compiled:
         exp += [it.cpu_op("aten::bmm", per_step=2), it.cpu_op("aten::_softmax", per_step=1),
-                it.kernel(r"(?i)softmax", per_step=1, what="the softmax"), *scores()]
+                it.kernel(r"(?i)softmax", per_step=1, what="the softmax"), *scores]
         if not decode:
             exp.append(it.kernel(r"triu", per_step=1, what="the causal mask"))
     elif impl == "math":
-        exp += [it.cpu_op("aten::_softmax", present=False), *scores(),
+        exp += [it.cpu_op("aten::_softmax", present=False), *scores,
                 it.kernel(r"^triton_.*fused.*softmax", what="scale, mask and softmax fused by Inductor"),
-                it.cpu_event(r"cpp_fused.*softmax"), it.cpu_event(r"cpp_fused.*(cat|neg)")]
+                it.cpu_event(r"cpp_fused.*softmax")]
     elif impl == "sdpa" and backend == "math":
         exp += [it.cpu_event(r"^aten::_scaled_dot_product_attention_math$", device="any"),
-                *scores()]
+                *scores]
     elif impl == "sdpa":
-        exp += [it.cpu_op("aten::bmm", present=False), *scores(present=False),
-                it.kernel(SDPA_KERNEL[backend], per_step=1, what=f"the {backend} attention kernel"),
+        exp += [it.cpu_op("aten::bmm", present=False), *no_scores,
+                it.kernel(SDPA_KERNEL[backend], per_step=None if decode else 1, what=f"the {backend} attention kernel"),
                 it.cpu_event(r"^aten::_scaled_dot_product_flash_attention_for_cpu$")]
         if decode:
             exp.append(memory.streams(SDPA_KERNEL[backend], kv_bytes, "the KV cache"))
@@ -143,11 +155,13 @@ def expectations(args, score_bytes, kv_bytes):
         flex = r"^triton_tem_fused_flex_(attention|decoding)"
         exp += [it.kernel(flex, per_step=1, what="FlexAttention's Triton template"),
                 it.cpu_event(r"^Torch-Compiled Region", device="any"),
-                *scores(present=False)]
+                *no_scores]
         if decode:
             exp.append(memory.streams(flex, kv_bytes, "the KV cache"))
     if impl == "sdpa" and not compiled:
         exp.append(it.cpu_op("aten::scaled_dot_product_attention", per_step=1))
+    if compiled:  # RoPE's rotate_half, multiplies and add: one fused pointwise kernel
+        exp += [it.kernel(r"^triton_poi_fused.*cat", what="RoPE"), it.cpu_event(r"cpp_fused.*cat.*neg")]
     return exp
 
 
@@ -194,19 +208,10 @@ def main():
     reference = Attention(h, kv, d, "math").to(run.device, torch.float32).eval()
     reference.load_state_dict(model.state_dict())
     with torch.no_grad():
-        expected = reference(x.float(), cos.float(), sin.float(), cache and tuple(c.float() for c in cache))
-        with warnings.catch_warnings(record=True) as why:
-            warnings.simplefilter("always")
-            try:
-                out = step()
-            except RuntimeError as e:
-                if "No available kernel" not in str(e) and "No viable backend" not in str(e):
-                    raise
-                # torch says why in warnings ("... not used because ..."); else its error's first line is all we have
-                reasons = "; ".join(dict.fromkeys(str(w.message).strip().splitlines()[0] for w in why))
-                reasons = reasons or str(e).strip().splitlines()[0]
-                raise common.Fail(f"sdpa --backend {args.backend} cannot run this input on the "
-                                  f"{run.device.type}: {reasons}") from None
+        expected = reference(x.float(), cos.float(), sin.float(), None if cache is None else tuple(c.float() for c in cache))
+        out, refused = sdpa_refusal(step)
+    if refused:
+        raise common.Fail(f"sdpa --backend {args.backend} cannot run this input on the {run.device.type}: {refused}")
     common.check_close(run, f"{args.impl} attention", out, expected, "fp32 math attention")
 
     name = f"{b}x{s}x{h}x{kv}x{d}_{args.impl}" + (f"_{args.backend}" if args.impl == "sdpa" else "")
