@@ -209,7 +209,13 @@ def main():
     reference.load_state_dict(model.state_dict())
     with torch.no_grad():
         expected = reference(x.float(), cos.float(), sin.float(), None if cache is None else tuple(c.float() for c in cache))
-        out, refused = sdpa_refusal(step)
+        try:
+            out, refused = sdpa_refusal(step)
+        except torch._dynamo.exc.BackendCompilerFailed as e:  # a torch whose Inductor has no CPU FlexAttention
+            if run.cuda or args.impl != "flex":
+                raise
+            raise common.Fail(f"FlexAttention does not compile for the CPU in torch {torch.__version__} "
+                              f"({str(e).strip().splitlines()[0][:200]}); run it on a GPU") from None
     if refused:
         raise common.Fail(f"sdpa --backend {args.backend} cannot run this input on the {run.device.type}: {refused}")
     common.check_close(run, f"{args.impl} attention", out, expected, "fp32 math attention")

@@ -7,7 +7,9 @@ is read back with plain json (test_scripts' helpers), not with the reader that p
 import gzip
 import importlib
 import json
+import re
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +20,7 @@ from test_scripts import load, steps
 from trace_reader import memory
 
 attention = importlib.import_module("05_attention")
+DATA = Path(__file__).resolve().parent / "data"
 # Prefill: the [1, 2, 512, 512] bf16 scores (1 MiB) outweigh every other activation (32 KiB each).
 PREFILL = ["--batch", "1", "--seq", "512", "--heads", "2", "--kv_heads", "1", "--head_dim", "16"]
 SMALL = ["--batch", "2", "--seq", "32", "--heads", "4", "--kv_heads", "2", "--head_dim", "16"]
@@ -95,6 +98,8 @@ def test_gqa_backend_math_and_fp32(monkeypatch, capsys, tmp_path):
 
 def test_flex_compiled_on_the_cpu(monkeypatch, capsys, tmp_path):
     code, out, err, trace = run(monkeypatch, capsys, tmp_path, "--impl", "flex", *PREFILL)
+    if code == 2 and "FlexAttention does not compile for the CPU" in err:  # the script's one line on such a torch
+        pytest.skip(err.strip())
     assert code == 0, err
     assert "check: flex attention vs fp32 math attention" in out and "BROKEN" not in out
     for names in steps(load(trace)).values():
@@ -195,26 +200,44 @@ def test_streams_needs_a_gpu_trace_and_a_known_device(tmp_path):
     (["--impl", "math"], r"(?i)softmax"),
 ])
 def test_gpu_attention_kernels(monkeypatch, capsys, tmp_path, args, kernel):
-    import re
-
     code, out, err, trace = run(monkeypatch, capsys, tmp_path, *args, "--batch", "2", "--seq", "1024", device="cuda")
     assert code == 0, err
     t = it.load_trace(trace)
     assert all(sum(bool(re.search(kernel, k.name)) for k in st.kernels) >= 1 for st in t.steps), out[-3000:]
-    peaks = memory.step_peaks(t)
-    score_bytes = 2 * 32 * (1 if "--decode" in args else 1024) * 1024 * 2
-    assert all((p >= score_bytes) == (args[1] == "math") for p in peaks.values()) or "--decode" in args
+    if "--decode" not in args:  # [2, 32, 1024, 1024] bf16 scores: 128 MiB, in memory for math only
+        assert all((p >= 2 * 32 * 1024 * 1024 * 2) == (args[1] == "math") for p in memory.step_peaks(t).values())
 
 
 def test_readme_score_matrix_size_is_the_defaults(monkeypatch, capsys, tmp_path):
     """The README's "1 GiB in bf16 at the defaults": [batch, heads, seq, seq] x 2 bytes, from --help's defaults."""
-    import re
-    from pathlib import Path
-
     code, out, _, _ = run(monkeypatch, capsys, tmp_path, "--help")
     assert code == 0
     default = {f: int(re.search(rf"^ +--{f} {f.upper()} .*?\(default: (\d+)\)", out, flags=re.M).group(1))
                for f in ("batch", "heads", "seq")}
     gib = default["batch"] * default["heads"] * default["seq"] ** 2 * 2 / 2**30
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (DATA.parent.parent / "README.md").read_text()
     assert f"{gib:g} GiB in bf16 at the defaults" in readme
+
+
+# ---- the committed H200 traces (tests/data/record_h200_attention.sh), once they exist ----------------------
+
+H200_SCORES = 4 * 32 * 2048 * 2048 * 2  # the defaults' bf16 scores: 1 GiB
+
+
+def _h200(name):
+    path = DATA / f"h200_attention_{name}.json.gz"
+    if not path.exists():
+        pytest.skip(f"{path.name} is not committed yet (bash tests/data/record_h200_attention.sh OUT on the H200)")
+    return it.load_trace(path)
+
+
+@pytest.mark.parametrize("name,has_scores", [("math", True), ("sdpa", False), ("flex", False)])
+def test_h200_score_matrix_in_memory_only_for_math(name, has_scores):
+    peaks = memory.step_peaks(_h200(name))
+    assert peaks and all((p >= H200_SCORES) == has_scores for p in peaks.values()), peaks
+
+
+@pytest.mark.parametrize("name,pattern", [("sdpa", r"cudnn|flash_fwd|fmha"), ("flex", r"^triton_tem_fused_flex_attention")])
+def test_h200_one_attention_kernel_per_step(name, pattern):
+    t = _h200(name)
+    assert [sum(bool(re.search(pattern, k.name)) for k in st.kernels) for st in t.steps] == [1, 1, 1]
