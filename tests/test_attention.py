@@ -167,6 +167,7 @@ def test_step_peak_is_above_the_steps_start(tmp_path):
 @pytest.mark.parametrize("bad", [
     {"ph": "i", "name": "[memory]", "ts": 15, "args": {"Bytes": "9" * 400, "Total Allocated": 10**9, "Device Type": 0}},
     {"ph": "i", "name": "[memory]", "ts": 15, "args": {"Bytes": True, "Total Allocated": 10**9, "Device Type": 0}},
+    {"ph": "i", "name": "[memory]", "ts": 15, "args": {"Bytes": 10**400, "Total Allocated": 10**9, "Device Type": 0}},
     {"ph": "i", "name": "[memory]", "ts": 15, "args": {"Bytes": 5, "Total Allocated": float("nan"), "Device Type": 0}},
     {"ph": "i", "name": "[memory]", "ts": "15", "args": {"Bytes": 5, "Total Allocated": 10**9, "Device Type": 0}},
     {"ph": "i", "name": "[memory]", "ts": 15, "args": [5, 10**9]},

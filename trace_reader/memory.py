@@ -26,8 +26,6 @@ from .peaks import device_peak
 from .read import Trace, _read_json
 
 DEVICE_TYPE = {"cpu": 0, "cuda": 1}  # c10::DeviceType
-# The reader needs no more than this many memory events: a longer run is not a tutorial trace.
-MAX_EVENTS = 5_000_000
 
 
 @dataclass(frozen=True)
@@ -41,7 +39,10 @@ class Alloc:
 def _number(value) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # a 400-digit integer is valid JSON
+        return None
     return value if math.isfinite(value) else None
 
 
@@ -66,9 +67,7 @@ def _read_allocs(path: str, mtime_ns: int, size: int) -> tuple[Alloc, ...]:  # c
         dtype, did = args.get("Device Type"), args.get("Device Id", 0)
         if None in (ts, nbytes, total) or type(dtype) is not int or type(did) is not int:
             continue
-        allocs.append(Alloc(ts, nbytes, total, (dtype, did)))
-        if len(allocs) > MAX_EVENTS:
-            break
+        allocs.append(Alloc(ts, nbytes, total, (dtype, did)))  # no more of these than the file has events
     allocs.sort(key=lambda a: a.ts)
     return tuple(allocs)
 
