@@ -36,10 +36,10 @@ from trace_reader import memory
 
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
             "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
-# The attention kernel's name says which backend ran (cuDNN's own name holds "flash" too: match it first).
-SDPA_KERNEL = {"cudnn": r"cudnn", "flash": r"^(?!.*cudnn).*flash_fwd", "efficient": r"fmha|efficient_attention",
+# The attention kernel's name says which backend ran: cudnn_generated_..._sdpa_..._flash_fprop_... (cuDNN),
+# pytorch_flash::flash_fwd_kernel (flash), fmha_cutlassF_... (memory-efficient).
+SDPA_KERNEL = {"cudnn": r"cudnn", "flash": r"flash_fwd", "efficient": r"fmha|efficient_attention",
                "auto": r"cudnn|flash_fwd|fmha|efficient_attention"}
-SDPA_CPU_OP = {"math": r"^aten::_scaled_dot_product_attention_math$"}
 
 
 # FlexAttention is meant to be compiled (its docs): eager flex_attention runs a slow reference that
