@@ -7,12 +7,12 @@ The attention core only (q, k, v in; the projections and RoPE are 05_attention.p
 (BxSxHxKVxD: batch, sequence, heads, KV heads, head_dim; causal) and decode shapes (one query token per
 sequence against a KV cache of S entries). Each variant is checked against fp32 math attention before it is
 timed (correct before fast); a backend that cannot run the input (sdpa's "No available kernel") is listed
-as skipped, with torch's reason. Timing is bench.py's: triton.testing.do_bench medians (L2 flushed),
+as skipped, with torch's reason. Timing is bench.py's: median_us (CUDA events, L2 evicted before each call),
 ROUNDS round-robin rounds with a rotating order, the middle round reported.
 
-Yardsticks measured in the same run: the GEMM ceiling (bench.py's dtype 8192^3 matmul) for prefill,
+Yardsticks measured in the same run, with bench.py's code: the GEMM ceiling (a dtype 8192^3 matmul) for prefill,
 TFLOP/s = 4*B*H*S*S*D / 2 (QK^T and PV; causal keeps half the score matrix); the device-to-device copy
-bandwidth for decode, GB/s = the KV cache's bytes (2*B*KV*S*D*itemsize) / time.
+bandwidth (1 GiB, read + written) for decode, GB/s = the KV cache's bytes (2*B*KV*S*D*itemsize) / time.
 Prints a table, writes a JSON record (device, versions, date, per-shape per-variant median µs) to --out
 and the table beside it (.txt).
 """
@@ -93,12 +93,11 @@ def cpu_median_us(fn, reps=5):
     return statistics.median(times)
 
 
-def copy_bandwidth_gbs(device, nbytes):
-    """Device-to-device copy: read nbytes + write nbytes; the yardstick for a memory-bound decode step."""
-    src = torch.empty(nbytes, dtype=torch.uint8, device=device).random_()
+def cpu_copy_gbs(nbytes=1 << 24):
+    """The CPU's stand-in for bench.copy_bandwidth_tbps: read nbytes + write nbytes."""
+    src = torch.empty(nbytes, dtype=torch.uint8).random_()
     dst = torch.empty_like(src)
-    us = bench.median_us(lambda: dst.copy_(src), rep_ms=200) if device == "cuda" else cpu_median_us(lambda: dst.copy_(src))
-    return 2 * nbytes / us / 1e3
+    return 2 * nbytes / cpu_median_us(lambda: dst.copy_(src)) / 1e3
 
 
 def variants(decode, s, compiled_math):
@@ -204,12 +203,12 @@ def main(argv=None):
     torch.manual_seed(0)
     if device == "cuda":
         ceiling = bench.gemm_ceiling_tflops(dtype)
-        bandwidth = copy_bandwidth_gbs(device, 1 << 30)
+        bandwidth = 1e3 * bench.copy_bandwidth_tbps()  # GB/s
         name = torch.cuda.get_device_name()
     else:  # a small stand-in: the CPU numbers only show the code path works
         a, w = (torch.randn(512, 512, dtype=dtype) for _ in range(2))
         ceiling = 2 * 512**3 / cpu_median_us(lambda: a @ w) / 1e6
-        bandwidth = copy_bandwidth_gbs(device, 1 << 24)
+        bandwidth = cpu_copy_gbs()
         name = platform.processor() or "CPU"
     compiled_math = torch.compile(attention.math_attention, dynamic=False)
     table = [f"{name}: {args.dtype} GEMM ceiling {ceiling:.0f} TFLOP/s, device copy {bandwidth:.0f} GB/s (measured now)"]
@@ -224,16 +223,18 @@ def main(argv=None):
     except AssertionError as e:
         print(f"bench_attention.py: wrong result, nothing timed for this shape: {e}", file=sys.stderr)
         return 1
-    import triton
-
+    try:
+        import triton
+    except ImportError:  # CPU mode on a machine without Triton's wheels
+        triton = None
     record = {
         "device": name, "device_type": device,
         "capability": ".".join(map(str, torch.cuda.get_device_capability())) if device == "cuda" else None,
-        "torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda,
+        "torch": torch.__version__, "triton": triton and triton.__version__, "cuda": torch.version.cuda,
         "python": platform.python_version(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "dtype": args.dtype,
-        "timer": (f"triton.testing.do_bench median (L2 flushed per run); middle of {bench.ROUNDS} round-robin rounds"
+        "timer": (f"bench.median_us (CUDA events, L2 evicted before each call); middle of {bench.ROUNDS} round-robin rounds"
                   if device == "cuda" else "time.perf_counter median of 5 calls (CPU smoke test)"),
         "ceiling_tflops": ceiling, "ceiling_gemm": "8192x8192x8192" if device == "cuda" else "512x512x512",
         "copy_gbs": bandwidth, "shapes": results,
