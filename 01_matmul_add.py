@@ -1,18 +1,25 @@
 """Part 1 of the series: profile torch.add(torch.matmul(x, w), b) on square matrices.
 
-    uv run 01_matmul_add.py                      # size 64: overhead-bound
-    uv run 01_matmul_add.py --warmup 3           # the same, warm: no first-call costs in the trace
-    uv run 01_matmul_add.py --size 4096          # compute-bound
-    uv run 01_matmul_add.py --compile
-    uv run 01_matmul_add.py --batched 4          # the detour: 3-D inputs make aten::matmul dispatch aten::bmm
+The post's commands, as printed:
+    uv run 01_matmul_add.py --size 64                    # overhead-bound: the GPU idles most of the step
+    uv run 01_matmul_add.py --size 4096                  # compute-bound
+    uv run 01_matmul_add.py --warmup                     # warm: no first-call costs in the first active step
+    uv run 01_matmul_add.py --size 4096 --warmup         # kernel times vary step to step
+    uv run 01_matmul_add.py --size 4096 --warmup --compile
+Its experiments:
+    uv run 01_matmul_add.py --wait 0 --profiler-warmup 0 # an Activity Buffer Request on the GPU lane
+    uv run 01_matmul_add.py --size 4096 --active 20      # the GPU falls further behind the CPU each step
+    uv run 01_matmul_add.py --size 4096 --active 20 --sync-each-step   # ... unless every step waits for it
+    uv run 01_matmul_add.py --batched 4                  # the detour: [B, size, size] makes matmul dispatch bmm
 
 What to look for in the trace (Perfetto, or the report printed below):
 - eager: two GPU kernels per step, the GEMM and the add. cuBLAS asks
   cudaOccupancyMaxActiveBlocksPerMultiprocessor before the GEMM launch; the add launches bare.
 - size 64: the GPU is idle most of the step (the CPU's dispatch takes longer than the kernels): overhead-bound.
-  Size 4096: the GEMM dominates: compute-bound.
+  Size 4096: the GEMM dominates: compute-bound, and with no sync per step the CPU runs ahead of the GPU.
+- cold: the first active step waits between entering record_function("matmul_add") and aten::matmul.
 - compiled: one aten::addmm dispatch (Inductor folds the add into the GEMM's epilogue) and, on CUDA,
-  a device-to-device memcpy (the bias broadcast into the output) plus the GEMM.
+  a device-to-device memcpy (the [size, size] bias copied into the output) before the GEMM.
 """
 
 import torch
@@ -28,9 +35,74 @@ def memcpy_per_step() -> it.Expect:
     return it.Expect("a device-to-device memcpy in every step (bias copied into the output)", seen, "cuda")
 
 
+def dispatch_gap(step, annotation="matmul_add") -> float | None:
+    """µs from entering record_function(annotation) to the first aten op inside it (Part 1's Figure 6)."""
+    ann = next((e for e in step.spans if e.cat == "user_annotation" and e.name == annotation), None)
+    op = ann and next((e for e in step.spans if e.cat == "cpu_op" and ann.ts <= e.ts <= ann.end), None)
+    return op.ts - ann.ts if op else None
+
+
+def launch_lag(step) -> float | None:
+    """µs the step's first GPU work waited between its launch on the CPU and its start on the GPU."""
+    first = next((k for k in step.gpu if k.launch is not None), None)
+    return first.event.ts - first.launch.ts if first else None
+
+
+def cold_start_gap(cold: bool) -> it.Expect:
+    def seen(t):
+        gaps = [dispatch_gap(st) for st in t.steps]
+        if len(gaps) < 2 or None in gaps:
+            return f"record_function -> first aten op per step (µs): {gaps}; needs 2+ steps with both"
+        later = sorted(gaps[1:])[len(gaps[1:]) // 2]
+        long_first = gaps[0] > 3 * later
+        shown = ", ".join(f"{g:.1f}" for g in gaps)
+        return long_first == cold or f"record_function -> first aten op per step: {shown} µs"
+    if cold:
+        text = "cold: the first active step waits longest between record_function and aten::matmul (> 3x later steps)"
+    else:
+        text = "warm: no long wait between record_function and aten::matmul in the first active step (< 3x later steps)"
+    return it.Expect(text + "; the post: 228 µs vs ~5", seen, "cuda")
+
+
+def gpu_falls_behind(grows: bool) -> it.Expect:
+    def seen(t):
+        lags = [launch_lag(st) for st in t.steps]
+        if len(lags) < 3 or None in lags:
+            return f"launch -> kernel start per step (µs): {lags}; needs 3+ steps with launches"
+        shown = ", ".join(f"{x:.0f}" for x in lags)
+        growing = all(b > a for a, b in zip(lags, lags[1:])) and lags[-1] > 2 * lags[0] + 50
+        return growing == grows or f"launch -> kernel start per step: {shown} µs"
+    if grows:
+        text = "no sync per step, compute-bound: the GPU starts each step's work later than the last (lag grows)"
+    else:
+        text = "a sync after each step: the GPU's lag behind the launch does not grow"
+    return it.Expect(text, seen, "cuda")
+
+
+def buffer_request() -> it.Expect:
+    def seen(t):
+        names = {e.get("name") for e in it._read_json(t.path).get("traceEvents", []) if isinstance(e, dict)}
+        return "Activity Buffer Request" in names or "no 'Activity Buffer Request' event in the trace"
+    return it.Expect("wait=0, warmup=0: an 'Activity Buffer Request' on the GPU lane (Part 1's Figure 9)", seen, "cuda")
+
+
+def schedule_guesses(args):
+    """Part 1's schedule experiments: what the profiler itself adds, and how far the GPU lags the CPU."""
+    guesses = []
+    if not args.compile and args.size <= 256:  # the post measured it at size 64, eager
+        guesses.append(cold_start_gap(cold=not args.warmup))
+    if args.wait == 0 and args.profiler_warmup == 0:
+        guesses.append(buffer_request())
+    if args.sync_each_step:
+        guesses.append(gpu_falls_behind(grows=False))
+    elif args.size >= 2048 and not args.compile:
+        guesses.append(gpu_falls_behind(grows=True))
+    return guesses
+
+
 def expectations(args):
     """Guess first, then look: what the post says this trace holds. Checked against the trace after the run."""
-    guesses = [it.steps(args.active, "matmul_add")]
+    guesses = [it.steps(args.active, "matmul_add")] + schedule_guesses(args)
     if args.compile and args.batched:  # no baddbmm here: Inductor keeps bmm and fuses the add into its own kernel
         guesses += [it.cpu_op("aten::bmm", per_step=1), it.cpu_op("aten::add", present=False)]
     elif args.compile:
@@ -52,13 +124,13 @@ def main():
                    help="use [B, size, size] inputs (aten::bmm instead of aten::mm)")
     args = p.parse_args()
     n, b = args.size, args.batched or 1
-    run = common.setup(__file__, args, elements=3 * b * n * n + n)
+    run = common.setup(__file__, args, elements=4 * b * n * n)
     common.describe(run)
 
     lead = (args.batched,) if args.batched else ()
     x = torch.randn(*lead, n, n, device=run.device, dtype=run.dtype)
     w = torch.randn(*lead, n, n, device=run.device, dtype=run.dtype)
-    bias = torch.randn(n, device=run.device, dtype=run.dtype)
+    bias = torch.randn(*lead, n, n, device=run.device, dtype=run.dtype)  # the post's bias: a matrix, like x and w
 
     def matmul_add(x, w, bias):
         return torch.add(torch.matmul(x, w), bias)

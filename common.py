@@ -5,7 +5,7 @@ This file only holds what every script does the same way:
 
 - `parser()`        one argparse CLI: the script's sizes plus --compile --dtype --warmup ...
 - `setup()`         device, dtype, output folder, checked before any work starts
-- `profile()`       torch.profiler with schedule(wait=1, warmup=1, active=N), as in Part 1
+- `profile()`       Part 1's loop: schedule(wait=1, warmup=1, active=3, repeat=1), step(); prof.step(), no per-step sync
 - `export()`        the Chrome trace (.json / .json.gz) and the profiler table (.txt), written atomically
 - `show()`          print the paths, how to open them, the trace read back and the post's expectations
 - `record()`        profile + export + show: the last line of every script
@@ -15,8 +15,11 @@ This file only holds what every script does the same way:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
+import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -25,16 +28,32 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from torch.profiler import ProfilerActivity, profile as _profile, record_function, schedule
 
-import inspect_trace
+class _DropMessage(logging.Filter):
+    """Drop one known, harmless log message; every other record passes."""
+
+    def __init__(self, pattern: str):
+        super().__init__()
+        self.rx = re.compile(pattern)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self.rx.search(record.getMessage())
+
+
+# A CUDA build of torch on a machine without a GPU warns at Inductor's first compile that it found a CUDA
+# toolkit but no runtime. Nothing here needs one; the filter must be in place before torch imports the module.
+logging.getLogger("torch.utils.cpp_extension").addFilter(_DropMessage(r"^No CUDA runtime is found"))
+
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile as _profile, record_function, schedule  # noqa: E402
+
+import inspect_trace  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 MAX_DIM = 1 << 20  # a single size above a million is a typo, not an experiment
 MAX_ACTIVE = 1000
-PROFILER_STEPS = 2  # schedule(wait=1, warmup=1): the first step is skipped, the second traced and thrown away
+WARMUP_CALLS = 3  # a bare --warmup: enough calls for cuBLAS heuristics, lazy loading and compilation to be done
 
 
 class Fail(Exception):
@@ -71,12 +90,21 @@ def parser(doc: str, **sizes: int) -> argparse.ArgumentParser:
         p.add_argument(f"--{name}", type=size_arg, default=default, help=f"{name} (the post uses {default})")
     p.add_argument("--compile", action="store_true", help="torch.compile the forward")
     p.add_argument("--dtype", choices=list(DTYPES), default="bf16", help="parameter and input dtype")
-    p.add_argument("--warmup", type=int_arg(0, 10_000), default=0, metavar="N",
-                   help="run the forward N times before profiling (0 = a cold run, as in the post)")
+    p.add_argument("--warmup", type=int_arg(0, 10_000), nargs="?", const=WARMUP_CALLS, default=0, metavar="N",
+                   help=f"a warm run: call the forward N times before profiling (bare --warmup: {WARMUP_CALLS}, "
+                        "as in the post's `--warmup`); 0 = a cold run")
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
                    help="auto = CUDA when available, else the CPU")
+    p.add_argument("--wait", type=int_arg(0, MAX_ACTIVE), default=1, metavar="N",
+                   help="profiler schedule: steps run without the profiler first (Part 1: wait=1, and wait=0 to see "
+                        "the Activity Buffer Request)")
+    p.add_argument("--profiler-warmup", type=int_arg(0, MAX_ACTIVE), default=1, metavar="N",
+                   help="profiler schedule: steps traced and thrown away before the active ones (Part 1: 1, and 0)")
     p.add_argument("--active", type=int_arg(1, MAX_ACTIVE), default=3, metavar="N",
-                   help="profiled steps: schedule(wait=1, warmup=1, active=N)")
+                   help="profiler schedule: steps kept in the trace (Part 1: 3, and 20 to see kernel times vary)")
+    p.add_argument("--sync-each-step", action="store_true",
+                   help="torch.cuda.synchronize() after every step; by default, as in the post, the profiler syncs once "
+                        "at the end and the CPU runs ahead of the GPU")
     p.add_argument("--out", type=Path, default=ROOT / "traces", help="output folder (one sub-folder per script)")
     p.add_argument("--gzip", action="store_true", help="write the trace as .json.gz (smaller; for long --active runs)")
     p.add_argument("--open", action="store_true", help="serve the new trace to ui.perfetto.dev from 127.0.0.1 and open it")
@@ -128,9 +156,6 @@ def setup(script_file: str, args: argparse.Namespace, elements: int = 0) -> Run:
     except OSError as e:
         raise Fail(f"cannot write to output folder {out}: {e.strerror or e}") from None
     args.out = out
-    if not torch.cuda.is_available():
-        # A CUDA build of torch on a GPU-less machine makes the profiler log a harmless "gpuGetDeviceCount failed".
-        os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     if args.compile and device.type == "cpu":
         # Name each C++ kernel Inductor generates in the trace: the CPU twin of the post's Triton kernel.
         import torch._inductor.config as inductor_config
@@ -154,16 +179,53 @@ def sync(run: Run) -> None:
 
 
 def describe(run: Run) -> None:
+    a = run.args
     name = torch.cuda.get_device_name(run.device) if run.cuda else "CPU"
-    print(f"{run.script}: {name}, torch {torch.__version__}, {run.args.dtype}, "
-          f"{run.mode}, {'warm' if run.args.warmup else 'cold'}, active={run.args.active}")
+    print(f"{run.script}: {name}, torch {torch.__version__}, {a.dtype}, {run.mode}, "
+          f"{f'warm ({a.warmup} calls)' if a.warmup else 'cold'}, "
+          f"schedule(wait={a.wait}, warmup={a.profiler_warmup}, active={a.active}), "
+          f"{'sync after each step' if a.sync_each_step else 'no per-step sync'}")
+
+
+# kineto writes these straight to file descriptor 2 at every profiler start and stop; without a GPU it also
+# reports that it found none. Any other line it writes (a real error) still reaches the reader.
+_KINETO_NOISE = re.compile(rb"^USDT:.*\] profiler_(start|stop)\s*$")
+_KINETO_NO_GPU = re.compile(rb"^ERROR:.*\] gpuGetDeviceCount failed")
+
+
+@contextlib.contextmanager
+def _quiet_kineto():
+    """Hold stderr in a temp file while the profiler runs, then pass on every line but kineto's noise."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    held = tempfile.TemporaryFile()
+    os.dup2(held.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        held.seek(0)
+        no_gpu = not torch.cuda.is_available()
+        for line in held:
+            if not (_KINETO_NOISE.match(line) or (no_gpu and _KINETO_NO_GPU.match(line))):
+                os.write(2, line)
+        held.close()
 
 
 def profile(run: Run, step, annotation: str, profile_memory: bool = False) -> _profile:
-    """Part 1's harness: optional warm-up, then wait=1, warmup=1, active=N profiled steps.
+    """Part 1's harness: optional warm-up calls, then the post's loop under schedule(wait, warmup, active).
 
-    `profile_memory` adds the allocator's "[memory]" events (each allocation and free, with the running total)."""
-    for _ in range(run.args.warmup):
+    The loop is the post's: `step(); prof.step()`, no synchronize in between, so the CPU may run ahead of the
+    GPU (the lag Part 1 shows between the lanes); the profiler synchronizes once, when the active window ends.
+    `profile_memory` adds the allocator's "[memory]" events (each allocation and free, with the running total).
+    """
+    a = run.args
+    if a.compile:
+        print(f"compiling the forward with torch.compile: the first call takes a while{' on a CPU' if not run.cuda else ''} "
+              "(tens of seconds)", flush=True)
+    for _ in range(a.warmup):
         step()  # warm calls pay compilation, cuBLAS heuristics and allocator growth outside the trace
     sync(run)
     # We export once, after the last active step, so the "events are cleared each cycle" warning does not apply.
@@ -171,17 +233,18 @@ def profile(run: Run, step, annotation: str, profile_memory: bool = False) -> _p
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.cuda else [])
     interrupted = False
     try:
-        with _profile(
+        with _quiet_kineto(), _profile(
             activities=activities,
-            schedule=schedule(wait=1, warmup=1, active=run.args.active),
+            schedule=schedule(wait=a.wait, warmup=a.profiler_warmup, active=a.active, repeat=1),  # the post's
             record_shapes=True,  # input shapes let the trace reader compute FLOP/s and bytes
             profile_memory=profile_memory,
         ) as prof:
             try:
-                for _ in range(PROFILER_STEPS + run.args.active):
+                for _ in range(a.wait + a.profiler_warmup + a.active):
                     with record_function(annotation):
                         step()
-                    sync(run)
+                    if a.sync_each_step:
+                        sync(run)
                     prof.step()
             except KeyboardInterrupt:
                 interrupted = True
@@ -253,8 +316,9 @@ def show(run: Run, trace: Path, table: Path, expectations=()) -> None:
     print(f"\nwrote {rel(trace)}\n      {rel(table)}")
     print(f"open:  uv run inspect_trace.py --open {rel(trace)}   (local, private)")
     print("       or drag the file into https://ui.perfetto.dev")
-    print(f"share: uvx trace-util -b BUCKET -f {rel(run.args.out.parent)}   (trace-util 0.2.0, Python >= 3.12;"
-          f" the post's 0.1.0: uvx trace-util@0.1.0 {rel(run.args.out.parent)} -b BUCKET)")
+    # trace-util 0.2.0 needs Python >= 3.12; without --python, uvx on an older Python resolves 0.1.0 (no -f).
+    print(f"share: uvx --python 3.12 trace-util -b BUCKET -f {rel(run.args.out.parent)}   (after `hf auth login`; "
+          "the bucket is public; it mirrors the folder: bucket files not in it are deleted unless --no-delete)")
     loaded = inspect_trace.load_trace(trace)
     print()
     print(inspect_trace.report(loaded))
