@@ -17,25 +17,27 @@ from torch import nn
 import common
 import inspect_trace as it
 
-# Guess first, then look: what the post says this trace holds. Checked against the trace after the run.
-EXPECT = {
-    "eager": [
-        it.steps(3, "linear_fwd"),
+
+def expectations(args):
+    """Guess first, then look: what the post says this trace holds. Checked against the trace after the run."""
+    steps = it.steps(args.active, "linear_fwd")
+    if args.compile:
+        return [
+            steps,
+            it.cpu_op("aten::addmm", per_step=1),
+            it.cpu_op("aten::add", present=False),
+            it.cpu_op("aten::t", present=False),
+            it.cpu_event(r"^Torch-Compiled Region", device="any"),
+            it.kernels_per_step(1, "the same GEMM as eager"),
+        ]
+    return [
+        steps,
         it.cpu_op("aten::addmm", per_step=1),
         it.cpu_op("aten::add", present=False),
         it.cpu_op("aten::t", per_step=1),
         it.kernels_per_step(1, "the GEMM, bias in its epilogue"),
         it.views_launch_nothing(),
-    ],
-    "compile": [
-        it.steps(3, "linear_fwd"),
-        it.cpu_op("aten::addmm", per_step=1),
-        it.cpu_op("aten::add", present=False),
-        it.cpu_op("aten::t", present=False),
-        it.cpu_event(r"^Torch-Compiled Region", device="any"),
-        it.kernels_per_step(1, "the same GEMM as eager"),
-    ],
-}
+    ]
 
 
 def main():
@@ -53,7 +55,7 @@ def main():
     def step():
         return forward(x)
 
-    common.record(run, step, "linear_fwd", f"{args.batch}x{args.in_dim}x{args.out_dim}", EXPECT[run.mode])
+    common.record(run, step, "linear_fwd", f"{args.batch}x{args.in_dim}x{args.out_dim}", expectations(args))
 
 
 if __name__ == "__main__":

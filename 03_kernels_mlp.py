@@ -27,20 +27,22 @@ import inspect_trace as it
 HUB_REPO = "kernels-community/liger-kernels"
 HUB_TIMEOUT = float(os.environ.get("HUB_TIMEOUT", "20"))  # seconds; a firewall can otherwise hang for minutes
 
-# Guess first, then look: what the post says this trace holds. Checked against the trace after the run.
-EXPECT = {
-    "eager": [
-        it.steps(3, "mlp_fwd"),
+
+def expectations(args):
+    """Guess first, then look: what the post says this trace holds. Checked against the trace after the run."""
+    steps = it.steps(args.active, "mlp_fwd")
+    if args.compile:  # not in the post: does Inductor keep Liger's hand-written kernel? Look.
+        return [
+            steps,
+            it.kernel(r"^_geglu_tanh_forward_kernel$", per_step=1),
+        ]
+    return [
+        steps,
         it.cpu_op("aten::linear", per_step=3),
         it.cpu_op("LigerGELUMulFunction", per_step=1),
         it.kernels_per_step(4, "3 GEMMs + Liger's fused GeGLU kernel"),
         it.kernel(r"^_geglu_tanh_forward_kernel$", per_step=1),
-    ],
-    "compile": [  # not in the post: does Inductor keep Liger's hand-written kernel? Look.
-        it.steps(3, "mlp_fwd"),
-        it.kernel(r"^_geglu_tanh_forward_kernel$", per_step=1),
-    ],
-}
+    ]
 
 
 @dataclass
@@ -67,10 +69,21 @@ def liger_layers():
         return geglu, "liger-kernel package"
 
 
+LIGER_H200_TRACE = "tests/data/h200_liger.json.gz"  # this script's trace, recorded on an H200
+ON_CPU = (f"Liger's Triton kernel needs a CUDA GPU (Triton's CPU interpreter cannot run its libdevice tanh), so the "
+          f"script stops at once with exit code 2, before reaching for the Hub. Open the H200 trace instead: "
+          f"uv run inspect_trace.py --open {LIGER_H200_TRACE}; or see the same fusion on the CPU: "
+          "uv run 03_simple_mlp.py --compile")
+
+
 def main():
-    args = common.parser(__doc__, batch=64, seq=128, dim=768, hidden=3072).parse_args()
+    args = common.parser(__doc__, on_cpu=ON_CPU, batch=64, seq=128, dim=768, hidden=3072).parse_args()
     tokens, d, h = args.batch * args.seq, args.dim, args.hidden
     run = common.setup(__file__, args, elements=6 * d * h + 3 * tokens * d + 4 * tokens * h)
+    if not run.cuda:  # before the Hub: no point waiting up to HUB_TIMEOUT for a kernel that cannot run here
+        raise common.Fail(f"Liger's Triton kernel needs a CUDA GPU. The trace it makes on an H200: "
+                          f"uv run inspect_trace.py --open {LIGER_H200_TRACE}; the same fusion on this machine: "
+                          "uv run 03_simple_mlp.py --compile (the fused C++ kernel, the CPU twin)")
     common.describe(run)
     if importlib.util.find_spec("triton") is None:  # Triton has Linux wheels only (see pyproject.toml)
         raise common.Fail("Liger's kernel needs a CUDA GPU and Triton, which installs on Linux only; here run "
@@ -79,9 +92,6 @@ def main():
 
     layers, source = liger_layers()
     print(f"LigerGEGLUMLP from {source}")
-    if not run.cuda:
-        raise common.Fail("Liger's Triton kernel needs a CUDA GPU (Triton's CPU interpreter cannot run its libdevice tanh); "
-                          "on this machine run: uv run 03_simple_mlp.py --compile (the fused C++ kernel, the CPU twin)")
 
     model = layers.LigerGEGLUMLP(Config(d, h)).to(run.device, run.dtype).eval()
     x = torch.randn(args.batch, args.seq, d, device=run.device, dtype=run.dtype)
@@ -96,7 +106,7 @@ def main():
     def step():
         return forward(x)
 
-    common.record(run, step, "mlp_fwd", f"{args.batch}x{args.seq}x{d}x{h}", EXPECT[run.mode])
+    common.record(run, step, "mlp_fwd", f"{args.batch}x{args.seq}x{d}x{h}", expectations(args))
 
 
 if __name__ == "__main__":

@@ -37,27 +37,28 @@ class SimpleGeGLUMLP(nn.Module):
         return y
 
 
-# Guess first, then look: what the post says this trace holds. Checked against the trace after the run.
-EXPECT = {
-    "eager": [
-        it.steps(3, "mlp_fwd"),
+def expectations(args):
+    """Guess first, then look: what the post says this trace holds. Checked against the trace after the run."""
+    steps = it.steps(args.active, "mlp_fwd")
+    if args.compile:
+        return [
+            steps,
+            it.cpu_op("aten::mm", per_step=3),
+            it.cpu_op("aten::gelu", present=False),
+            it.cpu_event(r"^Torch-Compiled Region", device="any"),
+            it.kernels_per_step(4, "3 GEMMs + 1 fused Triton kernel"),
+            it.kernel(r"^triton_poi_fused.*gelu_mul", per_step=1),
+            it.cpu_event(r"cpp_fused.*gelu_mul"),
+        ]
+    return [
+        steps,
         it.cpu_op("aten::linear", per_step=3),
         it.cpu_op("aten::gelu", per_step=1),
         it.cpu_op("aten::mul", per_step=1),
         it.kernels_per_step(5, "3 GEMMs + GeLU + mul"),
         it.occupancy_before_gemms(),
         it.views_launch_nothing(),
-    ],
-    "compile": [
-        it.steps(3, "mlp_fwd"),
-        it.cpu_op("aten::mm", per_step=3),
-        it.cpu_op("aten::gelu", present=False),
-        it.cpu_event(r"^Torch-Compiled Region", device="any"),
-        it.kernels_per_step(4, "3 GEMMs + 1 fused Triton kernel"),
-        it.kernel(r"^triton_poi_fused.*gelu_mul", per_step=1),
-        it.cpu_event(r"cpp_fused.*gelu_mul"),
-    ],
-}
+    ]
 
 
 def main():
@@ -74,7 +75,7 @@ def main():
     def step():
         return forward(x)
 
-    common.record(run, step, "mlp_fwd", f"{args.batch}x{args.seq}x{d}x{h}", EXPECT[run.mode])
+    common.record(run, step, "mlp_fwd", f"{args.batch}x{args.seq}x{d}x{h}", expectations(args))
 
 
 if __name__ == "__main__":

@@ -83,9 +83,12 @@ def int_arg(low: int, high: int):
 size_arg = int_arg(1, MAX_DIM)
 
 
-def parser(doc: str, **sizes: int) -> argparse.ArgumentParser:
-    """The CLI every script shares; `sizes` are the script's own flags with the post's defaults."""
-    p = _Parser(description=doc.strip().splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+def parser(doc: str, on_cpu: str | None = None, **sizes: int) -> argparse.ArgumentParser:
+    """The CLI every script shares; `sizes` are the script's own flags with the post's defaults.
+
+    `on_cpu`: what a run on a machine without a CUDA GPU does, shown at the end of --help."""
+    p = _Parser(description=doc.strip().splitlines()[0], epilog=on_cpu and f"On a CPU: {on_cpu}",
+                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     for name, default in sizes.items():
         p.add_argument(f"--{name}", type=size_arg, default=default, help=f"{name} (the post uses {default})")
     p.add_argument("--compile", action="store_true", help="torch.compile the forward")

@@ -147,7 +147,10 @@ def test_readme_example_output_is_what_the_h200_trace_gives():
 
     text = (ROOT / "README.md").read_text()
     quoted = re.search(r"```\n(Expectations \(guess first, then look\):\n.*?)```", text, flags=re.S).group(1)
-    expect = importlib.import_module("03_simple_mlp").EXPECT["eager"]
+    import argparse
+
+    # The recorded run: eager, 3 active steps (the post's command, as in tests/data/record_h200.sh).
+    expect = importlib.import_module("03_simple_mlp").expectations(argparse.Namespace(active=3, compile=False))
     buf = io.StringIO()
     it.print_expectations(it.check(it.load_trace(ROOT / "tests/data/h200_mlp_eager.json.gz"), expect), file=buf)
     assert quoted == buf.getvalue()
