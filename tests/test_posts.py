@@ -6,7 +6,7 @@ Part 2: "Profiling in PyTorch (Part 2): From nn.Linear to a Fused MLP" (huggingf
 Each run is checked against what the post says about it: the file it writes and the ops it names. The trace is
 read with plain json (tests/test_scripts.py's helpers), not with inspect_trace.py. The posts' runs at sizes a
 GPU finishes in milliseconds take minutes on a 2-core CPU: those run with the post's flags and a smaller size,
-and SMALLER says why for each one.
+and SMALLER_HERE says why for each one.
 """
 
 import re
@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from test_readme import ROOT, as_run_here, launcher  # as_run_here: --device cpu and --out under a temp folder
+# as_run_here: --device cpu and --out under a temp folder
+from test_readme import ROOT, SMALLER, as_run_here, launcher, smaller
 from test_scripts import load, steps
 
 PART1 = [
@@ -34,24 +35,20 @@ PART2 = [
     "uv run 03_kernels_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072",
 ]
 
-# The post's flags, a smaller size: (flag, post's value) -> (value here, why).
-SMALLER = {
-    ("--size", "4096"): ("1024", "a 4096³ bf16 GEMM takes seconds per call on 2 CPU cores; 1024 is 64× less work"),
+# The post's flags, a smaller size: (flag, post's value) -> (value here, why). test_readme's SMALLER has --size 4096.
+SMALLER_HERE = {
+    **SMALLER,
     ("--batch", "64"): ("1", "8192 tokens through a 768→3072 MLP is 116 GFLOP per step; 128 tokens is 64× less"),
 }
 
 
 def as_in_ci(command: str) -> list[str]:
-    """The post's command with the sizes of SMALLER swapped in (the script's own argv after `uv run`)."""
+    """The post's command with the sizes of SMALLER_HERE swapped in (the script's own argv after `uv run`)."""
     words = shlex.split(command)
     assert words[:2] == ["uv", "run"]
-    argv = words[2:]
-    if argv[0] == "03_kernels_mlp.py":
-        return argv  # stops before any work on a CPU: the post's size costs nothing
-    for i in range(1, len(argv) - 1):
-        if (argv[i], argv[i + 1]) in SMALLER:
-            argv[i + 1] = SMALLER[(argv[i], argv[i + 1])][0]
-    return argv
+    if words[2] == "03_kernels_mlp.py":
+        return words[2:]  # stops before any work on a CPU: the post's size costs nothing
+    return smaller(words[2:], SMALLER_HERE)
 
 
 SCHEDULE = "uv run 01_matmul_add.py --wait 0 --profiler-warmup 0 --active 20"  # Part 1's schedule diff, as flags
