@@ -26,6 +26,7 @@ import torch
 
 import common
 import inspect_trace as it
+from trace_reader.expect import buffer_request, cold_start_gap, gpu_lag_grows
 
 
 def memcpy_per_step() -> it.Expect:
@@ -35,68 +36,17 @@ def memcpy_per_step() -> it.Expect:
     return it.Expect("a device-to-device memcpy in every step (bias copied into the output)", seen, "cuda")
 
 
-def dispatch_gap(step, annotation="matmul_add") -> float | None:
-    """µs from entering record_function(annotation) to the first aten op inside it (Part 1's Figure 6)."""
-    ann = next((e for e in step.spans if e.cat == "user_annotation" and e.name == annotation), None)
-    op = ann and next((e for e in step.spans if e.cat == "cpu_op" and ann.ts <= e.ts <= ann.end), None)
-    return op.ts - ann.ts if op else None
-
-
-def launch_lag(step) -> float | None:
-    """µs the step's first GPU work waited between its launch on the CPU and its start on the GPU."""
-    first = next((k for k in step.gpu if k.launch is not None), None)
-    return first.event.ts - first.launch.ts if first else None
-
-
-def cold_start_gap(cold: bool) -> it.Expect:
-    def seen(t):
-        gaps = [dispatch_gap(st) for st in t.steps]
-        if len(gaps) < 2 or None in gaps:
-            return f"record_function -> first aten op per step (µs): {gaps}; needs 2+ steps with both"
-        later = sorted(gaps[1:])[len(gaps[1:]) // 2]
-        long_first = gaps[0] > 3 * later
-        shown = ", ".join(f"{g:.1f}" for g in gaps)
-        return long_first == cold or f"record_function -> first aten op per step: {shown} µs"
-    if cold:
-        text = "cold: the first active step waits longest between record_function and aten::matmul (> 3x later steps)"
-    else:
-        text = "warm: no long wait between record_function and aten::matmul in the first active step (< 3x later steps)"
-    return it.Expect(text + "; the post: 228 µs vs ~5", seen, "cuda")
-
-
-def gpu_falls_behind(grows: bool) -> it.Expect:
-    def seen(t):
-        lags = [launch_lag(st) for st in t.steps]
-        if len(lags) < 3 or None in lags:
-            return f"launch -> kernel start per step (µs): {lags}; needs 3+ steps with launches"
-        shown = ", ".join(f"{x:.0f}" for x in lags)
-        growing = all(b > a for a, b in zip(lags, lags[1:])) and lags[-1] > 2 * lags[0] + 50
-        return growing == grows or f"launch -> kernel start per step: {shown} µs"
-    if grows:
-        text = "no sync per step, compute-bound: the GPU starts each step's work later than the last (lag grows)"
-    else:
-        text = "a sync after each step: the GPU's lag behind the launch does not grow"
-    return it.Expect(text, seen, "cuda")
-
-
-def buffer_request() -> it.Expect:
-    def seen(t):
-        names = {e.get("name") for e in it._read_json(t.path).get("traceEvents", []) if isinstance(e, dict)}
-        return "Activity Buffer Request" in names or "no 'Activity Buffer Request' event in the trace"
-    return it.Expect("wait=0, warmup=0: an 'Activity Buffer Request' on the GPU lane (Part 1's Figure 9)", seen, "cuda")
-
-
 def schedule_guesses(args):
     """Part 1's schedule experiments: what the profiler itself adds, and how far the GPU lags the CPU."""
     guesses = []
     if not args.compile and args.size <= 256:  # the post measured it at size 64, eager
-        guesses.append(cold_start_gap(cold=not args.warmup))
+        guesses.append(cold_start_gap("matmul_add", cold=not args.warmup))
     if args.wait == 0 and args.profiler_warmup == 0:
         guesses.append(buffer_request())
     if args.sync_each_step:
-        guesses.append(gpu_falls_behind(grows=False))
+        guesses.append(gpu_lag_grows(False))
     elif args.size >= 2048 and not args.compile:
-        guesses.append(gpu_falls_behind(grows=True))
+        guesses.append(gpu_lag_grows(True))
     return guesses
 
 

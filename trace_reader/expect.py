@@ -188,3 +188,57 @@ def print_expectations(results: list[tuple[Expect, str, str]], file=None) -> int
     console.print(Text(f"  {count['confirmed']} confirmed, {broken} broken, {count['not applicable']} not applicable",
                        style="bold red" if broken else "bold green"))
     return broken
+
+
+# Part 1's schedule experiments: what the profiler itself adds, and how far the GPU lags the CPU.
+
+def cold_start_gap(annotation: str, cold: bool, ratio: float = 3.0) -> Expect:
+    """Cold: the first active step waits > ratio x (median of the later steps) between entering
+    record_function(annotation) and its first aten op; warm: it does not."""
+    from .lag import dispatch_gap
+
+    def run(t: Trace):
+        gaps = [dispatch_gap(st, annotation) for st in t.steps]
+        if len(gaps) < 2 or None in gaps:
+            return f"'{annotation}' -> first aten op per step (µs): {gaps}; needs 2+ steps with both"
+        later = sorted(gaps[1:])[(len(gaps) - 2) // 2]
+        seen = f"'{annotation}' -> first aten op per step: {', '.join(f'{g:.1f}' for g in gaps)} µs"
+        return (gaps[0] > ratio * later) == cold or seen
+    which = "waits longest" if cold else "does not wait long"
+    return Expect(f"{'cold' if cold else 'warm'}: the first active step {which} between record_function('{annotation}') "
+                  f"and its first aten op ({'>' if cold else '<='} {ratio:g}x later steps; the post: 228 vs ~5 µs cold)",
+                  run, "cuda")
+
+
+def gpu_lag_grows(grows: bool) -> Expect:
+    """Without a sync per step and with more GPU work per step than CPU work, the GPU starts each step's
+    work later after its launch than the step before (launch_lag); with a sync per step it does not."""
+    from .lag import launch_lag
+
+    def run(t: Trace):
+        lags = [launch_lag(st) for st in t.steps]
+        if len(lags) < 3 or None in lags:
+            return f"launch -> GPU start per step (µs): {lags}; needs 3+ steps with linked launches"
+        growing = all(b > a for a, b in zip(lags, lags[1:])) and lags[-1] > 2 * lags[0] + 50
+        return growing == grows or f"launch -> GPU start per step: {', '.join(f'{x:.0f}' for x in lags)} µs"
+    if grows:
+        text = "no sync per step, compute-bound: the GPU falls further behind the CPU each step (launch -> start lag grows)"
+    else:
+        text = "a sync after each step: the GPU's launch -> start lag does not grow"
+    return Expect(text, run, "cuda")
+
+
+BUFFER_REQUEST = "Activity Buffer Request"
+
+
+def buffer_request() -> Expect:
+    """schedule(wait=0, warmup=0): CUPTI's 'Activity Buffer Request' lands inside the trace (Part 1's Figure 9).
+    Not a step event, so it is looked up in the trace file itself."""
+    from .read import _read_json
+
+    def run(t: Trace):
+        data = _read_json(t.path)
+        events = data.get("traceEvents") if isinstance(data, dict) else None
+        found = any(isinstance(e, dict) and e.get("name") == BUFFER_REQUEST for e in events or [])
+        return found or f"no '{BUFFER_REQUEST}' event in the trace"
+    return Expect(f"wait=0, warmup=0: an '{BUFFER_REQUEST}' event on the GPU lane", run, "cuda")
