@@ -9,6 +9,7 @@ Which file answers which question:
     peaks.py     What could this device do? Datasheet TFLOP/s and GB/s: torch's table, then ours.
     report.py    What does one trace say? The one-trace report; overhead- or compute-bound (bound_of).
     compare.py   What changed between two traces? Same, gone, new, replaced kernels and CPU ops.
+    lag.py       How far behind is the GPU? Per step: launch-to-GPU-start lag, record_function-to-first-op gap.
     expect.py    Was the guess right? Expect and its builders (steps(), kernel(), ...), check(),
                  print_expectations().
     memory.py    What did a step allocate, how fast did it stream memory? Per-step peak allocation from
