@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--full-names", action="store_true", help="print kernel names untruncated")
     p.add_argument("--open", action="store_true", help="serve the trace to the Perfetto UI (local only)")
     p.add_argument("--port", type=int, default=None, help="port for --open (default: serve_trace's 9001)")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw the roofline (two traces: both, with arrows)")
     try:
         args = p.parse_args(argv)
         if len(args.traces) > 2:
@@ -60,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
             print(report(traces[0], args.full_names))
         else:
             print(compare(traces[0], traces[1], args.full_names))
+        if args.plot:
+            from trace_reader.plot import plot_traces  # matplotlib loads only when a picture is asked for
+
+            print(plot_traces(traces, args.plot))
         if args.open:
             import serve_trace  # the suite's one-file server; only needed here
 

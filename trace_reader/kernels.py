@@ -64,6 +64,21 @@ def gemm_flops(op: Event | None) -> float | None:
     return 2.0 * batch * m * k * n
 
 
+def gemm_bytes(op: Event | None) -> float | None:
+    """Bytes a matmul must move at least: its inputs read once (bias included), its output written once."""
+    flops = gemm_flops(op)
+    if flops is None:
+        return None
+    first = 1 if op.name in ("aten::addmm", "aten::baddbmm", "aten::_addmm_activation") else 0
+    dims, types = _dims(op), _types(op)  # an `out=` buffer after the operands is written, not read
+    tensors = [(d, t) for d, t in zip(dims[:first + 2], types) if isinstance(d, list) and d]
+    if len(types) < first + 2 or any(t not in DTYPE_BYTES for _, t in tensors):
+        return None
+    a, b = dims[first], dims[first + 1]
+    out = _numel(a[:-1] + b[-1:]) * DTYPE_BYTES[types[first]]
+    return float(sum(_numel(d) * DTYPE_BYTES[t] for d, t in tensors) + out)
+
+
 def _numel(shape: list) -> int:
     return math.prod(int(d) for d in shape)
 

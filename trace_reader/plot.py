@@ -1,0 +1,421 @@
+"""Pictures: a trace's roofline (one run, or two with arrows) and a benchmark's bars against its floor.
+
+    uv run inspect_trace.py --plot roofline.png TRACE          # the kernels of a typical step on the roofline
+    uv run inspect_trace.py --plot roofline.png A B            # both runs; arrows from replaced kernels
+    uv run python -m trace_reader.plot --bench results/bench_h200.json --out results/bench_h200.png
+
+The numbers come first and the drawing only draws them: roofline_points() takes the report's own per-kernel
+groups (same FLOPs, bytes, rates and shares as the text report) and bench_bars() reads a benchmark record.
+Each PNG also carries those numbers as JSON in its "Description" text chunk, so a test can check a committed
+picture against the data it was drawn from. matplotlib is imported only when a picture is drawn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .kernels import gemm_bytes, gemm_flops, is_gemm, op_dtype, pointwise_bytes, short
+from .peaks import device_peak
+from .read import Trace, TraceError
+from .report import _group, _num
+
+WIDTH, HEIGHT, DPI = 12, 9, 100  # inches: 1200 x 900 pixels, readable on a laptop screen
+LIST_LINES = 14  # kernel lines that fit under the roofline; more are cut with "... and N more"
+# Pointwise FLOPs: one per element per op the kernel does, found in the launching op's name
+# (aten::gelu = 1; LigerGELUMulFunction, triton_poi_fused__unsafe_view_gelu_mul_0 = 2).
+POINTWISE_OP_WORDS = re.compile(r"gelu|silu|swish|relu|sigmoid|tanh|exp|log|mul|div|add|sub|neg|pow|sqrt|"
+                                r"where|clamp|softmax|norm", re.I)
+
+
+class NoRoofline(TraceError):
+    """This trace has nothing a roofline can show (a CPU trace): one line for the reader."""
+
+
+@dataclass
+class Point:
+    """One kernel (name, launching op) of the report's table, placed on the roofline."""
+
+    number: int  # the report's "#" column
+    name: str
+    op: str
+    kind: str  # "GEMM" or "pointwise"
+    calls: float  # per step
+    share: float  # of the steps' GPU time, 0..1
+    flops: float  # per call
+    bytes: float  # per call (a lower bound when lower_bound)
+    flop_s: float  # achieved FLOP/s (GEMM: the report's TFLOP/s; pointwise: its GB/s times FLOPs per byte)
+    achieved: str  # as the report prints it
+    lower_bound: bool = False
+    of_peak: float | None = None  # of the datasheet's compute (GEMM) or bandwidth (pointwise) peak, 0..1
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes
+
+
+@dataclass
+class Roofline:
+    path: str
+    device: str | None
+    dtype: str | None
+    peak_tflops: float | None
+    peak_gbs: float | None
+    peak_source: str
+    points: list[Point] = field(default_factory=list)
+    not_placed: list[tuple[int, str, str, str, float]] = field(default_factory=list)  # #, name, op, why, share
+    gemm_shapes: list[str] = field(default_factory=list)
+    versions: str = ""
+
+    def data(self) -> dict:
+        """What the picture shows, as plain JSON (also written into the PNG)."""
+        return {"path": self.path, "device": self.device, "dtype": self.dtype, "peak_tflops": self.peak_tflops,
+                "peak_gbs": self.peak_gbs, "points": [asdict(p) for p in self.points],
+                "not_placed": [list(x) for x in self.not_placed]}
+
+
+def _ops_per_element(op_name: str) -> int:
+    if op_name.startswith("aten::"):
+        return 1
+    return max(1, len({w.lower() for w in POINTWISE_OP_WORDS.findall(op_name)}))
+
+
+def _elements(op) -> int:
+    dims = op.args.get("Input Dims")
+    sizes = [math.prod(d) for d in dims if isinstance(d, list) and d and all(isinstance(x, int) for x in d)] \
+        if isinstance(dims, list) else []
+    return max(sizes, default=0)
+
+
+def _versions(trace: Trace) -> str:
+    out = []
+    for key, label in (("cuda_runtime_version", "CUDA runtime"), ("cuda_driver_version", "driver")):
+        v = trace.meta.get(key)
+        if isinstance(v, int) and v > 0:
+            out.append(f"{label} {v // 1000}.{v % 1000 // 10}")
+    return ", ".join(out)
+
+
+def roofline_points(trace: Trace) -> Roofline:
+    """The kernels of a typical step, as the report counts them, placed at (FLOPs per byte, FLOP/s)."""
+    if trace.device != "cuda":
+        raise NoRoofline(f"{trace.path}: a CPU trace has no roofline (no GPU kernels, no device peaks)")
+    groups = _group(trace)
+    total = sum(sum(g["durs"]) for g in groups) or 1.0
+    # A representative launch of each group, to read its op's shapes (the same in every step).
+    first: dict[tuple, object] = {}
+    for st in trace.steps:
+        for k in st.gpu:
+            first.setdefault((k.name, k.op.name if k.op is not None else "?"), k)
+    peak = device_peak(trace.device_name)
+    rf = Roofline(trace.path, trace.device_name, None, None, peak.gbs if peak else None,
+                  peak.source if peak else "unknown (device not in the peak table)", versions=_versions(trace))
+    for number, g in enumerate(groups, 1):
+        k = first[(g["name"], g["op"])]
+        share = sum(g["durs"]) / total
+        calls = len(g["durs"]) / max(len(trace.steps), 1)
+        why = None
+        if not k.is_kernel:
+            why = "memory op, no math"
+        elif not g["rates"] or k.op is None:
+            why = "no shapes"
+        point = None
+        if why is None and g["unit"] == "TFLOP/s":
+            flops = gemm_flops(k.op) or float(k.op.args.get("kernel_flop") or 0)
+            moved = gemm_bytes(k.op)
+            if moved is None and isinstance(k.op.args.get("kernel_num_gb"), (int, float)):
+                moved = float(k.op.args["kernel_num_gb"]) * 1e9
+            rate = statistics.mean(g["rates"])
+            if flops and moved:
+                point = Point(number, g["name"], g["op"], "GEMM", calls, share, flops, moved, rate * 1e12,
+                              f"{_num(rate)} TFLOP/s")
+                rf.gemm_shapes.append(_gemm_shape(k.op))
+        elif why is None:
+            moved, exact = pointwise_bytes(k.op) or (0.0, True)
+            flops = float(_elements(k.op) * _ops_per_element(g["op"]))
+            rate = statistics.mean(g["rates"])
+            if moved and flops:
+                achieved = f"{_num(rate)} GB/s" if exact else f">={_num(rate)} GB/s"
+                point = Point(number, g["name"], g["op"], "pointwise", calls, share, flops, moved,
+                              rate * 1e9 * flops / moved, achieved, lower_bound=not exact)
+        if point is not None:
+            rf.points.append(point)
+            rf.dtype = rf.dtype or op_dtype(k.op)
+        else:
+            rf.not_placed.append((number, g["name"], g["op"], why or "no shapes", share))
+    rf.gemm_shapes = list(dict.fromkeys(s for s in rf.gemm_shapes if s))
+    if peak is not None and rf.dtype:
+        rf.peak_tflops = peak.tflops.get(rf.dtype)
+    for p in rf.points:
+        if p.kind == "GEMM" and rf.peak_tflops:
+            p.of_peak = p.flop_s / (rf.peak_tflops * 1e12)
+        elif p.kind == "pointwise" and rf.peak_gbs:
+            p.of_peak = p.flop_s / p.intensity / (rf.peak_gbs * 1e9)
+    return rf
+
+
+def _gemm_shape(op) -> str:
+    dims = op.args.get("Input Dims") or []
+    first = 1 if op.name in ("aten::addmm", "aten::baddbmm", "aten::_addmm_activation") else 0
+    try:
+        a, b = dims[first], dims[first + 1]
+        return "×".join(str(x) for x in ([a[0]] if len(a) == 3 else []) + [a[-2], a[-1], b[-1]])
+    except (IndexError, TypeError):
+        return ""
+
+
+def _replacements(a: Trace, b: Trace) -> list[tuple[list[str], list[str]]]:
+    """(A's kernel names, B's kernel names that took their place): the comparison's "replaced" list.
+
+    The one place that knows compare.match's return shape; change it here if that shape changes."""
+    from .compare import match
+
+    return [(list(old), list(new)) for old, new in match(a, b).replaced]
+
+
+# ---- drawing -------------------------------------------------------------------------------------------
+
+def _figure():
+    from matplotlib.figure import Figure  # the Agg canvas, no display and no pyplot state
+
+    return Figure(figsize=(WIDTH, HEIGHT), dpi=DPI)
+
+
+def _save(fig, path: str | Path, data) -> Path:
+    """Write the PNG atomically (a failed write leaves any earlier file intact), with `data` inside it."""
+    path = Path(path)
+    if path.suffix.lower() != ".png":
+        raise TraceError(f"{path}: the picture is a PNG; give a file name ending in .png")
+    if not path.parent.is_dir():
+        raise TraceError(f"{path.parent}: no such folder for the picture")
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        # No "Software" line and no date: the same data gives the same file.
+        fig.savefig(tmp, format="png", metadata={"Software": None, "Description": json.dumps(data, sort_keys=True)})
+        os.replace(tmp, path)
+    except OSError as e:
+        raise TraceError(f"cannot write {path}: {e.strerror or e}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def png_data(path: str | Path):
+    """The numbers a PNG written here was drawn from (its "Description" chunk)."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return json.loads(im.text["Description"])
+
+
+def _label(p: Point, prefix: str = "") -> str:
+    calls = f" ×{p.calls:g}" if p.calls != 1 else ""
+    return f"{prefix}#{p.number} {p.op}{calls}, {100 * p.share:.0f}%"
+
+
+def _line(p: Point, prefix: str = "") -> str:
+    rate = p.achieved if p.kind == "GEMM" else f"{p.achieved} ({'>=' if p.lower_bound else ''}" \
+                                                f"{_num(p.flop_s / 1e12)} TFLOP/s)"
+    of_peak = f" = {_num(100 * p.of_peak)}% of peak" if p.of_peak is not None else ""
+    return (f"{prefix}#{p.number:<2} {short(p.name, False, 54):<54} {p.op[:22]:<22} {_num(p.intensity):>5} FLOP/B  "
+            f"{rate}{of_peak}, {100 * p.share:.1f}% of GPU time")
+
+
+def plot_roofline(traces: list[Trace], path: str | Path) -> Path:
+    """One trace: its kernels on the device's roofline. Two (A, B): both, with arrows from A's replaced
+    kernels to B's kernels in their place."""
+    rfs = [roofline_points(t) for t in traces]
+    fig = _figure()
+    ax = fig.add_axes((0.08, 0.34, 0.88, 0.56))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    base = rfs[0]
+    pts = [p for rf in rfs for p in rf.points]
+    xs = [p.intensity for p in pts] or [1.0]
+    ys = [p.flop_s for p in pts] or [1e12]
+    roof = base.peak_tflops * 1e12 if base.peak_tflops else None
+    bw = base.peak_gbs * 1e9 if base.peak_gbs else None
+    lo_x, hi_x = min(xs) / 4, max(xs) * 4
+    if roof and bw:
+        lo_x, hi_x = min(lo_x, roof / bw / 100), max(hi_x, roof / bw * 8)
+    ax.set_xlim(lo_x, hi_x)
+    ax.set_ylim(min(ys) / 4, max(ys + ([roof] if roof else [])) * 2.5)
+    if roof and bw:
+        ridge = roof / bw
+        ax.plot([lo_x, ridge, hi_x], [lo_x * bw, roof, roof], color="black", lw=2)
+        ax.axvline(ridge, color="grey", ls=":", lw=1)
+        ax.text(ridge / 1.1, roof * 1.15, f"{base.dtype} compute ceiling {roof / 1e12:,.0f} TFLOP/s",
+                ha="right", va="bottom", fontsize=10)
+        # The slope's angle on screen, so its label lies along it.
+        (x1, y1), (x2, y2) = ax.transData.transform([(lo_x, lo_x * bw), (ridge, roof)])
+        mid = math.sqrt(lo_x * ridge) / 3
+        ax.text(mid, mid * bw * 1.6, f"HBM bandwidth {bw / 1e9:,.0f} GB/s", rotation=math.degrees(
+            math.atan2(y2 - y1, x2 - x1)), rotation_mode="anchor", ha="center", va="bottom", fontsize=10)
+        ax.text(ridge * 1.05, ax.get_ylim()[0] * 1.3, f"ridge {ridge:.0f} FLOP/B", fontsize=9, color="grey")
+    elif roof:
+        ax.axhline(roof, color="black", lw=2)
+    colors = {"GEMM": "tab:blue", "pointwise": "tab:orange"}
+    positions: dict[tuple[int, str], tuple[float, float]] = {}
+    two = len(rfs) == 2
+    middle = roof / bw if roof and bw else math.sqrt(lo_x * hi_x)
+    labels = []
+    for i, rf in enumerate(rfs):
+        prefix = ("A", "B")[i] if two else ""
+        b_names = {p.name for p in rfs[1].points} if two else set()
+        for p in rf.points:
+            hollow = two and i == 0
+            area = 60 + 1400 * p.share  # points²
+            ax.scatter([p.intensity], [p.flop_s], s=area, zorder=3,
+                       facecolors="none" if hollow or p.lower_bound else colors[p.kind],
+                       edgecolors=colors[p.kind], linewidths=2, alpha=0.9)
+            positions[(i, p.name)] = (p.intensity, p.flop_s)
+            if not (hollow and p.name in b_names):  # the same kernel in B carries the label
+                # Left of the point past the ridge (room) and for A's points (B's go right).
+                labels.append((hollow or p.intensity > middle, p.intensity, p.flop_s, _label(p, prefix),
+                               math.sqrt(area) / 2 + 4))
+    # Neighbours (two GEMMs, GeLU and mul) alternate below / above, so their labels keep apart.
+    for j, (left, x, y, text, dx) in enumerate(sorted(labels)):
+        ax.annotate(text, (x, y), xytext=(-dx if left else dx, -16 if j % 2 else 9), textcoords="offset points",
+                    fontsize=9, ha="right" if left else "left")
+    if two:
+        for old, new in _replacements(traces[0], traces[1]):
+            for o in dict.fromkeys(old):
+                for n in dict.fromkeys(new):
+                    if (0, o) in positions and (1, n) in positions:
+                        ax.annotate("", xy=positions[(1, n)], xytext=positions[(0, o)],
+                                    arrowprops={"arrowstyle": "->", "color": "tab:red", "lw": 1.5})
+    ax.set_xlabel("arithmetic intensity: FLOPs per byte moved (log)")
+    ax.set_ylabel("achieved FLOP/s (log)")
+    ax.grid(True, which="major", alpha=0.3)
+    names = " → ".join(f"{'AB'[i] + ': ' if two else ''}{Path(rf.path).name}" for i, rf in enumerate(rfs))
+    shapes = ", ".join(dict.fromkeys(s for rf in rfs for s in rf.gemm_shapes)) or "no GEMM shapes"
+    fig.suptitle(f"Roofline of a typical step: {base.device or 'GPU'}, {base.dtype or 'dtype unknown'}\n"
+                 f"{names}\nGEMMs (M×K×N) {shapes}; {base.versions or 'versions not in the trace'}",
+                 fontsize=11)
+    lines = [f"Peaks: {base.peak_source}. Marker area = share of the step's GPU time"
+             + ("; hollow = A, filled = B, red arrow = replaced by" if two else "") + ".\n"
+             "Pointwise FLOPs: one per element per op (GeLU 1, mul 1); the gap below the slope is the fraction of "
+             "bandwidth whatever that count.\n>= : bytes a lower bound (a Triton kernel whose source is not here; "
+             "drawn hollow)."]
+    for i, rf in enumerate(rfs):
+        prefix = ("A", "B")[i] if two else ""
+        lines += [_line(p, prefix) for p in rf.points]
+        lines += [f"{prefix}#{n:<2} not placed: {why}: {short(name, False, 54)} ({op}, {100 * share:.1f}%)"
+                  for n, name, op, why, share in rf.not_placed]
+    if len(lines) > LIST_LINES + 1:
+        lines = lines[:LIST_LINES] + [f"... and {len(lines) - LIST_LINES} more: see the text report"]
+    fig.text(0.02, 0.26, lines[0], fontsize=9, va="top")
+    fig.text(0.02, 0.19, "\n".join(lines[1:]), fontsize=8.5, family="monospace", va="top")
+    data = [rf.data() for rf in rfs]
+    return _save(fig, path, data if two else data[0])
+
+
+def plot_traces(traces: list[Trace], path: str | Path) -> str:
+    """inspect_trace.py --plot: draw and say where; a CPU trace raises NoRoofline (one line)."""
+    return f"wrote {plot_roofline(traces, path)}"
+
+
+def plot_next_to(trace: Trace, trace_path: str | Path) -> str:
+    """A script's --plot: the roofline next to the trace it wrote (<stem>.png); a line either way."""
+    name = Path(trace_path).name.removesuffix(".gz").removesuffix(".json")
+    try:
+        return f"wrote {plot_roofline([trace], Path(trace_path).with_name(name + '.png'))}"
+    except NoRoofline:
+        return "plot: no roofline for a CPU trace (no GPU kernels, no device peaks); nothing drawn"
+
+
+# ---- benchmark chart -----------------------------------------------------------------------------------
+
+def _floor_us(shape: dict) -> float | None:
+    """The floor of one shape: the largest of its *floor_us fields (compute, memory, or the old single one)."""
+    floors = [v for k, v in shape.items() if k.endswith("floor_us") and isinstance(v, (int, float)) and v > 0]
+    if isinstance(shape.get("floor"), dict):
+        floors += [v for v in shape["floor"].values() if isinstance(v, (int, float)) and v > 0]
+    return max(floors, default=None)
+
+
+def _shape_label(shape: dict) -> str:
+    if isinstance(shape.get("label"), str):
+        return shape["label"]
+    if all(isinstance(shape.get(k), int) for k in ("M", "dim", "hidden")):
+        return f"{shape['M']}×{shape['dim']}→{shape['hidden']}"
+    return "×".join(str(v) for k, v in shape.items() if isinstance(v, int) and k not in ("flops", "bytes"))
+
+
+def bench_bars(record: dict) -> list[dict]:
+    """Per shape: its label, floor (µs) and each timed variant's median µs and fraction of the floor."""
+    out = []
+    for shape in record.get("shapes", []):
+        floor = _floor_us(shape)
+        variants = {name: v["median_us"] for name, v in shape.get("variants", {}).items()
+                    if isinstance(v, dict) and isinstance(v.get("median_us"), (int, float)) and v["median_us"] > 0}
+        if floor is None or not variants:
+            continue
+        out.append({"shape": _shape_label(shape), "floor_us": round(floor, 3),
+                    "variants": {n: {"us": round(t, 3), "of_floor": round(floor / t, 4)} for n, t in variants.items()}})
+    return out
+
+
+def bench_chart(record: dict, path: str | Path, what: str = "forward") -> Path:
+    """Bars: every variant at every shape as a fraction of the floor (floor / median time; 1.0 = the floor)."""
+    bars = bench_bars(record)
+    if not bars:
+        raise TraceError("the benchmark record has no shape with a floor and a timed variant: nothing to draw")
+    fig = _figure()
+    ax = fig.add_axes((0.07, 0.16, 0.9, 0.68))
+    names = list(dict.fromkeys(n for b in bars for n in b["variants"]))
+    width = 0.8 / len(names)
+    for j, name in enumerate(names):
+        xs = [i + (j - (len(names) - 1) / 2) * width for i, b in enumerate(bars) if name in b["variants"]]
+        vals = [b["variants"][name] for b in bars if name in b["variants"]]
+        ax.bar(xs, [v["of_floor"] for v in vals], width * 0.92, label=name, color=f"C{j}")
+        for x, v in zip(xs, vals):
+            ax.text(x, v["of_floor"] + 0.01, f"{v['of_floor']:.2f}\n{v['us']:,.1f} µs", ha="center", va="bottom",
+                    fontsize=8)
+    ax.axhline(1.0, color="black", lw=1.5)
+    ax.text(len(bars) - 0.5, 1.0, " floor (1.0)", va="center", ha="left", fontsize=10)
+    ax.set_xticks(range(len(bars)), [f"{b['shape']}\nfloor {b['floor_us']:,.1f} µs" for b in bars], fontsize=10)
+    ax.set_xlim(-0.5, len(bars) - 0.5)
+    ax.set_ylim(0, 1.15)
+    ax.set_ylabel("fraction of the floor (floor / median time)")
+    ax.legend(loc="upper left", ncols=len(names), fontsize=10)
+    ax.grid(True, axis="y", alpha=0.3)
+    versions = ", ".join(f"{k} {record[k]}" for k in ("torch", "triton", "cuda", "liger_kernel") if record.get(k))
+    ceiling = (f"; ceiling {record['ceiling_tflops']:.0f} TFLOP/s measured in the same run"
+               if isinstance(record.get("ceiling_tflops"), (int, float)) else "")
+    fig.suptitle(f"{what} vs its floor: {record.get('device', 'device?')}, {record.get('dtype', 'dtype?')}\n"
+                 f"{versions}{ceiling}; {str(record.get('date', ''))[:10]}", fontsize=11)
+    fig.text(0.07, 0.02, "Higher is better; 1.0 would be at the floor. The same numbers are in the JSON record "
+             "and the benchmark's printed table.", fontsize=9)
+    return _save(fig, path, bars)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m trace_reader.plot", description="Draw a benchmark record's chart.")
+    p.add_argument("--bench", type=Path, required=True, metavar="RECORD", help="a bench.py JSON record")
+    p.add_argument("--out", type=Path, default=None, help="PNG to write (default: next to the record)")
+    p.add_argument("--what", default="GeGLU MLP forward", help="what was timed, for the title")
+    args = p.parse_args(argv)
+    try:
+        try:
+            record = json.loads(args.bench.read_text())
+        except (OSError, ValueError) as e:
+            raise TraceError(f"{args.bench}: cannot read a JSON record ({e.__class__.__name__})") from None
+        if not isinstance(record, dict):
+            raise TraceError(f"{args.bench}: not a benchmark record (expected a JSON object)")
+        print(f"wrote {bench_chart(record, args.out or args.bench.with_suffix('.png'), args.what)}")
+    except TraceError as e:
+        print(f"python -m trace_reader.plot: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
