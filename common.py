@@ -48,6 +48,7 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile as _profile, record_function, schedule  # noqa: E402
 
 import inspect_trace  # noqa: E402
+from trace_reader.plot import plot_next_to  # noqa: E402 - imports matplotlib only when it draws
 
 ROOT = Path(__file__).resolve().parent
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -112,6 +113,7 @@ def parser(doc: str, on_cpu: str | None = None, **sizes: int) -> argparse.Argume
     p.add_argument("--gzip", action="store_true", help="write the trace as .json.gz (smaller; for long --active runs)")
     p.add_argument("--open", action="store_true", help="serve the new trace to ui.perfetto.dev from 127.0.0.1 and open it")
     p.add_argument("--port", type=int_arg(0, 65535), default=9001, help="port for --open (ui.perfetto.dev fetches from 9001 only)")
+    p.add_argument("--plot", action="store_true", help="also draw the roofline next to the trace (<stem>.png)")
     return p
 
 
@@ -329,6 +331,8 @@ def show(run: Run, trace: Path, table: Path, expectations=()) -> None:
     print(inspect_trace.report(loaded))
     if expectations:
         inspect_trace.print_expectations(inspect_trace.check(loaded, expectations))
+    if run.args.plot:
+        print(plot_next_to(loaded, trace))
     if run.args.open:
         import serve_trace
 

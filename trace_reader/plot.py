@@ -27,7 +27,9 @@ from .peaks import device_peak
 from .read import Trace, TraceError
 from .report import _group, _num
 
-WIDTH, HEIGHT, DPI = 12, 9, 100  # inches: 1200 x 900 pixels, readable on a laptop screen
+DPI = 100
+ROOFLINE_SIZE = (12, 9)  # inches: 1200 x 900 pixels, readable on a laptop screen
+BENCH_SIZE = (12, 6.5)  # 1200 x 650
 LIST_LINES = 14  # kernel lines that fit under the roofline; more are cut with "... and N more"
 # Pointwise FLOPs: one per element per op the kernel does, found in the launching op's name
 # (aten::gelu = 1; LigerGELUMulFunction, triton_poi_fused__unsafe_view_gelu_mul_0 = 2).
@@ -182,10 +184,10 @@ def _replacements(a: Trace, b: Trace) -> list[tuple[list[str], list[str]]]:
 
 # ---- drawing -------------------------------------------------------------------------------------------
 
-def _figure():
+def _figure(size: tuple[float, float]):
     from matplotlib.figure import Figure  # the Agg canvas, no display and no pyplot state
 
-    return Figure(figsize=(WIDTH, HEIGHT), dpi=DPI)
+    return Figure(figsize=size, dpi=DPI)
 
 
 def _save(fig, path: str | Path, data) -> Path:
@@ -232,7 +234,7 @@ def plot_roofline(traces: list[Trace], path: str | Path) -> Path:
     """One trace: its kernels on the device's roofline. Two (A, B): both, with arrows from A's replaced
     kernels to B's kernels in their place."""
     rfs = [roofline_points(t) for t in traces]
-    fig = _figure()
+    fig = _figure(ROOFLINE_SIZE)
     ax = fig.add_axes((0.08, 0.34, 0.88, 0.56))
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -246,7 +248,8 @@ def plot_roofline(traces: list[Trace], path: str | Path) -> Path:
     if roof and bw:
         lo_x, hi_x = min(lo_x, roof / bw / 100), max(hi_x, roof / bw * 8)
     ax.set_xlim(lo_x, hi_x)
-    ax.set_ylim(min(ys) / 4, max(ys + ([roof] if roof else [])) * 2.5)
+    # The whole slope in view: from where it leaves the left edge up to above the ceiling.
+    ax.set_ylim(min(min(ys) / 4, lo_x * bw if bw else math.inf), max(ys + ([roof] if roof else [])) * 2.5)
     if roof and bw:
         ridge = roof / bw
         ax.plot([lo_x, ridge, hi_x], [lo_x * bw, roof, roof], color="black", lw=2)
@@ -257,7 +260,7 @@ def plot_roofline(traces: list[Trace], path: str | Path) -> Path:
         (x1, y1), (x2, y2) = ax.transData.transform([(lo_x, lo_x * bw), (ridge, roof)])
         mid = math.sqrt(lo_x * ridge) / 3
         ax.text(mid, mid * bw * 1.6, f"HBM bandwidth {bw / 1e9:,.0f} GB/s", rotation=math.degrees(
-            math.atan2(y2 - y1, x2 - x1)), rotation_mode="anchor", ha="center", va="bottom", fontsize=10)
+            math.atan2(y2 - y1, x2 - x1)), rotation_mode="anchor", ha="center", va="bottom", fontsize=10, clip_on=True)
         ax.text(ridge * 1.05, ax.get_ylim()[0] * 1.3, f"ridge {ridge:.0f} FLOP/B", fontsize=9, color="grey")
     elif roof:
         ax.axhline(roof, color="black", lw=2)
@@ -329,6 +332,8 @@ def plot_next_to(trace: Trace, trace_path: str | Path) -> str:
         return f"wrote {plot_roofline([trace], Path(trace_path).with_name(name + '.png'))}"
     except NoRoofline:
         return "plot: no roofline for a CPU trace (no GPU kernels, no device peaks); nothing drawn"
+    except TraceError as e:  # the run itself succeeded: say why there is no picture, keep the exit code
+        return f"plot: not drawn: {e}"
 
 
 # ---- benchmark chart -----------------------------------------------------------------------------------
@@ -368,8 +373,8 @@ def bench_chart(record: dict, path: str | Path, what: str = "forward") -> Path:
     bars = bench_bars(record)
     if not bars:
         raise TraceError("the benchmark record has no shape with a floor and a timed variant: nothing to draw")
-    fig = _figure()
-    ax = fig.add_axes((0.07, 0.16, 0.9, 0.68))
+    fig = _figure(BENCH_SIZE)
+    ax = fig.add_axes((0.07, 0.15, 0.91, 0.7))
     names = list(dict.fromkeys(n for b in bars for n in b["variants"]))
     width = 0.8 / len(names)
     for j, name in enumerate(names):
@@ -377,22 +382,24 @@ def bench_chart(record: dict, path: str | Path, what: str = "forward") -> Path:
         vals = [b["variants"][name] for b in bars if name in b["variants"]]
         ax.bar(xs, [v["of_floor"] for v in vals], width * 0.92, label=name, color=f"C{j}")
         for x, v in zip(xs, vals):
-            ax.text(x, v["of_floor"] + 0.01, f"{v['of_floor']:.2f}\n{v['us']:,.1f} µs", ha="center", va="bottom",
-                    fontsize=8)
+            ax.text(x, v["of_floor"] + 0.01, f"{v['of_floor']:.2f}", ha="center", va="bottom", fontsize=9)
+            ax.text(x, v["of_floor"] - 0.02, f"{v['us']:,.1f} µs", ha="center", va="top", rotation=90, fontsize=8,
+                    color="white")
     ax.axhline(1.0, color="black", lw=1.5)
-    ax.text(len(bars) - 0.5, 1.0, " floor (1.0)", va="center", ha="left", fontsize=10)
+    ax.text(len(bars) - 0.52, 1.01, "floor (1.0)", va="bottom", ha="right", fontsize=10)
     ax.set_xticks(range(len(bars)), [f"{b['shape']}\nfloor {b['floor_us']:,.1f} µs" for b in bars], fontsize=10)
     ax.set_xlim(-0.5, len(bars) - 0.5)
-    ax.set_ylim(0, 1.15)
+    ax.set_ylim(0, max([1.25] + [v["of_floor"] * 1.12 for b in bars for v in b["variants"].values()]))
     ax.set_ylabel("fraction of the floor (floor / median time)")
     ax.legend(loc="upper left", ncols=len(names), fontsize=10)
     ax.grid(True, axis="y", alpha=0.3)
-    versions = ", ".join(f"{k} {record[k]}" for k in ("torch", "triton", "cuda", "liger_kernel") if record.get(k))
+    versions = ", ".join(f"{label} {record[k]}" for k, label in (("torch", "torch"), ("triton", "triton"),
+                         ("cuda", "CUDA"), ("liger_kernel", "liger-kernel")) if record.get(k))
     ceiling = (f"; ceiling {record['ceiling_tflops']:.0f} TFLOP/s measured in the same run"
                if isinstance(record.get("ceiling_tflops"), (int, float)) else "")
     fig.suptitle(f"{what} vs its floor: {record.get('device', 'device?')}, {record.get('dtype', 'dtype?')}\n"
                  f"{versions}{ceiling}; {str(record.get('date', ''))[:10]}", fontsize=11)
-    fig.text(0.07, 0.02, "Higher is better; 1.0 would be at the floor. The same numbers are in the JSON record "
+    fig.text(0.07, 0.015, "Higher is better; 1.0 would be at the floor. The same numbers are in the JSON record "
              "and the benchmark's printed table.", fontsize=9)
     return _save(fig, path, bars)
 
