@@ -19,6 +19,7 @@ import os
 import re
 import statistics
 import sys
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -197,15 +198,19 @@ def _save(fig, path: str | Path, data) -> Path:
         raise TraceError(f"{path}: the picture is a PNG; give a file name ending in .png")
     if not path.parent.is_dir():
         raise TraceError(f"{path.parent}: no such folder for the picture")
-    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".png.tmp", dir=path.parent)
+        os.close(fd)
+    except OSError as e:
+        raise TraceError(f"cannot write in {path.parent}: {e.strerror or e}") from None
     try:
         # No "Software" line and no date: the same data gives the same file.
         fig.savefig(tmp, format="png", metadata={"Software": None, "Description": json.dumps(data, sort_keys=True)})
-        os.replace(tmp, path)
+        os.replace(tmp, path)  # atomic: the old picture or the new one, never half of one
     except OSError as e:
         raise TraceError(f"cannot write {path}: {e.strerror or e}") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        Path(tmp).unlink(missing_ok=True)
     return path
 
 
@@ -219,7 +224,8 @@ def png_data(path: str | Path):
 
 def _label(p: Point, prefix: str = "") -> str:
     calls = f" ×{p.calls:g}" if p.calls != 1 else ""
-    return f"{prefix}#{p.number} {p.op}{calls}, {100 * p.share:.0f}%"
+    bound = " (bytes ≥: too far right)" if p.lower_bound else ""
+    return f"{prefix}#{p.number} {p.op}{calls}, {100 * p.share:.0f}%{bound}"
 
 
 def _line(p: Point, prefix: str = "") -> str:
@@ -287,13 +293,14 @@ def plot_roofline(traces: list[Trace], path: str | Path) -> Path:
     for j, (left, x, y, text, dx) in enumerate(sorted(labels)):
         ax.annotate(text, (x, y), xytext=(-dx if left else dx, -16 if j % 2 else 9), textcoords="offset points",
                     fontsize=9, ha="right" if left else "left")
+    arrows = []  # (A's kernel, B's kernel in its place), both placed
     if two:
         for old, new in _replacements(traces[0], traces[1]):
-            for o in dict.fromkeys(old):
-                for n in dict.fromkeys(new):
-                    if (0, o) in positions and (1, n) in positions:
-                        ax.annotate("", xy=positions[(1, n)], xytext=positions[(0, o)],
-                                    arrowprops={"arrowstyle": "->", "color": "tab:red", "lw": 1.5})
+            arrows += [(o, n) for o in dict.fromkeys(old) for n in dict.fromkeys(new)
+                       if (0, o) in positions and (1, n) in positions and (o, n) not in arrows]
+    for o, n in arrows:
+        ax.annotate("", xy=positions[(1, n)], xytext=positions[(0, o)],
+                    arrowprops={"arrowstyle": "->", "color": "tab:red", "lw": 1.5})
     ax.set_xlabel("arithmetic intensity: FLOPs per byte moved (log)")
     ax.set_ylabel("achieved FLOP/s (log)")
     ax.grid(True, which="major", alpha=0.3)
@@ -316,8 +323,8 @@ def plot_roofline(traces: list[Trace], path: str | Path) -> Path:
         lines = lines[:LIST_LINES] + [f"... and {len(lines) - LIST_LINES} more: see the text report"]
     fig.text(0.02, 0.26, lines[0], fontsize=9, va="top")
     fig.text(0.02, 0.19, "\n".join(lines[1:]), fontsize=8.5, family="monospace", va="top")
-    data = [rf.data() for rf in rfs]
-    return _save(fig, path, data if two else data[0])
+    data = {"runs": [rf.data() for rf in rfs], "arrows": arrows} if two else rfs[0].data()
+    return _save(fig, path, data)
 
 
 def plot_traces(traces: list[Trace], path: str | Path) -> str:
@@ -363,8 +370,8 @@ def bench_bars(record: dict) -> list[dict]:
                     if isinstance(v, dict) and isinstance(v.get("median_us"), (int, float)) and v["median_us"] > 0}
         if floor is None or not variants:
             continue
-        out.append({"shape": _shape_label(shape), "floor_us": round(floor, 3),
-                    "variants": {n: {"us": round(t, 3), "of_floor": round(floor / t, 4)} for n, t in variants.items()}})
+        out.append({"shape": _shape_label(shape), "floor_us": floor,
+                    "variants": {n: {"us": t, "of_floor": floor / t} for n, t in variants.items()}})
     return out
 
 

@@ -1,0 +1,239 @@
+"""The pictures: the roofline draws the numbers the report prints; the benchmark chart draws the record's;
+the README's images are re-made from committed data; bad input is one line, never a half-written PNG."""
+
+import copy
+import gzip
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+import inspect_trace as it
+from trace_reader import plot
+from trace_reader.read import parse_trace
+from trace_reader.report import _num
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+ROOFLINE_PX = tuple(int(x * plot.DPI) for x in plot.ROOFLINE_SIZE)
+BENCH_PX = tuple(int(x * plot.DPI) for x in plot.BENCH_SIZE)
+BF16 = 2
+
+
+@pytest.fixture(scope="module")
+def h200():
+    return {n: it.load_trace(DATA / f"h200_{n}.json.gz") for n in ("mlp_eager", "mlp_compile", "liger", "fused_eager")}
+
+
+def report_rows(trace):
+    """The report's kernel table: row number -> the row's text."""
+    rows = {}
+    for line in it.report(trace).splitlines():
+        m = re.match(r"(\d+)  ", line)
+        if m and ("aten::" in line or "Memset" in line or "mlp_fwd" in line or "Function" in line or "triton" in line):
+            rows[int(m.group(1))] = line
+    return rows
+
+
+@pytest.mark.parametrize("name", ["mlp_eager", "mlp_compile", "liger", "fused_eager"])
+def test_roofline_points_are_the_numbers_the_report_prints(h200, name):
+    trace = h200[name]
+    rf = plot.roofline_points(trace)
+    rows = report_rows(trace)
+    assert rf.device == "NVIDIA H200" and rf.dtype == "bfloat16" and rf.peak_tflops and rf.peak_gbs
+    placed = {p.number for p in rf.points} | {n for n, *_ in rf.not_placed}
+    assert placed == set(rows)  # every kernel of the table is placed or listed as not placed
+    for p in rf.points:
+        row = rows[p.number]
+        assert p.achieved in row and f"{100 * p.share:.1f}%" in row and f"{_num(100 * p.of_peak)}% of" in row
+        printed = float(re.search(r"([\d,.]+) (TFLOP/s|GB/s)", row).group(1).replace(",", ""))
+        # y is the printed rate: TFLOP/s for a GEMM; for a pointwise kernel GB/s times its FLOPs per byte
+        drawn = p.flop_s / 1e12 if p.kind == "GEMM" else p.flop_s / p.intensity / 1e9
+        assert drawn == pytest.approx(printed, rel=0.005)
+    gemms = [p for p in rf.points if p.kind == "GEMM"]
+    assert gemms  # every MLP trace keeps cuBLAS's down_proj at least
+    for p in gemms:  # the post's shape: 8192 x 768 x 3072 (either way round), bf16, each operand once
+        m, k, n = 8192, 768, 3072
+        assert p.flops == 2 * m * k * n
+        assert p.bytes == BF16 * (m * k + k * n + m * n)
+        assert 400 < p.intensity < 1000  # right of the H200's ridge (~206 FLOP/B): compute-bound
+    for p in rf.points:
+        if p.kind == "pointwise":  # left of the ridge, under the bandwidth slope
+            assert p.intensity < 1 and p.flop_s / p.intensity <= rf.peak_gbs * 1e9
+
+
+def test_roofline_tells_the_posts_story(h200):
+    """GeLU and mul at 0.25 and 0.17 FLOP/B; the fused GeLU*mul (one pass, 2 FLOPs per 6 bytes) to their right."""
+    pw = {n: {p.op: p for p in plot.roofline_points(h200[n]).points if p.kind == "pointwise"}
+          for n in ("mlp_eager", "mlp_compile", "liger")}
+    gelu, mul = pw["mlp_eager"]["aten::gelu"], pw["mlp_eager"]["aten::mul"]
+    assert gelu.intensity == pytest.approx(1 / (2 * BF16)) and mul.intensity == pytest.approx(1 / (3 * BF16))
+    liger = pw["liger"]["LigerGELUMulFunction"]
+    assert liger.intensity == pytest.approx(2 / (3 * BF16)) and not liger.lower_bound
+    inductor = pw["mlp_compile"]["triton_poi_fused__unsafe_view_gelu_mul_0"]
+    assert inductor.lower_bound  # its in_out buffer is counted once: drawn hollow, flagged in the list
+    assert min(liger.intensity, inductor.intensity) > max(gelu.intensity, mul.intensity)
+    fused = plot.roofline_points(h200["fused_eager"])
+    assert [(name, why) for _, name, _, why, _ in fused.not_placed] == [("_geglu_tma_kernel", "no shapes")]
+
+
+def test_png_is_written_at_its_size_with_its_data(h200, tmp_path):
+    out = tmp_path / "r.png"
+    assert it.main(["--plot", str(out), str(DATA / "h200_mlp_eager.json.gz")]) == 0
+    with Image.open(out) as im:
+        assert im.format == "PNG" and im.size == ROOFLINE_PX
+    assert plot.png_data(out) == json.loads(json.dumps(plot.roofline_points(h200["mlp_eager"]).data()))
+    assert [p.name for p in tmp_path.iterdir()] == ["r.png"]  # no temporary file left behind
+
+
+def test_two_runs_on_one_chart_with_arrows_from_replaced_kernels(h200, tmp_path):
+    out = tmp_path / "ab.png"
+    plot.plot_roofline([h200["mlp_eager"], h200["mlp_compile"]], out)
+    data = plot.png_data(out)
+    assert [d["path"] for d in data["runs"]] == [h200["mlp_eager"].path, h200["mlp_compile"].path]
+    arrows = {(old.split("<")[0], new) for old, new in data["arrows"]}
+    assert arrows == {("void at::native::vectorized_elementwise_kernel", "triton_poi_fused__unsafe_view_gelu_mul_0")}
+    assert len(data["arrows"]) == 2  # from GeLU and from mul
+    # The fused kernel has no shapes: no arrow can end on it, and the chart says so.
+    plot.plot_roofline([h200["mlp_eager"], h200["fused_eager"]], out)
+    data = plot.png_data(out)
+    assert data["arrows"] == [] and data["runs"][1]["not_placed"][0][1:4] == ["_geglu_tma_kernel", "mlp_fwd",
+                                                                             "no shapes"]
+
+
+def test_a_trace_without_shapes_places_nothing_and_says_why(tmp_path):
+    """Another harness's trace (record_shapes=False): every kernel is listed as not placed, nothing crashes."""
+    raw = json.loads(gzip.decompress((DATA / "h200_mlp_eager.json.gz").read_bytes()))
+    for e in raw["traceEvents"]:
+        for key in ("Input Dims", "Input type", "Input Strides", "Concrete Inputs"):
+            e.get("args", {}).pop(key, None)
+    rf = plot.roofline_points(parse_trace(raw, "noshapes.json"))
+    assert rf.points == [] and {why for *_, why, _ in rf.not_placed} == {"no shapes", "memory op, no math"}
+    path = tmp_path / "noshapes.json"
+    path.write_text(json.dumps(raw))
+    assert it.main(["--plot", str(tmp_path / "n.png"), str(path)]) == 0
+    assert Image.open(tmp_path / "n.png").size == ROOFLINE_PX
+
+
+CPU_TRACE = {"traceEvents": [
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 50,
+     "args": {"Input Dims": [[4, 4], [4, 4]], "Input type": ["float", "float"]}}]}
+
+
+def test_cpu_trace_has_no_roofline(tmp_path, capsys):
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps(CPU_TRACE))
+    out = tmp_path / "cpu.png"
+    assert it.main(["--plot", str(out), str(path)]) != 0
+    err = capsys.readouterr().err
+    assert "CPU trace has no roofline" in err and len(err.strip().splitlines()) == 1 and not out.exists()
+    # A script's --plot: the run succeeded, so one line and no failure
+    assert "no roofline" in plot.plot_next_to(it.load_trace(path), path) and not (tmp_path / "cpu.png").exists()
+
+
+def test_bad_picture_paths_are_one_line_and_keep_the_old_file(tmp_path, capsys, monkeypatch):
+    trace = str(DATA / "h200_linear_eager.json.gz")
+    for bad in (tmp_path / "r.svg", tmp_path / "missing" / "r.png", tmp_path):
+        assert it.main(["--plot", str(bad), trace]) != 0
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    old = tmp_path / "old.png"
+    old.write_bytes(b"earlier picture")
+
+    def disk_full(self, fname, **kw):  # half a PNG, then the disk fills up
+        Path(fname).write_bytes(b"\x89PNG half")
+        raise OSError(28, "No space left on device")
+
+    import matplotlib.figure
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", disk_full)
+    assert it.main(["--plot", str(old), trace]) != 0
+    assert "No space left" in capsys.readouterr().err
+    assert old.read_bytes() == b"earlier picture" and sorted(p.name for p in tmp_path.iterdir()) == ["old.png"]
+
+
+def test_reader_does_not_import_matplotlib_unless_drawing():
+    code = "import sys, inspect_trace; sys.exit('matplotlib' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0
+
+
+# ------------------------------------------------------------------------------------------- benchmark chart
+
+def record():
+    return json.loads((ROOT / "results" / "bench_h200.json").read_text())
+
+
+def test_bench_bars_are_the_records_numbers(tmp_path):
+    rec = record()
+    bars = plot.bench_bars(rec)
+    assert len(bars) == len(rec["shapes"])
+    for bar, shape in zip(bars, rec["shapes"]):
+        assert bar["floor_us"] == pytest.approx(shape["floor_us"])
+        for name, v in shape["variants"].items():
+            assert bar["variants"][name]["us"] == pytest.approx(v["median_us"])
+            assert bar["variants"][name]["of_floor"] == pytest.approx(shape["floor_us"] / v["median_us"])
+    out = plot.bench_chart(rec, tmp_path / "b.png")
+    with Image.open(out) as im:
+        assert im.size == BENCH_PX
+    assert plot.png_data(out) == bars
+
+
+def test_bench_chart_takes_a_memory_floor_and_any_benchmarks_shapes(tmp_path):
+    rec = record()
+    shape = rec["shapes"][0]
+    compute = shape.pop("floor_us")
+    shape["compute_floor_us"], shape["memory_floor_us"] = compute, compute * 1.5  # the binding floor is the larger
+    skipped = {"median_us": None}  # a variant that did not run is no bar
+    attention = {"device": "NVIDIA H200", "dtype": "bf16", "shapes": [
+        {"label": "prefill 4x2048, 32/8 heads, d128", "floor_us": 200.0,
+         "variants": {"sdpa": {"median_us": 273.0}, "flex": {"median_us": 418.0}, "mem_efficient": skipped}}]}
+    bars = plot.bench_bars(rec)
+    assert bars[0]["floor_us"] == pytest.approx(compute * 1.5)
+    att = plot.bench_bars(attention)
+    assert att == [{"shape": "prefill 4x2048, 32/8 heads, d128", "floor_us": 200.0,
+                    "variants": {"sdpa": {"us": 273.0, "of_floor": 200 / 273},
+                                 "flex": {"us": 418.0, "of_floor": 200 / 418}}}]
+    plot.bench_chart(attention, tmp_path / "a.png", "attention forward")
+    assert plot.png_data(tmp_path / "a.png") == att
+    with pytest.raises(it.TraceError):
+        plot.bench_chart({"shapes": []}, tmp_path / "none.png")
+    assert plot.main(["--bench", str(tmp_path / "missing.json")]) == 2
+
+
+# ------------------------------------------------------------------------------------------ README's images
+
+def readme_images():
+    """(image path, the README command that makes it) for each results/*.png the README shows."""
+    text = (ROOT / "README.md").read_text().replace("\\\n", " ")
+    out = []
+    for image in re.findall(r"!\[[^\]]*\]\((results/[^)]+\.png)\)", text):
+        commands = [shlex.split(line.split("#", 1)[0]) for line in text.splitlines()
+                    if line.strip().startswith("uv run") and image in line]
+        assert len(commands) == 1, f"README shows {image}: one `uv run` command must make it"
+        out.append((image, commands[0][2:]))
+    return out
+
+
+def test_readme_shows_both_pictures():
+    images = [image for image, _ in readme_images()]
+    assert "results/bench_h200.png" in images and any("roofline" in i for i in images)
+
+
+@pytest.mark.parametrize("image,argv", readme_images(), ids=[i for i, _ in readme_images()])
+def test_readme_image_is_remade_from_committed_data(image, argv, tmp_path, monkeypatch):
+    """Re-run the README's command into a temporary file: the committed PNG carries the same numbers."""
+    monkeypatch.chdir(ROOT)  # the README's paths are relative to the repository
+    fresh = str(tmp_path / "fresh.png")
+    argv = [fresh if a == image else a for a in argv]
+    if argv[0] == "inspect_trace.py":
+        assert it.main(argv[1:]) == 0
+    else:
+        assert argv[:3] == ["python", "-m", "trace_reader.plot"]
+        assert plot.main(argv[3:]) == 0
+    committed = ROOT / image
+    assert plot.png_data(committed) == plot.png_data(fresh)
+    assert Image.open(committed).size == Image.open(fresh).size
