@@ -73,6 +73,8 @@ def as_run_here(argv, out):
     """The README command, writing under `out` instead of traces/ and on the CPU lane (at a CPU-sized size)."""
     argv = smaller(argv)
     argv = [str(out / a[len("traces/"):]) if a.startswith("traces/") else a for a in argv]
+    # Pictures the README shows are re-made elsewhere: tests/test_plot.py compares them with the committed ones.
+    argv = [str(out / a[len("results/"):]) if a.startswith("results/") and a.endswith(".png") else a for a in argv]
     if argv[0] in SCRIPTS:
         argv += ["--out", str(out)] + ([] if "--device" in argv else ["--device", "cpu"])
         if argv[0] in CPU_SHAPE and not _cuda() and not {"--batch", "--seq"} & set(argv):
@@ -92,7 +94,8 @@ ORDERED = sorted((c for c in COMMANDS if c != ["pytest"] and "--open" not in c),
 
 @pytest.mark.parametrize("argv", ORDERED, ids=[" ".join(c) for c in ORDERED])
 def test_readme_command_runs(argv, out):
-    if argv[0] not in SCRIPTS and argv[0] != "inspect_trace.py" and argv[0] not in BENCHES:
+    if argv[0] not in SCRIPTS and argv[0] != "inspect_trace.py" and argv[0] not in BENCHES and argv[:3] != [
+            "python", "-m", "trace_reader.plot"]:
         pytest.fail(f"README runs {argv[0]}, which this test does not know how to check")
     env = {**os.environ, "TRITON_INTERPRET": "0", **ENVS[tuple(argv)]}
     if env["TRITON_INTERPRET"] == "1" and importlib.util.find_spec("triton") is None:

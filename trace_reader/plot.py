@@ -291,7 +291,10 @@ def plot_roofline(traces: list[Trace], path: str | Path) -> Path:
                                math.sqrt(area) / 2 + 4))
     # Neighbours (two GEMMs, GeLU and mul) alternate below / above, so their labels keep apart.
     for j, (left, x, y, text, dx) in enumerate(sorted(labels)):
-        ax.annotate(text, (x, y), xytext=(-dx if left else dx, -16 if j % 2 else 9), textcoords="offset points",
+        dy = -16 if j % 2 else 9
+        if dy > 0 and roof and ax.transData.transform((x, roof))[1] - ax.transData.transform((x, y))[1] < 30:
+            dy = -4  # above would cross the compute ceiling: beside the point instead
+        ax.annotate(text, (x, y), xytext=(-dx if left else dx, dy), textcoords="offset points",
                     fontsize=9, ha="right" if left else "left")
     arrows = []  # (A's kernel, B's kernel in its place), both placed
     if two:
