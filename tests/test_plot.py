@@ -237,3 +237,22 @@ def test_readme_image_is_remade_from_committed_data(image, argv, tmp_path, monke
     committed = ROOT / image
     assert plot.png_data(committed) == plot.png_data(fresh)
     assert Image.open(committed).size == Image.open(fresh).size
+
+
+# ------------------------------------------------------------------------------------------------ GPU only
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("mode", [[], ["--compile"]], ids=["eager", "compile"])
+def test_script_plot_writes_the_roofline_next_to_its_trace(tmp_path, mode):
+    """03_simple_mlp.py --plot on a GPU: <stem>.png beside <stem>.json, with the GEMMs, GeLU and mul placed."""
+    args = ["--batch", "8", "--seq", "128", "--dim", "768", "--hidden", "3072", "--device", "cuda", "--plot"]
+    proc = subprocess.run([sys.executable, str(ROOT / "03_simple_mlp.py"), *args, *mode, "--out", str(tmp_path)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    trace = next((tmp_path / "03_simple_mlp").glob("*.json"))
+    png = trace.with_suffix(".png")
+    assert f"wrote {png}" in proc.stdout
+    assert Image.open(png).size == ROOFLINE_PX
+    data = plot.png_data(png)
+    assert data == json.loads(json.dumps(plot.roofline_points(it.load_trace(trace)).data()))
+    assert sum(p["kind"] == "GEMM" for p in data["points"]) >= 2 and any(p["kind"] == "pointwise" for p in data["points"])

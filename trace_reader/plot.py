@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .kernels import gemm_bytes, gemm_flops, is_gemm, op_dtype, pointwise_bytes, short
+from .kernels import gemm_bytes, gemm_flops, op_dtype, pointwise_bytes, short
 from .peaks import device_peak
 from .read import Trace, TraceError
 from .report import _group, _num
@@ -131,12 +131,13 @@ def roofline_points(trace: Trace) -> Roofline:
             why = "no shapes"
         point = None
         if why is None and g["unit"] == "TFLOP/s":
-            flops = gemm_flops(k.op) or float(k.op.args.get("kernel_flop") or 0)
-            moved = gemm_bytes(k.op)
+            flops, moved = gemm_flops(k.op), gemm_bytes(k.op)
+            if flops is None and isinstance(k.op.args.get("kernel_flop"), (int, float)):
+                flops = float(k.op.args["kernel_flop"])  # an Inductor Triton GEMM carries its own counts
             if moved is None and isinstance(k.op.args.get("kernel_num_gb"), (int, float)):
                 moved = float(k.op.args["kernel_num_gb"]) * 1e9
             rate = statistics.mean(g["rates"])
-            if flops and moved:
+            if (flops or 0) > 0 and (moved or 0) > 0:
                 point = Point(number, g["name"], g["op"], "GEMM", calls, share, flops, moved, rate * 1e12,
                               f"{_num(rate)} TFLOP/s")
                 rf.gemm_shapes.append(_gemm_shape(k.op))
@@ -144,7 +145,7 @@ def roofline_points(trace: Trace) -> Roofline:
             moved, exact = pointwise_bytes(k.op) or (0.0, True)
             flops = float(_elements(k.op) * _ops_per_element(g["op"]))
             rate = statistics.mean(g["rates"])
-            if moved and flops:
+            if moved > 0 and flops > 0:
                 achieved = f"{_num(rate)} GB/s" if exact else f">={_num(rate)} GB/s"
                 point = Point(number, g["name"], g["op"], "pointwise", calls, share, flops, moved,
                               rate * 1e9 * flops / moved, achieved, lower_bound=not exact)
@@ -307,9 +308,13 @@ def plot_roofline(traces: list[Trace], path: str | Path) -> Path:
     ax.set_xlabel("arithmetic intensity: FLOPs per byte moved (log)")
     ax.set_ylabel("achieved FLOP/s (log)")
     ax.grid(True, which="major", alpha=0.3)
-    names = " → ".join(f"{'AB'[i] + ': ' if two else ''}{Path(rf.path).name}" for i, rf in enumerate(rfs))
+    names = " → ".join(f"{'AB'[i] + ': ' if two else ''}{Path(rf.path).name}"
+                       + (f" (on {rf.device}; peaks are A's)" if rf.device != base.device else "")
+                       for i, rf in enumerate(rfs))
+    steps = " and ".join(dict.fromkeys(str(len(t.steps)) for t in traces))
     shapes = ", ".join(dict.fromkeys(s for rf in rfs for s in rf.gemm_shapes)) or "no GEMM shapes"
-    fig.suptitle(f"Roofline of a typical step: {base.device or 'GPU'}, {base.dtype or 'dtype unknown'}\n"
+    fig.suptitle(f"Roofline per step (mean of {steps} active steps): {base.device or 'GPU'}, "
+                 f"{base.dtype or 'dtype unknown'}\n"
                  f"{names}\nGEMMs (M×K×N) {shapes}; {base.versions or 'versions not in the trace'}",
                  fontsize=11)
     lines = [f"Peaks: {base.peak_source}. Marker area = share of the step's GPU time"
