@@ -10,6 +10,8 @@ Which file answers which question:
     report.py    What does one trace say? The one-trace report; overhead- or compute-bound (bound_of).
     compare.py   What changed between two traces? Same, gone, new, replaced kernels and CPU ops.
     lag.py       How far behind is the GPU? Per step: launch-to-GPU-start lag, record_function-to-first-op gap.
+    plot.py      What does it look like? The roofline of one or two traces, a benchmark's bars against its
+                 floor (matplotlib, imported only when drawing).
     expect.py    Was the guess right? Expect and its builders (steps(), kernel(), ...), check(),
                  print_expectations().
     memory.py    What did a step allocate, how fast did it stream memory? Per-step peak allocation from
