@@ -199,8 +199,9 @@ def test_bench_chart_takes_a_memory_floor_and_any_benchmarks_shapes(tmp_path):
                                  "flex": {"us": 418.0, "of_floor": 200 / 418}}}]
     plot.bench_chart(attention, tmp_path / "a.png", "attention forward")
     assert plot.png_data(tmp_path / "a.png") == att
-    with pytest.raises(it.TraceError):
-        plot.bench_chart({"shapes": []}, tmp_path / "none.png")
+    for hostile in ({"shapes": []}, {"shapes": {"a": 1}}, {"shapes": [1, {"variants": [1]}, {"floor_us": "x"}]}):
+        with pytest.raises(it.TraceError):
+            plot.bench_chart(hostile, tmp_path / "none.png")
     assert plot.main(["--bench", str(tmp_path / "missing.json")]) == 2
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .kernels import gemm_bytes, gemm_flops, op_dtype, pointwise_bytes, short
 from .peaks import device_peak
-from .read import Trace, TraceError
+from .read import Trace, TraceError, _no_gc
 from .report import _group, _num
 
 DPI = 100
@@ -240,7 +240,9 @@ def _line(p: Point, prefix: str = "") -> str:
 def plot_roofline(traces: list[Trace], path: str | Path) -> Path:
     """One trace: its kernels on the device's roofline. Two (A, B): both, with arrows from A's replaced
     kernels to B's kernels in their place."""
-    rfs = [roofline_points(t) for t in traces]
+    with _no_gc():  # 10^5 small objects per trace: see read._no_gc
+        rfs = [roofline_points(t) for t in traces]
+        replaced = _replacements(traces[0], traces[1]) if len(traces) == 2 else []
     fig = _figure(ROOFLINE_SIZE)
     ax = fig.add_axes((0.08, 0.34, 0.88, 0.56))
     ax.set_xscale("log")
@@ -299,7 +301,7 @@ def plot_roofline(traces: list[Trace], path: str | Path) -> Path:
                     fontsize=9, ha="right" if left else "left")
     arrows = []  # (A's kernel, B's kernel in its place), both placed
     if two:
-        for old, new in _replacements(traces[0], traces[1]):
+        for old, new in replaced:
             arrows += [(o, n) for o in dict.fromkeys(old) for n in dict.fromkeys(new)
                        if (0, o) in positions and (1, n) in positions and (o, n) not in arrows]
     for o, n in arrows:
@@ -372,9 +374,12 @@ def _shape_label(shape: dict) -> str:
 def bench_bars(record: dict) -> list[dict]:
     """Per shape: its label, floor (µs) and each timed variant's median µs and fraction of the floor."""
     out = []
-    for shape in record.get("shapes", []):
+    shapes = record.get("shapes")
+    for shape in shapes if isinstance(shapes, list) else []:
+        if not (isinstance(shape, dict) and isinstance(shape.get("variants"), dict)):
+            continue
         floor = _floor_us(shape)
-        variants = {name: v["median_us"] for name, v in shape.get("variants", {}).items()
+        variants = {str(name): v["median_us"] for name, v in shape["variants"].items()
                     if isinstance(v, dict) and isinstance(v.get("median_us"), (int, float)) and v["median_us"] > 0}
         if floor is None or not variants:
             continue
