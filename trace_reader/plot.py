@@ -389,7 +389,11 @@ def bench_bars(record: dict) -> list[dict]:
 
 
 def bench_chart(record: dict, path: str | Path, what: str = "forward") -> Path:
-    """Bars: every variant at every shape as a fraction of the floor (floor / median time; 1.0 = the floor)."""
+    """Bars: every variant at every shape as a fraction of the floor (floor / median time; 1.0 = the floor).
+
+    Any benchmark's record works: {"device", "dtype", "torch", ..., "shapes": [{"label" (or M, dim, hidden),
+    "floor_us" (or several *floor_us: the largest binds), "variants": {name: {"median_us": ...}}}]}.
+    """
     bars = bench_bars(record)
     if not bars:
         raise TraceError("the benchmark record has no shape with a floor and a timed variant: nothing to draw")
