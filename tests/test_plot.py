@@ -257,3 +257,13 @@ def test_script_plot_writes_the_roofline_next_to_its_trace(tmp_path, mode):
     data = plot.png_data(png)
     assert data == json.loads(json.dumps(plot.roofline_points(it.load_trace(trace)).data()))
     assert sum(p["kind"] == "GEMM" for p in data["points"]) >= 2 and any(p["kind"] == "pointwise" for p in data["points"])
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_bench_writes_its_chart_next_to_its_record(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "bench.py"), "--shapes", "256x128x512", "--out", str(out)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"wrote {out.with_suffix('.png')}" in proc.stdout
+    assert plot.png_data(out.with_suffix(".png")) == plot.bench_bars(json.loads(out.read_text()))
