@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 
 import common
-from trace_reader.plot import bench_chart
+from trace_reader.plot import bench_chart_next_to
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SWEEPS = {
@@ -386,7 +386,7 @@ def main(argv=None):
     print_summary(results)
     partial.replace(args.out)
     print(f"\nwrote {args.out}")
-    print(f"wrote {bench_chart(record, args.out.with_suffix('.png'), 'GeGLU MLP forward')}")  # same numbers, as bars
+    print(bench_chart_next_to(record, args.out, "GeGLU MLP forward"))  # the same numbers, as bars
     return 0
 
 

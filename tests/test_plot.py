@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from PIL import Image
+
+pytest.importorskip("matplotlib", reason="the pictures need matplotlib (a dependency: uv sync)")
+from PIL import Image  # noqa: E402 - comes with matplotlib
 
 import inspect_trace as it
 from trace_reader import plot
@@ -154,6 +156,14 @@ def test_bad_picture_paths_are_one_line_and_keep_the_old_file(tmp_path, capsys, 
     assert it.main(["--plot", str(old), trace]) != 0
     assert "No space left" in capsys.readouterr().err
     assert old.read_bytes() == b"earlier picture" and sorted(p.name for p in tmp_path.iterdir()) == ["old.png"]
+
+
+def test_without_matplotlib_a_picture_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # what a missing package looks like to import
+    assert it.main(["--plot", str(tmp_path / "r.png"), str(DATA / "h200_linear_eager.json.gz")]) != 0
+    assert "matplotlib is not installed" in capsys.readouterr().err
+    line = plot.bench_chart_next_to(record(), tmp_path / "bench.json", "GeGLU MLP forward")
+    assert line.startswith("chart not drawn: matplotlib is not installed") and not list(tmp_path.iterdir())
 
 
 def test_reader_does_not_import_matplotlib_unless_drawing():

@@ -187,8 +187,11 @@ def _replacements(a: Trace, b: Trace) -> list[tuple[list[str], list[str]]]:
 # ---- drawing -------------------------------------------------------------------------------------------
 
 def _figure(size: tuple[float, float]):
-    from matplotlib.figure import Figure  # the Agg canvas, no display and no pyplot state
-
+    try:
+        from matplotlib.figure import Figure  # the Agg canvas, no display and no pyplot state
+    except ImportError:
+        raise TraceError("matplotlib is not installed (uv sync, or pip install matplotlib); "
+                         "the numbers are in the text report") from None
     return Figure(figsize=size, dpi=DPI)
 
 
@@ -426,6 +429,14 @@ def bench_chart(record: dict, path: str | Path, what: str = "forward") -> Path:
     fig.text(0.07, 0.015, "Higher is better; 1.0 would be at the floor. The same numbers are in the JSON record "
              "and the benchmark's printed table.", fontsize=9)
     return _save(fig, path, bars)
+
+
+def bench_chart_next_to(record: dict, record_path: str | Path, what: str) -> str:
+    """bench.py's chart, <record>.png beside its JSON record; a line either way (the record is already written)."""
+    try:
+        return f"wrote {bench_chart(record, Path(record_path).with_suffix('.png'), what)}"
+    except TraceError as e:
+        return f"chart not drawn: {e}"
 
 
 def main(argv: list[str] | None = None) -> int:
