@@ -122,6 +122,21 @@ def test_a_trace_without_shapes_places_nothing_and_says_why(tmp_path):
     assert Image.open(tmp_path / "n.png").size == ROOFLINE_PX
 
 
+def test_many_kernels_are_all_placed_and_the_list_is_cut(tmp_path):
+    """Every launch a different kernel name (another harness, a long varied run): all placed, the list cut."""
+    raw = json.loads(gzip.decompress((DATA / "h200_mlp_eager.json.gz").read_bytes()))
+    kernels = [e for e in raw["traceEvents"] if e.get("cat") == "kernel"]
+    for i, e in enumerate(kernels):
+        e["name"] = f"k{i:03d}_{e['name']}"
+    rf = plot.roofline_points(parse_trace(raw, "varied.json"))
+    assert len(rf.points) == len(kernels) > plot.LIST_LINES
+    assert {why for *_, why, _ in rf.not_placed} == {"memory op, no math"}  # the memsets
+    path = tmp_path / "varied.json"
+    path.write_text(json.dumps(raw))
+    assert it.main(["--plot", str(tmp_path / "v.png"), str(path)]) == 0
+    assert len(plot.png_data(tmp_path / "v.png")["points"]) == len(rf.points)
+
+
 CPU_TRACE = {"traceEvents": [
     {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
     {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 50,

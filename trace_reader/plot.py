@@ -31,7 +31,8 @@ from .report import _group, _num
 DPI = 100
 ROOFLINE_SIZE = (12, 9)  # inches: 1200 x 900 pixels, readable on a laptop screen
 BENCH_SIZE = (12, 6.5)  # 1200 x 650
-LIST_LINES = 14  # kernel lines that fit under the roofline; more are cut with "... and N more"
+LIST_LINES = 11  # kernel lines that fit under the roofline; more are cut with "... and N more"
+LABELS = 8  # points labelled on the chart, the largest shares first; the list under it names them all
 # Pointwise FLOPs: one per element per op the kernel does, found in the launching op's name
 # (aten::gelu = 1; LigerGELUMulFunction, triton_poi_fused__unsafe_view_gelu_mul_0 = 2).
 POINTWISE_OP_WORDS = re.compile(r"gelu|silu|swish|relu|sigmoid|tanh|exp|log|mul|div|add|sub|neg|pow|sqrt|"
@@ -137,7 +138,7 @@ def roofline_points(trace: Trace) -> Roofline:
             if moved is None and isinstance(k.op.args.get("kernel_num_gb"), (int, float)):
                 moved = float(k.op.args["kernel_num_gb"]) * 1e9
             rate = statistics.mean(g["rates"])
-            if (flops or 0) > 0 and (moved or 0) > 0:
+            if (flops or 0) > 0 and (moved or 0) > 0 and rate > 0:
                 point = Point(number, g["name"], g["op"], "GEMM", calls, share, flops, moved, rate * 1e12,
                               f"{_num(rate)} TFLOP/s")
                 rf.gemm_shapes.append(_gemm_shape(k.op))
@@ -145,7 +146,7 @@ def roofline_points(trace: Trace) -> Roofline:
             moved, exact = pointwise_bytes(k.op) or (0.0, True)
             flops = float(_elements(k.op) * _ops_per_element(g["op"]))
             rate = statistics.mean(g["rates"])
-            if moved > 0 and flops > 0:
+            if moved > 0 and flops > 0 and rate > 0:
                 achieved = f"{_num(rate)} GB/s" if exact else f">={_num(rate)} GB/s"
                 point = Point(number, g["name"], g["op"], "pointwise", calls, share, flops, moved,
                               rate * 1e9 * flops / moved, achieved, lower_bound=not exact)
@@ -227,9 +228,9 @@ def png_data(path: str | Path):
 
 
 def _label(p: Point, prefix: str = "") -> str:
-    calls = f" ×{p.calls:g}" if p.calls != 1 else ""
+    calls = f" ×{p.calls:.2g}" if p.calls != 1 else ""
     bound = " (bytes ≥: too far right)" if p.lower_bound else ""
-    return f"{prefix}#{p.number} {p.op}{calls}, {100 * p.share:.0f}%{bound}"
+    return f"{prefix}#{p.number} {short(p.op, False, 44)}{calls}, {100 * p.share:.0f}%{bound}"
 
 
 def _line(p: Point, prefix: str = "") -> str:
@@ -294,13 +295,23 @@ def plot_roofline(traces: list[Trace], path: str | Path) -> Path:
             if not (hollow and p.name in b_names):  # the same kernel in B carries the label
                 # Left of the point past the ridge (room) and for A's points (B's go right).
                 labels.append((hollow or p.intensity > middle, p.intensity, p.flop_s, _label(p, prefix),
-                               math.sqrt(area) / 2 + 4))
+                               math.sqrt(area) / 2 + 4, p.share))
+    labels = sorted(labels, key=lambda lab: -lab[-1])[:LABELS]
     # Neighbours (two GEMMs, GeLU and mul) alternate below / above, so their labels keep apart.
-    for j, (left, x, y, text, dx) in enumerate(sorted(labels)):
-        dy = -16 if j % 2 else 9
-        if dy > 0 and roof and ax.transData.transform((x, roof))[1] - ax.transData.transform((x, y))[1] < 30:
-            dy = -4  # above would cross the compute ceiling: beside the point instead
-        ax.annotate(text, (x, y), xytext=(-dx if left else dx, dy), textcoords="offset points",
+    wanted = []
+    for j, (left, x, y, text, dx, _) in enumerate(sorted(labels)):
+        px, py = ax.transData.transform((x, y))
+        dy = (-16 if j % 2 else 9) * DPI / 72  # pixels
+        if dy > 0 and roof and ax.transData.transform((x, roof))[1] - py < 30:
+            dy = -4 * DPI / 72  # above would cross the compute ceiling: beside the point instead
+        wanted.append((py + dy, left, px, py, x, y, text, dx))
+    # Top to bottom, a label that would sit on a neighbour's (same side, close by) moves down below it.
+    placed: list[tuple[bool, float, float]] = []
+    for ty, left, px, py, x, y, text, dx in sorted(wanted, key=lambda w: -w[0]):
+        while clash := [y2 for s2, x2, y2 in placed if s2 == left and abs(x2 - px) < 150 and abs(y2 - ty) < 13]:
+            ty = min(clash) - 13
+        placed.append((left, px, ty))
+        ax.annotate(text, (x, y), xytext=(-dx if left else dx, (ty - py) * 72 / DPI), textcoords="offset points",
                     fontsize=9, ha="right" if left else "left")
     arrows = []  # (A's kernel, B's kernel in its place), both placed
     if two:
@@ -317,7 +328,8 @@ def plot_roofline(traces: list[Trace], path: str | Path) -> Path:
                        + (f" (on {rf.device}; peaks are A's)" if rf.device != base.device else "")
                        for i, rf in enumerate(rfs))
     steps = " and ".join(dict.fromkeys(str(len(t.steps)) for t in traces))
-    shapes = ", ".join(dict.fromkeys(s for rf in rfs for s in rf.gemm_shapes)) or "no GEMM shapes"
+    shapes = list(dict.fromkeys(s for rf in rfs for s in rf.gemm_shapes))
+    shapes = ", ".join(shapes[:4]) + (f" and {len(shapes) - 4} more" if len(shapes) > 4 else "") or "no GEMM shapes"
     fig.suptitle(f"Roofline per step (mean of {steps} active steps): {base.device or 'GPU'}, "
                  f"{base.dtype or 'dtype unknown'}\n"
                  f"{names}\nGEMMs (M×K×N) {shapes}; {base.versions or 'versions not in the trace'}",
