@@ -23,7 +23,6 @@ from trace_reader.report import _num
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 ROOFLINE_PX = tuple(int(x * plot.DPI) for x in plot.ROOFLINE_SIZE)
-BENCH_PX = tuple(int(x * plot.DPI) for x in plot.BENCH_SIZE)
 BF16 = 2
 
 
@@ -203,21 +202,24 @@ def test_bench_bars_are_the_records_numbers(tmp_path):
             assert bar["variants"][name]["of_floor"] == pytest.approx(shape["floor_us"] / v["median_us"])
     out = plot.bench_chart(rec, tmp_path / "b.png")
     with Image.open(out) as im:
-        assert im.size == BENCH_PX
+        assert im.size == tuple(int(x * plot.DPI) for x in plot.bench_size(bars))
     assert plot.png_data(out) == bars
 
 
 def test_bench_chart_takes_a_memory_floor_and_any_benchmarks_shapes(tmp_path):
     rec = record()
-    shape = rec["shapes"][0]
-    compute = shape.pop("floor_us")
-    shape["compute_floor_us"], shape["memory_floor_us"] = compute, compute * 1.5  # the binding floor is the larger
+    shape, old = rec["shapes"][0], rec["shapes"][1]
+    compute = shape.pop("floor_us")  # a record with the two floors only: the larger binds
+    shape["floor_compute_us"], shape["floor_memory_us"] = compute, compute * 1.5
+    old_floor = old["floor_us"]
+    for key in [k for k in old if k.startswith("floor_") and k != "floor_us"]:
+        del old[key]  # the first records had one floor, floor_us
     skipped = {"median_us": None}  # a variant that did not run is no bar
     attention = {"device": "NVIDIA H200", "dtype": "bf16", "shapes": [
         {"label": "prefill 4x2048, 32/8 heads, d128", "floor_us": 200.0,
          "variants": {"sdpa": {"median_us": 273.0}, "flex": {"median_us": 418.0}, "mem_efficient": skipped}}]}
     bars = plot.bench_bars(rec)
-    assert bars[0]["floor_us"] == pytest.approx(compute * 1.5)
+    assert bars[0]["floor_us"] == pytest.approx(compute * 1.5) and bars[1]["floor_us"] == old_floor
     att = plot.bench_bars(attention)
     assert att == [{"shape": "prefill 4x2048, 32/8 heads, d128", "floor_us": 200.0,
                     "variants": {"sdpa": {"us": 273.0, "of_floor": 200 / 273},

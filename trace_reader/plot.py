@@ -30,7 +30,6 @@ from .report import _group, _num
 
 DPI = 100
 ROOFLINE_SIZE = (12, 9)  # inches: 1200 x 900 pixels, readable on a laptop screen
-BENCH_SIZE = (12, 6.5)  # 1200 x 650
 LIST_LINES = 11  # kernel lines that fit under the roofline; more are cut with "... and N more"
 LABELS = 8  # points labelled on the chart, the largest shares first; the list under it names them all
 # Pointwise FLOPs: one per element per op the kernel does, found in the launching op's name
@@ -371,8 +370,9 @@ def plot_next_to(trace: Trace, trace_path: str | Path) -> str:
 # ---- benchmark chart -----------------------------------------------------------------------------------
 
 def _floor_us(shape: dict) -> float | None:
-    """The floor of one shape: the largest of its *floor_us fields (compute, memory, or the old single one)."""
-    floors = [v for k, v in shape.items() if k.endswith("floor_us") and isinstance(v, (int, float)) and v > 0]
+    """The floor of one shape: the largest of its floor*_us fields (floor_us, floor_compute_us, floor_memory_us)."""
+    floors = [v for k, v in shape.items() if k.startswith("floor") and k.endswith("_us")
+              and isinstance(v, (int, float)) and v > 0]
     if isinstance(shape.get("floor"), dict):
         floors += [v for v in shape["floor"].values() if isinstance(v, (int, float)) and v > 0]
     return max(floors, default=None)
@@ -400,46 +400,63 @@ def bench_bars(record: dict) -> list[dict]:
             continue
         out.append({"shape": _shape_label(shape), "floor_us": floor,
                     "variants": {n: {"us": t, "of_floor": floor / t} for n, t in variants.items()}})
+        if isinstance(shape.get("bound"), str):
+            out[-1]["bound"] = shape["bound"]  # "compute" or "memory": which floor binds
     return out
+
+
+def bench_size(bars: list[dict]) -> tuple[float, float]:
+    """Inches: 12 wide; tall enough for every bar to carry its numbers (a bar is 0.16 in)."""
+    n_bars = sum(len(b["variants"]) for b in bars)
+    return 12.0, round(1.9 + 0.16 * n_bars + 0.3 * len(bars), 2)
 
 
 def bench_chart(record: dict, path: str | Path, what: str = "forward") -> Path:
     """Bars: every variant at every shape as a fraction of the floor (floor / median time; 1.0 = the floor).
 
     Any benchmark's record works: {"device", "dtype", "torch", ..., "shapes": [{"label" (or M, dim, hidden),
-    "floor_us" (or several *floor_us: the largest binds), "variants": {name: {"median_us": ...}}}]}.
+    "floor_us" (or several floor*_us: the largest binds), "bound", "variants": {name: {"median_us": ...}}}]}.
     """
     bars = bench_bars(record)
     if not bars:
         raise TraceError("the benchmark record has no shape with a floor and a timed variant: nothing to draw")
-    fig = _figure(BENCH_SIZE)
-    ax = fig.add_axes((0.07, 0.15, 0.91, 0.7))
+    width, height = bench_size(bars)
+    fig = _figure((width, height))
+    top, bottom = 1.15 / height, 0.85 / height  # inches kept for the title and legend, the axis and the note
+    ax = fig.add_axes((0.2, bottom, 0.77, 1 - top - bottom))
     names = list(dict.fromkeys(n for b in bars for n in b["variants"]))
-    width = 0.8 / len(names)
-    for j, name in enumerate(names):
-        xs = [i + (j - (len(names) - 1) / 2) * width for i, b in enumerate(bars) if name in b["variants"]]
-        vals = [b["variants"][name] for b in bars if name in b["variants"]]
-        ax.bar(xs, [v["of_floor"] for v in vals], width * 0.92, label=name, color=f"C{j}")
-        for x, v in zip(xs, vals):
-            ax.text(x, v["of_floor"] + 0.01, f"{v['of_floor']:.2f}", ha="center", va="bottom", fontsize=9)
-            ax.text(x, v["of_floor"] - 0.02, f"{v['us']:,.1f} µs", ha="center", va="top", rotation=90, fontsize=8,
-                    color="white")
-    ax.axhline(1.0, color="black", lw=1.5)
-    ax.text(len(bars) - 0.52, 1.01, "floor (1.0)", va="bottom", ha="right", fontsize=10)
-    ax.set_xticks(range(len(bars)), [f"{b['shape']}\nfloor {b['floor_us']:,.1f} µs" for b in bars], fontsize=10)
-    ax.set_xlim(-0.5, len(bars) - 0.5)
-    ax.set_ylim(0, max([1.25] + [v["of_floor"] * 1.12 for b in bars for v in b["variants"].values()]))
-    ax.set_ylabel("fraction of the floor (floor / median time)")
-    ax.legend(loc="upper left", ncols=len(names), fontsize=10)
-    ax.grid(True, axis="y", alpha=0.3)
+    ticks, y = [], 0.0
+    for b in bars:  # top to bottom, one group of bars per shape
+        group = [n for n in names if n in b["variants"]]
+        for n in group:
+            v = b["variants"][n]
+            ax.barh(-y, v["of_floor"], 0.85, color=f"C{names.index(n)}", label=n)
+            ax.text(v["of_floor"] + 0.01, -y, f"{v['of_floor']:.2f}  ({v['us']:,.1f} µs)", va="center", fontsize=8,
+                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.3}, zorder=3)  # legible over the floor
+            y += 1
+        bound = f", {b['bound']}" if b.get("bound") else ""
+        ticks.append((-(y - 1 - (len(group) - 1) / 2), f"{b['shape']}\nfloor {b['floor_us']:,.1f} µs{bound}"))
+        y += 0.9  # gap between shapes
+    ax.set_yticks([t for t, _ in ticks], [label for _, label in ticks], fontsize=9)
+    ax.set_ylim(-y + 0.5, 1.2)
+    ax.axvline(1.0, color="black", lw=1.5, label="the floor (1.0)")
+    ax.set_xlim(0, max([1.3] + [v["of_floor"] + 0.3 for b in bars for v in b["variants"].values()]))
+    ax.set_xlabel("fraction of the floor (floor / median time): higher is better, 1.0 would be at the floor")
+    handles = {label: h for h, label in zip(*ax.get_legend_handles_labels())}  # one entry per variant
+    ax.legend(handles.values(), handles.keys(), loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=len(handles),
+              fontsize=9, frameon=False)
+    ax.grid(True, axis="x", alpha=0.3)
     versions = ", ".join(f"{label} {record[k]}" for k, label in (("torch", "torch"), ("triton", "triton"),
                          ("cuda", "CUDA"), ("liger_kernel", "liger-kernel")) if record.get(k))
-    ceiling = (f"; ceiling {record['ceiling_tflops']:.0f} TFLOP/s measured in the same run"
-               if isinstance(record.get("ceiling_tflops"), (int, float)) else "")
+    ceilings = [f"{record[k]:.0f} TFLOP/s" if unit == "gemm" else f"{record[k]:.2f} TB/s"
+                for k, unit in (("ceiling_tflops", "gemm"), ("copy_tbps", "copy"))
+                if isinstance(record.get(k), (int, float))]
+    ceilings_text = f"; ceilings {' and '.join(ceilings)} measured in the same run" if ceilings else ""
     fig.suptitle(f"{what} vs its floor: {record.get('device', 'device?')}, {record.get('dtype', 'dtype?')}\n"
-                 f"{versions}{ceiling}; {str(record.get('date', ''))[:10]}", fontsize=11)
-    fig.text(0.07, 0.015, "Higher is better; 1.0 would be at the floor. The same numbers are in the JSON record "
-             "and the benchmark's printed table.", fontsize=9)
+                 f"{versions}{ceilings_text}; {str(record.get('date', ''))[:10]}", fontsize=11,
+                 y=1 - 0.12 / height, va="top")
+    fig.text(0.02, 0.12 / height, "The same numbers are in the JSON record and the benchmark's printed table.",
+             fontsize=9)
     return _save(fig, path, bars)
 
 
