@@ -15,9 +15,10 @@ What to look for in the trace (Perfetto, or the report printed below):
   a device-to-device memcpy (the bias broadcast into the output) plus the GEMM.
 """
 
+import common  # first: its Ctrl-C handler must be in place before torch's slow import
+
 import torch
 
-import common
 import inspect_trace as it
 
 
