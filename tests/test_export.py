@@ -330,12 +330,13 @@ def fill(disk, leave=4096):
 
 @pytest.mark.parametrize("gz", [[], ["--gzip"]], ids=["json", "gzip"])
 def test_full_disk_is_one_line_and_keeps_the_old_pair(tiny_disk, gz):
-    first = script(*LINEAR, *gz, "--out", str(tiny_disk))
-    assert first.returncode == 0, first.stderr
     folder = tiny_disk / "02_linear"
+    folder.mkdir()
+    (folder / f"{STEM}.json{'.gz' if gz else ''}").write_bytes(b'{"old": "trace"}')  # an earlier run's pair
+    (folder / f"{STEM}.txt").write_bytes(b"OLD TABLE\n")
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
     fill(tiny_disk)
-    proc = script(*LINEAR, *gz, "--active", "20", "--out", str(tiny_disk))
+    proc = script(*LINEAR, *gz, "--out", str(tiny_disk))
     err = messages(proc.stderr)
     assert proc.returncode == 2, err
     assert err.count("\n") == 1 and "Traceback" not in err, err
