@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import interpreter_cannot_loop
 import torch
 import torch.nn.functional as F
 
@@ -125,20 +126,9 @@ emit("backward", err=max(errs))
 """
 
 
-def _interpreter_cannot_loop():
-    # Triton < 3.7's interpreter turns loop bounds into ints with int(ndarray), which NumPy >= 2.5
-    # refuses ("only 0-dimensional arrays can be converted"); Triton 3.7 squeezes first. Seen on the
-    # GPU machine's image (Triton 3.6, NumPy 2.5); the project's lock has Triton 3.7.
-    import numpy
-    import triton
-
-    version = lambda text: tuple(int(part) for part in text.split(".")[:2])
-    return version(triton.__version__) < (3, 7) and version(numpy.__version__) >= (2, 5)
-
-
 @pytest.fixture(scope="module")
 def interpreted():
-    if _interpreter_cannot_loop():
+    if interpreter_cannot_loop():
         pytest.skip("Triton < 3.7's interpreter cannot run kernel loops under NumPy >= 2.5")
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, env=env, capture_output=True, text=True,
