@@ -15,11 +15,15 @@ def interpreter_cannot_loop() -> bool:
     return version(triton.__version__) < (3, 7) and version(numpy.__version__) >= (2, 5)
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "subprocess: runs a script in a child process (seconds; left out under mutmut)")
+
+
 def pytest_collection_modifyitems(config, items):
     """Under mutmut (pyproject's [tool.mutmut]), keep the fast in-process tests only.
 
-    A test that records a real profile (the `cpu` fixture) or starts a subprocess (`cli`) takes seconds;
-    mutmut runs the covering tests once per mutant, so those would not fit its 15-minute budget.
+    A test that records a real profile (the `cpu` fixture) or starts a subprocess (`cli`, or marked
+    `subprocess`) takes seconds; mutmut runs the covering tests once per mutant, so those would not fit.
     """
     if "mutmut" not in sys.modules:
         return

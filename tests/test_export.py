@@ -328,6 +328,7 @@ def fill(disk, leave=4096):
             pass
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("gz", [[], ["--gzip"]], ids=["json", "gzip"])
 def test_full_disk_is_one_line_and_keeps_the_old_pair(tiny_disk, gz):
     folder = tiny_disk / "02_linear"
@@ -344,6 +345,7 @@ def test_full_disk_is_one_line_and_keeps_the_old_pair(tiny_disk, gz):
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # no temporary folder either
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("delay", [0.3, 1.0])
 def test_ctrl_c_while_importing_torch(tmp_path, delay):
     proc = subprocess.Popen([sys.executable, str(ROOT / "02_linear.py"), *LINEAR, "--out", str(tmp_path)],
@@ -358,6 +360,7 @@ def test_ctrl_c_while_importing_torch(tmp_path, delay):
     assert not list(tmp_path.rglob("*.json"))
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("where", ["full disk", "closed pipe"])
 def test_report_to_a_broken_stdout(tmp_path, where):
     if where == "full disk":
@@ -378,6 +381,7 @@ def test_report_to_a_broken_stdout(tmp_path, where):
     assert "Traceback" not in err and "Exception ignored" not in err
 
 
+@pytest.mark.subprocess
 def test_compile_on_the_cpu_without_a_cpp_compiler(tmp_path):
     proc = script(*LINEAR, "--compile", "--out", str(tmp_path / "out"), env={"CXX": str(tmp_path / "no-such-g++")})
     assert proc.returncode == 2, proc.stderr
@@ -386,6 +390,7 @@ def test_compile_on_the_cpu_without_a_cpp_compiler(tmp_path):
     assert not (tmp_path / "out").exists()  # a failed run leaves no empty folders
 
 
+@pytest.mark.subprocess
 def test_open_with_a_busy_port_fails_before_the_run(tmp_path):
     import socket
 
