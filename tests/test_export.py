@@ -401,3 +401,22 @@ def test_open_with_a_busy_port_fails_before_the_run(tmp_path):
         proc = script(*LINEAR, "--open", "--port", str(port), "--out", str(tmp_path / "out"), env={"BROWSER": "true"})
     assert proc.returncode == 2 and f"port {port} is in use" in proc.stderr and proc.stderr.count("\n") == 1
     assert "wrote" not in proc.stdout and not (tmp_path / "out").exists()
+
+
+@pytest.mark.subprocess
+def test_ctrl_c_while_serving_after_the_run(tmp_path):
+    proc = subprocess.Popen([sys.executable, str(ROOT / "02_linear.py"), *LINEAR, "--open", "--port", "0",
+                             "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1", "BROWSER": "true"})
+    try:
+        for line in proc.stdout:
+            if line.startswith("Open in Perfetto:"):
+                break
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    trace = tmp_path / "02_linear" / f"{STEM}.json"
+    assert proc.returncode == 130, err
+    assert messages(err) == f"02_linear.py: interrupted after writing {trace}\n"  # the truth: the new trace is there
+    assert trace.is_file() and trace.with_suffix(".txt").is_file()
