@@ -266,7 +266,7 @@ def export(run: Run, prof: _profile, shape: str) -> tuple[Path, Path]:
             _written = trace
     except OSError as e:
         detail = e.strerror or str(e)
-        if isinstance(e, IsADirectoryError) or trace.is_dir() or table.is_dir():
+        if trace.is_dir() or table.is_dir():  # os.replace onto a folder: IsADirectoryError, PermissionError on Windows
             detail = f"{trace.name if trace.is_dir() else table.name} is a folder"
         raise Fail(f"could not write {trace.name} and {table.name} in {out}: {detail}; "
                    "the previous files are untouched") from None

@@ -32,11 +32,13 @@ class FakeProfile:
     def __init__(self, trace=TRACE, table="NEW TABLE", write=None):
         self.trace, self.text, self.write = trace, table, write
         self.sort_by = None
+        self.paths = []
 
     def export_chrome_trace(self, path):
+        self.paths.append(Path(path))
         if self.write:
             return self.write(path)
-        Path(path).write_text(json.dumps(self.trace))
+        Path(path).write_text(json.dumps(self.trace, indent=1) + "\n")  # kineto's files end in a newline too
 
     def key_averages(self):
         return self
@@ -84,6 +86,10 @@ def test_writes_the_pair_and_nothing_else(tmp_path):
     assert json.loads(trace.read_text()) == TRACE and table.read_text() == "NEW TABLE\n"
     assert sorted(tmp_path.iterdir()) == [trace, table]
     assert prof.sort_by == "cpu_time_total" and common._written == trace
+    # Written in a hidden temporary folder inside the output folder: the same file system, so os.replace is
+    # atomic (a folder in /tmp may be another file system), and .gitignore's *.tmp* pattern covers it.
+    (written,) = prof.paths
+    assert written.parent.parent == tmp_path and written.parent.name.startswith(".tmp-")
 
 
 def test_gzip_pair_and_cuda_table_sorted_by_cuda_time(tmp_path):
@@ -112,14 +118,17 @@ def cut_off(path):
     Path(path).write_text(json.dumps(TRACE)[:-7])
 
 
-@pytest.mark.parametrize("write,says", [(full_disk, "No space left on device"),
-                                        (kineto_on_a_full_disk, "could not write the trace"),
-                                        (cut_off, "could not write the trace")])
+FULL = "the profiler could not write the trace (is the disk full?)"
+
+
+@pytest.mark.parametrize("write,says", [(full_disk, "No space left on device"), (kineto_on_a_full_disk, FULL),
+                                        (cut_off, FULL)])
 @pytest.mark.parametrize("gz", [False, True])
 def test_trace_export_failing_leaves_the_old_pair(tmp_path, old_pair, write, says, gz):
     with pytest.raises(common.Fail) as e:
         common.export(make_run(tmp_path, gzip_=gz), FakeProfile(write=write), "16x8x12")
-    assert says in one_line(e.value) and "previous files are untouched" in str(e.value)
+    assert one_line(e.value) == f"could not write {STEM}.json{'.gz' if gz else ''} and {STEM}.txt in {tmp_path}: " \
+        f"{says}; the previous files are untouched"
     assert unchanged(tmp_path, old_pair) and common._written is None
 
 
@@ -168,12 +177,47 @@ def test_second_replace_failing_without_an_earlier_pair_leaves_nothing(tmp_path,
     assert list(tmp_path.iterdir()) == []
 
 
+def test_second_replace_failing_where_hard_links_fail(tmp_path, old_pair, monkeypatch):
+    def no_links(src, dst):
+        raise OSError(errno.EPERM, "Operation not permitted")  # a file system without hard links
+
+    monkeypatch.setattr(common.os, "link", no_links)
+    fail_second_replace(monkeypatch)
+    with pytest.raises(common.Fail):
+        common.export(make_run(tmp_path), FakeProfile(), "16x8x12")
+    assert unchanged(tmp_path, old_pair)  # the old table came back from a copy
+
+
+def test_table_name_taken_by_a_folder(tmp_path):
+    (tmp_path / f"{STEM}.txt").mkdir()
+    (tmp_path / f"{STEM}.json").write_bytes(b'{"old": "trace"}')
+    with pytest.raises(common.Fail) as e:
+        common.export(make_run(tmp_path), FakeProfile(), "16x8x12")
+    assert f": {STEM}.txt is a folder;" in one_line(e.value)
+    assert (tmp_path / f"{STEM}.json").read_bytes() == b'{"old": "trace"}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{STEM}.json", f"{STEM}.txt"]
+
+
+def test_output_folder_removed_while_the_trace_is_written(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def remove_everything(path):
+        import shutil
+
+        shutil.rmtree(out)  # the temporary folder goes with it
+
+    with pytest.raises(common.Fail) as e:
+        common.export(make_run(out), FakeProfile(write=remove_everything), "16x8x12")
+    assert FULL in one_line(e.value) and not out.exists()
+
+
 def test_trace_name_taken_by_a_folder(tmp_path):
     (tmp_path / f"{STEM}.json").mkdir()
     (tmp_path / f"{STEM}.txt").write_bytes(b"OLD TABLE\n")
     with pytest.raises(common.Fail) as e:
         common.export(make_run(tmp_path), FakeProfile(), "16x8x12")
-    assert f"{STEM}.json is a folder" in one_line(e.value)
+    assert f": {STEM}.json is a folder;" in one_line(e.value)
     assert (tmp_path / f"{STEM}.txt").read_bytes() == b"OLD TABLE\n"  # the table did not move without its trace
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{STEM}.json", f"{STEM}.txt"]
 
@@ -207,9 +251,17 @@ def test_ctrl_c_between_the_two_replaces_waits_for_the_pair(tmp_path, old_pair, 
 
 # --- main(): one line, the right exit code, the truth about what was written ---------------------------------
 
+@pytest.fixture
+def prog(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["02_linear.py", "--batch", "16"])
+    return "02_linear.py"
+
+
 def run_main(fn, capsys):
+    stdout = sys.stdout
     with pytest.raises(SystemExit) as e:
         common.main(fn)
+    assert sys.stdout is stdout  # main() puts back the stdout it wrapped
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
     return e.value.code, err
@@ -221,16 +273,46 @@ def raise_(e):
     return fn
 
 
-def test_main_bad_input_exit_2(capsys):
+def test_main_success_exit_0_and_the_report_gets_through(capsys):
+    with pytest.raises(SystemExit) as e:
+        common.main(lambda: print("the report"))
+    assert e.value.code == 0 and capsys.readouterr() == ("the report\n", "")
+
+
+def test_main_turns_ctrl_c_back_into_a_keyboard_interrupt():
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are set in the main thread only")
+    seen = []
+    previous = signal.signal(signal.SIGINT, common._interrupted_while_starting)  # as when a script starts
+    try:
+        with pytest.raises(SystemExit):
+            common.main(lambda: seen.append(signal.getsignal(signal.SIGINT)))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert seen == [signal.default_int_handler]  # Ctrl-C during the run: the profiler loop and export can clean up
+
+
+def test_main_bad_input_exit_2(capsys, prog):
     code, err = run_main(raise_(common.Fail("--batch: must be between 1 and 1048576, got 0")), capsys)
-    assert code == 2 and err.endswith("error: --batch: must be between 1 and 1048576, got 0\n")
+    assert code == 2 and err == "02_linear.py: error: --batch: must be between 1 and 1048576, got 0\n"
 
 
 @pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20 GiB"),
-                                   RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 GB")])
-def test_main_out_of_memory_exit_2(capsys, error):
+                                   RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 GB"),
+                                   RuntimeError("[enforce fail at alloc_cpu.cpp:117] out of memory")])
+def test_main_out_of_memory_exit_2(capsys, prog, error):
     code, err = run_main(raise_(error), capsys)  # exit 2, as the README promises for a shape that cannot fit
-    assert code == 2 and "out of memory at this shape" in err and "nothing was written" in err
+    assert code == 2 and err == "02_linear.py: error: out of memory at this shape; try smaller sizes (nothing was written)\n"
+
+
+def test_main_out_of_memory_after_writing_says_so(tmp_path, capsys, prog):
+    def fn():
+        common.export(make_run(tmp_path), FakeProfile(), "16x8x12")
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    code, err = run_main(fn, capsys)
+    assert code == 2 and err == ("02_linear.py: error: out of memory at this shape; try smaller sizes "
+                                 f"(the trace was written: {tmp_path / (STEM + '.json')})\n")
 
 
 def test_main_other_errors_are_not_hidden():
@@ -238,29 +320,31 @@ def test_main_other_errors_are_not_hidden():
         common.main(raise_(RuntimeError("a bug")))
 
 
-def test_main_interrupt_says_what_is_true(tmp_path, capsys):
+def test_main_interrupt_says_what_is_true(tmp_path, capsys, prog):
     code, err = run_main(raise_(KeyboardInterrupt), capsys)
-    assert code == 130 and "interrupted before writing; earlier traces are untouched" in err
+    assert code == 130 and err == "02_linear.py: interrupted before writing; earlier traces are untouched\n"
 
     def interrupted_while_showing():
         common.export(make_run(tmp_path), FakeProfile(), "16x8x12")
         raise KeyboardInterrupt
 
     code, err = run_main(interrupted_while_showing, capsys)
-    assert code == 130 and f"interrupted after writing {tmp_path / (STEM + '.json')}" in err
-    assert "untouched" not in err
+    assert code == 130 and err == f"02_linear.py: interrupted after writing {tmp_path / (STEM + '.json')}\n"
 
 
 def test_failed_run_leaves_no_empty_output_folders(tmp_path, capsys):
     args = argparse.Namespace(out=tmp_path / "new" / "traces", device="cpu", dtype="bf16", compile=False, open=False)
 
+    made = []
+
     def fails_after_setup():
         run = common.setup("02_linear.py", args)
-        assert run.args.out.is_dir()
+        made.append(run.args.out)
         raise common.Fail("the model does not fit")
 
     code, _ = run_main(fails_after_setup, capsys)
-    assert code == 2 and list(tmp_path.iterdir()) == []  # "new/traces/02_linear" all made by setup, all gone
+    assert made == [tmp_path / "new/traces/02_linear"]  # setup made the three folders...
+    assert code == 2 and list(tmp_path.iterdir()) == []  # ... and the failed run removed them all
 
 
 def test_failed_run_keeps_folders_that_hold_files(tmp_path, capsys):
@@ -271,24 +355,57 @@ def test_failed_run_keeps_folders_that_hold_files(tmp_path, capsys):
     assert code == 2 and (tmp_path / "traces/02_linear/old.json").exists()
 
 
-def test_main_report_to_a_full_stdout_is_one_line(capsys, monkeypatch):
-    class FullStdout:
-        def write(self, text):
-            raise OSError(errno.ENOSPC, "No space left on device")
+class BrokenStdout:
+    def __init__(self, error):
+        self.error = error
+        self.devnull = open(os.devnull, "w")
 
-        def flush(self):
-            raise OSError(errno.ENOSPC, "No space left on device")
+    def write(self, text):
+        raise self.error
 
-        def fileno(self):
-            return capture.fileno()
+    def flush(self):
+        raise self.error
 
-    capture = open(os.devnull, "w")
-    monkeypatch.setattr(sys, "stdout", FullStdout())
+    def fileno(self):
+        return self.devnull.fileno()
+
+
+@pytest.mark.parametrize("open_", [True, False])
+def test_setup_checks_the_open_port_first(tmp_path, open_):
+    import socket
+
+    args = argparse.Namespace(out=tmp_path, device="cpu", dtype="bf16", compile=False, open=open_, port=0)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        args.port = holder.getsockname()[1]
+        if not open_:  # without --open the port is none of our business
+            assert common.setup("02_linear.py", args).args.out == tmp_path / "02_linear"
+            return
+        with pytest.raises(common.Fail) as e:
+            common.setup("02_linear.py", args)
+    assert one_line(e.value).startswith(f"port {args.port} is in use") and "--port" in str(e.value)
+
+
+@pytest.mark.parametrize("error,says", [(OSError(errno.ENOSPC, "No space left on device"), "No space left on device"),
+                                        (BrokenPipeError(errno.EPIPE, "Broken pipe"), "Broken pipe"),
+                                        (OSError("the terminal went away"), "the terminal went away")])
+def test_main_report_to_a_broken_stdout_is_one_line(tmp_path, capsys, monkeypatch, prog, error, says):
+    broken = BrokenStdout(error)
+    monkeypatch.setattr(sys, "stdout", broken)
     try:
         code, err = run_main(lambda: print("the report"), capsys)
+        assert code == 2 and err == f"02_linear.py: error: cannot write the report to standard output: {says}\n"
+
+        def after_writing():
+            common.export(make_run(tmp_path), FakeProfile(), "16x8x12")
+            print("the report")
+
+        code, err = run_main(after_writing, capsys)
+        assert err == (f"02_linear.py: error: cannot write the report to standard output: {says} "
+                       f"(the trace was written: {tmp_path / (STEM + '.json')})\n")
     finally:
-        capture.close()
-    assert code == 2 and "cannot write the report to standard output: No space left on device" in err
+        broken.devnull.close()
 
 
 # --- end to end: the real profiler, a real full disk, real signals (subprocesses) ------------------------------
