@@ -180,15 +180,17 @@ class _TraceHandler(http.server.BaseHTTPRequestHandler):
 
         Writing the last byte only means the kernel took it: a small trace fits in the socket buffers even
         when the client read 100 bytes and left. So end our side (FIN after the body) and wait for the
-        client's: an orderly close means it read everything; a reset (it closed with unread bytes) or
-        silence until the handler's timeout means it did not.
+        client's: an orderly close means it read everything, and so does a client still connected at the
+        handler's timeout; a reset means it closed with bytes unread.
         """
         try:
             self.connection.shutdown(socket.SHUT_WR)
             while self.connection.recv(1 << 16):
                 pass  # anything after the request (a pipelined one) is ignored
             return True
-        except OSError:  # ConnectionResetError, TimeoutError
+        except TimeoutError:
+            return True
+        except OSError:  # ConnectionResetError
             return False
 
 
