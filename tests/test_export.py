@@ -110,6 +110,10 @@ def full_disk(path):
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
+def quota(path):
+    raise OSError("disk quota exceeded")  # an OSError with a message but no errno/strerror
+
+
 def kineto_on_a_full_disk(path):
     pass  # torch's C++ exporter logs "Failed to write to log file!" and leaves no file: no exception
 
@@ -121,8 +125,8 @@ def cut_off(path):
 FULL = "the profiler could not write the trace (is the disk full?)"
 
 
-@pytest.mark.parametrize("write,says", [(full_disk, "No space left on device"), (kineto_on_a_full_disk, FULL),
-                                        (cut_off, FULL)])
+@pytest.mark.parametrize("write,says", [(full_disk, "No space left on device"), (quota, "disk quota exceeded"),
+                                        (kineto_on_a_full_disk, FULL), (cut_off, FULL)])
 @pytest.mark.parametrize("gz", [False, True])
 def test_trace_export_failing_leaves_the_old_pair(tmp_path, old_pair, write, says, gz):
     with pytest.raises(common.Fail) as e:
@@ -356,12 +360,16 @@ def test_failed_run_keeps_folders_that_hold_files(tmp_path, capsys):
 
 
 class BrokenStdout:
-    def __init__(self, error):
-        self.error = error
+    """A stdout whose writes fail; with buffered=True only the flush does (a block-buffered /dev/full)."""
+
+    def __init__(self, error, buffered=False):
+        self.error, self.buffered = error, buffered
         self.devnull = open(os.devnull, "w")
 
     def write(self, text):
-        raise self.error
+        if not self.buffered:
+            raise self.error
+        return len(text)
 
     def flush(self):
         raise self.error
@@ -390,8 +398,9 @@ def test_setup_checks_the_open_port_first(tmp_path, open_):
 @pytest.mark.parametrize("error,says", [(OSError(errno.ENOSPC, "No space left on device"), "No space left on device"),
                                         (BrokenPipeError(errno.EPIPE, "Broken pipe"), "Broken pipe"),
                                         (OSError("the terminal went away"), "the terminal went away")])
-def test_main_report_to_a_broken_stdout_is_one_line(tmp_path, capsys, monkeypatch, prog, error, says):
-    broken = BrokenStdout(error)
+@pytest.mark.parametrize("buffered", [False, True], ids=["write fails", "flush fails"])
+def test_main_report_to_a_broken_stdout_is_one_line(tmp_path, capsys, monkeypatch, prog, error, says, buffered):
+    broken = BrokenStdout(error, buffered)
     monkeypatch.setattr(sys, "stdout", broken)
     try:
         code, err = run_main(lambda: print("the report"), capsys)
