@@ -170,16 +170,19 @@ def setup(script_file: str, args: argparse.Namespace, elements: int = 0) -> Run:
 def _check_cpp_compiler() -> None:
     """torch.compile on the CPU builds C++ kernels: without a compiler it fails deep inside Inductor, after the model is built."""
     try:
-        from torch._inductor import cpp_builder
+        from torch._inductor.cpp_builder import get_cpp_compiler
         from torch._inductor.exc import InvalidCxxCompiler
     except ImportError:  # another torch layout: let Inductor report it
         return
     try:
-        cpp_builder.get_cpp_compiler()
-    except InvalidCxxCompiler:
-        cxx = os.environ.get("CXX") or ("clang++" if sys.platform == "darwin" else "g++")
+        get_cpp_compiler()
+    except (InvalidCxxCompiler, RuntimeError):  # RuntimeError: Windows's check for cl.exe
+        cxx = os.environ.get("CXX") or {"darwin": "clang++", "win32": "cl"}.get(sys.platform, "g++")
+        how = {"darwin": "xcode-select --install",
+               "win32": "Visual Studio's Desktop development with C++, from its developer prompt"}.get(
+                   sys.platform, "e.g. apt install g++")
         raise Fail(f"--compile on the CPU needs a C++ compiler and {cxx!r} is not one that runs here; install one "
-                   "(e.g. apt install g++, or set CXX to a working compiler) or run without --compile") from None
+                   f"({how}; or set CXX to a working compiler) or run without --compile") from None
 
 
 def _free_bytes(device: torch.device) -> int | None:
