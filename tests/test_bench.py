@@ -161,7 +161,7 @@ def test_check_same_output_gate(factor, says, capsys):
         return
     with pytest.raises(common.Fail) as e:
         common.check_same_output(run, "fused", model, reference, x)
-    assert str(e.value).startswith("fused's output differs from the eager MLP:") and says in str(e.value)
+    assert str(e.value).startswith("fused's output differs from the eager SimpleGeGLUMLP:") and says in str(e.value)
     assert "relative error" in capsys.readouterr().out  # the check printed what it measured
 
 

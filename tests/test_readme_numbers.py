@@ -1,5 +1,6 @@
 """Every number README.md quotes, re-derived from committed data: the H200 traces in tests/data/ and the
 benchmark record in results/bench_h200.json (or, for sizes and defaults, from the code that sets them).
+The benchmark table and the line above it are bench.markdown_table(results/bench_h200.json): test_readme.py.
 
 Kernel times are read from the traces with plain json (mean µs per call over the 3 active steps), not through
 the trace reader, so the reader's own report cannot vouch for itself; busy fractions come from the reader.
@@ -14,7 +15,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
-RECORD = json.loads((ROOT / "results/bench_h200.json").read_text())
 
 
 def kernel_us(trace: str, pattern: str) -> float:
@@ -117,39 +117,3 @@ def test_gzip_is_about_ten_times_smaller():
     ratios = [len(gzip.decompress(p.read_bytes())) / p.stat().st_size for p in (ROOT / "tests/data").glob("*.json.gz")]
     assert len(ratios) >= 10
     assert quoted(r"about (\d+)× smaller") == [10] and all(7 <= r <= 14 for r in ratios), ratios
-
-
-# --- "Benchmark": the table's every column, the ceiling, the parts ------------------------------------------
-
-def bench_row(shape):
-    return one(rf"^\| {shape['M']}×{shape['dim']}→{shape['hidden']}.*\|$").group(0)
-
-
-@pytest.mark.parametrize("index", range(len(RECORD["shapes"])))
-def test_bench_table_fractions_and_fused_vs_best_other(index):
-    shape = RECORD["shapes"][index]
-    row = bench_row(shape)
-    v = shape["variants"]
-    fractions = [float(f) for f in re.findall(r"\((\d\.\d\d)\)", row)]
-    assert fractions == [round(shape["floor_us"] / v[n]["median_us"], 2) for n in ("eager", "compile", "liger", "fused")]
-    best_other = min(v[n]["median_us"] for n in ("eager", "compile", "liger"))
-    assert float(re.search(r"\| (\d\.\d\d)× \|$", row).group(1)) == round(best_other / v["fused"]["median_us"], 2)
-    bold = re.search(r"\*\*([\d.]+) \(", row).group(1)  # the fastest variant is the bold one
-    assert float(bold) == round(min(x["median_us"] for x in v.values()), 1)
-
-
-def test_bench_ceiling_parts_and_run_facts():
-    import bench
-
-    assert quoted(r"ceiling (\d+) TFLOP/s\. Full record") == [round(RECORD["ceiling_tflops"])]
-    assert one(r"liger-kernel\s+(\d+\.\d+\.\d+), bf16\)").group(1) == RECORD["liger_kernel"]
-    assert RECORD["device"] in README and RECORD["date"][:10] in README and RECORD["triton"] in README
-    assert quoted(r"over (\d) rounds\)") == [bench.ROUNDS]
-    post = next(s for s in RECORD["shapes"] if (s["M"], s["dim"], s["hidden"]) == (8192, 768, 3072))
-    kernel, cublas = post["parts"]["fused geglu kernel"], post["parts"]["cuBLAS gate+up GEMM"]
-    assert quoted(r"kernel alone takes (\d+\.\d) µs,\s+against (\d+\.\d) µs for cuBLAS") == \
-        [round(kernel, 1), round(cublas, 1)]
-    assert quoted(r"within ~(\d+)% of cuBLAS") == [round(100 * (kernel / cublas - 1))]
-    large = max(RECORD["shapes"], key=lambda s: s["flops"])
-    worst = min(large["floor_us"] / v["median_us"] for v in large["variants"].values())
-    assert quoted(r"every variant reaches (\d\.\d\d) of the floor or more") == [round(worst, 2)]
