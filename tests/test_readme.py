@@ -118,7 +118,7 @@ ORDERED = [c for c in COMMANDS if c != ["pytest"] and "--open" not in c]
 @pytest.mark.parametrize("argv", ORDERED, ids=[" ".join(c) for c in ORDERED])
 def test_readme_command_runs(argv, runs):
     if argv[0] == "mutmut":
-        pytest.skip("mutation testing takes 10-15 minutes: run by hand (test_mutmut_config checks its set-up)")
+        pytest.skip("mutation testing takes minutes: run by hand (test_mutmut_config checks its set-up)")
     if argv[0] not in SCRIPTS and argv[0] != "inspect_trace.py" and argv[0] not in BENCHES:
         pytest.fail(f"README runs {argv[0]}, which this test does not know how to check")
     env = run_env(argv)
