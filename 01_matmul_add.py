@@ -22,9 +22,10 @@ What to look for in the trace (Perfetto, or the report printed below):
   a device-to-device memcpy (the [size, size] bias copied into the output) before the GEMM.
 """
 
+import common  # first: its Ctrl-C handler must be in place before torch's slow import
+
 import torch
 
-import common
 import inspect_trace as it
 from trace_reader.expect import buffer_request, cold_start_gap, gpu_lag_grows
 

@@ -11,10 +11,11 @@ What to look for in the trace (Perfetto, or the report printed below):
 - the kernel name carries the layout: "tn" = first operand transposed, second not.
 """
 
+import common  # first: its Ctrl-C handler must be in place before torch's slow import
+
 import torch
 from torch import nn
 
-import common
 import inspect_trace as it
 
 

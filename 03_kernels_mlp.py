@@ -13,19 +13,21 @@ package: the same module and the same Triton kernel. Liger's kernel needs a CUDA
 run in Triton's CPU interpreter).
 """
 
+import common  # first: its Ctrl-C handler must be in place before torch's slow import
+
 import importlib
 import importlib.util
 import logging
+import math
 import os
 from dataclasses import dataclass
 
 import torch
 
-import common
 import inspect_trace as it
 
 HUB_REPO = "kernels-community/liger-kernels"
-HUB_TIMEOUT = float(os.environ.get("HUB_TIMEOUT", "20"))  # seconds; a firewall can otherwise hang for minutes
+HUB_TIMEOUT = os.environ.get("HUB_TIMEOUT", "20")  # seconds; a firewall can otherwise hang for minutes
 
 
 def expectations(args):
@@ -52,13 +54,24 @@ class Config:  # the fields of a transformers config that LigerGEGLUMLP reads
     hidden_act: str = "gelu_pytorch_tanh"
 
 
+def hub_timeout() -> float:
+    try:
+        seconds = float(HUB_TIMEOUT)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= 3600:  # also refuses nan
+        raise common.Fail(f"HUB_TIMEOUT must be a number of seconds between 0 and 3600, got {HUB_TIMEOUT!r}")
+    return seconds
+
+
 def liger_layers():
     """The post's get_kernel(...) line, with a bounded wait and an offline fallback to the liger-kernel package."""
+    seconds = hub_timeout()
     try:
         from kernels import get_kernel
 
         logging.getLogger("kernels").setLevel(logging.ERROR)  # its offline warnings: our one line below says it
-        layers = common.call_with_timeout(lambda: get_kernel(HUB_REPO, version=1).layers, HUB_TIMEOUT)
+        layers = common.call_with_timeout(lambda: get_kernel(HUB_REPO, version=1).layers, seconds)
         return layers, f"{HUB_REPO} (Hugging Face Hub, version 1)"
     except Exception as e:  # noqa: BLE001 - any failure to reach or load the Hub kernel means: fall back
         reason = (str(e).strip().split(". ")[0].splitlines() or ["no details"])[0][:160]

@@ -13,11 +13,12 @@ What to look for in the trace (Perfetto, or the report printed below):
   On the CPU the twin is a C++ kernel, graph_0_cpp_fused__unsafe_view_gelu_mul_0.
 """
 
+import common  # first: its Ctrl-C handler must be in place before torch's slow import
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-import common
 import inspect_trace as it
 
 

@@ -15,12 +15,13 @@ interpreter (numpy, slow: use tiny shapes), e.g.
     TRITON_INTERPRET=1 uv run 04_fused_mlp.py --batch 2 --seq 8 --dim 32 --hidden 64
 """
 
+import common  # first: its Ctrl-C handler must be in place before torch's slow import
+
 import importlib
 import importlib.util
 
 import torch
 
-import common
 import inspect_trace as it
 
 

@@ -14,19 +14,37 @@ This file only holds what every script does the same way:
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import gzip
-import logging
 import os
-import re
-import shutil
+import signal
 import sys
-import tempfile
-import threading
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
+
+
+def _interrupted_while_starting(signum, frame):
+    # Ctrl-C while Python imports torch (the first seconds): nothing has been written yet. Exit at once, so
+    # no library's import machinery can turn the KeyboardInterrupt into a traceback or swallow it.
+    print(f"{Path(sys.argv[0]).name}: interrupted before writing; earlier traces are untouched", file=sys.stderr)
+    os._exit(130)
+
+
+# Scripts import common before torch, so this handler is in place before the slow imports start; main()
+# swaps it for the usual KeyboardInterrupt. Only when one of this suite's scripts is the program and torch
+# is not loaded yet: an importer (pytest, a notebook, bench.py) keeps its own Ctrl-C.
+_main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+if _main_file and Path(_main_file).resolve().parent == Path(__file__).resolve().parent and "torch" not in sys.modules:
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+import argparse  # noqa: E402 - after the Ctrl-C handler on purpose
+import contextlib  # noqa: E402
+import errno  # noqa: E402
+import gzip  # noqa: E402
+import logging  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+import warnings  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 
 
 class _DropMessage(logging.Filter):
@@ -156,17 +174,44 @@ def setup(script_file: str, args: argparse.Namespace, elements: int = 0) -> Run:
                        f"{free / 2**30:.1f} GiB free; try smaller sizes")
     out = args.out / Path(script_file).stem
     try:
+        _made_folders.extend(p for p in reversed([out, *out.parents]) if not p.exists())  # removed if the run fails
         out.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=out).close()  # fail now, not after the run
     except OSError as e:
         raise Fail(f"cannot write to output folder {out}: {e.strerror or e}") from None
     args.out = out
+    if getattr(args, "open", False):  # a busy port is reported now, not after the whole run
+        import serve_trace
+
+        try:
+            serve_trace.check_port(args.port)
+        except serve_trace.ServeError as e:
+            raise Fail(str(e)) from None
     if args.compile and device.type == "cpu":
+        _check_cpp_compiler()
         # Name each C++ kernel Inductor generates in the trace: the CPU twin of the post's Triton kernel.
         import torch._inductor.config as inductor_config
 
         inductor_config.cpp.enable_kernel_profile = True
     return Run(Path(script_file).stem, args, device, DTYPES[args.dtype])
+
+
+def _check_cpp_compiler() -> None:
+    """torch.compile on the CPU builds C++ kernels: without a compiler it fails deep inside Inductor, after the model is built."""
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+        from torch._inductor.exc import InvalidCxxCompiler
+    except ImportError:  # another torch layout: let Inductor report it
+        return
+    try:
+        get_cpp_compiler()
+    except (InvalidCxxCompiler, RuntimeError):  # RuntimeError: Windows's check for cl.exe
+        cxx = os.environ.get("CXX") or {"darwin": "clang++", "win32": "cl"}.get(sys.platform, "g++")
+        how = {"darwin": "xcode-select --install",
+               "win32": "Visual Studio's Desktop development with C++, from its developer prompt"}.get(
+                   sys.platform, "e.g. apt install g++")
+        raise Fail(f"--compile on the CPU needs a C++ compiler and {cxx!r} is not one that runs here; install one "
+                   f"({how}; or set CXX to a working compiler) or run without --compile") from None
 
 
 def _free_bytes(device: torch.device) -> int | None:
@@ -264,26 +309,92 @@ def profile(run: Run, step, annotation: str, profile_memory: bool = False) -> _p
 
 
 def export(run: Run, prof: _profile, shape: str) -> tuple[Path, Path]:
-    """Write <out>/<stem>.json[.gz] and <stem>.txt; an interrupted write leaves the old files intact."""
+    """Write <out>/<stem>.json[.gz] and <stem>.txt as a pair: both new files land, or neither does.
+
+    Both are written into a temporary folder beside them, then moved into place; if the second move fails
+    the old table is put back. Any failure is one line (Fail), with the previous pair untouched.
+    """
+    global _written
     stem = run.stem(shape)
-    trace = run.args.out / (stem + (".json.gz" if run.args.gzip else ".json"))
-    table = run.args.out / (stem + ".txt")
+    out = run.args.out
+    trace = out / (stem + (".json.gz" if run.args.gzip else ".json"))
+    table = out / (stem + ".txt")
     sort_by = "cuda_time_total" if run.cuda else "cpu_time_total"
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=run.args.out))
+    tmp = None
     try:
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=out))
         raw = tmp / "trace.json"
         prof.export_chrome_trace(str(raw))
+        if not _looks_complete(raw):  # the profiler logs a write error (a full disk) instead of raising
+            raise OSError(errno.EIO, "the profiler could not write the trace (is the disk full?)")
         if run.args.gzip:
             with open(raw, "rb") as src, gzip.open(tmp / "trace.json.gz", "wb", compresslevel=6) as dst:
                 shutil.copyfileobj(src, dst)
+            raw.unlink()
             raw = tmp / "trace.json.gz"
         (tmp / "table.txt").write_text(prof.key_averages().table(sort_by=sort_by, row_limit=40) + "\n")
-        # os.replace is atomic: readers see the old file or the new one, never half of one.
-        os.replace(tmp / "table.txt", table)
-        os.replace(raw, trace)
+        with _ctrl_c_deferred():  # a Ctrl-C between the two moves would split the pair
+            _replace_pair(tmp, tmp / "table.txt", table, raw, trace)
+            _written = trace
+    except OSError as e:
+        detail = e.strerror or str(e)
+        if trace.is_dir() or table.is_dir():  # os.replace onto a folder: IsADirectoryError, PermissionError on Windows
+            detail = f"{trace.name if trace.is_dir() else table.name} is a folder"
+        raise Fail(f"could not write {trace.name} and {table.name} in {out}: {detail}; "
+                   "the previous files are untouched") from None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
     return trace, table
+
+
+def _looks_complete(path: Path) -> bool:
+    """A Chrome trace is one JSON object: a missing, empty or cut-off file does not end with '}'."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 64))
+            return f.read().rstrip().endswith(b"}")
+    except FileNotFoundError:
+        return False
+
+
+def _replace_pair(tmp: Path, new_table: Path, table: Path, new_trace: Path, trace: Path) -> None:
+    """Move both new files into place; if the trace cannot follow the table, put the old table back."""
+    old_table = tmp / "old.txt"
+    if table.is_file():
+        try:
+            os.link(table, old_table)  # a second name for the old bytes, to restore them
+        except OSError:
+            shutil.copy2(table, old_table)
+    os.replace(new_table, table)  # os.replace is atomic: the old file or the new one, never half of one
+    try:
+        os.replace(new_trace, trace)
+    except OSError:
+        if old_table.exists():
+            os.replace(old_table, table)
+        else:
+            table.unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def _ctrl_c_deferred():
+    """Hold a Ctrl-C until the block is done, then raise it (Python runs signal handlers in the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            raise KeyboardInterrupt
+
+
+_written: Path | None = None  # the trace export() wrote in this process: what a later Ctrl-C must not deny
+_made_folders: list[Path] = []  # output folders setup() created: removed again if the run fails and they are empty
 
 
 def rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -337,9 +448,11 @@ def show(run: Run, trace: Path, table: Path, expectations=()) -> None:
         import serve_trace
 
         try:
-            serve_trace.serve(trace, port=run.args.port)
+            outcome = serve_trace.serve(trace, port=run.args.port)
         except serve_trace.ServeError as e:
             raise Fail(str(e)) from None
+        if outcome == "interrupted":
+            raise KeyboardInterrupt  # Ctrl-C while serving: exit 130, like any other Ctrl-C
 
 
 def record(run: Run, step, annotation: str, shape: str, expectations=(),
@@ -372,19 +485,79 @@ def call_with_timeout(fn, seconds: float):
 
 
 def main(fn) -> None:
-    """Run a script's main(); bad input and known failures become one line on stderr."""
+    """Run a script's main(); bad input and known failures become one line on stderr, never a traceback."""
     prog = Path(sys.argv[0]).name
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on Ctrl-C is a KeyboardInterrupt
+    stdout, sys.stdout = sys.stdout, _GuardedStdout(sys.stdout)
     try:
         code = fn()
+        sys.stdout.flush()  # a full disk or a closed pipe on stdout shows here, not at exit
     except Fail as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        code = 2
-    except RuntimeError as e:  # torch.OutOfMemoryError on a GPU; a failed allocation on the CPU
-        if not isinstance(e, torch.OutOfMemoryError) and "allocate" not in str(e) and "out of memory" not in str(e):
+        code = _fail(prog, str(e))
+    except torch.OutOfMemoryError:
+        code = _fail(prog, "out of memory at this shape; try smaller sizes" + _wrote_or_not())
+    except RuntimeError as e:  # a failed allocation on the CPU
+        if "allocate" not in str(e) and "out of memory" not in str(e):
             raise
-        print(f"{prog}: error: out of memory at this shape; try smaller sizes (nothing was written)", file=sys.stderr)
-        code = 1
+        code = _fail(prog, "out of memory at this shape; try smaller sizes" + _wrote_or_not())
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted; earlier traces are untouched", file=sys.stderr)
+        _remove_made_folders()
+        where = f"after writing {_written}" if _written else "before writing; earlier traces are untouched"
+        print(f"{prog}: interrupted {where}", file=sys.stderr)
         code = 130
+    except _StdoutError as e:
+        try:  # what is still buffered goes nowhere, also when Python flushes stdout at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        code = _fail(prog, f"cannot write the report to standard output: {e.args[0].strerror or e.args[0]}" +
+                     (f" (the trace was written: {_written})" if _written else ""))
+    finally:
+        sys.stdout = stdout
     sys.exit(code or 0)
+
+
+class _StdoutError(Exception):
+    """Writing to standard output failed (a full disk, a closed pipe): args[0] is the OSError."""
+
+
+class _GuardedStdout:
+    """sys.stdout whose failed writes raise _StdoutError, so main() can tell them from other OSErrors."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except OSError as e:
+            raise _StdoutError(e) from None
+
+    def flush(self):
+        try:
+            self._stream.flush()
+        except OSError as e:
+            raise _StdoutError(e) from None
+
+    def __getattr__(self, name):  # isatty, fileno, encoding, ...: the real stream's
+        return getattr(self._stream, name)
+
+
+def _wrote_or_not() -> str:
+    return f" (the trace was written: {_written})" if _written else " (nothing was written)"
+
+
+def _fail(prog: str, message: str) -> int:
+    _remove_made_folders()
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _remove_made_folders() -> None:
+    """A failed run leaves no empty output folders behind (folders with files in them stay)."""
+    for folder in reversed(_made_folders):
+        try:
+            folder.rmdir()
+        except OSError:
+            pass

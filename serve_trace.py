@@ -24,6 +24,7 @@ import errno
 import http.server
 import os
 import shutil
+import socket
 import socketserver
 import sys
 import threading
@@ -75,10 +76,14 @@ class _TraceHandler(http.server.BaseHTTPRequestHandler):
         return host.rsplit(":", 1)[0] in {"127.0.0.1", "localhost"}
 
     def _origin_ok(self) -> bool:
-        # No Origin: a non-browser client (curl, a test). Another page's Origin: refuse, so a
-        # stray request cannot consume the one fetch and stop the server.
-        origin = self.headers.get("Origin")
-        return origin is None or origin == self.server.allow_origin
+        # Perfetto's fetch() is a CORS request: the browser always sends the page's Origin. A request
+        # without it (an <img> or no-cors fetch from any web page, which a browser also sends to
+        # loopback) or with another page's Origin is refused, so it can neither read the trace nor use
+        # up the one fetch and stop the server. Sec-Fetch-Mode, when the browser sends it, must agree.
+        if self.headers.get("Origin") != self.server.allow_origin:
+            return False
+        mode = self.headers.get("Sec-Fetch-Mode")
+        return mode is None or mode.lower() == "cors"
 
     def _path_ok(self) -> bool:
         # Compare the decoded path with the one file name: `/`, other names, `/../x` and
@@ -165,9 +170,28 @@ class _TraceHandler(http.server.BaseHTTPRequestHandler):
             try:
                 shutil.copyfileobj(f, self.wfile, 1 << 20)
                 self.wfile.flush()
-            except (BrokenPipeError, ConnectionResetError):
+            except OSError:
                 return  # the tab went away mid-transfer: not fetched, keep serving for a retry
-        self.server.fetched.set()
+        if self._client_kept_it_all():
+            self.server.fetched.set()
+
+    def _client_kept_it_all(self) -> bool:
+        """True once the client has closed its side cleanly after the whole body: only then was it fetched.
+
+        Writing the last byte only means the kernel took it: a small trace fits in the socket buffers even
+        when the client read 100 bytes and left. So end our side (FIN after the body) and wait for the
+        client's: an orderly close means it read everything, and so does a client still connected at the
+        handler's timeout; a reset means it closed with bytes unread.
+        """
+        try:
+            self.connection.shutdown(socket.SHUT_WR)
+            while self.connection.recv(1 << 16):
+                pass  # anything after the request (a pipelined one) is ignored
+            return True
+        except TimeoutError:
+            return True
+        except OSError:  # ConnectionResetError
+            return False
 
 
 class _TraceServer(http.server.ThreadingHTTPServer):
@@ -228,6 +252,13 @@ def _bind(port: int, trace_path: Path, allow_origin: str) -> _TraceServer:
             who = f" by {holder}" if holder else ""
             raise ServeError(f"port {port} is in use{who}; stop it or pass --port N") from None
         raise ServeError(f"cannot listen on {HOST}:{port}: {e.strerror or e}") from None
+
+
+def check_port(port: int) -> None:
+    """Raise ServeError now if `port` cannot be listened on (busy, say), before a long run that ends in serve()."""
+    if port == 0:
+        return
+    _bind(port, Path(os.devnull), PERFETTO_ORIGIN).server_close()
 
 
 def _check_trace(path: str | os.PathLike) -> Path:
@@ -320,11 +351,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-browser", action="store_true", help="only print the link")
     args = parser.parse_args(argv)
     try:
-        serve(args.trace, port=args.port, timeout=args.timeout, open_browser=not args.no_browser)
+        outcome = serve(args.trace, port=args.port, timeout=args.timeout, open_browser=not args.no_browser)
     except ServeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    return 0
+    return 130 if outcome == "interrupted" else 0  # Ctrl-C: the shell's usual 128 + SIGINT
 
 
 if __name__ == "__main__":

@@ -2,3 +2,32 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def interpreter_cannot_loop() -> bool:
+    """Triton < 3.7's interpreter turns loop bounds into ints with int(ndarray), which NumPy >= 2.5 refuses
+    ("only 0-dimensional arrays can be converted"); Triton 3.7 squeezes first. Seen on the GPU machine's image
+    (Triton 3.6, NumPy 2.5); the project's lock has Triton 3.7. Tests that run the interpreter skip there."""
+    import numpy
+    import triton
+
+    version = lambda text: tuple(int(part) for part in text.split(".")[:2])  # noqa: E731
+    return version(triton.__version__) < (3, 7) and version(numpy.__version__) >= (2, 5)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "subprocess: runs a script in a child process (seconds; left out under mutmut)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under mutmut (pyproject's [tool.mutmut]), keep the fast in-process tests only.
+
+    A test that records a real profile (the `cpu` fixture) or starts a subprocess (`cli`, or marked
+    `subprocess`) takes seconds; mutmut runs the covering tests once per mutant, so those would not fit.
+    """
+    if "mutmut" not in sys.modules:
+        return
+    slow = [i for i in items if "cpu" in getattr(i, "fixturenames", ()) or "cli" in i.name or "subprocess" in i.keywords]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [i for i in items if i not in slow]

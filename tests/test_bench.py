@@ -1,6 +1,7 @@
 """bench.py: one clear line and exit code 2 without a GPU or with bad flags; a real run on a GPU."""
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -126,3 +127,67 @@ def test_models_sweep_covers_how_models_run():
     assert any(m & (m - 1) for m, _, _ in shapes)  # an M that is not a power of two
     assert bench.MAX_AUTOTUNE_SHAPES <= set(shapes)
     assert bench.parse_args(["--sweep", "post"]).shapes == bench._shapes(bench.SWEEPS["post"])
+
+
+# ---- correct before fast: a wrong variant stops the run ---------------------------------------------------
+
+class _Wrong(torch.nn.Module):
+    """A variant that is off: its output scaled by `factor` (NaN: every output NaN)."""
+
+    def __init__(self, inner, factor):
+        super().__init__()
+        self.inner, self.factor = inner, factor
+
+    def forward(self, x):
+        return self.inner(x) * self.factor
+
+    def state_dict(self, *args, **kwargs):  # the same weights as the module it wraps
+        return self.inner.state_dict(*args, **kwargs)
+
+
+@pytest.mark.parametrize("factor,says", [(1.0, None), (1.05, r"relative error [45]\.\d\de-02 > 2e-02$"),
+                                         (float("nan"), r"relative error nan > 2e-02$")])
+def test_check_same_output_gate(factor, says, capsys):
+    import argparse
+    import importlib
+
+    import common
+
+    torch.manual_seed(0)
+    SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
+    run = common.Run("04_fused_mlp", argparse.Namespace(), torch.device("cpu"), torch.bfloat16)
+    model = _Wrong(SimpleGeGLUMLP(24, 40).bfloat16(), factor)
+    reference = SimpleGeGLUMLP(24, 40).bfloat16()  # other random weights: check_same_output must copy them over
+    x = torch.randn(3, 5, 24, dtype=torch.bfloat16)
+    if says is None:
+        assert common.check_same_output(run, "fused", model, reference, x) <= common.TOLERANCE[torch.bfloat16]
+        return
+    with pytest.raises(common.Fail) as e:
+        common.check_same_output(run, "fused", model, reference, x)
+    assert str(e.value).startswith("fused's output differs from the eager SimpleGeGLUMLP:")
+    assert re.search(says, str(e.value)), str(e.value)
+    assert "relative error" in capsys.readouterr().out  # the check printed what it measured
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("factor", [1.1, float("nan")])
+def test_gpu_wrong_variant_stops_the_run(tmp_path, monkeypatch, capsys, factor):
+    import bench
+
+    build = bench.build_variants
+
+    def with_a_wrong_fused(*args):
+        variants, reference = build(*args)
+        variants["fused"] = _Wrong(variants["fused"], factor)
+        return variants, reference
+
+    monkeypatch.setattr(bench, "build_variants", with_a_wrong_fused)
+    monkeypatch.setattr(bench, "gemm_ceiling_tflops", lambda dtype: 700.0)  # no 8192^3 matmul for this check
+    monkeypatch.setattr(bench, "copy_bandwidth_tbps", lambda: 4.0)
+    timed = []
+    monkeypatch.setattr(bench, "time_round_robin", lambda fns: timed.append(fns) or {n: [1.0] * 3 for n in fns})
+    out = tmp_path / "bench.json"
+    assert bench.main(["--shapes", "256x128x512", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("bench.py: wrong result") and "fused at 256x128x512" in err and err.count("\n") == 1
+    assert timed == [] and list(tmp_path.iterdir()) == []  # nothing timed, nothing written (no .partial either)

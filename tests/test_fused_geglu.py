@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import interpreter_cannot_loop
 import torch
 import torch.nn.functional as F
 
@@ -125,20 +126,9 @@ emit("backward", err=max(errs))
 """
 
 
-def _interpreter_cannot_loop():
-    # Triton < 3.7's interpreter turns loop bounds into ints with int(ndarray), which NumPy >= 2.5
-    # refuses ("only 0-dimensional arrays can be converted"); Triton 3.7 squeezes first. Seen on the
-    # GPU machine's image (Triton 3.6, NumPy 2.5); the project's lock has Triton 3.7.
-    import numpy
-    import triton
-
-    version = lambda text: tuple(int(part) for part in text.split(".")[:2])
-    return version(triton.__version__) < (3, 7) and version(numpy.__version__) >= (2, 5)
-
-
 @pytest.fixture(scope="module")
 def interpreted():
-    if _interpreter_cannot_loop():
+    if interpreter_cannot_loop():
         pytest.skip("Triton < 3.7's interpreter cannot run kernel loops under NumPy >= 2.5")
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -240,21 +230,31 @@ def test_bad_shapes_are_one_clear_error():
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-def _poison_allocator():
-    # Leave NaNs in memory the caching allocator will hand out next: unwritten outputs show up.
-    torch.empty(1 << 28, device="cuda", dtype=torch.bfloat16).fill_(float("nan"))
+def _nan_outputs(monkeypatch):
+    """The kernel's output buffer (geglu_packed's torch.empty) starts as NaN: any element it fails to write shows.
+
+    Filling freed memory is not enough: outputs under 1 MB come from PyTorch's small-block pool, not from it."""
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: empty(*a, **k).fill_(float("nan")))
 
 
 def _check_gpu(M, K, N, dt, use_tma, tol):
     x = torch.randn(M, K, device="cuda").to(DTYPES[dt])
     wg, wu = (torch.randn(N, K, device="cuda").div(K ** 0.5).to(DTYPES[dt]) for _ in range(2))
     ref = F.gelu(x.float() @ wg.float().T, approximate="tanh") * (x.float() @ wu.float().T)
-    _poison_allocator()
-    m = fused_geglu.geglu(x, wg, wu, use_tma=use_tma)
+    with pytest.MonkeyPatch.context() as mp:
+        _nan_outputs(mp)
+        m = fused_geglu.geglu(x, wg, wu, use_tma=use_tma)
     assert fused_geglu.kernel_path(x, fused_geglu.pack_gate_up(wg, wu), use_tma) == ("tma" if use_tma else "pointer")
-    assert torch.isfinite(m).all()
+    assert m.shape == (M, N) and torch.isfinite(m).all()
     err = ((m.float() - ref).norm() / ref.norm()).item()
     assert err < tol, err
+    # Element by element, so one wrong edge row or column cannot hide in the norm of millions of right ones.
+    scale = ref.abs().max().item()
+    torch.testing.assert_close(m.float(), ref, rtol=2 * tol, atol=tol * scale)
+    for rows in (m[-1:], m[:, -1:]):  # the last row and column: partial tiles
+        edge_ref = ref[-1:] if rows.shape[0] == 1 else ref[:, -1:]
+        torch.testing.assert_close(rows.float(), edge_ref, rtol=2 * tol, atol=tol * scale)
 
 
 def _has_tma():
@@ -304,9 +304,10 @@ def test_gpu_small_m_odd_shapes(M, dt):
     packed = fused_geglu.pack_gate_up(wg, wu)
     assert fused_geglu.kernel_path(x, packed) == "small"
     ref = F.gelu(x.float() @ wg.float().T, approximate="tanh") * (x.float() @ wu.float().T)
-    _poison_allocator()
-    m = fused_geglu.geglu_packed(x, packed)
-    y = fused_geglu.down_proj(m, wd)
+    with pytest.MonkeyPatch.context() as mp:
+        _nan_outputs(mp)  # an element a kernel leaves unwritten stays NaN
+        m = fused_geglu.geglu_packed(x, packed)
+        y = fused_geglu.down_proj(m, wd)
     y_ref = m.float() @ wd.float().T
     assert torch.isfinite(m).all() and torch.isfinite(y).all()
     assert ((m.float() - ref).norm() / ref.norm()).item() < TOL[dt]
@@ -327,3 +328,20 @@ def test_gpu_decode_module_matches_eager(M):
     with torch.inference_mode():
         y, y_eager = fused(x), eager(x)
     assert ((y.float() - y_eager.float()).norm() / y_eager.float().norm()).item() < 2e-2
+
+
+@cuda
+@pytest.mark.skipif(not _has_tma(), reason="needs compute capability 9.0+ (Hopper): the TMA kernel's GPUs")
+def test_gpu_hopper_takes_the_tma_kernel():
+    """No silent fall back: on sm_90 the module's default path is the TMA kernel, and the trace shows it run."""
+    fused = fused_geglu.FusedGeGLUMLP(768, 3072).cuda().bfloat16()
+    x = torch.randn(8192, 768, device="cuda", dtype=torch.bfloat16)
+    assert fused_geglu.kernel_path(x, fused.packed_gate_up()) == "tma"
+    with torch.inference_mode():
+        fused(x)  # compile outside the profiled call
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            fused(x)
+            torch.cuda.synchronize()
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert "_geglu_tma_kernel" in kernels and "_geglu_pointer_kernel" not in kernels, kernels

@@ -12,14 +12,15 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import interpreter_cannot_loop
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = {"01_matmul_add.py", "02_linear.py", "03_simple_mlp.py", "03_kernels_mlp.py", "04_fused_mlp.py",
            "05_attention.py"}
 BENCHES = {"bench.py", "bench_attention.py"}
 # 05_attention.py's defaults are Llama-3-8B's attention (4 x 2048 tokens, 32 heads): minutes and gigabytes on a
-# CPU. Without a GPU, its commands that give no shape run at this one (the scores still outweigh every other
-# activation, so the memory expectations mean the same); with a GPU they run as written.
+# CPU. On the CPU, its commands that give no shape run at this one (the scores still outweigh every other
+# activation, so the memory expectations mean the same); with --device cuda they run as written.
 CPU_SHAPE = {"05_attention.py": ["--batch", "1", "--seq", "512", "--heads", "2", "--kv_heads", "1", "--head_dim", "16"]}
 
 
@@ -70,70 +71,114 @@ def smaller(argv, table=SMALLER):
 
 
 def as_run_here(argv, out):
-    """The README command, writing under `out` instead of traces/ and on the CPU lane (at a CPU-sized size)."""
+    """The README command on the CPU lane (at a CPU-sized size), writing under `out`, not traces/ or bench_results/."""
     argv = smaller(argv)
     argv = [str(out / a[len("traces/"):]) if a.startswith("traces/") else a for a in argv]
     # Pictures the README shows are re-made elsewhere: tests/test_plot.py compares them with the committed ones.
     argv = [str(out / a[len("results/"):]) if a.startswith("results/") and a.endswith(".png") else a for a in argv]
     if argv[0] in SCRIPTS:
-        argv += ["--out", str(out)] + ([] if "--device" in argv else ["--device", "cpu"])
-        if argv[0] in CPU_SHAPE and not _cuda() and not {"--batch", "--seq"} & set(argv):
+        if argv[0] in CPU_SHAPE and ran_on_cpu(argv) and not {"--batch", "--seq"} & set(argv):
             argv += CPU_SHAPE[argv[0]]
+        argv += ["--out", str(out)] + ([] if "--device" in argv else ["--device", "cpu"])
+    elif argv[0] in BENCHES:
+        argv += ["--out", str(out / (Path(argv[0]).stem + ".json"))]
+    if "--open" in argv:
+        argv += ["--port", "0"]  # any free port: a test must not take 9001 from a reader's own server
     return argv
 
 
+def ran_on_cpu(argv):
+    """The device the command runs on here: the CPU, unless the README itself asks for --device cuda."""
+    return not ("--device" in argv and argv[argv.index("--device") + 1] == "cuda")
+
+
+def run_env(argv):
+    env = {**os.environ, "TRITON_INTERPRET": "0", **ENVS[tuple(argv)]}
+    if argv[0] in BENCHES:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # the CPU answer; the real benchmarks are tests/test_bench*.py's job
+    return env
+
+
+class Runs:
+    """README commands run once each, into one folder; a command that needs a trace runs its script first."""
+
+    def __init__(self, out):
+        self.out, self.done = out, {}
+
+    def run(self, argv):
+        key = tuple(argv)
+        if key not in self.done:
+            self.done[key] = subprocess.run(launcher() + as_run_here(argv, self.out), capture_output=True, text=True,
+                                            cwd=ROOT, timeout=600, env=run_env(argv))
+        return self.done[key]
+
+    def trace(self, path):
+        """The README's traces/<script>/<file>: made by that script's README commands (run as needed)."""
+        local = self.out / path[len("traces/"):]
+        script = path.split("/")[1] + ".py"
+        for argv in (c for c in COMMANDS if c[0] == script and "--open" not in c):
+            if local.exists():
+                break
+            self.run(argv)
+        assert local.exists(), f"no README command of {script} writes {path}"
+        return local
+
+
 @pytest.fixture(scope="module")
-def out(tmp_path_factory):
-    return tmp_path_factory.mktemp("readme")
+def runs(tmp_path_factory):
+    return Runs(tmp_path_factory.mktemp("readme"))
 
 
-# Scripts first (their traces feed the inspect_trace commands), in README order.
-ORDERED = sorted((c for c in COMMANDS if c != ["pytest"] and "--open" not in c),
-                 key=lambda c: c[0] not in SCRIPTS)
+ORDERED = [c for c in COMMANDS if c != ["pytest"] and "--open" not in c]
 
 
 @pytest.mark.parametrize("argv", ORDERED, ids=[" ".join(c) for c in ORDERED])
-def test_readme_command_runs(argv, out):
+def test_readme_command_runs(argv, runs):
+    if argv[0] == "mutmut":
+        pytest.skip("mutation testing takes minutes: run by hand (test_mutmut_config checks its set-up)")
     if argv[0] not in SCRIPTS and argv[0] != "inspect_trace.py" and argv[0] not in BENCHES and argv[:3] != [
             "python", "-m", "trace_reader.plot"]:
         pytest.fail(f"README runs {argv[0]}, which this test does not know how to check")
-    env = {**os.environ, "TRITON_INTERPRET": "0", **ENVS[tuple(argv)]}
+    env = run_env(argv)
     if env["TRITON_INTERPRET"] == "1" and importlib.util.find_spec("triton") is None:
         pytest.skip("needs Triton (Linux wheels only)")
-    proc = subprocess.run(launcher() + as_run_here(argv, out), capture_output=True, text=True, cwd=ROOT,
-                          timeout=600, env=env)
+    if env["TRITON_INTERPRET"] == "1" and interpreter_cannot_loop():
+        pytest.skip("Triton < 3.7's interpreter cannot run kernel loops under NumPy >= 2.5")
+    for a in argv:
+        if a.startswith("traces/"):
+            runs.trace(a)  # made here, so this case does not depend on an earlier one
+    had_bench_results = (ROOT / "bench_results").exists()
+    proc = runs.run(argv)
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    on_cpu = ran_on_cpu(argv)
     gpu_only = argv[0] == "03_kernels_mlp.py" or (argv[0] == "04_fused_mlp.py" and env["TRITON_INTERPRET"] != "1")
-    if gpu_only and not _cuda():
-        assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr  # the documented CPU answer
-    elif argv[0] in BENCHES and not _cuda():
-        assert proc.returncode == 2 and "CUDA" in proc.stderr
+    if argv[0] in BENCHES:
+        assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr, proc.stderr[-3000:]
+        assert not list(runs.out.glob(Path(argv[0]).stem + ".*"))
+        assert (ROOT / "bench_results").exists() == had_bench_results
+    elif gpu_only and on_cpu:
+        assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr, proc.stderr[-3000:]  # the documented answer
     else:
         assert proc.returncode == 0, proc.stderr[-3000:]
         if argv[0] in SCRIPTS:
-            assert "wrote " in proc.stdout
-            if not _cuda():  # on the CPU, every claim of the post that applies there holds
+            assert re.search(r"^wrote \S+\.json", proc.stdout, flags=re.M), proc.stdout[-3000:]
+            if on_cpu:  # on the CPU, every claim of the post that applies there holds
                 assert "BROKEN" not in proc.stdout, proc.stdout[-3000:]
-
-
-def _cuda():
-    import torch
-
-    return torch.cuda.is_available()
 
 
 OPEN = [c for c in COMMANDS if "--open" in c]
 
 
 @pytest.mark.parametrize("argv", OPEN, ids=[" ".join(c) for c in OPEN])
-def test_readme_open_command_serves_the_trace_once(argv, out):
-    """Run the --open command as written (port 9001), fetch the printed link like the Perfetto UI would."""
-    trace_args = [a for a in argv if a.startswith("traces/")]
-    if trace_args and not (out / trace_args[0][len("traces/"):]).exists():
-        pytest.skip("needs the trace written by the script commands above")  # only when run alone
-    proc = subprocess.Popen(launcher() + as_run_here(argv, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+def test_readme_open_command_serves_the_trace_once(argv, runs):
+    """Run the --open command (on a free port), fetch the printed link the way the Perfetto UI does."""
+    for a in argv:
+        if a.startswith("traces/"):
+            runs.trace(a)
+    proc = subprocess.Popen(launcher() + as_run_here(argv, runs.out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1", "BROWSER": "true"})
     lines = []
+    served = None
     timer = threading.Timer(300, proc.kill)
     timer.start()
     try:
@@ -141,17 +186,17 @@ def test_readme_open_command_serves_the_trace_once(argv, out):
             lines.append(line)
             m = re.search(r"#!/\?url=(http://127\.0\.0\.1:\d+/\S+)", line)
             if m:
+                assert not m.group(1).startswith("http://127.0.0.1:9001/")
                 req = urllib.request.Request(m.group(1), headers={"Origin": "https://ui.perfetto.dev"})
                 with urllib.request.urlopen(req, timeout=30) as resp:
-                    body = resp.read()
+                    served = resp.read()
                     assert resp.headers["Access-Control-Allow-Origin"] == "https://ui.perfetto.dev"
-                served = body
                 break
         rest, err = proc.communicate(timeout=60)
     finally:
         timer.cancel()
     assert proc.returncode == 0, err[-2000:]
-    assert "fetched" in "".join(lines) + rest
+    assert "Server stopped: fetched." in "".join(lines) + rest
     written = re.search(r"^(?:wrote|trace) +(\S+)$", "".join(lines), flags=re.M).group(1)
     assert served == Path(written if os.path.isabs(written) else ROOT / written).read_bytes()
 
@@ -200,3 +245,16 @@ def test_readme_attention_table_is_the_committed_h200_record():
     assert "TODO(H200)" not in section
     assert bench_attention.markdown(record) in section
     assert f"{record['ceiling_tflops']:.0f} TFLOP/s" in section and f"{record['copy_gbs']:.0f} GB/s" in section
+
+
+def test_mutmut_config():
+    """The README's `uv run mutmut run`: the tool is a dev dependency and its configuration names real files."""
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.11+ reads TOML")
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert any(d.startswith("mutmut") for d in project["dependency-groups"]["dev"])
+    config = project["tool"]["mutmut"]
+    for path in config["source_paths"] + config["do_not_mutate"] + config["also_copy"] + \
+            config["pytest_add_cli_args_test_selection"]:
+        assert (ROOT / path).exists(), path
+    assert [c for c in COMMANDS if c[0] == "mutmut"] == [["mutmut", "run"], ["mutmut", "results"]]

@@ -146,14 +146,41 @@ def test_gzip_served_raw_and_odd_names_quoted(tmp_path):
     assert s.finish() == "fetched"
 
 
-def test_custom_origin_and_no_origin_header(trace):
+def test_custom_origin_and_requests_that_are_not_perfettos_fetch(trace):
     s = Running(trace, allow_origin="http://localhost:8123")
     resp, _ = s.request("GET")  # Perfetto's origin is now a stranger
     assert resp.status == 403
-    resp, body = s.request("GET", headers={"Origin": None})  # curl-like client
+    # No Origin: what any web page's <img src> or no-cors fetch to loopback sends; curl too. Not served, not counted.
+    resp, body = s.request("GET", headers={"Origin": None})
+    assert resp.status == 403 and TRACE_JSON not in body
+    resp, body = s.request("GET", headers={"Origin": "http://localhost:8123", "Sec-Fetch-Mode": "no-cors"})
+    assert resp.status == 403 and TRACE_JSON not in body
+    assert s.thread.is_alive(), "a request that is not Perfetto's fetch used up the one fetch"
+    resp, body = s.request("GET", headers={"Origin": "http://localhost:8123", "Sec-Fetch-Mode": "cors"})
     assert body == TRACE_JSON
     assert resp.getheader("Access-Control-Allow-Origin") == "http://localhost:8123"
     assert s.finish() == "fetched"
+
+
+def test_a_client_that_reads_part_of_a_small_trace_and_leaves_has_not_fetched_it(trace):
+    # The whole trace fits in the socket buffers, so the server's writes succeed even though the client left.
+    s = Running(trace, timeout=3.0)
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    sock.sendall(f"GET {s.path} HTTP/1.0\r\nHost: 127.0.0.1:{s.port}\r\nOrigin: {PERFETTO_ORIGIN}\r\n\r\n".encode())
+    assert sock.recv(100).startswith(b"HTTP/1.0 200")
+    sock.close()  # with unread bytes: a reset, not a clean close
+    assert s.finish() == "timed out"
+
+
+def test_busy_port_is_found_before_serving(trace):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(ServeError, match=f"port {port} is in use"):
+            serve_trace.check_port(port)
+    serve_trace.check_port(port)  # free again: no error, and nothing left listening
+    serve_trace.check_port(port)
 
 
 def test_timeout(trace):
@@ -217,6 +244,21 @@ def test_unreadable_file(trace):
     trace.chmod(0)
     with pytest.raises(ServeError, match="cannot read"):
         serve(trace, port=0, timeout=1.0, open_browser=False, out=lambda s: None)
+
+
+def test_cli_ctrl_c_while_serving_exits_130(trace):
+    root = Path(serve_trace.__file__).parent
+    proc = subprocess.Popen([sys.executable, str(root / "serve_trace.py"), str(trace), "--no-browser", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        assert proc.stdout.readline().startswith("Serving ")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "Server stopped: interrupted." in out and "Traceback" not in err
 
 
 def test_cli_bad_input_is_one_line(tmp_path):

@@ -1,0 +1,119 @@
+"""Every number README.md quotes, re-derived from committed data: the H200 traces in tests/data/ and the
+benchmark record in results/bench_h200.json (or, for sizes and defaults, from the code that sets them).
+The benchmark table and the line above it are bench.markdown_table(results/bench_h200.json): test_readme.py.
+
+Kernel times are read from the traces with plain json (mean µs per call over the 3 active steps), not through
+the trace reader, so the reader's own report cannot vouch for itself; busy fractions come from the reader.
+"""
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def kernel_us(trace: str, pattern: str) -> float:
+    """Mean µs per call of the kernels whose full name matches `pattern` in tests/data/h200_<trace>.json.gz."""
+    with gzip.open(ROOT / f"tests/data/h200_{trace}.json.gz", "rt") as f:
+        events = json.load(f)["traceEvents"]
+    durs = [e["dur"] for e in events if e.get("ph") == "X" and e.get("cat") == "kernel" and re.search(pattern, e["name"])]
+    assert durs, f"no kernel matching {pattern!r} in {trace}"
+    return sum(durs) / len(durs)
+
+
+def one(pattern: str, text: str = README) -> re.Match:
+    found = list(re.finditer(pattern, text, flags=re.M))
+    assert len(found) == 1, f"{pattern!r} found {len(found)} times in the README"
+    return found[0]
+
+
+def quoted(pattern: str, text: str = README) -> list[float]:
+    """The numbers captured by `pattern`'s groups, where it matches once."""
+    return [float(g.replace(",", "")) for g in one(pattern, text).groups()]
+
+
+COOP_A, COOP_B = r"_coopA_TNT$", r"_coopB_TNT$"
+GELU, MUL = r"GeluCUDAKernelImpl", r"vectorized_elementwise_kernel<.*BinaryFunctor<.*MulFunctor"
+INDUCTOR, LIGER, TMA = r"^triton_poi_fused__unsafe_view_gelu_mul_0$", r"^_geglu_tanh_forward_kernel$", r"^_geglu_tma_kernel$"
+LINEAR_GEMM = r"^nvjet_sm90_tst_64x8_64x16_1x2_h_bz_bias_TNT$"
+
+
+# --- "What an H200 shows": the kernel table (means over the 3 steps, 0.1 µs) ----------------------------------
+
+@pytest.mark.parametrize("row,trace,patterns", [
+    (r"`02_linear.py`, eager and compiled", "linear_eager", [LINEAR_GEMM]),
+    (r"`02_linear.py`, eager and compiled", "linear_compile", [LINEAR_GEMM]),
+    (r"`03_simple_mlp.py`, eager", "mlp_eager", [COOP_A, GELU, MUL, COOP_B]),
+    (r"`03_simple_mlp.py --compile`", "mlp_compile", [INDUCTOR]),
+    (r"`03_kernels_mlp.py` \(liger-kernel package", "liger", [LIGER]),
+    (r"`04_fused_mlp.py`", "fused_eager", [TMA, COOP_B]),
+])
+def test_h200_kernel_table(row, trace, patterns):
+    line = one(rf"^\| {row}.*\|$").group(0)
+    numbers = [float(n) for n in re.findall(r"\((\d+\.\d)", line)]
+    assert numbers == [round(kernel_us(trace, p), 1) for p in patterns], line
+    for name in re.findall(r"`((?:nvjet|triton|_geglu)\w*)`", line):  # every kernel the row names ran in that trace
+        kernel_us(trace, rf"^{re.escape(name)}$")
+
+
+def test_h200_prose_numbers():
+    eager_pointwise = kernel_us("mlp_eager", GELU) + kernel_us("mlp_eager", MUL)
+    assert quoted(r"Eager's two kernels take (\d+\.\d) µs") == [round(eager_pointwise, 1)]
+    assert quoted(r"fused one?s?\*\*: (\d+\.\d) µs against Liger's (\d+\.\d) µs") == \
+        [round(kernel_us("mlp_compile", INDUCTOR), 1), round(kernel_us("liger", LIGER), 1)]
+    faster = 1 - kernel_us("mlp_eager", COOP_B) / kernel_us("mlp_eager", COOP_A)
+    assert quoted(r"down_proj ~(\d+)% faster") == [round(100 * faster)]
+
+
+def test_fused_vs_compiled_prose():
+    """'... (173.0 µs per step) replaced by `_geglu_tma_kernel` (123.0 µs), `down_proj` unchanged (51.4 µs)'."""
+    replaced = 2 * kernel_us("mlp_compile", COOP_A) + kernel_us("mlp_compile", INDUCTOR)  # per step: 2 GEMMs + 1
+    assert quoted(r"\((\d+\.\d) µs per step\) replaced by `_geglu_tma_kernel` \((\d+\.\d) µs\), `down_proj` "
+                  r"unchanged \((\d+\.\d) µs\)") == \
+        [round(replaced, 1), round(kernel_us("fused_eager", TMA), 1), round(kernel_us("fused_eager", COOP_B), 1)]
+
+
+def test_busy_fractions_quoted_in_prose():
+    import inspect_trace as it
+
+    fused = it.load_trace(ROOT / "tests/data/h200_fused_eager.json.gz")
+    kind, busy = it.bound_of(fused)
+    assert "overhead-bound" in one(r"this step is overhead-bound at this shape \(GPU busy ~(\d+)% of the step\)").group(0)
+    assert kind == "overhead" and quoted(r"GPU busy ~(\d+)% of the step") == [round(100 * busy, -1)]
+    part1 = it.load_trace(ROOT / "tests/data/h200_matmul_add_64_eager.json.gz")
+    per_step = [st.gpu_busy / st.wall for st in part1.steps]
+    assert len(per_step) == 3
+    assert quoted(r"At size 64 the GPU is busy (\d+)–(\d+)% of each") == \
+        [round(100 * min(per_step)), round(100 * max(per_step))]
+
+
+# --- sizes, defaults and ratios the README states -----------------------------------------------------------
+
+def test_sizes_and_defaults():
+    import common
+    import serve_trace
+    import torch
+
+    assert quoted(r"2·8192·768·3072 ≈ (\d+\.\d) GFLOP") == [round(2 * 8192 * 768 * 3072 / 1e9, 1)]
+    # bf16 [8192, 3072]: 50.3 MB; quoted to two figures
+    assert quoted(r"the (\d+) MB `\[8192, 3072\]` GeLU output") == [round(8192 * 3072 * 2 / 1e6, -1)]
+    assert quoted(r"two `\[8192, 3072\]`\s+bf16 tensors, (\d+) MB") == [round(2 * 8192 * 3072 * 2 / 1e6, -1)]
+    assert one(r"bf16\s+tolerance (\S+)\)").group(1) == f"{common.TOLERANCE[torch.bfloat16]:.0e}".replace("e-0", "e-")
+    kernels_mlp = (ROOT / "03_kernels_mlp.py").read_text()
+    default = re.search(r'os.environ.get\("HUB_TIMEOUT", "(\d+)"\)', kernels_mlp).group(1)
+    assert quoted(r"`HUB_TIMEOUT` seconds \(default (\d+)\)") == [float(default)]
+    import inspect
+
+    serve_default = inspect.signature(serve_trace.serve).parameters["timeout"].default
+    assert quoted(r"or after (\d+) minutes\)") == [serve_default / 60]
+
+
+def test_gzip_is_about_ten_times_smaller():
+    ratios = [len(gzip.decompress(p.read_bytes())) / p.stat().st_size for p in (ROOT / "tests/data").glob("*.json.gz")]
+    assert len(ratios) >= 10
+    assert quoted(r"about (\d+)× smaller") == [10] and all(7 <= r <= 14 for r in ratios), ratios
