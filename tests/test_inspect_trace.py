@@ -388,7 +388,7 @@ def test_h200_dropped_kernel_breaks_the_count():
     t = parse(raw)
     [(_, verdict, detail)] = it.check(t, [it.kernels_per_step(5, "3 GEMMs + GeLU + mul")])
     assert verdict == "broken" and detail == "kernels per step: [4, 5, 5]"
-    assert "steps differ: #2: 4 kernels, #3: 5 kernels, #4: 5 kernels" in it.report(t)
+    assert "\nsteps differ: 2 steps with 5 kernels (#3, #4); 1 step with 4 kernels (#2)\n" in it.report(t)
 
 
 @needs_h200
