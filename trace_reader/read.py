@@ -7,7 +7,6 @@ import contextlib
 import gc
 import gzip
 import json
-import math
 import os
 import re
 import stat
@@ -48,10 +47,11 @@ class Event:
     def __init__(self, raw: dict):
         self.name = str(raw.get("name", ""))
         self.cat = raw.get("cat", "")
-        self.ts = _time(raw["ts"])
-        self.dur = _time(raw.get("dur") or 0.0)
-        if not 0 <= self.dur <= MAX_US:
-            raise ValueError(f"duration {self.dur} out of range")
+        self.ts = ts = float(raw["ts"])
+        self.dur = dur = float(raw.get("dur") or 0.0)
+        # NaN fails every comparison; absolute timestamps are µs since 1970 (~1.8e15)
+        if not (-1e17 <= ts <= 1e17 and 0.0 <= dur <= MAX_US):
+            raise ValueError(f"time out of range: ts={ts}, dur={dur}")
         self.end = self.ts + self.dur
         self.pid = raw.get("pid")
         self.tid = raw.get("tid")
@@ -69,16 +69,6 @@ class Event:
 
     def __repr__(self) -> str:
         return f"Event({self.name!r}, {self.cat}, ts={self.ts}, dur={self.dur})"
-
-
-def _time(value) -> float:
-    """A timestamp or duration in µs: a finite number within MAX_US, else ValueError (the event is skipped)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise TypeError(f"time is a {type(value).__name__}")
-    t = float(value)
-    if not math.isfinite(t) or abs(t) > 1e17:  # absolute timestamps are µs since 1970 (~1.8e15)
-        raise ValueError(f"time {value!r} out of range")
-    return t
 
 
 @dataclass
@@ -234,13 +224,18 @@ def _read_json(path: str | Path, max_bytes: int | None = None) -> dict:
 
 @contextlib.contextmanager
 def _no_gc():
-    """A trace is 10^5 small objects: the cyclic GC would rescan them again and again while we work."""
+    """A trace is 10^5-10^6 small objects: the cyclic GC would rescan them again and again while we work.
+
+    On the way out they go straight to the oldest generation (freeze, then unfreeze: a list splice), so the
+    collector's next young pass does not scan them all either; a full collection still frees them when due."""
     was_on = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was_on:
+            gc.freeze()
+            gc.unfreeze()
             gc.enable()
 
 
@@ -278,14 +273,14 @@ def read_kernel_sources(trace: Trace) -> dict[str, str]:
             fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         except (OSError, ValueError):
             continue
-        with os.fdopen(fd, "rb") as f:
+        try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_KERNEL_FILE_BYTES:
-                continue
-            try:
-                out[path] = f.read(MAX_KERNEL_FILE_BYTES + 1)[:MAX_KERNEL_FILE_BYTES].decode()
-            except (OSError, UnicodeDecodeError):
-                continue
+            if stat.S_ISREG(st.st_mode) and st.st_size <= MAX_KERNEL_FILE_BYTES:
+                out[path] = os.read(fd, MAX_KERNEL_FILE_BYTES).decode()
+        except (OSError, UnicodeDecodeError):
+            pass
+        finally:
+            os.close(fd)
     return out
 
 
