@@ -6,10 +6,8 @@ are generated in tmp at test time (multi-member gzip: one small compressed block
 import gzip
 import json
 import os
-import resource
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import pytest

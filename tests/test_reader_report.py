@@ -295,3 +295,33 @@ def test_cpu_work_in_order_shows_the_addmm(tmp_path):
         assert st.ops({"aten::addmm"}) and [e.name for e in it.cpu_kernels(st)] == ["aten::addmm"]
     work = it.report(t).split("Work in order")[1].split("Inductor C++ kernels")[0]
     assert "aten::addmm" in work and "aten::copy_" not in work
+
+
+# ------------------------------------------------------------------------------------------------- README
+
+def test_readme_quotes_the_step_table_of_the_h200_trace():
+    """The step table and verdict quoted in the README's reader section, re-derived from the committed trace."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    quoted = re.search(r"```\n(Step time \(µs\).*?)```", text, flags=re.S).group(1)
+    report = it.report(it.load_trace(DATA / "h200_mlp_eager.json.gz"))
+    assert quoted.count("\n") == 8 and "\n" + quoted in report
+
+
+def test_memory_peaks_show_when_the_memory_reader_gives_them(monkeypatch):
+    """trace_reader/memory.py (per-step peak allocation) is optional; when it answers, the report shows it."""
+    import types
+
+    import trace_reader
+
+    data = gpu_trace()
+    data["traceEvents"].append({"ph": "i", "name": "[memory]", "ts": 1001, "args": {}})
+    t = parse(data)
+    assert t.has_memory_events
+    fake = types.SimpleNamespace(step_peaks=lambda trace: {st.number: (st.number + 1) * 2**20 for st in trace.steps})
+    monkeypatch.setitem(sys.modules, "trace_reader.memory", fake)
+    monkeypatch.setattr(trace_reader, "memory", fake, raising=False)
+    assert it.report_data(t)["memory_peak_bytes"] == {2: 3 * 2**20, 3: 4 * 2**20, 4: 5 * 2**20}
+    assert it.report(t).endswith("\n\nPeak allocation per step, above the step's start (MiB): median 4.0, max 5.0")
+    assert it.report_data(parse(gpu_trace()))["memory_peak_bytes"] is None  # no [memory] events: not asked

@@ -4,7 +4,6 @@ GPU idles, GPU time per annotation, CPU self time, views, occupancy queries. rep
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
 from collections import Counter, defaultdict
 
@@ -198,14 +197,17 @@ def cpu_self_times(trace: Trace) -> list[dict]:
 
 def _memory(trace: Trace) -> dict[int, float] | None:
     """Per-step peak allocation from trace_reader/memory.py (when present and the trace has [memory] events)."""
-    if not trace.has_memory_events or importlib.util.find_spec("trace_reader.memory") is None:
+    if not trace.has_memory_events:
         return None
-    from . import memory  # another helper's file: optional
-
     try:
-        return memory.step_peaks(trace)
+        from . import memory  # optional: the per-step memory reader
+    except ImportError:
+        return None
+    try:
+        peaks = memory.step_peaks(trace)
     except (OSError, TraceError, ValueError):
         return None
+    return {int(k): float(v) for k, v in peaks.items()} if isinstance(peaks, dict) and peaks else None
 
 
 def report_data(trace: Trace) -> dict:
