@@ -43,9 +43,9 @@ import sys
 
 # Re-exported: the scripts, common.py, bench_inspect.py and the tests use them as inspect_trace.<name>.
 from trace_reader.compare import compare, match
-from trace_reader.expect import (SCRIPTS, Expect, NotApplicable, _need_steps, bound, check, cpu_event, cpu_op, expectations_for,
-                                 kernel, kernels_per_step, occupancy_before_gemms, print_expectations, steps,
-                                 views_launch_nothing)
+from trace_reader.expect import (SCRIPTS, Expect, NotApplicable, _need_steps, bound, check, cpu_event, cpu_op,
+                                 expectations_for, kernel, kernels_per_step, occupancy_before_gemms,
+                                 print_expectations, steps, views_launch_nothing)
 from trace_reader.kernels import cpu_kernels
 from trace_reader.peaks import _read_torch_table, device_peak
 from trace_reader.read import OCCUPANCY, Trace, TraceError, _read_json, load_trace, parse_trace

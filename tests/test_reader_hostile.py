@@ -122,7 +122,8 @@ def test_decompressed_size_is_capped_with_one_line(tmp_path):
     path = bomb(tmp_path / "blank.json.gz", b" " * (4 << 20), 8, head=b'{"traceEvents": [')
     with pytest.raises(it.TraceError) as e:
         it.load_trace(path, max_bytes=16 << 20)
-    assert str(e.value) == f"{path}: more than 16 MiB of JSON once decompressed (the reader's limit for one trace; a gzip bomb?)"
+    assert str(e.value) == (f"{path}: more than 16 MiB of JSON once decompressed "
+                            "(the reader's limit for one trace; a gzip bomb?)")
     # A file of blanks only is an empty file, however long; leading blanks are not kept in memory.
     only = bomb(tmp_path / "only_blank.json.gz", b" \n\t" * (1 << 20), 4)
     with pytest.raises(it.TraceError, match="empty file \\(only whitespace\\)"):
@@ -160,7 +161,8 @@ def test_malformed_fields_are_skipped_not_a_traceback(tmp_path):
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     text = proc.stdout
     assert "\ndevice  ? (no usable name) (sm_90, 140 GiB)\n" in text
-    assert "\nskipped 4 events with unusable times (missing, NaN, negative or beyond 27 hours): not counted anywhere below\n" in text
+    assert ("\nskipped 4 events with unusable times (missing, NaN, negative or beyond 27 hours): "
+            "not counted anywhere below\n") in text
     numbers, body = [], text.split("not counted anywhere below\n")[1]
     for tok in body.replace("–", " ").replace("%", " ").replace(",", "").split():
         try:

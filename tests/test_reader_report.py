@@ -88,7 +88,8 @@ def test_idle_split_and_lag_per_step():
 def test_lag_per_step_is_launch_to_start_on_the_h200_trace():
     data = raw("mlp_eager")
     evs = [e for e in data["traceEvents"] if e.get("ph") == "X"]
-    launches = {e["args"]["correlation"]: e for e in evs if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    launches = {e["args"]["correlation"]: e for e in evs
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
     steps = sorted((e for e in evs if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
     rows = it.report_data(it.parse_trace(data))["steps"]
     assert len(rows) == len(steps) == 3
@@ -260,7 +261,8 @@ def test_json_is_the_report_as_data():
     assert [k["launched_by"] for k in d["kernels"]] == ["aten::mm", "aten::mm", "aten::gelu", "aten::mul", "aten::mm"]
     assert d["kernels"][1]["mean_us"] == pytest.approx(statistics.mean(
         k.dur for st in t.steps for k in st.kernels if "coopA" in k.name))
-    assert d["typical_step"]["bound"] == "compute" and d["annotations"]["mlp_fwd"][0] == pytest.approx(t.steps[0].gpu_busy)
+    assert d["typical_step"]["bound"] == "compute"
+    assert d["annotations"]["mlp_fwd"][0] == pytest.approx(t.steps[0].gpu_busy)
 
 
 def test_expect_reads_the_mode_from_the_trace():
@@ -325,3 +327,16 @@ def test_memory_peaks_show_when_the_memory_reader_gives_them(monkeypatch):
     assert it.report_data(t)["memory_peak_bytes"] == {2: 3 * 2**20, 3: 4 * 2**20, 4: 5 * 2**20}
     assert it.report(t).endswith("\n\nPeak allocation per step, above the step's start (MiB): median 4.0, max 5.0")
     assert it.report_data(parse(gpu_trace()))["memory_peak_bytes"] is None  # no [memory] events: not asked
+
+
+def test_expect_reads_part_1_sizes_from_the_gemm_when_the_file_is_renamed():
+    """h200_matmul_add_4096_eager.json.gz is not the suite's file name: the size comes from the GEMM's shapes,
+    and with it Part 1's guess (compute-bound at 4096, overhead-bound at 64)."""
+    for name, guess in (("4096_eager", "compute-bound: GPU busy >= 50%"),
+                        ("64_eager", "overhead-bound: GPU busy < 50%"), ("bmm_eager", "overhead-bound: GPU busy < 50%")):
+        proc = cli("--expect", "01_matmul_add", DATA / f"h200_matmul_add_{name}.json.gz")
+        assert proc.returncode in (0, 1) and proc.stderr == "", proc.stderr
+        said = proc.stdout.split("(read from the trace)\n")[1]
+        assert f"  ok      {guess} of the step wall time\n" in said, said
+    bmm = it.expectations_for("01_matmul_add", it.load_trace(DATA / "h200_matmul_add_bmm_eager.json.gz"))[0]
+    assert "'aten::bmm' 1x per step" in [e.text for e in bmm]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .kernels import VIEW_OPS, _view_cuda_time, is_gemm, short
+from .kernels import GEMM_OPS, VIEW_OPS, _shape, _view_cuda_time, is_gemm, short
 from .read import OCCUPANCY, STEP_RE, Trace, TraceError
 from .report import bound_of
 
@@ -304,6 +304,12 @@ def args_from_trace(script: str, trace: Trace) -> _ArgsFromTrace:
     names = SCRIPTS[script]
     if script == "01_matmul_add" and len(dims) in (1, 2):
         a.size, a.batched = int(dims[-1]), int(dims[0]) if len(dims) == 2 else None
+    elif script == "01_matmul_add":  # a renamed file: Part 1's square matrices, from the first GEMM's shapes
+        shapes = [_shape(e.args["Input Dims"][-1]) for e in spans if e.cat == "cpu_op" and e.name in GEMM_OPS
+                  and isinstance(e.args.get("Input Dims"), list) and e.args["Input Dims"]]
+        b = next((s for s in shapes if s and len(s) in (2, 3)), None)  # the second operand: [(B,) size, size]
+        if b is not None:
+            a.size, a.batched = b[-1], (b[0] if len(b) == 3 else None)
     elif len(dims) == len(names):
         for name, d in zip(names, dims):
             setattr(a, name, int(d))

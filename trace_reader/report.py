@@ -85,9 +85,11 @@ def _group(trace: Trace) -> list[dict]:
     for st in trace.steps:
         for k in st.gpu:
             key = (k.name, k.op.name if k.op is not None else "?")
-            g = groups.setdefault(key, {"name": k.name, "op": key[1], "durs": [], "rates": [], "unit": None,
-                                        "peak": None})
+            g = groups.setdefault(key, {"name": k.name, "op": key[1], "durs": [], "lags": [], "rates": [],
+                                        "unit": None, "peak": None})
             g["durs"].append(k.dur)
+            if k.launch is not None:
+                g["lags"].append(k.event.ts - k.launch.ts)
             op = k.op
             # The op's work is spread over all the kernels it launched (e.g. a split-K GEMM's two kernels);
             # a workspace memset is not part of the math.
@@ -233,6 +235,7 @@ def report_data(trace: Trace) -> dict:
         kernels.append({
             "name": g["name"], "launched_by": g["op"], "calls_per_step": len(g["durs"]) / n,
             "mean_us": statistics.mean(g["durs"]), "min_us": min(g["durs"]), "max_us": max(g["durs"]),
+            "lag_us_median": statistics.median(g["lags"]) if g["lags"] else None,
             "gpu_share": sum(g["durs"]) / total, "rate": rate, "unit": g["unit"] and g["unit"].rstrip("+"),
             "rate_is_lower_bound": g["unit"] == "GB/s+", "peak": g["peak"],
             "of_peak": rate / g["peak"] if rate is not None and g["peak"] else None})
@@ -269,7 +272,8 @@ def report_data(trace: Trace) -> dict:
         "cpu_work": cpu_work,
         "cpu_ops": [{k: v for k, v in r.items() if k != "per_step_us"} for r in cpu_self_times(trace)],
         "annotations": gpu_time_by_annotation(trace),
-        "views": [{"op": k, "calls_per_step": v[0] / n, "kernels": v[1], "cuda_us": v[2]} for k, v in sorted(views.items())],
+        "views": [{"op": k, "calls_per_step": v[0] / n, "kernels": v[1], "cuda_us": v[2]}
+                  for k, v in sorted(views.items())],
         "occupancy": occupancy,
         "memory_peak_bytes": _memory(trace),
     }
@@ -348,6 +352,10 @@ def _differ_line(steps: list[dict]) -> str:
     return "steps differ: " + "; ".join(parts)
 
 
+def _lag(step: dict, which: str) -> float | None:
+    return step["lag_us"][which] if step["lag_us"] else None
+
+
 def _text_gpu(d: dict, full: bool, all_steps: bool) -> list[str]:
     n = len(d["steps"])
     rows, lower_bound, no_rate = [], False, 0
@@ -361,11 +369,11 @@ def _text_gpu(d: dict, full: bool, all_steps: bool) -> list[str]:
         if g["of_peak"] is not None:
             of_peak = f"{_num(100 * g['of_peak'])}% of {g['peak']:,.0f}"
         rows.append([i, short(g["name"], full), g["launched_by"], f"{g['calls_per_step']:g}", _us(g["mean_us"]),
-                     _spread([g["min_us"], g["max_us"]]) if n > 1 else "-", f"{100 * g['gpu_share']:.1f}%",
-                     achieved, of_peak])
-    out = [f"GPU work per step, in launch order (mean over {n} steps; µs per call):"]
-    out.append(_table(["#", "kernel", "launched by", "calls/step", "mean µs", "min–max", "GPU share",
-                       "achieved", "of peak"], rows, right={0, 3, 4, 5, 6, 7}))
+                     _spread([g["min_us"], g["max_us"]]) if n > 1 else "-", _us(g["lag_us_median"]),
+                     f"{100 * g['gpu_share']:.1f}%", achieved, of_peak])
+    out = [f"GPU work per step, in launch order (mean over {n} steps; µs per call; lag: launch to start, median):"]
+    out.append(_table(["#", "kernel", "launched by", "calls/step", "mean µs", "min–max", "lag", "GPU share",
+                       "achieved", "of peak"], rows, right={0, 3, 4, 5, 6, 7, 8}))
     if not d["shapes_recorded"]:
         out.append(f"achieved: empty, this trace has no tensor shapes ({RECORD_SHAPES})")
     if lower_bound:
@@ -388,8 +396,8 @@ def _text_gpu(d: dict, full: bool, all_steps: bool) -> list[str]:
         ("wall", lambda f: _us(f["wall_us"]), lambda f: f["wall_us"]),
         ("busy/wall", lambda f: _pct(f["busy_fraction"]), lambda f: f["busy_fraction"]),
         ("verdict", lambda f: f["bound"] or "-", None),
-        ("lag median", lambda f: _us(f["lag_us"] and f["lag_us"]["median"]), lambda f: f["lag_us"] and f["lag_us"]["median"]),
-        ("lag max", lambda f: _us(f["lag_us"] and f["lag_us"]["max"]), lambda f: f["lag_us"] and f["lag_us"]["max"]),
+        ("lag median", lambda f: _us(_lag(f, "median")), lambda f: _lag(f, "median")),
+        ("lag max", lambda f: _us(_lag(f, "max")), lambda f: _lag(f, "max")),
     ]
     out.append(_table(["step"] + [c[0] for c in cols], _step_rows(d["steps"], cols, all_steps),
                       right=set(range(1, len(cols) + 1)) - {6}))
@@ -400,7 +408,8 @@ def _text_gpu(d: dict, full: bool, all_steps: bool) -> list[str]:
         kinds = Counter(f["bound"] for f in d["steps"] if f["bound"])
         tally = ", ".join(f"{c} {k}-bound" for k, c in kinds.most_common())
         why = ("the GPU waits on the CPU to launch work: fewer, bigger kernels (or CUDA graphs) help"
-               if t["bound"] == "overhead" else "the GPU is the bottleneck: faster kernels help, launch overhead does not")
+               if t["bound"] == "overhead" else
+               "the GPU is the bottleneck: faster kernels help, launch overhead does not")
         out.append(f"=> typical step (median, #{t['number']}): {t['bound']}-bound, GPU busy {_pct(t['busy_fraction'])} "
                    f"of the step ({tally}); {why}")
         idle = [f["idle_us"] for f in d["steps"] if f["idle_us"]]
@@ -414,7 +423,8 @@ def _text_gpu(d: dict, full: bool, all_steps: bool) -> list[str]:
     if ann:
         out.append("GPU time per annotation (record_function; work launched inside it, µs per step):")
         out.append(_table(["annotation", "median", "min–max"],
-                          [[short(k, full, 48), _us(statistics.median(v)), _spread(v)] for k, v in ann[:TOP_ANNOTATIONS]],
+                          [[short(k, full, 48), _us(statistics.median(v)), _spread(v)]
+                           for k, v in ann[:TOP_ANNOTATIONS]],
                           right={1, 2}))
         if len(ann) > TOP_ANNOTATIONS:
             out.append(f"({len(ann) - TOP_ANNOTATIONS} more in --json)")
@@ -425,7 +435,8 @@ def _text_gpu(d: dict, full: bool, all_steps: bool) -> list[str]:
     out.append("")
     out.append(f"CPU self time per step, top {len(ops)} (ops, annotations and runtime calls; µs):")
     out.append(_table(["name", "calls/step", "self µs/step"],
-                      [[short(r["name"], full, 60), f"{r['calls_per_step']:g}", _us(r["self_us_per_step"])] for r in ops],
+                      [[short(r["name"], full, 60), f"{r['calls_per_step']:g}", _us(r["self_us_per_step"])]
+                       for r in ops],
                       right={1, 2}))
 
     out.append("")
@@ -450,8 +461,8 @@ def _text_memory(d: dict) -> list[str]:
     if not peaks:
         return []
     vals = list(peaks.values())
-    return ["", f"Peak allocation per step, above the step's start (MiB): median {statistics.median(vals) / 2**20:,.1f}, "
-                f"max {max(vals) / 2**20:,.1f}"]
+    return ["", "Peak allocation per step, above the step's start (MiB): "
+                f"median {statistics.median(vals) / 2**20:,.1f}, max {max(vals) / 2**20:,.1f}"]
 
 
 def _text_cpu(d: dict, full: bool, all_steps: bool) -> list[str]:
