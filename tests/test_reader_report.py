@@ -271,13 +271,27 @@ def test_expect_reads_the_mode_from_the_trace():
     assert eager.returncode == 1, eager.stderr
     assert "\n03_simple_mlp eager, 3 steps (read from the trace)\n" in eager.stdout
     assert "  6 confirmed, 1 broken, 0 not applicable" in eager.stdout
-    comp = cli("--expect", "03_simple_mlp", DATA / "h200_mlp_compile.json.gz")
-    assert "\n03_simple_mlp compile, 3 steps (read from the trace)\n" in comp.stdout
-    assert comp.returncode == 0 and "0 broken" in comp.stdout
+    comp = it.load_trace(DATA / "h200_mlp_compile.json.gz")
+    exps, said = it.expectations_for("03_simple_mlp", comp)
+    assert said == "03_simple_mlp compile, 3 steps (read from the trace)"
+    assert [v for _, v, _ in it.check(comp, exps)].count("broken") == 0
     for bad in (["--expect", "os", DATA / "h200_mlp_eager.json.gz"],
                 ["--expect", "03_simple_mlp", DATA / "h200_mlp_eager.json.gz", DATA / "h200_mlp_compile.json.gz"]):
         proc = cli(*bad)
         assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, bad
+
+
+def test_expect_reads_part_1_sizes_from_the_gemm_when_the_file_is_renamed():
+    """h200_matmul_add_4096_eager.json.gz is not the suite's file name: the size comes from the GEMM's shapes,
+    and with it Part 1's guess (compute-bound at 4096, overhead-bound at 64)."""
+    for name, guess, op in (("4096_eager", "compute-bound: GPU busy >= 50%", "aten::mm"),
+                            ("64_eager", "overhead-bound: GPU busy < 50%", "aten::mm"),
+                            ("bmm_eager", "overhead-bound: GPU busy < 50%", "aten::bmm")):
+        t = it.load_trace(DATA / f"h200_matmul_add_{name}.json.gz")
+        exps, said = it.expectations_for("01_matmul_add", t)
+        verdicts = {ex.text: v for ex, v, _ in it.check(t, exps)}
+        assert verdicts[f"{guess} of the step wall time"] == "confirmed", name
+        assert verdicts[f"'{op}' 1x per step"] == "confirmed", name
 
 
 # ------------------------------------------------------------------------------------------ CPU addmm
