@@ -76,18 +76,28 @@ def main(argv: list[str] | None = None) -> int:
         args = p.parse_args(argv)
         if len(args.traces) > 2:
             raise TraceError(f"give one trace or two, got {len(args.traces)}")
-        if len(args.traces) == 2 and (args.json or args.expect):
-            raise TraceError("--json and --expect take one trace")
+        if len(args.traces) == 2 and args.expect:
+            raise TraceError("--expect takes one trace")
+        if len(args.traces) == 2 and args.json:
+            raise TraceError("--json takes one trace")
         traces = [load_trace(t, kernel_files=args.kernel_files) for t in args.traces]
         broken = 0
-        if len(traces) == 1 and args.json:
-            print(json.dumps(report_data(traces[0]), indent=1))
-        elif len(traces) == 1:
-            print(report(traces[0], args.full_names, args.all_steps))
+        if len(traces) == 1:
+            results = None
             if args.expect:
                 exps, said = expectations_for(args.expect, traces[0])
-                print(f"\n{said}")
-                broken = print_expectations(check(traces[0], exps))
+                results = check(traces[0], exps)
+                broken = sum(v == "broken" for _, v, _ in results)
+            if args.json:
+                data = report_data(traces[0])
+                if results is not None:
+                    data["expectations"] = [{"guess": ex.text, "verdict": v, "seen": d} for ex, v, d in results]
+                print(json.dumps(data, indent=1))
+            else:
+                print(report(traces[0], args.full_names, args.all_steps))
+                if results is not None:
+                    print(f"\n{said}")
+                    print_expectations(results)
         else:
             print(compare(traces[0], traces[1], args.full_names))
         if args.open:

@@ -252,10 +252,13 @@ def test_cpu_self_time_on_a_gpu_trace_includes_runtime_calls():
 # ------------------------------------------------------------------------------------ --json and --expect
 
 def test_json_is_the_report_as_data():
-    proc = cli("--json", DATA / "h200_mlp_eager.json.gz")
-    assert proc.returncode == 0, proc.stderr
+    proc = cli("--json", "--expect", "03_simple_mlp", DATA / "h200_mlp_eager.json.gz")
+    assert proc.returncode == 1, proc.stderr  # one guess broken, as in the text report
     d = json.loads(proc.stdout)
     t = it.load_trace(DATA / "h200_mlp_eager.json.gz")
+    expectations = d.pop("expectations")
+    assert [e["verdict"] for e in expectations] == ["confirmed"] * 5 + ["broken", "confirmed"]
+    assert expectations[5]["seen"].startswith("GEMM launches without the query: 9/9")
     assert d == json.loads(json.dumps(it.report_data(t)))
     assert d["device"] == "cuda" and d["device_name"] == "NVIDIA H200" and len(d["steps"]) == 3
     assert [k["launched_by"] for k in d["kernels"]] == ["aten::mm", "aten::mm", "aten::gelu", "aten::mul", "aten::mm"]
