@@ -150,6 +150,11 @@ def test_malformed_fields_are_skipped_not_a_traceback(tmp_path):
     mms = [e for e in data["traceEvents"] if e.get("cat") == "cpu_op" and e.get("name") == "aten::mm"]
     for e in mms[:3]:  # the first step's three GEMMs: shapes as strings
         e["args"]["Input Dims"] = [[str(d) for d in dims] for dims in e["args"]["Input Dims"]]
+    for e in mms[3:6]:  # the second step's: absurd sizes, as a made-up trace could say
+        e["args"]["Input Dims"] = [[2**39, 2**39], [2**39, 2**39]]
+    for e in data["traceEvents"]:
+        if e.get("cat") == "cpu_op" and e.get("name") == "aten::gelu":
+            e["args"]["Input Dims"] = [[2**39, 2**39, 2**39], []]
     kernels = [e for e in data["traceEvents"] if e.get("cat") == "kernel"]
     kernels[2]["dur"] = float("nan")
     kernels[3]["dur"] = -7.0

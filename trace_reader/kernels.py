@@ -41,8 +41,9 @@ def _dims(op: Event) -> list:
 
 
 def _shape(d) -> list[int] | None:
-    """A recorded tensor shape, if it is one: a list of non-negative ints (not strings, not bools)."""
-    if isinstance(d, list) and all(type(x) is int and x >= 0 for x in d):
+    """A recorded tensor shape, if it is one: a list of non-negative ints (not strings, not bools), none
+    beyond 2**40 (no tensor dimension is that long: a made-up one must not turn into a 400-digit rate)."""
+    if isinstance(d, list) and all(type(x) is int and 0 <= x < 2**40 for x in d):
         return d
     return None
 
@@ -67,7 +68,8 @@ def gemm_flops(op: Event | None) -> float | None:
     m, k, n = a[-2], a[-1], b[-1]
     if b[-2] != k:
         return None
-    return 2.0 * batch * m * k * n
+    flops = 2.0 * batch * m * k * n
+    return flops if flops < 1e18 else None  # an exaFLOP per call is a made-up shape, not a GEMM
 
 
 def _numel(shape: list) -> int:
@@ -113,6 +115,8 @@ def pointwise_bytes(op: Event | None, sources: dict[str, str] | None = None) -> 
     in_place = op.name.endswith("_") or op.name.endswith(".out")
     if not (triton or in_place):
         total += _numel(_broadcast([d for d, _ in tensors])) * tensors[0][1]
+    if total >= 1e15:  # a petabyte per call is a made-up shape
+        return None
     return float(total), not triton or arg_names is not None
 
 

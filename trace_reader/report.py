@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 from .kernels import (CPP_KERNEL_RE, VIEW_OPS, _view_cuda_time, cpu_kernels, gemm_flops, is_gemm, is_pointwise,
                       op_dtype, pointwise_bytes, short, typical_sequence)
 from .peaks import device_peak
-from .read import OCCUPANCY, STEP_RE, Step, Trace, TraceError, _no_gc
+from .read import MAX_US, OCCUPANCY, STEP_RE, Step, Trace, TraceError, _no_gc
 
 # Steps shown one per row; a longer trace shows its first and last EDGE steps and quantiles (--all-steps: all).
 STEP_ROWS = 8
@@ -304,7 +304,7 @@ def _header(trace: Trace, data: dict) -> list[str]:
     out.append(f"steps   {len(trace.steps)} active ProfilerStep ({_step_numbers(trace.steps)})")
     if trace.skipped:
         out.append(f"skipped {trace.skipped} events with unusable times (missing, NaN, negative or beyond "
-                   f"{int(1e11 / 3.6e9)} hours): not counted anywhere below")
+                   f"{int(MAX_US / 3.6e9)} hours): not counted anywhere below")
     return out
 
 
