@@ -154,7 +154,11 @@ def bound_of(trace: Trace) -> tuple[str, float] | None:
 
     Each step is judged on its own (the GPU idles more than half the step when the CPU cannot launch work fast
     enough); pooling steps would let one cold step decide. With an even count the lower median is taken."""
-    fracs = [f["busy_fraction"] for f in map(_step_facts, trace.steps) if f["busy_fraction"] is not None]
+    return _typical([_step_facts(st) for st in trace.steps])
+
+
+def _typical(steps: list[dict]) -> tuple[str, float] | None:
+    fracs = [f["busy_fraction"] for f in steps if f["busy_fraction"] is not None]
     if not fracs:
         return None
     frac = statistics.median_low(fracs)
@@ -222,7 +226,7 @@ def report_data(trace: Trace) -> dict:
     occupancy, memory_peak_bytes (per step, when recorded)."""
     peak = device_peak(trace.device_name)
     steps = [_step_facts(st) for st in trace.steps]
-    b = bound_of(trace)
+    b = _typical(steps)
     typical = None
     if b is not None:
         typical = next({"number": f["number"], "bound": b[0], "busy_fraction": f["busy_fraction"]}
