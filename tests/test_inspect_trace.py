@@ -76,6 +76,9 @@ def test_cpu_report_shows_ops_and_fused_cpp_kernel(cpu):
     assert "aten::gelu" in eager and FUSED_CPP not in eager
     assert FUSED_CPP in comp and "Inductor C++ kernels: " + FUSED_CPP in comp
     assert "GPU work" not in comp
+    data = it.report_data(cpu["compile"])
+    assert [w["name"] for w in data["cpu_work"]] == ["aten::mm", "aten::mm", FUSED_CPP, "aten::mm"]
+    assert data["kernels"] == [] and data["typical_step"] is None and len(data["steps"]) == 3
 
 
 def test_compare_cpu_eager_vs_compiled(cpu):
