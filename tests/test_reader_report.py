@@ -81,7 +81,32 @@ def test_idle_split_and_lag_per_step():
     text = it.report(t)
     assert "\n   GPU idle per step (median): 60.0 µs waiting on the host (work not yet launched), 10.0 µs after the " \
            "launch (launch latency, earlier work)\n" in text
-    assert "\n#2          2      30.0     100.0  100.0        30%  overhead         5.0      5.0\n" in text
+    assert "\n#2          2      30.0     100.0  100.0    30%  overhead         5.0      5.0\n" in text
+
+
+def cpu_runs_ahead(steps=6) -> dict:
+    """The post's loop, no synchronize per step: each 20 µs CPU step launches a 100 µs kernel 5 µs in; the
+    kernels queue back to back (step k's starts at 10 + 100k), so the launch-to-start lag grows by 70 µs a step."""
+    ev = []
+    for k in range(steps):
+        t0 = 30.0 * k
+        ev += [x(f"ProfilerStep#{k + 2}", "user_annotation", t0, 20), x("fwd", "user_annotation", t0 + 1, 18),
+               x("aten::mm", "cpu_op", t0 + 4, 5, **{"External id": k + 1}),
+               x("cudaLaunchKernel", "cuda_runtime", t0 + 5, 2, **{"External id": k + 1, "correlation": 100 + k}),
+               x("gemm", "kernel", 10.0 + 100 * k, 100, pid=0, tid=7, correlation=100 + k)]
+    return {"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}
+
+
+def test_a_gpu_that_falls_behind_is_compute_bound_and_its_lag_grows():
+    t = parse(cpu_runs_ahead())
+    d = it.report_data(t)
+    assert [s["lag_us"]["max"] for s in d["steps"]] == [5.0 + 70 * k for k in range(6)]
+    # busy / wall would shrink with the lag (0.91, 0.56, 0.40, ...: "overhead-bound"); the GPU never waited
+    assert [round(st.gpu_busy / st.wall, 2) for st in t.steps][:3] == [0.91, 0.56, 0.4]
+    assert [s["idle_us"] for s in d["steps"]][1:] == [{"waiting_on_host": 0.0, "after_launch": 0.0}] * 5
+    assert d["steps"][0]["idle_us"] == {"waiting_on_host": 5.0, "after_launch": 5.0}
+    assert [s["bound"] for s in d["steps"]] == ["compute"] * 6
+    assert it.bound_of(t) == ("compute", 1.0)
 
 
 @pytest.mark.skipif(not (DATA / "h200_mlp_eager.json.gz").exists(), reason="no H200 fixtures")
@@ -331,7 +356,7 @@ def test_readme_quotes_the_step_table_of_the_h200_trace():
     text = (ROOT / "README.md").read_text()
     quoted = re.search(r"```\n(Step time \(µs\).*?)```", text, flags=re.S).group(1)
     report = it.report(it.load_trace(DATA / "h200_mlp_eager.json.gz"))
-    assert quoted.count("\n") == 8 and "\n" + quoted in report
+    assert quoted.count("\n") == 9 and "\n" + quoted in report
 
 
 def test_memory_peaks_show_when_the_memory_reader_gives_them(monkeypatch):

@@ -4,6 +4,7 @@ GPU idles, GPU time per annotation, CPU self time, views, occupancy queries. rep
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections import Counter, defaultdict
 
@@ -113,33 +114,58 @@ def _group(trace: Trace) -> list[dict]:
     return list(groups.values())
 
 
-def _idle(st: Step) -> tuple[float, float]:
-    """(waiting on the host, waiting after the launch): the step's GPU idle time, split by why.
+def _idle(trace: Trace) -> list[tuple[float, float]]:
+    """Per step, (waiting on the host, waiting after the launch): the GPU idle time the step is answerable for.
 
-    Within the step (its start until the CPU span and the GPU work have both ended), each gap in the GPU's
-    busy time ends when work starts. The part of the gap before that work was launched is the GPU waiting on
-    the host (the CPU had not asked yet); the rest, after the launch, is the GPU waiting on itself (launch
-    latency, or earlier work on another stream). Idle time after the last GPU work, while the CPU span still
-    runs, is waiting on the host.
+    On the GPU's own timeline (all steps' work, overlapping streams merged), each gap ends when some work
+    starts; the gap belongs to that work's step, counted from the step's start at the earliest. The part of
+    the gap before the work was launched is the GPU waiting on the host (the CPU had not asked yet); the rest,
+    after the launch, is launch latency or earlier work on another stream. After the step's last work, while
+    its CPU span still runs and no other work does, the GPU waits on the host too. When the CPU runs ahead
+    (no synchronize per step), a step's work queues behind the previous step's and its gaps close: its GPU
+    time is all busy, however late the work starts after its launch.
     """
-    host = after = 0.0
-    cursor = st.span.ts
-    for k in sorted(st.gpu, key=lambda k: k.event.ts):
-        start = k.event.ts
-        if start > cursor:
-            gap = start - cursor
-            waited = min(max(k.launch.ts - cursor, 0.0), gap) if k.launch is not None else 0.0
-            host += waited
-            after += gap - waited
-        cursor = max(cursor, k.event.end)
-    host += max(st.wall + st.span.ts - cursor, 0.0)
-    return host, after
+    n = len(trace.steps)
+    host, after = [0.0] * n, [0.0] * n
+    items = sorted((k.event.ts, k.event.end, k.launch.ts if k.launch is not None else None, i)
+                   for i, st in enumerate(trace.steps) for k in st.gpu)
+    merged: list[list[float]] = []
+    cursor = float("-inf")
+    for start, end, launch, i in items:
+        gap_start = max(cursor, trace.steps[i].span.ts)
+        if start > gap_start:
+            gap = start - gap_start
+            waited = min(max(launch - gap_start, 0.0), gap) if launch is not None else 0.0
+            host[i] += waited
+            after[i] += gap - waited
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+        cursor = max(cursor, end)
+    starts = [m[0] for m in merged]
+    for i, st in enumerate(trace.steps):
+        if st.gpu:
+            last = max(k.event.end for k in st.gpu)
+            host[i] += _free(merged, starts, last, st.span.end)
+    return list(zip(host, after))
 
 
-def _step_facts(st: Step) -> dict:
+def _free(merged: list[list[float]], starts: list[float], a: float, b: float) -> float:
+    """Time in [a, b] covered by none of the merged (sorted, disjoint) intervals."""
+    if b <= a:
+        return 0.0
+    covered = 0.0
+    for lo, hi in merged[max(bisect.bisect_right(starts, a) - 1, 0):bisect.bisect_right(starts, b)]:
+        covered += max(0.0, min(hi, b) - max(lo, a))
+    return b - a - covered
+
+
+def _step_facts(st: Step, idle: tuple[float, float] | None) -> dict:
     busy, wall, lags = st.gpu_busy, st.wall, st.lags()
-    frac = busy / wall if wall > 0 and st.gpu else None
-    host, after = _idle(st) if st.gpu else (None, None)
+    host, after = idle if idle is not None and st.gpu else (None, None)
+    window = busy + host + after if host is not None else 0.0
+    frac = busy / window if window > 0 else None
     return {
         "number": st.number, "kernels": len(st.kernels), "gpu_work": len(st.gpu),
         "cpu_us": st.cpu_time, "gpu_busy_us": busy, "wall_us": wall, "busy_fraction": frac,
@@ -149,12 +175,18 @@ def _step_facts(st: Step) -> dict:
     }
 
 
-def bound_of(trace: Trace) -> tuple[str, float] | None:
-    """("overhead"|"compute", GPU busy fraction) of the typical step: the median step by GPU busy / wall time.
+def _steps_facts(trace: Trace) -> list[dict]:
+    return [_step_facts(st, idle) for st, idle in zip(trace.steps, _idle(trace))]
 
-    Each step is judged on its own (the GPU idles more than half the step when the CPU cannot launch work fast
-    enough); pooling steps would let one cold step decide. With an even count the lower median is taken."""
-    return _typical([_step_facts(st) for st in trace.steps])
+
+def bound_of(trace: Trace) -> tuple[str, float] | None:
+    """("overhead"|"compute", GPU busy fraction) of the typical step: the median step by GPU busy fraction,
+    busy / (busy + the GPU idle time the step is answerable for, see _idle).
+
+    Each step is judged on its own (overhead-bound: the GPU idles more than half the time because the CPU cannot
+    launch work fast enough); pooling steps would let one cold step decide. With an even count the lower median
+    is taken."""
+    return _typical(_steps_facts(trace))
 
 
 def _typical(steps: list[dict]) -> tuple[str, float] | None:
@@ -225,7 +257,7 @@ def report_data(trace: Trace) -> dict:
     cpu_work (CPU traces: the CPU's kernels in order), cpu_ops, annotations (GPU µs per step), views,
     occupancy, memory_peak_bytes (per step, when recorded)."""
     peak = device_peak(trace.device_name)
-    steps = [_step_facts(st) for st in trace.steps]
+    steps = _steps_facts(trace)
     b = _typical(steps)
     typical = None
     if b is not None:
@@ -391,14 +423,15 @@ def _text_gpu(d: dict, full: bool, all_steps: bool) -> list[str]:
         out.append(_differ_line(d["steps"]))
 
     out.append("")
-    out.append("Step time (µs): GPU busy vs step wall time (CPU span until the last GPU work ends); "
-               "lag: launch to kernel start")
+    out.append("Step time (µs): wall = from the step's start until its last GPU work ends; "
+               "busy% = GPU busy / (busy + GPU idle the step caused)")
+    out.append("lag = launch call to kernel start: it grows when the CPU runs ahead of the GPU")
     cols = [
         ("kernels", lambda f: f["kernels"], lambda f: f["kernels"]),
         ("GPU busy", lambda f: _us(f["gpu_busy_us"]), lambda f: f["gpu_busy_us"]),
         ("CPU span", lambda f: _us(f["cpu_us"]), lambda f: f["cpu_us"]),
         ("wall", lambda f: _us(f["wall_us"]), lambda f: f["wall_us"]),
-        ("busy/wall", lambda f: _pct(f["busy_fraction"]), lambda f: f["busy_fraction"]),
+        ("busy%", lambda f: _pct(f["busy_fraction"]), lambda f: f["busy_fraction"]),
         ("verdict", lambda f: f["bound"] or "-", None),
         ("lag median", lambda f: _us(_lag(f, "median")), lambda f: _lag(f, "median")),
         ("lag max", lambda f: _us(_lag(f, "max")), lambda f: _lag(f, "max")),
