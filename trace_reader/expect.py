@@ -153,8 +153,9 @@ def bound(kind: str) -> Expect:
         b = bound_of(t)
         if b is None:
             return "no GPU work in the active steps"
-        return True if b[0] == kind else f"{b[0]}-bound: GPU busy {100 * b[1]:.0f}% of the step wall time"
-    return Expect(f"{kind}-bound: GPU busy {'<' if kind == 'overhead' else '>='} 50% of the step wall time",
+        return True if b[0] == kind else f"{b[0]}-bound: the typical step's GPU is busy {100 * b[1]:.0f}%"
+    return Expect(f"{kind}-bound: the typical step's GPU is busy {'<' if kind == 'overhead' else '>='} 50% "
+                  "(of busy + the idle it caused)",
                   run, "cuda")
 
 
