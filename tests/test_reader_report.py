@@ -376,3 +376,16 @@ def test_memory_peaks_show_when_the_memory_reader_gives_them(monkeypatch):
     assert it.report(t).endswith("\n\nPeak allocation per step, above the step's start (MiB): median 4.0, max 5.0")
     assert it.report_data(parse(gpu_trace()))["memory_peak_bytes"] is None  # no [memory] events: not asked
 
+
+
+def test_a_long_cpu_trace_is_short_too():
+    data = gpu_trace(steps=40)
+    data["traceEvents"] = [e for e in data["traceEvents"] if e.get("cat") in ("cpu_op", "user_annotation")]
+    t = parse(data)
+    assert t.device == "cpu" and len(t.steps) == 40
+    lines = it.report(t).splitlines()
+    assert "steps   40 active ProfilerStep (#2..#41)" in lines and len(lines) < 60
+    shown = [ln.split()[0] for ln in lines if ln.startswith("#") and ln.split()[0][1:].isdigit()]
+    assert shown == ["#2", "#3", "#4", "#39", "#40", "#41"]
+    every = [ln.split()[0] for ln in it.report(t, all_steps=True).splitlines() if ln.startswith("#")]
+    assert every == [f"#{n}" for n in range(2, 42)]
