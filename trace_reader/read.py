@@ -164,7 +164,7 @@ class Trace:
     @property
     def device_name(self) -> str | None:
         name = self.device_props[0].get("name") if self.device_props else None
-        return name if isinstance(name, str) and name else None
+        return name if isinstance(name, str) and 0 < len(name) <= 200 else None  # a name, not a payload
 
 
 def _size(n: int) -> str:

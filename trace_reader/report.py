@@ -69,9 +69,11 @@ def _step_numbers(steps: list[Step]) -> str:
 # ------------------------------------------------------------------------------------------------ the facts
 
 def _versions(trace: Trace) -> dict:
-    return {k: v for k, v in trace.meta.items()
-            if ("version" in k.lower() or k.lower() in ("torch", "triton")) and isinstance(v, (str, int, float))
-            and not isinstance(v, bool)}
+    """Version fields of the trace's metadata (a few, short: the metadata is as untrusted as the rest)."""
+    found = {k[:40]: v if not isinstance(v, str) else v[:40] for k, v in trace.meta.items()
+             if ("version" in k.lower() or k.lower() in ("torch", "triton")) and isinstance(v, (str, int, float))
+             and not isinstance(v, bool)}
+    return dict(list(found.items())[:8])
 
 
 def shapes_recorded(trace: Trace) -> bool:
@@ -423,7 +425,7 @@ def _text_gpu(d: dict, full: bool, all_steps: bool) -> list[str]:
         out.append(_differ_line(d["steps"]))
 
     out.append("")
-    out.append("Step time (µs): wall = from the step's start until its last GPU work ends; "
+    out.append("Step time (µs): wall = from step start until its last GPU work ends; "
                "busy% = GPU busy / (busy + GPU idle the step caused)")
     out.append("lag = launch call to kernel start: it grows when the CPU runs ahead of the GPU")
     cols = [
