@@ -389,3 +389,17 @@ def test_a_long_cpu_trace_is_short_too():
     assert shown == ["#2", "#3", "#4", "#39", "#40", "#41"]
     every = [ln.split()[0] for ln in it.report(t, all_steps=True).splitlines() if ln[:1] == "#" and ln[1:2].isdigit()]
     assert every == [f"#{n}" for n in range(2, 42)]
+
+
+def test_memory_peaks_from_a_real_profile(tmp_path):
+    """With trace_reader/memory.py and profile_memory=True, each step's peak shows: a step's two 64x64 fp32 inputs
+    and its product are alive at once (3 x 16 KiB)."""
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=2),
+                 profile_memory=True) as prof:
+        for _ in range(4):
+            with record_function("fwd"):
+                torch.randn(64, 64) @ torch.randn(64, 64)
+            prof.step()
+    prof.export_chrome_trace(str(tmp_path / "mem.json"))
+    d = it.report_data(it.load_trace(tmp_path / "mem.json"))
+    assert d["memory_peak_bytes"] == {2: 3 * 64 * 64 * 4, 3: 3 * 64 * 64 * 4}
