@@ -403,3 +403,15 @@ def test_memory_peaks_from_a_real_profile(tmp_path):
     prof.export_chrome_trace(str(tmp_path / "mem.json"))
     d = it.report_data(it.load_trace(tmp_path / "mem.json"))
     assert d["memory_peak_bytes"] == {2: 3 * 64 * 64 * 4, 3: 3 * 64 * 64 * 4}
+
+
+@pytest.mark.parametrize("script, fixture", [("01_matmul_add", "matmul_add_4096_eager"), ("02_linear", "linear_eager"),
+                                             ("03_simple_mlp", "mlp_compile"), ("03_kernels_mlp", "liger"),
+                                             ("04_fused_mlp", "fused_eager")])
+def test_every_known_script_checks_a_saved_trace(script, fixture):
+    """Each script --expect knows builds its guesses from what the trace says: no flag it needs is missing."""
+    assert script in it.SCRIPTS
+    t = it.load_trace(DATA / f"h200_{fixture}.json.gz")
+    exps, said = it.expectations_for(script, t)
+    assert said.startswith(f"{script} {'compile' if 'compile' in fixture else 'eager'}, 3 steps") and len(exps) >= 5
+    assert all(v in ("confirmed", "broken", "not applicable") for _, v, _ in it.check(t, exps))
