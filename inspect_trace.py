@@ -4,13 +4,23 @@
     uv run inspect_trace.py --full-names TRACE          # kernel names untruncated
     uv run inspect_trace.py EAGER.json COMPILED.json    # what changed between two runs
     uv run inspect_trace.py --open TRACE                # serve it to the Perfetto UI (local only)
+    uv run inspect_trace.py --expect 03_simple_mlp TRACE  # check a saved trace against a script's guesses
+    uv run inspect_trace.py --json TRACE > report.json  # the whole report as data, for your own scripts
 
 One trace: device and versions; per active ProfilerStep, the GPU kernels in launch order with the CPU op
 that launched each (via the "External id" / "correlation" links), calls per step, duration over the steps,
 share of GPU time, achieved TFLOP/s (GEMMs, 2*M*K*N from the op's "Input Dims") or GB/s (pointwise, bytes
 of inputs and outputs), against the device's datasheet peak; GPU busy vs step time (overhead- or
-compute-bound); the view ops and their (zero) CUDA time; the occupancy queries before launches.
-A CPU-only trace gets the CPU side instead: ops by self time, Inductor's fused C++ kernels.
+compute-bound), judged per step, with the typical (median) step's verdict; how far the GPU lags the CPU
+(launch to kernel start) and why it idles (waiting on the host, or after the launch); GPU time per
+record_function annotation; CPU self time of the top ops and runtime calls; the view ops and their (zero)
+CUDA time; the occupancy queries before launches. A long trace shows its first and last steps and quantiles
+(--all-steps: every step). A CPU-only trace gets the CPU side instead: ops by self time, the CPU's kernels in
+order (Inductor's fused C++ kernels, GEMMs, computing aten ops).
+
+A trace is untrusted input: reading it is capped (1 GiB of JSON, after gzip), and the files it names (an
+Inductor kernel's source, for exact bytes of its in/out buffers) are read only with --kernel-files.
+Bad input is one line on stderr and exit code 2; a broken expectation under --expect, exit code 1.
 
 Two traces: kernels with byte-for-byte the same name and their time change, kernels only in one of them,
 which kernels replaced which (matched by position between name-matched anchors in the launch order, not
@@ -27,17 +37,19 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import sys
 
 # Re-exported: the scripts, common.py, bench_inspect.py and the tests use them as inspect_trace.<name>.
 from trace_reader.compare import compare, match
-from trace_reader.expect import (Expect, bound, check, cpu_event, cpu_op, kernel, kernels_per_step,
-                                 occupancy_before_gemms, print_expectations, steps, views_launch_nothing)
+from trace_reader.expect import (SCRIPTS, Expect, NotApplicable, _need_steps, bound, check, cpu_event, cpu_op,
+                                 expectations_for, kernel, kernels_per_step, occupancy_before_gemms,
+                                 print_expectations, steps, views_launch_nothing)
 from trace_reader.kernels import cpu_kernels
 from trace_reader.peaks import _read_torch_table, device_peak
-from trace_reader.read import OCCUPANCY, TraceError, _read_json, load_trace, parse_trace
-from trace_reader.report import bound_of, report
+from trace_reader.read import OCCUPANCY, Trace, TraceError, _read_json, load_trace, parse_trace
+from trace_reader.report import bound_of, cpu_self_times, gpu_time_by_annotation, report, report_data
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,6 +61,15 @@ def main(argv: list[str] | None = None) -> int:
     p = _Parser(prog="inspect_trace.py", description=__doc__.split("\n")[0])
     p.add_argument("traces", nargs="+", metavar="TRACE", help="one trace to report, or two (A B) to compare")
     p.add_argument("--full-names", action="store_true", help="print kernel names untruncated")
+    p.add_argument("--all-steps", action="store_true", help="list every step (default: a long trace shows its "
+                   "first and last steps and quantiles)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (report_data) instead of text")
+    p.add_argument("--expect", metavar="SCRIPT", choices=list(SCRIPTS),
+                   help=f"check the trace against a script's expectations ({', '.join(SCRIPTS)}); "
+                   "its mode and steps are read from the trace")
+    p.add_argument("--kernel-files", action="store_true", help="read the Inductor kernel sources the trace names "
+                   "(regular files under 1 MiB on this machine, 2 s in all) for exact bytes moved; off: a trace "
+                   "never makes the reader open another file")
     p.add_argument("--open", action="store_true", help="serve the trace to the Perfetto UI (local only)")
     p.add_argument("--port", type=int, default=None, help="port for --open (default: serve_trace's 9001)")
     p.add_argument("--plot", metavar="FILE.png", help="also draw the roofline (two traces: both, with arrows)")
@@ -56,9 +77,28 @@ def main(argv: list[str] | None = None) -> int:
         args = p.parse_args(argv)
         if len(args.traces) > 2:
             raise TraceError(f"give one trace or two, got {len(args.traces)}")
-        traces = [load_trace(t) for t in args.traces]
+        if len(args.traces) == 2 and args.expect:
+            raise TraceError("--expect takes one trace")
+        if len(args.traces) == 2 and args.json:
+            raise TraceError("--json takes one trace")
+        traces = [load_trace(t, kernel_files=args.kernel_files) for t in args.traces]
+        broken = 0
         if len(traces) == 1:
-            print(report(traces[0], args.full_names))
+            results = None
+            if args.expect:
+                exps, said = expectations_for(args.expect, traces[0])
+                results = check(traces[0], exps)
+                broken = sum(v == "broken" for _, v, _ in results)
+            if args.json:
+                data = report_data(traces[0])
+                if results is not None:
+                    data["expectations"] = [{"guess": ex.text, "verdict": v, "seen": d} for ex, v, d in results]
+                print(json.dumps(data, indent=1))
+            else:
+                print(report(traces[0], args.full_names, args.all_steps))
+                if results is not None:
+                    print(f"\n{said}")
+                    print_expectations(results)
         else:
             print(compare(traces[0], traces[1], args.full_names))
         if args.plot:
@@ -75,13 +115,13 @@ def main(argv: list[str] | None = None) -> int:
                 raise TraceError(str(e)) from None
     except TraceError as e:
         print(f"inspect_trace.py: error: {e}", file=sys.stderr)
-        return 1
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `... | head` closed the pipe: not an error worth a traceback
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
         return 0
-    return 0
+    return 1 if broken else 0
 
 
 if __name__ == "__main__":

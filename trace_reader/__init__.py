@@ -3,17 +3,20 @@
 Which file answers which question:
 
     read.py      How is a trace file read? Event, Kernel, Step, Trace; load_trace / parse_trace: JSON or
-                 gzip, the CPU call tree, which op launched which kernel, which step each belongs to.
+                 gzip (capped: a trace is untrusted input), the CPU call tree, which op launched which
+                 kernel, which step each belongs to; the kernel sources a trace names, only on request.
     kernels.py   What is this kernel or op? GEMM or pointwise, its FLOPs and bytes, its dtype, a short
                  name, the CPU's "kernels", a step's units of work in launch order.
     peaks.py     What could this device do? Datasheet TFLOP/s and GB/s: torch's table, then ours.
-    report.py    What does one trace say? The one-trace report; overhead- or compute-bound (bound_of).
+    report.py    What does one trace say? report_data() (the report as data, --json) and report(); each
+                 step's verdict and the typical step's (bound_of), launch-to-start lag, why the GPU idles,
+                 gpu_time_by_annotation(), cpu_self_times().
     compare.py   What changed between two traces? Same, gone, new, replaced kernels and CPU ops.
     lag.py       How far behind is the GPU? Per step: launch-to-GPU-start lag, record_function-to-first-op gap.
     plot.py      What does it look like? The roofline of one or two traces, a benchmark's bars against its
                  floor (matplotlib, imported only when drawing).
     expect.py    Was the guess right? Expect and its builders (steps(), kernel(), ...), check(),
-                 print_expectations().
+                 print_expectations(); expectations_for(): a script's guesses for a saved trace (--expect).
     memory.py    What did a step allocate, how fast did it stream memory? Per-step peak allocation from
                  the "[memory]" events (profile_memory=True); allocates() and streams() expectations.
 """

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import re
 import sys
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterable
 
-from .kernels import VIEW_OPS, _view_cuda_time, is_gemm, short
-from .read import OCCUPANCY, Trace
+from .kernels import GEMM_OPS, VIEW_OPS, _shape, _view_cuda_time, is_gemm, short
+from .read import OCCUPANCY, STEP_RE, Trace, TraceError
 from .report import bound_of
+
+
+class NotApplicable(str):
+    """What a check returns when the trace cannot answer it (e.g. no annotations): "not applicable", not broken."""
 
 
 @dataclass
@@ -24,10 +31,18 @@ def _need_steps(trace: Trace) -> str | None:
     return None if trace.steps else "no active steps in the trace"
 
 
+def has_annotations(t: Trace) -> bool:
+    """Any record_function span besides ProfilerStep#k? Traces from other harnesses often have none."""
+    return any(e.cat == "user_annotation" and not STEP_RE.match(e.name) for st in t.steps for e in st.spans)
+
+
 def steps(n: int, annotation: str) -> Expect:
     def run(t: Trace):
         if len(t.steps) != n:
             return f"{len(t.steps)} active steps"
+        if t.steps and not has_annotations(t):
+            return NotApplicable(f"{n} active steps as guessed; no annotation in this trace, so "
+                                 f"'{annotation}' cannot be looked for")
         for st in t.steps:
             if not any(e.cat == "user_annotation" and e.name == annotation for e in st.spans):
                 return f"ProfilerStep#{st.number} has no '{annotation}' span"
@@ -138,8 +153,9 @@ def bound(kind: str) -> Expect:
         b = bound_of(t)
         if b is None:
             return "no GPU work in the active steps"
-        return True if b[0] == kind else f"{b[0]}-bound: GPU busy {100 * b[1]:.0f}% of the step wall time"
-    return Expect(f"{kind}-bound: GPU busy {'<' if kind == 'overhead' else '>='} 50% of the step wall time",
+        return True if b[0] == kind else f"{b[0]}-bound: the typical step's GPU is busy {100 * b[1]:.0f}%"
+    return Expect(f"{kind}-bound: the typical step's GPU is busy {'<' if kind == 'overhead' else '>='} 50% "
+                  "(of busy + the idle it caused)",
                   run, "cuda")
 
 
@@ -160,6 +176,8 @@ def check(trace: Trace, expectations: Iterable[Expect]) -> list[tuple[Expect, st
             continue
         if seen is True:
             results.append((ex, "confirmed", ""))
+        elif isinstance(seen, NotApplicable):
+            results.append((ex, "not applicable", str(seen)))
         elif isinstance(seen, str):
             results.append((ex, "broken", seen))
         else:
@@ -242,3 +260,76 @@ def buffer_request() -> Expect:
         found = any(isinstance(e, dict) and e.get("name") == BUFFER_REQUEST for e in events or [])
         return found or f"no '{BUFFER_REQUEST}' event in the trace"
     return Expect(f"wait=0, warmup=0: an '{BUFFER_REQUEST}' event on the GPU lane", run, "cuda")
+
+
+# ------------------------------------------------------------------------- a script's expectations, later
+
+# The scripts whose expectations `inspect_trace.py --expect NAME TRACE` may load (never a module named by the
+# user), with the size flags their trace file names begin with (common.Run.stem: 64x128x768x3072_bf16_cold_eager).
+SCRIPTS = {
+    "01_matmul_add": ("size",),  # "64", or "4x64" with --batched 4
+    "02_linear": ("batch", "in_dim", "out_dim"),
+    "03_simple_mlp": ("batch", "seq", "dim", "hidden"),
+    "03_kernels_mlp": ("batch", "seq", "dim", "hidden"),
+    "04_fused_mlp": ("batch", "seq", "dim", "hidden"),
+}
+
+
+class _ArgsFromTrace(argparse.Namespace):
+    """A script's flags as the trace tells them; a flag it cannot tell is one clear error, not a guess."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise TraceError(f"{self.__dict__.get('_script')}'s expectations need --{name.replace('_', '-')}, "
+                         "which this trace does not say")
+
+
+def args_from_trace(script: str, trace: Trace) -> _ArgsFromTrace:
+    """The flags a script's run had, read from its trace: --compile from a 'Torch-Compiled Region', --active
+    from the steps, --wait/--profiler-warmup from the first step's number, --sync-each-step from a
+    cudaDeviceSynchronize in every step; sizes, dtype and cold/warm from the file name the suite writes."""
+    spans = [e for st in trace.steps for e in st.spans]
+    first = trace.steps[0].number if trace.steps else 0
+    a = _ArgsFromTrace(_script=script, active=len(trace.steps), device=trace.device,
+                       compile=any(e.name.startswith("Torch-Compiled Region") for e in spans),
+                       profiler_warmup=min(first, 1), wait=first - min(first, 1),
+                       sync_each_step=bool(trace.steps) and all(
+                           any(c.name == "cudaDeviceSynchronize" for o in [st.span, *st.spans] for c in o.calls)
+                           for st in trace.steps))
+    words = Path(trace.path).name.split(".")[0].split("_")
+    a.warmup = 1 if "warm" in words else 0
+    if (dtype := next((w for w in words if w in ("bf16", "fp16", "fp32")), None)) is not None:
+        a.dtype = dtype
+    dims = words[0].split("x") if words and all(d.isdigit() for d in words[0].split("x")) else []
+    names = SCRIPTS[script]
+    if script == "01_matmul_add" and len(dims) in (1, 2):
+        a.size, a.batched = int(dims[-1]), int(dims[0]) if len(dims) == 2 else None
+    elif script == "01_matmul_add":  # a renamed file: Part 1's square matrices, from the first GEMM's shapes
+        shapes = [_shape(e.args["Input Dims"][-1]) for e in spans if e.cat == "cpu_op" and e.name in GEMM_OPS
+                  and isinstance(e.args.get("Input Dims"), list) and e.args["Input Dims"]]
+        b = next((s for s in shapes if s and len(s) in (2, 3)), None)  # the second operand: [(B,) size, size]
+        if b is not None:
+            a.size, a.batched = b[-1], (b[0] if len(b) == 3 else None)
+    elif len(dims) == len(names):
+        for name, d in zip(names, dims):
+            setattr(a, name, int(d))
+    return a
+
+
+def expectations_for(script: str, trace: Trace) -> tuple[list[Expect], str]:
+    """(the script's expectations for this trace, what was read from the trace to choose them).
+
+    A script declares them as EXPECT = {"eager": [...], "compile": [...]} or expectations(args)."""
+    if script not in SCRIPTS:
+        raise TraceError(f"--expect: unknown script {script!r}; one of {', '.join(SCRIPTS)}")
+    module = importlib.import_module(script)  # a fixed name from SCRIPTS: "01_..." is no identifier, hence importlib
+    args = args_from_trace(script, trace)
+    mode = "compile" if args.compile else "eager"
+    said = f"{script} {mode}, {args.active} steps (read from the trace)"
+    if callable(getattr(module, "expectations", None)):
+        return list(module.expectations(args)), said
+    table = getattr(module, "EXPECT", None)
+    if isinstance(table, dict) and mode in table:
+        return list(table[mode]), said
+    raise TraceError(f"--expect: {script} declares no expectations for a {mode} run")

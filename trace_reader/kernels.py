@@ -6,7 +6,6 @@ import functools
 import math
 import re
 from collections import Counter
-from pathlib import Path
 
 from .read import Event, Kernel, Step, Trace
 
@@ -41,6 +40,14 @@ def _dims(op: Event) -> list:
     return dims if isinstance(dims, list) else []
 
 
+def _shape(d) -> list[int] | None:
+    """A recorded tensor shape, if it is one: a list of non-negative ints (not strings, not bools), none
+    beyond 2**40 (no tensor dimension is that long: a made-up one must not turn into a 400-digit rate)."""
+    if isinstance(d, list) and all(type(x) is int and 0 <= x < 2**40 for x in d):
+        return d
+    return None
+
+
 def _types(op: Event) -> list:
     types = op.args.get("Input type")
     return types if isinstance(types, list) else []
@@ -54,14 +61,15 @@ def gemm_flops(op: Event | None) -> float | None:
     first = 1 if op.name in ("aten::addmm", "aten::baddbmm", "aten::_addmm_activation") else 0
     if len(dims) < first + 2:
         return None
-    a, b = dims[first], dims[first + 1]
-    if not (isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and len(a) in (2, 3)):
+    a, b = _shape(dims[first]), _shape(dims[first + 1])
+    if a is None or b is None or len(a) != len(b) or len(a) not in (2, 3):
         return None
     batch = a[0] if len(a) == 3 else 1
     m, k, n = a[-2], a[-1], b[-1]
     if b[-2] != k:
         return None
-    return 2.0 * batch * m * k * n
+    flops = 2.0 * batch * m * k * n
+    return flops if flops < 1e18 else None  # an exaFLOP per call is a made-up shape, not a GEMM
 
 
 def gemm_bytes(op: Event | None) -> float | None:
@@ -94,24 +102,26 @@ def _broadcast(shapes: list[list]) -> list:
     return out
 
 
-def pointwise_bytes(op: Event | None) -> tuple[float, bool] | None:
+def pointwise_bytes(op: Event | None, sources: dict[str, str] | None = None) -> tuple[float, bool] | None:
     """(bytes a pointwise op must move, exact?): its tensor inputs once, plus its output unless in place.
 
     The trace records inputs only; the output of an aten op (or an autograd Function such as Liger's) is
     the broadcast of its tensor inputs in the first input's dtype. An Inductor Triton launch lists every
     buffer, outputs included, as its inputs; a buffer it reads and writes back ("in_out_ptr") counts twice,
-    which only the kernel's source says: without that file the count is a lower bound (exact=False).
+    which only the kernel's source says (`sources`, read on request by read.read_kernel_sources): without
+    that file the count is a lower bound (exact=False).
     """
     if op is None:
         return None
-    if isinstance(op.args.get("kernel_num_gb"), (int, float)) and op.args["kernel_num_gb"] > 0:
-        return float(op.args["kernel_num_gb"]) * 1e9, True
+    gb = op.args.get("kernel_num_gb")
+    if type(gb) in (int, float) and 0 < gb < 1e6:
+        return float(gb) * 1e9, True
     triton = op.name.startswith("triton_") or op.args.get("kernel_backend") == "triton"
-    arg_names = _triton_arg_names(op) if triton else None
+    arg_names = _triton_arg_names(op, sources or {}) if triton else None
     total, tensors = 0, []
     for i, (d, t) in enumerate(zip(_dims(op), _types(op))):
         # 0-d tensors and scalars (xnumel) move nothing worth counting
-        if isinstance(d, list) and d and t in DTYPE_BYTES and all(isinstance(x, int) for x in d):
+        if _shape(d) and isinstance(t, str) and t in DTYPE_BYTES:
             reads_and_writes = arg_names is not None and i < len(arg_names) and arg_names[i].startswith("in_out_ptr")
             total += _numel(d) * DTYPE_BYTES[t] * (2 if reads_and_writes else 1)
             tensors.append((d, DTYPE_BYTES[t]))
@@ -120,23 +130,17 @@ def pointwise_bytes(op: Event | None) -> tuple[float, bool] | None:
     in_place = op.name.endswith("_") or op.name.endswith(".out")
     if not (triton or in_place):
         total += _numel(_broadcast([d for d, _ in tensors])) * tensors[0][1]
+    if total >= 1e15:  # a petabyte per call is a made-up shape
+        return None
     return float(total), not triton or arg_names is not None
 
 
-_triton_sources: dict[str, str | None] = {}
-
-
-def _triton_arg_names(op: Event) -> list[str] | None:
-    """The Triton kernel's parameter names, from its Inductor source file if it is still on this machine."""
+def _triton_arg_names(op: Event, sources: dict[str, str]) -> list[str] | None:
+    """The Triton kernel's parameter names, from its Inductor source file when that was read (see sources)."""
     path, name = op.args.get("kernel_file"), op.args.get("kernel_name", op.name)
-    if not isinstance(path, str) or not path:
+    if not isinstance(path, str) or path not in sources:
         return None
-    if path not in _triton_sources:
-        try:
-            _triton_sources[path] = Path(path).read_text()
-        except (OSError, UnicodeDecodeError):
-            _triton_sources[path] = None
-    m = re.search(rf"def {re.escape(str(name))}\(([^)]*)\)", _triton_sources[path] or "")
+    m = re.search(rf"def {re.escape(str(name))}\(([^)]*)\)", sources[path])
     return [a.split(":")[0].strip() for a in m.group(1).split(",")] if m else None
 
 
@@ -164,15 +168,28 @@ def is_pointwise(k: Kernel) -> bool:
 
 
 def cpu_kernels(step: Step) -> list[Event]:
-    """The CPU's "kernels": Inductor's fused C++ kernels and aten ops that compute without a computing child."""
+    """The CPU's "kernels": Inductor's fused C++ kernels, GEMM ops, and aten ops that compute without a
+    computing child. A GEMM is one unit with what it calls: aten::addmm first copies the bias into its output
+    (an aten::copy_ child), and that copy must not hide the GEMM."""
     out = []
     for e in step.spans:
-        if CPP_KERNEL_RE.search(e.name):
+        if _inside_gemm(e):
+            continue
+        if CPP_KERNEL_RE.search(e.name) or (e.cat == "cpu_op" and e.name in GEMM_OPS):
             out.append(e)
         elif (e.cat == "cpu_op" and e.name.startswith("aten::") and e.name not in BOOKKEEPING_OPS
               and all(c.name in BOOKKEEPING_OPS for c in e.children)):
             out.append(e)
     return out
+
+
+def _inside_gemm(e: Event) -> bool:
+    p = e.parent
+    while p is not None:
+        if p.cat == "cpu_op" and p.name in GEMM_OPS:
+            return True
+        p = p.parent
+    return False
 
 
 def units(trace: Trace, step: Step) -> list[tuple[str, float]]:

@@ -14,8 +14,8 @@ from .read import Step
 def launch_lag(step: Step) -> float | None:
     """µs between the step's first GPU launch on the CPU and the start of that work on the GPU; None if no
     GPU work of the step is linked to its launch call."""
-    first = next((k for k in step.gpu if k.launch is not None), None)
-    return first.event.ts - first.launch.ts if first else None
+    lags = step.lags()  # in launch order
+    return lags[0] if lags else None
 
 
 def dispatch_gap(step: Step, annotation: str) -> float | None:

@@ -22,6 +22,10 @@ _SUPPLEMENT = {"NVIDIA H200": Peak(
     {"bfloat16": 989.5, "float16": 989.5, "tf32": 494.5, "float32": 67.0, "float64": 67.0,
      "float8_e4m3fn": 1979.0, "float8_e5m2": 1979.0, "int8": 1979.0},
     4800.0)}
+# Entries torch's table lists with NVIDIA's 2:4-sparsity tensor-core figures (datasheets since Hopper quote only
+# those) and, before torch 2.13, without tops_sparsity_factor: torch 2.11 says H100 bf16 1979, 2.13 says 1979 / 2.
+# Where torch gives no factor, ours applies, so the peak is the dense figure on every torch.
+_SPARSE_IN_TORCH = {"NVIDIA H100": 2, "NVIDIA L4": 2}
 _torch_table: dict[str, Peak] | None = None
 
 
@@ -35,7 +39,13 @@ def _read_torch_table() -> dict[str, Peak]:
     if spec is None or not spec.submodule_search_locations:
         return {}
     path = Path(list(spec.submodule_search_locations)[0]) / "_inductor" / "analysis" / "device_info.py"
-    tree = ast.parse(path.read_text())
+    return parse_device_info(path.read_text())
+
+
+def parse_device_info(source: str) -> dict[str, Peak]:
+    """The table in device_info.py's source, dense: divided by its tops_sparsity_factor, or by ours
+    (_SPARSE_IN_TORCH) where that torch gives none."""
+    tree = ast.parse(source)
     table: dict[str, Peak] = {}
     for node in ast.walk(tree):
         value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
@@ -46,7 +56,12 @@ def _read_torch_table() -> dict[str, Peak]:
             if not (isinstance(key, ast.Constant) and isinstance(call, ast.Call)):
                 continue
             kw = {k.arg: k.value for k in call.keywords}
-            factor = ast.literal_eval(kw["tops_sparsity_factor"]) if "tops_sparsity_factor" in kw else 1
+            source = "torch._inductor.analysis.device_info"
+            if "tops_sparsity_factor" in kw:
+                factor = ast.literal_eval(kw["tops_sparsity_factor"])
+            else:
+                factor = _SPARSE_IN_TORCH.get(key.value.upper(), 1)
+                source += " (sparse figures halved)" if factor == 2 else ""
             tops = {}
             if isinstance(kw.get("tops"), ast.Dict):
                 for dk, dv in zip(kw["tops"].keys, kw["tops"].values):
@@ -54,7 +69,7 @@ def _read_torch_table() -> dict[str, Peak]:
                     name = dk.attr if isinstance(dk, ast.Attribute) else str(getattr(dk, "value", ""))
                     tops[name.removeprefix("torch.")] = ast.literal_eval(dv) / factor
             gbs = ast.literal_eval(kw["dram_bw_gbs"]) if "dram_bw_gbs" in kw else None
-            table[key.value.upper()] = Peak("torch._inductor.analysis.device_info", tops, gbs)
+            table[key.value.upper()] = Peak(source, tops, gbs)
     # aliases: _device_mapping["AMD INSTINCT MI300X"] = _device_mapping["AMD MI300X"]
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Subscript):

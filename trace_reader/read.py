@@ -7,7 +7,10 @@ import contextlib
 import gc
 import gzip
 import json
+import os
 import re
+import stat
+import time
 import zlib
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -19,6 +22,16 @@ LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 OCCUPANCY = "cudaOccupancyMaxActiveBlocksPerMultiprocessor"
+
+# A trace is untrusted input. What it may cost to read is bounded here, well above any real trace
+# (the 35 MB, 600-step traces this suite was tried on are ~3% of it): past a limit, one line, nothing more.
+MAX_JSON_BYTES = 1 << 30  # JSON text, after gzip
+MAX_US = 1e11  # a timestamp or duration beyond ~28 hours (in µs) is not a profile of a step
+# Inductor's kernel sources are read only on request (--kernel-files), and then: regular files, this small,
+# this long in all.
+MAX_KERNEL_FILE_BYTES = 1 << 20
+KERNEL_FILES_SECONDS = 2.0
+_CHUNK = 1 << 20
 
 
 class TraceError(Exception):
@@ -34,8 +47,11 @@ class Event:
     def __init__(self, raw: dict):
         self.name = str(raw.get("name", ""))
         self.cat = raw.get("cat", "")
-        self.ts = float(raw["ts"])
-        self.dur = float(raw.get("dur") or 0.0)
+        self.ts = ts = float(raw["ts"])
+        self.dur = dur = float(raw.get("dur") or 0.0)
+        # NaN fails every comparison; absolute timestamps are µs since 1970 (~1.8e15)
+        if not (-1e17 <= ts <= 1e17 and 0.0 <= dur <= MAX_US):
+            raise ValueError(f"time out of range: ts={ts}, dur={dur}")
         self.end = self.ts + self.dur
         self.pid = raw.get("pid")
         self.tid = raw.get("tid")
@@ -111,6 +127,11 @@ class Step:
                 cur_end = max(cur_end, end)
         return busy + (cur_end - cur_start if cur_end is not None else 0.0)
 
+    def lags(self) -> list[float]:
+        """Launch to start (µs) of each GPU work item with a linked launch call: how far the GPU runs behind
+        the CPU. Near the launch latency (~5-20 µs) when the GPU is waiting for work; growing when it is queued."""
+        return [k.event.ts - k.launch.ts for k in self.gpu if k.launch is not None]
+
     @property
     def wall(self) -> float:
         """From the step's start until both the CPU span and its last GPU work have ended."""
@@ -128,6 +149,9 @@ class Trace:
     steps: list[Step]
     device_props: list[dict]
     has_gpu_work: bool
+    skipped: int = 0  # events dropped for unusable times (NaN, negative, absurd)
+    kernel_sources: dict[str, str] = field(default_factory=dict)  # Inductor source files, read on request only
+    has_memory_events: bool = False  # "[memory]" events: profiled with profile_memory=True (see memory.py)
 
     @property
     def device(self) -> str:
@@ -139,55 +163,125 @@ class Trace:
 
     @property
     def device_name(self) -> str | None:
-        return self.device_props[0].get("name") if self.device_props else None
+        name = self.device_props[0].get("name") if self.device_props else None
+        return name if isinstance(name, str) and 0 < len(name) <= 200 else None  # a name, not a payload
 
 
-def _read_json(path: str | Path) -> dict:
+def _size(n: int) -> str:
+    return f"{n / 2**30:g} GiB" if n >= 2**30 else f"{n / 2**20:g} MiB"
+
+
+def _read_capped(p: Path, max_bytes: int) -> bytes:
+    """The file's JSON text (gunzipped whatever its name), at most max_bytes of it; streamed, so a gzip bomb
+    costs no more memory than the cap. A trace is a JSON object: anything else is refused at its first byte."""
+    with open(p, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise TraceError(f"{p}: not a regular file")
+        zipped = f.read(2) == b"\x1f\x8b"  # gzip magic
+        f.seek(0)
+        if not zipped and os.fstat(f.fileno()).st_size > max_bytes:
+            raise TraceError(f"{p}: larger than {_size(max_bytes)}, the reader's limit for one trace")
+        src = gzip.GzipFile(fileobj=f) if zipped else f
+        parts, total, started = [], 0, False
+        while chunk := src.read(_CHUNK):
+            total += len(chunk)
+            if total > max_bytes:
+                raise TraceError(f"{p}: more than {_size(max_bytes)} of JSON{' once decompressed' if zipped else ''}"
+                                 " (the reader's limit for one trace; a gzip bomb?)")
+            if not started:  # leading whitespace is not kept: a file of blanks costs nothing
+                chunk = chunk.lstrip()
+                if not chunk:
+                    continue
+                if chunk[:1] != b"{":
+                    raise TraceError(f"{p}: not a torch.profiler trace (a JSON object starts with '{{', "
+                                     f"this starts with {chunk[:8]!r})")
+                started = True
+            parts.append(chunk)
+    if not parts:
+        raise TraceError(f"{p}: empty file" + (" (only whitespace)" if total else ""))
+    return b"".join(parts)
+
+
+def _read_json(path: str | Path, max_bytes: int | None = None) -> dict:
     p = Path(path)
     if not p.exists():
         raise TraceError(f"{p}: no such file")
     if not p.is_file():
         raise TraceError(f"{p}: not a file")
     try:
-        raw = p.read_bytes()
-        if raw[:2] == b"\x1f\x8b":  # gzip magic, whatever the file is called
-            raw = gzip.decompress(raw)
-        return json.loads(raw)
+        return json.loads(_read_capped(p, MAX_JSON_BYTES if max_bytes is None else max_bytes))
     except (OSError, EOFError, zlib.error) as e:
         raise TraceError(f"{p}: cannot read ({e.__class__.__name__}: {e}); truncated or not gzip?") from None
     except UnicodeDecodeError:
         raise TraceError(f"{p}: not text JSON (binary content)") from None
     except json.JSONDecodeError as e:
-        if not e.doc.strip():
-            raise TraceError(f"{p}: empty file") from None
         raise TraceError(f"{p}: not valid JSON ({e.msg}: line {e.lineno}, column {e.colno}); truncated file?") from None
     except RecursionError:
         raise TraceError(f"{p}: JSON nested too deeply to be a trace") from None
+    except MemoryError:
+        raise TraceError(f"{p}: out of memory while parsing the JSON") from None
 
 
 @contextlib.contextmanager
 def _no_gc():
-    """A trace is 10^5 small objects: the cyclic GC would rescan them again and again while we work."""
+    """A trace is 10^5-10^6 small objects: the cyclic GC would rescan them again and again while we work.
+
+    On the way out they go straight to the oldest generation (freeze, then unfreeze: a list splice), so the
+    collector's next young pass does not scan them all either; a full collection still frees them when due."""
     was_on = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was_on:
+            gc.freeze()
+            gc.unfreeze()
             gc.enable()
 
 
-def load_trace(path: str | Path, require_steps: bool = True) -> Trace:
-    """Read a Chrome trace exported by torch.profiler (.json or .json.gz). Raises TraceError on bad input."""
+def load_trace(path: str | Path, require_steps: bool = True, kernel_files: bool = False,
+               max_bytes: int | None = None) -> Trace:
+    """Read a Chrome trace exported by torch.profiler (.json or .json.gz). Raises TraceError on bad input.
+
+    kernel_files: also read the Inductor kernel sources the trace names (bounded; see read_kernel_sources).
+    Off by default: a trace is untrusted input and must not make the reader open other files.
+    """
     with _no_gc():
-        data = _read_json(path)
+        data = _read_json(path, max_bytes)
         try:
             trace = parse_trace(data, str(path))
         except (TypeError, ValueError, AttributeError, KeyError) as e:  # odd types where a trace has numbers
             raise TraceError(f"{path}: malformed trace ({type(e).__name__}: {e})") from None
     if require_steps and not trace.steps:
         raise TraceError(f"{path}: no ProfilerStep#N spans; profile with schedule(...) and call prof.step()")
+    if kernel_files:
+        trace.kernel_sources = read_kernel_sources(trace)
     return trace
+
+
+def read_kernel_sources(trace: Trace) -> dict[str, str]:
+    """{path: text} of the Inductor kernel files the trace's ops name ("kernel_file"), where each is a regular
+    file of at most MAX_KERNEL_FILE_BYTES on this machine, within KERNEL_FILES_SECONDS in all; others are left out."""
+    paths = {e.args["kernel_file"] for st in trace.steps for e in st.spans
+             if isinstance(e.args.get("kernel_file"), str) and e.args["kernel_file"]}
+    out: dict[str, str] = {}
+    deadline = time.monotonic() + KERNEL_FILES_SECONDS
+    for path in sorted(paths):
+        if time.monotonic() > deadline:
+            break
+        try:  # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        except (OSError, ValueError):
+            continue
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and st.st_size <= MAX_KERNEL_FILE_BYTES:
+                out[path] = os.read(fd, MAX_KERNEL_FILE_BYTES).decode()
+        except (OSError, UnicodeDecodeError):
+            pass
+        finally:
+            os.close(fd)
+    return out
 
 
 def parse_trace(data: object, path: str = "<trace>") -> Trace:
@@ -197,14 +291,17 @@ def parse_trace(data: object, path: str = "<trace>") -> Trace:
     spans: list[Event] = []
     calls: list[Event] = []
     gpu: list[Event] = []
+    skipped, memory = 0, False
     wanted = CPU_SPAN_CATS | LAUNCH_CATS | GPU_CATS
     for raw in data["traceEvents"]:
         if not isinstance(raw, dict) or raw.get("ph") != "X" or raw.get("cat") not in wanted:
+            memory = memory or (isinstance(raw, dict) and raw.get("name") == "[memory]")
             continue
         try:
             ev = Event(raw)
         except (KeyError, TypeError, ValueError):
-            continue  # an event without a usable timestamp cannot be placed; skip it
+            skipped += 1  # no usable timestamp or duration (missing, NaN, negative, absurd): cannot be placed
+            continue
         cat = ev.cat
         (spans if cat in CPU_SPAN_CATS else calls if cat in LAUNCH_CATS else gpu).append(ev)
 
@@ -272,7 +369,7 @@ def parse_trace(data: object, path: str = "<trace>") -> Trace:
     meta = {k: v for k, v in data.items() if k != "traceEvents"}
     props = meta.get("deviceProperties")
     props = [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
-    return Trace(path, meta, steps, props, bool(gpu or calls))
+    return Trace(path, meta, steps, props, bool(gpu or calls), skipped, has_memory_events=memory)
 
 
 def _launches(call: Event) -> bool:

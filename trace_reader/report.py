@@ -1,14 +1,24 @@
-"""The one-trace report: GPU work per step, step time (overhead- or compute-bound), views, occupancy queries."""
+"""The one-trace report: GPU work per step, each step's time and verdict (overhead- or compute-bound), why the
+GPU idles, GPU time per annotation, CPU self time, views, occupancy queries. report_data() is the report as data
+(what --json writes); report() prints it, short at any trace length."""
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections import Counter, defaultdict
 
 from .kernels import (CPP_KERNEL_RE, VIEW_OPS, _view_cuda_time, cpu_kernels, gemm_flops, is_gemm, is_pointwise,
                       op_dtype, pointwise_bytes, short, typical_sequence)
 from .peaks import device_peak
-from .read import OCCUPANCY, Trace, _no_gc
+from .read import MAX_US, OCCUPANCY, STEP_RE, Step, Trace, TraceError, _no_gc
+
+# Steps shown one per row; a longer trace shows its first and last EDGE steps and quantiles (--all-steps: all).
+STEP_ROWS = 8
+EDGE = 3
+TOP_OPS = 8  # CPU ops by self time on a GPU trace
+TOP_ANNOTATIONS = 8
+RECORD_SHAPES = "profile with torch.profiler.profile(..., record_shapes=True) to record them"
 
 
 def _table(headers: list[str], rows: list[list], right: set[int] = frozenset()) -> str:
@@ -36,45 +46,39 @@ def _spread(values: list[float]) -> str:
     return f"{_us(min(values))}–{_us(max(values))}" if len(values) > 1 else "-"
 
 
-def _header(trace: Trace) -> list[str]:
-    out = [f"trace   {trace.path}"]
-    if trace.device == "cuda" and trace.device_props:
-        p = trace.device_props[0]
-        extra = []
-        if "computeMajor" in p:
-            extra.append(f"sm_{p.get('computeMajor')}{p.get('computeMinor', '')}")
-        if "numSms" in p:
-            extra.append(f"{p['numSms']} SMs")
-        if isinstance(p.get("totalGlobalMem"), (int, float)):
-            extra.append(f"{p['totalGlobalMem'] / 2**30:.0f} GiB")
-        out.append(f"device  {p.get('name', '?')}" + (f" ({', '.join(extra)})" if extra else ""))
-    elif trace.device == "cuda":
-        out.append("device  a GPU (no deviceProperties in the trace)")
-    else:
-        gpu = f"; the machine has {trace.device_name}, not profiled" if trace.device_name else ""
-        out.append(f"device  CPU only (no GPU activity in the trace{gpu})")
-    versions = [f"{k}={v}" for k, v in trace.meta.items()
-                if ("version" in k.lower() or k.lower() in ("torch", "triton")) and isinstance(v, (str, int, float))]
-    if versions:
-        out.append("versions " + ", ".join(versions))
-    nums = ", ".join(f"#{st.number}" for st in trace.steps)
-    out.append(f"steps   {len(trace.steps)} active ProfilerStep ({nums})")
-    return out
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
 
 
-def report(trace: Trace, full_names: bool = False) -> str:
-    """The one-trace report, as plain text."""
-    with _no_gc():
-        return _report(trace, full_names)
+def _quantile(values: list[float], q: float) -> float:
+    """The value at quantile q of the sorted values (nearest rank): a real step's number, never an average."""
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
-def _report(trace: Trace, full_names: bool) -> str:
-    lines = _header(trace)
-    if not trace.steps:
-        return "\n".join(lines + ["no active ProfilerStep#N spans: nothing to report per step"])
-    lines.append("")
-    lines += _report_gpu(trace, full_names) if trace.device == "cuda" else _report_cpu(trace, full_names)
-    return "\n".join(lines)
+def _step_numbers(steps: list[Step]) -> str:
+    """#2, #3, #4 — or #2..#601 when the numbers run on."""
+    nums = [st.number for st in steps]
+    if len(nums) > 4 and nums == list(range(nums[0], nums[0] + len(nums))):
+        return f"#{nums[0]}..#{nums[-1]}"
+    if len(nums) > 8:
+        return ", ".join(f"#{n}" for n in nums[:EDGE]) + ", ..., " + ", ".join(f"#{n}" for n in nums[-EDGE:])
+    return ", ".join(f"#{n}" for n in nums)
+
+
+# ------------------------------------------------------------------------------------------------ the facts
+
+def _versions(trace: Trace) -> dict:
+    """Version fields of the trace's metadata (a few, short: the metadata is as untrusted as the rest)."""
+    found = {k[:40]: v if not isinstance(v, str) else v[:40] for k, v in trace.meta.items()
+             if ("version" in k.lower() or k.lower() in ("torch", "triton")) and isinstance(v, (str, int, float))
+             and not isinstance(v, bool)}
+    return dict(list(found.items())[:8])
+
+
+def shapes_recorded(trace: Trace) -> bool:
+    """Did the profiler record the ops' input shapes (record_shapes=True)? Rates need them."""
+    return any("Input Dims" in e.args for st in trace.steps for e in st.spans if e.cat == "cpu_op")
 
 
 def _group(trace: Trace) -> list[dict]:
@@ -84,9 +88,11 @@ def _group(trace: Trace) -> list[dict]:
     for st in trace.steps:
         for k in st.gpu:
             key = (k.name, k.op.name if k.op is not None else "?")
-            g = groups.setdefault(key, {"name": k.name, "op": key[1], "durs": [], "rates": [], "unit": None,
-                                        "peak": None})
+            g = groups.setdefault(key, {"name": k.name, "op": key[1], "durs": [], "lags": [], "rates": [],
+                                        "unit": None, "peak": None})
             g["durs"].append(k.dur)
+            if k.launch is not None:
+                g["lags"].append(k.event.ts - k.launch.ts)
             op = k.op
             # The op's work is spread over all the kernels it launched (e.g. a split-K GEMM's two kernels);
             # a workspace memset is not part of the math.
@@ -94,14 +100,15 @@ def _group(trace: Trace) -> list[dict]:
             if not k.is_kernel or op_time <= 0:
                 continue
             flops = gemm_flops(op) if is_gemm(k) else None
-            if flops is None and is_gemm(k) and isinstance(op.args.get("kernel_flop"), (int, float)):
-                flops = float(op.args["kernel_flop"])  # an Inductor Triton GEMM carries its own count
+            kf = op.args.get("kernel_flop")
+            if flops is None and is_gemm(k) and type(kf) in (int, float) and 0 < kf < 1e18:
+                flops = float(kf)  # an Inductor Triton GEMM carries its own count
             if flops is not None:
                 g["unit"] = "TFLOP/s"
                 g["rates"].append(flops / op_time / 1e6)
                 if peak is not None:
                     g["peak"] = peak.tflops.get(op_dtype(op) or "")
-            elif is_pointwise(k) and (moved := pointwise_bytes(op)) is not None:
+            elif is_pointwise(k) and (moved := pointwise_bytes(op, trace.kernel_sources)) is not None:
                 g["unit"] = "GB/s" if moved[1] else "GB/s+"  # "+": a lower bound, see pointwise_bytes
                 g["rates"].append(moved[0] / op_time / 1e3)
                 if peak is not None:
@@ -109,127 +116,415 @@ def _group(trace: Trace) -> list[dict]:
     return list(groups.values())
 
 
-def _report_gpu(trace: Trace, full: bool) -> list[str]:
+def _idle(trace: Trace) -> list[tuple[float, float]]:
+    """Per step, (waiting on the host, waiting after the launch): the GPU idle time the step is answerable for.
+
+    On the GPU's own timeline (all steps' work, overlapping streams merged), each gap ends when some work
+    starts; the gap belongs to that work's step, counted from the step's start at the earliest. The part of
+    the gap before the work was launched is the GPU waiting on the host (the CPU had not asked yet); the rest,
+    after the launch, is launch latency or earlier work on another stream. After the step's last work, while
+    its CPU span still runs and no other work does, the GPU waits on the host too. When the CPU runs ahead
+    (no synchronize per step), a step's work queues behind the previous step's and its gaps close: its GPU
+    time is all busy, however late the work starts after its launch.
+    """
     n = len(trace.steps)
-    groups = _group(trace)
-    total = sum(sum(g["durs"]) for g in groups) or 1.0
+    host, after = [0.0] * n, [0.0] * n
+    items = sorted((k.event.ts, k.event.end, k.launch.ts if k.launch is not None else None, i)
+                   for i, st in enumerate(trace.steps) for k in st.gpu)
+    merged: list[list[float]] = []
+    cursor = float("-inf")
+    for start, end, launch, i in items:
+        gap_start = max(cursor, trace.steps[i].span.ts)
+        if start > gap_start:
+            gap = start - gap_start
+            waited = min(max(launch - gap_start, 0.0), gap) if launch is not None else 0.0
+            host[i] += waited
+            after[i] += gap - waited
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+        cursor = max(cursor, end)
+    starts = [m[0] for m in merged]
+    for i, st in enumerate(trace.steps):
+        if st.gpu:
+            last = max(k.event.end for k in st.gpu)
+            host[i] += _free(merged, starts, last, st.span.end)
+    return list(zip(host, after))
+
+
+def _free(merged: list[list[float]], starts: list[float], a: float, b: float) -> float:
+    """Time in [a, b] covered by none of the merged (sorted, disjoint) intervals."""
+    if b <= a:
+        return 0.0
+    covered = 0.0
+    for lo, hi in merged[max(bisect.bisect_right(starts, a) - 1, 0):bisect.bisect_right(starts, b)]:
+        covered += max(0.0, min(hi, b) - max(lo, a))
+    return b - a - covered
+
+
+def _step_facts(st: Step, idle: tuple[float, float] | None) -> dict:
+    busy, wall, lags = st.gpu_busy, st.wall, st.lags()
+    host, after = idle if idle is not None and st.gpu else (None, None)
+    window = busy + host + after if host is not None else 0.0
+    frac = busy / window if window > 0 else None
+    return {
+        "number": st.number, "kernels": len(st.kernels), "gpu_work": len(st.gpu),
+        "cpu_us": st.cpu_time, "gpu_busy_us": busy, "wall_us": wall, "busy_fraction": frac,
+        "bound": None if frac is None else "compute" if frac >= 0.5 else "overhead",
+        "lag_us": {"median": statistics.median(lags), "max": max(lags)} if lags else None,
+        "idle_us": None if host is None else {"waiting_on_host": host, "after_launch": after},
+    }
+
+
+def _steps_facts(trace: Trace) -> list[dict]:
+    return [_step_facts(st, idle) for st, idle in zip(trace.steps, _idle(trace))]
+
+
+def bound_of(trace: Trace) -> tuple[str, float] | None:
+    """("overhead"|"compute", GPU busy fraction) of the typical step: the median step by GPU busy fraction,
+    busy / (busy + the GPU idle time the step is answerable for, see _idle).
+
+    Each step is judged on its own (overhead-bound: the GPU idles more than half the time because the CPU cannot
+    launch work fast enough); pooling steps would let one cold step decide. With an even count the lower median
+    is taken."""
+    return _typical(_steps_facts(trace))
+
+
+def _typical(steps: list[dict]) -> tuple[str, float] | None:
+    fracs = [f["busy_fraction"] for f in steps if f["busy_fraction"] is not None]
+    if not fracs:
+        return None
+    frac = statistics.median_low(fracs)
+    return ("compute" if frac >= 0.5 else "overhead"), frac
+
+
+def gpu_time_by_annotation(trace: Trace) -> dict[str, list[float]]:
+    """{record_function name: GPU time (µs) per active step} of the work launched inside each annotation,
+    nested ones included (a module's time holds its submodules'). Kernels on overlapping streams count each
+    their own time. ProfilerStep#k is not an annotation here; an annotation absent from a step counts 0."""
+    per: dict[str, list[float]] = {}
+    for i, st in enumerate(trace.steps):
+        for k in st.gpu:
+            names, node = set(), k.op
+            while node is not None and node is not st.span:
+                if node.cat == "user_annotation" and not STEP_RE.match(node.name):
+                    names.add(node.name)
+                node = node.parent
+            for name in names:
+                per.setdefault(name, [0.0] * len(trace.steps))[i] += k.dur
+    return per
+
+
+def cpu_self_times(trace: Trace) -> list[dict]:
+    """CPU ops, annotations and runtime calls (cudaLaunchKernel, cudaDeviceSynchronize, ...) by self time per
+    step, largest first: a span's self time excludes its child spans and the runtime calls made inside it."""
+    per: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(trace.steps))
+    calls: Counter = Counter()
+    for i, st in enumerate(trace.steps):
+        for e in st.spans:
+            per[e.name][i] += e.self_time - sum(c.dur for c in e.calls)
+            calls[e.name] += 1
+        for owner in [st.span, *st.spans]:
+            for c in owner.calls:
+                per[c.name][i] += c.dur
+                calls[c.name] += 1
+    n = max(len(trace.steps), 1)
+    rows = [{"name": name, "calls_per_step": calls[name] / n, "self_us_per_step": sum(v) / n, "per_step_us": v}
+            for name, v in per.items()]
+    return sorted(rows, key=lambda r: -r["self_us_per_step"])
+
+
+def _memory(trace: Trace) -> dict[int, float] | None:
+    """Per-step peak allocation from trace_reader/memory.py (when present and the trace has [memory] events)."""
+    if not trace.has_memory_events:
+        return None
+    try:
+        from . import memory  # optional: the per-step memory reader
+    except ImportError:
+        return None
+    try:
+        peaks = memory.step_peaks(trace)
+    except (OSError, TraceError, ValueError):
+        return None
+    return {int(k): float(v) for k, v in peaks.items()} if isinstance(peaks, dict) and peaks else None
+
+
+def report_data(trace: Trace) -> dict:
+    """The whole one-trace report as plain data (str, int, float, None, lists, dicts): what --json writes.
+
+    Keys: trace, device, device_name, versions, skipped_events, shapes_recorded, peak, steps (one dict per step:
+    kernels, cpu_us, gpu_busy_us, wall_us, busy_fraction, bound, lag_us, idle_us), typical_step (the median
+    step's number, bound and busy_fraction), kernels (GPU: one dict per kernel and launching op), same_order,
+    cpu_work (CPU traces: the CPU's kernels in order), cpu_ops, annotations (GPU µs per step), views,
+    occupancy, memory_peak_bytes (per step, when recorded)."""
     peak = device_peak(trace.device_name)
-    rows, lower_bound = [], False
-    for i, g in enumerate(groups, 1):
-        rate = statistics.mean(g["rates"]) if g["rates"] else None
-        achieved = "-" if rate is None else f"{_num(rate)} {g['unit']}"
-        if g["unit"] == "GB/s+":
-            achieved, lower_bound = f">={_num(rate)} GB/s", True
-        of_peak = "unknown" if rate is not None and not g["peak"] else "-"
-        if rate is not None and g["peak"]:
-            of_peak = f"{_num(100 * rate / g['peak'])}% of {g['peak']:,.0f}"
-        calls = len(g["durs"]) / n
-        rows.append([i, short(g["name"], full), g["op"], f"{calls:g}", _us(statistics.mean(g["durs"])),
-                     _spread(g["durs"]), f"{100 * sum(g['durs']) / total:.1f}%", achieved, of_peak])
-    out = [f"GPU work per step, in launch order (mean over {n} steps; µs per call):"]
-    out.append(_table(["#", "kernel", "launched by", "calls/step", "mean µs", "min–max", "GPU share",
-                       "achieved", "of peak"], rows, right={0, 3, 4, 5, 6, 7}))
-    if lower_bound:
-        out.append(">= : Triton kernel whose source is not on this machine; a buffer it reads and writes "
-                   "(in_out_ptr) counted once")
-    src = peak.source if peak else "unknown (device not in torch's datasheet table)"
-    out.append(f"peak: {trace.device_name or '?'}: {src}")
-    orders = Counter(tuple(k.name for k in st.kernels) for st in trace.steps)
-    if len(orders) == 1:
-        out.append(f"every step launches the same {len(next(iter(orders)))} kernels in the same order")
-    else:
-        out.append("steps differ: " + ", ".join(f"#{st.number}: {len(st.kernels)} kernels" for st in trace.steps))
-
-    out.append("")
-    out.append("Step time (µs): GPU busy vs step wall time (CPU span until the last GPU work ends)")
-    srows = []
-    for st in trace.steps:
-        busy, wall = st.gpu_busy, st.wall
-        srows.append([f"#{st.number}", len(st.kernels), _us(busy), _us(st.cpu_time), _us(wall),
-                      f"{100 * busy / wall:.0f}%" if wall else "-"])
-    out.append(_table(["step", "kernels", "GPU busy", "CPU span", "wall", "GPU busy/wall"], srows,
-                      right={1, 2, 3, 4, 5}))
-    b = bound_of(trace)
+    steps = _steps_facts(trace)
+    b = _typical(steps)
+    typical = None
     if b is not None:
-        kind, frac = b
-        why = ("the GPU waits on the CPU to launch work: fewer, bigger kernels (or CUDA graphs) help"
-               if kind == "overhead" else "the GPU is the bottleneck: faster kernels help, launch overhead does not")
-        out.append(f"=> {kind}-bound: GPU busy {100 * frac:.0f}% of the step; {why}")
-
+        typical = next({"number": f["number"], "bound": b[0], "busy_fraction": f["busy_fraction"]}
+                       for f in steps if f["busy_fraction"] == b[1])
+    n = max(len(trace.steps), 1)
+    total = sum(k.dur for st in trace.steps for k in st.gpu) or 1.0
+    kernels = []
+    for g in _group(trace) if trace.steps else []:
+        rate = statistics.mean(g["rates"]) if g["rates"] else None
+        kernels.append({
+            "name": g["name"], "launched_by": g["op"], "calls_per_step": len(g["durs"]) / n,
+            "mean_us": statistics.mean(g["durs"]), "min_us": min(g["durs"]), "max_us": max(g["durs"]),
+            "lag_us_median": statistics.median(g["lags"]) if g["lags"] else None,
+            "gpu_share": sum(g["durs"]) / total, "rate": rate, "unit": g["unit"] and g["unit"].rstrip("+"),
+            "rate_is_lower_bound": g["unit"] == "GB/s+", "peak": g["peak"],
+            "of_peak": rate / g["peak"] if rate is not None and g["peak"] else None})
     views: dict[str, list] = {}
     for st in trace.steps:
         for op in st.ops(VIEW_OPS):
             nk, t = _view_cuda_time(op)
             v = views.setdefault(op.name, [0, 0, 0.0])
-            v[0] += 1
-            v[1] += nk
-            v[2] += t
+            v[0], v[1], v[2] = v[0] + 1, v[1] + nk, v[2] + t
+    launches = [k for st in trace.steps for k in st.kernels if k.launch is not None]
+    occupancy = []
+    for label, pick in (("GEMM", is_gemm), ("pointwise/other", is_pointwise)):
+        sel = [k for k in launches if pick(k)]
+        if sel:
+            occupancy.append({"kernels": label, "with_query": sum(k.occupancy_query for k in sel), "launches": len(sel),
+                              "launch_calls": sorted({k.launch.name for k in sel})})
+    cpu_work = []
+    if trace.device == "cpu":
+        seq = typical_sequence(trace)
+        durs: list[list[float]] = [[] for _ in seq]
+        for st in trace.steps:  # per position over the steps in the typical order: two calls of one op stay apart
+            work = cpu_kernels(st)
+            if [e.name for e in work] == seq:
+                for i, e in enumerate(work):
+                    durs[i].append(e.dur)
+        cpu_work = [{"name": name, "mean_us": statistics.mean(d), "min_us": min(d), "max_us": max(d)}
+                    for name, d in zip(seq, durs)]
+    orders = Counter(tuple(k.name for k in st.kernels) for st in trace.steps)
+    return {
+        "trace": trace.path, "device": trace.device, "device_name": trace.device_name,
+        "versions": _versions(trace), "skipped_events": trace.skipped, "shapes_recorded": shapes_recorded(trace),
+        "peak": None if peak is None else {"source": peak.source, "tflops": peak.tflops, "gbs": peak.gbs},
+        "steps": steps, "typical_step": typical, "kernels": kernels, "same_order": len(orders) <= 1,
+        "cpu_work": cpu_work,
+        "cpu_ops": [{k: v for k, v in r.items() if k != "per_step_us"} for r in cpu_self_times(trace)],
+        "annotations": gpu_time_by_annotation(trace),
+        "views": [{"op": k, "calls_per_step": v[0] / n, "kernels": v[1], "cuda_us": v[2]}
+                  for k, v in sorted(views.items())],
+        "occupancy": occupancy,
+        "memory_peak_bytes": _memory(trace),
+    }
+
+
+# -------------------------------------------------------------------------------------------------- the text
+
+def _header(trace: Trace, data: dict) -> list[str]:
+    out = [f"trace   {trace.path}"]
+    if trace.device == "cuda" and trace.device_props:
+        p = trace.device_props[0]
+        extra = []
+        if type(p.get("computeMajor")) is int:
+            minor = p.get("computeMinor")
+            extra.append(f"sm_{p['computeMajor']}{minor if type(minor) is int else ''}")
+        if type(p.get("numSms")) is int:
+            extra.append(f"{p['numSms']} SMs")
+        if type(p.get("totalGlobalMem")) in (int, float) and 0 < p["totalGlobalMem"] < 2**60:
+            extra.append(f"{p['totalGlobalMem'] / 2**30:.0f} GiB")
+        out.append(f"device  {trace.device_name or '? (no usable name)'}" + (f" ({', '.join(extra)})" if extra else ""))
+    elif trace.device == "cuda":
+        out.append("device  a GPU (no deviceProperties in the trace)")
+    else:
+        gpu = f"; the machine has {trace.device_name}, not profiled" if trace.device_name else ""
+        out.append(f"device  CPU only (no GPU activity in the trace{gpu})")
+    if data["versions"]:
+        out.append("versions " + ", ".join(f"{k}={v}" for k, v in data["versions"].items()))
+    out.append(f"steps   {len(trace.steps)} active ProfilerStep ({_step_numbers(trace.steps)})")
+    if trace.skipped:
+        out.append(f"skipped {trace.skipped} events with unusable times (missing, NaN, negative or beyond "
+                   f"{int(MAX_US / 3.6e9)} hours): not counted anywhere below")
+    return out
+
+
+def report(trace: Trace, full_names: bool = False, all_steps: bool = False) -> str:
+    """The one-trace report, as plain text; all_steps=True lists every step of a long trace."""
+    with _no_gc():
+        data = report_data(trace)
+        lines = _header(trace, data)
+        if not trace.steps:
+            return "\n".join(lines + ["no active ProfilerStep#N spans: nothing to report per step"])
+        lines.append("")
+        gpu = trace.device == "cuda"
+        lines += _text_gpu(data, full_names, all_steps) if gpu else _text_cpu(data, full_names, all_steps)
+        return "\n".join(lines)
+
+
+def _step_rows(steps: list[dict], cols: list, all_steps: bool) -> list[list]:
+    """One row per step; past STEP_ROWS, the first and last EDGE steps, then min / median / p90 / max per column
+    (each a real step's value, nearest rank). cols: (header, format a step, its value or None)."""
+    def row(f):
+        return [f"#{f['number']}"] + [fmt(f) for _, fmt, _ in cols]
+
+    if all_steps or len(steps) <= STEP_ROWS:
+        return [row(f) for f in steps]
+    rows = [row(f) for f in steps[:EDGE]] + [["..."] + [""] * len(cols)] + [row(f) for f in steps[-EDGE:]]
+    rows.append([""] * (len(cols) + 1))
+    for label, q in (("min", 0.0), ("median", 0.5), ("p90", 0.9), ("max", 1.0)):
+        cells = []
+        for _, fmt, value in cols:
+            have = [f for f in steps if value is not None and value(f) is not None]
+            target = _quantile([value(f) for f in have], q) if have else None
+            cells.append(next(fmt(f) for f in have if value(f) == target) if have else "")
+        rows.append([label] + cells)
+    return rows
+
+
+def _differ_line(steps: list[dict]) -> str:
+    by_count: dict[int, list[int]] = defaultdict(list)
+    for f in steps:
+        by_count[f["kernels"]].append(f["number"])
+    parts = []
+    for count, nums in sorted(by_count.items(), key=lambda kv: -len(kv[1])):
+        where = ", ".join(f"#{x}" for x in nums[:4]) + (", ..." if len(nums) > 4 else "")
+        parts.append(f"{len(nums)} step{'s' if len(nums) != 1 else ''} with {count} kernels ({where})")
+    return "steps differ: " + "; ".join(parts)
+
+
+def _lag(step: dict, which: str) -> float | None:
+    return step["lag_us"][which] if step["lag_us"] else None
+
+
+def _text_gpu(d: dict, full: bool, all_steps: bool) -> list[str]:
+    n = len(d["steps"])
+    rows, lower_bound, no_rate = [], False, 0
+    for i, g in enumerate(d["kernels"], 1):
+        rate = g["rate"]
+        achieved = "-" if rate is None else f"{_num(rate)} {g['unit']}"
+        if g["rate_is_lower_bound"]:
+            achieved, lower_bound = f">={_num(rate)} GB/s", True
+        no_rate += rate is None and g["launched_by"] not in ("?",)
+        of_peak = "unknown" if rate is not None and not g["peak"] else "-"
+        if g["of_peak"] is not None:
+            of_peak = f"{_num(100 * g['of_peak'])}% of {g['peak']:,.0f}"
+        rows.append([i, short(g["name"], full), g["launched_by"], f"{g['calls_per_step']:g}", _us(g["mean_us"]),
+                     _spread([g["min_us"], g["max_us"]]) if n > 1 else "-", _us(g["lag_us_median"]),
+                     f"{100 * g['gpu_share']:.1f}%", achieved, of_peak])
+    out = [f"GPU work per step, in launch order (mean over {n} steps; µs per call; lag: launch to start, median):"]
+    out.append(_table(["#", "kernel", "launched by", "calls/step", "mean µs", "min–max", "lag", "GPU share",
+                       "achieved", "of peak"], rows, right={0, 3, 4, 5, 6, 7, 8}))
+    if not d["shapes_recorded"]:
+        out.append(f"achieved: empty, this trace has no tensor shapes ({RECORD_SHAPES})")
+    if lower_bound:
+        out.append(">= : Triton kernel whose source was not read (--kernel-files reads it); a buffer it reads and "
+                   "writes (in_out_ptr) counted once")
+    src = d["peak"]["source"] if d["peak"] else "unknown (device not in torch's datasheet table)"
+    out.append(f"peak: {d['device_name'] or '?'}: {src}")
+    if d["same_order"]:
+        out.append(f"every step launches the same {d['steps'][0]['kernels']} kernels in the same order")
+    else:
+        out.append(_differ_line(d["steps"]))
+
     out.append("")
-    if views:
+    out.append("Step time (µs): wall = from step start until its last GPU work ends; "
+               "busy% = GPU busy / (busy + GPU idle the step caused)")
+    out.append("lag = launch call to kernel start: it grows when the CPU runs ahead of the GPU")
+    cols = [
+        ("kernels", lambda f: f["kernels"], lambda f: f["kernels"]),
+        ("GPU busy", lambda f: _us(f["gpu_busy_us"]), lambda f: f["gpu_busy_us"]),
+        ("CPU span", lambda f: _us(f["cpu_us"]), lambda f: f["cpu_us"]),
+        ("wall", lambda f: _us(f["wall_us"]), lambda f: f["wall_us"]),
+        ("busy%", lambda f: _pct(f["busy_fraction"]), lambda f: f["busy_fraction"]),
+        ("verdict", lambda f: f["bound"] or "-", None),
+        ("lag median", lambda f: _us(_lag(f, "median")), lambda f: _lag(f, "median")),
+        ("lag max", lambda f: _us(_lag(f, "max")), lambda f: _lag(f, "max")),
+    ]
+    out.append(_table(["step"] + [c[0] for c in cols], _step_rows(d["steps"], cols, all_steps),
+                      right=set(range(1, len(cols) + 1)) - {6}))
+    if n > STEP_ROWS and not all_steps:
+        out.append(f"({n} steps: the first and last {EDGE}, then each column's quantiles; --all-steps lists all)")
+    t = d["typical_step"]
+    if t is not None:
+        kinds = Counter(f["bound"] for f in d["steps"] if f["bound"])
+        tally = ", ".join(f"{c} {k}-bound" for k, c in kinds.most_common())
+        why = ("the GPU waits on the CPU to launch work: fewer, bigger kernels (or CUDA graphs) help"
+               if t["bound"] == "overhead" else
+               "the GPU is the bottleneck: faster kernels help, launch overhead does not")
+        out.append(f"=> typical step (median, #{t['number']}): {t['bound']}-bound, GPU busy {_pct(t['busy_fraction'])} "
+                   f"of the step ({tally}); {why}")
+        idle = [f["idle_us"] for f in d["steps"] if f["idle_us"]]
+        host = statistics.median(i["waiting_on_host"] for i in idle)
+        after = statistics.median(i["after_launch"] for i in idle)
+        out.append(f"   GPU idle per step (median): {_us(host)} µs waiting on the host (work not yet launched), "
+                   f"{_us(after)} µs after the launch (launch latency, earlier work)")
+
+    ann = sorted(d["annotations"].items(), key=lambda kv: -statistics.median(kv[1]))
+    out.append("")
+    if ann:
+        out.append("GPU time per annotation (record_function; work launched inside it, µs per step):")
+        out.append(_table(["annotation", "median", "min–max"],
+                          [[short(k, full, 48), _us(statistics.median(v)), _spread(v)]
+                           for k, v in ann[:TOP_ANNOTATIONS]],
+                          right={1, 2}))
+        if len(ann) > TOP_ANNOTATIONS:
+            out.append(f"({len(ann) - TOP_ANNOTATIONS} more in --json)")
+    else:
+        out.append("GPU time per annotation: no record_function annotation in this trace")
+
+    ops = d["cpu_ops"][:TOP_OPS]
+    out.append("")
+    out.append(f"CPU self time per step, top {len(ops)} (ops, annotations and runtime calls; µs):")
+    out.append(_table(["name", "calls/step", "self µs/step"],
+                      [[short(r["name"], full, 60), f"{r['calls_per_step']:g}", _us(r["self_us_per_step"])]
+                       for r in ops],
+                      right={1, 2}))
+
+    out.append("")
+    if d["views"]:
         out.append("View ops (no data moved, so no kernel expected):")
         out.append(_table(["op", "calls/step", "kernels", "CUDA µs"],
-                          [[k, f"{v[0] / n:g}", v[1], _us(v[2])] for k, v in sorted(views.items())],
+                          [[v["op"], f"{v['calls_per_step']:g}", v["kernels"], _us(v["cuda_us"])] for v in d["views"]],
                           right={1, 2, 3}))
     else:
         out.append("View ops: none in the active steps")
 
-    launches = [k for st in trace.steps for k in st.kernels if k.launch is not None]
     out.append("")
     out.append(f"Launches preceded by {OCCUPANCY} (in the same op):")
-    orows = []
-    for label, pick in (("GEMM", is_gemm), ("pointwise/other", is_pointwise)):
-        sel = [k for k in launches if pick(k)]
-        if sel:
-            api = ", ".join(sorted({k.launch.name for k in sel}))
-            orows.append([label, f"{sum(k.occupancy_query for k in sel)}/{len(sel)}", api])
+    orows = [[o["kernels"], f"{o['with_query']}/{o['launches']}", ", ".join(o["launch_calls"])] for o in d["occupancy"]]
     out.append(_table(["kernels", "with query", "launch call"], orows) if orows else "no linked launches")
+    out += _text_memory(d)
     return out
 
 
-def _report_cpu(trace: Trace, full: bool) -> list[str]:
-    n = len(trace.steps)
-    per_op: dict[str, list[float]] = defaultdict(list)
-    calls: Counter = Counter()
-    for st in trace.steps:
-        totals: dict[str, float] = defaultdict(float)
-        for e in st.spans:
-            totals[e.name] += e.self_time
-            calls[e.name] += 1
-        for name, t in totals.items():
-            per_op[name].append(t)
-    all_self = sum(sum(v) for v in per_op.values()) or 1.0
-    ranked = sorted(per_op.items(), key=lambda kv: -sum(kv[1]))
-    rows = [[short(name, full), f"{calls[name] / n:g}", _us(sum(v) / n), _spread(v), f"{100 * sum(v) / all_self:.1f}%"]
-            for name, v in ranked[:20]]
+def _text_memory(d: dict) -> list[str]:
+    peaks = d["memory_peak_bytes"]
+    if not peaks:
+        return []
+    vals = list(peaks.values())
+    return ["", "Peak allocation per step, above the step's start (MiB): "
+                f"median {statistics.median(vals) / 2**20:,.1f}, max {max(vals) / 2**20:,.1f}"]
+
+
+def _text_cpu(d: dict, full: bool, all_steps: bool) -> list[str]:
+    n = len(d["steps"])
+    ranked = d["cpu_ops"]
+    all_self = sum(r["self_us_per_step"] for r in ranked) or 1.0
+    rows = [[short(r["name"], full), f"{r['calls_per_step']:g}", _us(r["self_us_per_step"]),
+             f"{100 * r['self_us_per_step'] / all_self:.1f}%"] for r in ranked[:20]]
     out = [f"CPU ops by self time per step (mean over {n} steps; top {len(rows)} of {len(ranked)}):"]
-    out.append(_table(["op", "calls/step", "self µs/step", "min–max", "share"], rows, right={1, 2, 3, 4}))
-    seq = typical_sequence(trace)
+    out.append(_table(["op", "calls/step", "self µs/step", "share"], rows, right={1, 2, 3}))
     out.append("")
-    out.append("Work in order (the CPU's kernels: fused C++ kernels and computing aten ops):")
-    # Per position over the steps that ran in the typical order, so two calls of one op stay apart.
-    durs: list[list[float]] = [[] for _ in seq]
-    for st in trace.steps:
-        work = cpu_kernels(st)
-        if [e.name for e in work] == seq:
-            for i, e in enumerate(work):
-                durs[i].append(e.dur)
+    out.append("Work in order (the CPU's kernels: fused C++ kernels, GEMMs and other computing aten ops):")
     out.append(_table(["#", "kernel", "mean µs", "min–max"],
-                      [[i + 1, short(name, full), _us(statistics.mean(durs[i])), _spread(durs[i])]
-                       for i, name in enumerate(seq)], right={0, 2, 3}))
-    fused = sorted({e.name for st in trace.steps for e in st.spans if CPP_KERNEL_RE.search(e.name)})
-    out.append("Inductor C++ kernels: " + (", ".join(fused) if fused else
+                      [[i + 1, short(w["name"], full), _us(w["mean_us"]),
+                        _spread([w["min_us"], w["max_us"]]) if n > 1 else "-"] for i, w in enumerate(d["cpu_work"])],
+                      right={0, 2, 3}))
+    fused = [w["name"] for w in d["cpu_work"] if CPP_KERNEL_RE.search(w["name"])]
+    out.append("Inductor C++ kernels: " + (", ".join(dict.fromkeys(fused)) if fused else
                                            "none (eager, or compiled without cpp.enable_kernel_profile)"))
     out.append("")
-    out.append(_table(["step", "CPU span µs"], [[f"#{st.number}", _us(st.cpu_time)] for st in trace.steps],
-                      right={1}))
+    cols = [("CPU span µs", lambda f: _us(f["cpu_us"]), lambda f: f["cpu_us"])]
+    out.append(_table(["step", "CPU span µs"], _step_rows(d["steps"], cols, all_steps), right={1}))
+    if n > STEP_ROWS and not all_steps:
+        out.append(f"({n} steps: the first and last {EDGE}, then the quantiles; --all-steps lists all)")
+    out += _text_memory(d)
     return out
-
-
-def bound_of(trace: Trace) -> tuple[str, float] | None:
-    """("overhead"|"compute", GPU busy fraction of the steps' wall time); the GPU idles more than half
-    the step when the CPU cannot launch work fast enough."""
-    wall = sum(st.wall for st in trace.steps)
-    if not trace.steps or wall <= 0 or not any(st.gpu for st in trace.steps):
-        return None
-    frac = sum(st.gpu_busy for st in trace.steps) / wall
-    return ("compute" if frac >= 0.5 else "overhead"), frac

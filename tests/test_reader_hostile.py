@@ -1,0 +1,194 @@
+"""Hostile traces: nothing read that the user did not ask for, bounded memory, one line, never a nonsense verdict.
+
+The inputs are built here from the committed H200 traces (tests/data) by editing the parsed JSON; the gzip bombs
+are generated in tmp at test time (multi-member gzip: one small compressed block written many times)."""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import inspect_trace as it
+from trace_reader import read
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+TRITON = "triton_poi_fused__unsafe_view_gelu_mul_0"
+
+
+def cli(*args, timeout=60):
+    return subprocess.run([sys.executable, str(ROOT / "inspect_trace.py"), *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+
+
+def raw(name: str) -> dict:
+    return json.loads(gzip.decompress((DATA / f"h200_{name}.json.gz").read_bytes()))
+
+
+def one_line_error(proc, *words):
+    assert proc.returncode == 2, proc
+    assert proc.stdout == "" and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("inspect_trace.py: error: "), proc.stderr
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+
+
+# ------------------------------------------------------------------------------------ files a trace names
+
+def compiled_with_kernel_file(tmp_path: Path, target: str) -> Path:
+    data = raw("mlp_compile")
+    ops = [e for e in data["traceEvents"] if e.get("cat") == "cpu_op" and e.get("name") == TRITON]
+    assert len(ops) == 3
+    for e in ops:
+        e["args"]["kernel_file"] = target
+    path = tmp_path / f"named_{len(list(tmp_path.iterdir()))}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def fused_row(text: str) -> str:
+    [row] = [ln for ln in text.splitlines() if TRITON in ln and "triton_poi" in ln.split()[1]]
+    return row
+
+
+def test_kernel_file_is_read_only_when_asked_and_then_bounded(tmp_path):
+    # The Inductor source: the first buffer is read and written back (in_out_ptr0), so it counts twice.
+    src = tmp_path / "kernel.py"
+    src.write_text(f"def {TRITON}(in_out_ptr0, in_ptr0, xnumel, XBLOCK):\n    pass\n")
+    good = compiled_with_kernel_file(tmp_path, str(src))
+    t = it.load_trace(good)
+    assert t.kernel_sources == {}  # not asked: nothing opened
+    assert ">=" in fused_row(it.report(t))
+    asked = it.load_trace(good, kernel_files=True)
+    assert asked.kernel_sources == {str(src): src.read_text()}
+    durs = [k.dur for st in asked.steps for k in st.kernels if k.name == TRITON]
+    exact = sum((2 * 8192 * 3072 + 8192 * 3072) * 2 / d / 1e3 for d in durs) / len(durs)  # GB/s
+    row = fused_row(it.report(asked))
+    assert ">=" not in row and f"{exact:,.0f} GB/s" in row
+
+    # Asked, but the path is no regular file, too big, or a FIFO (which would block a plain open for ever).
+    big = tmp_path / "big.py"
+    big.write_bytes(b"#" * (read.MAX_KERNEL_FILE_BYTES + 1))
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for target in ("/dev/zero", str(big), str(fifo), str(tmp_path)):
+        path = compiled_with_kernel_file(tmp_path, target)
+        proc = cli("--kernel-files", path, timeout=30)
+        assert proc.returncode == 0 and proc.stderr == "", (target, proc.stderr)
+        assert ">=" in fused_row(proc.stdout), target
+        assert it.load_trace(path, kernel_files=True).kernel_sources == {}, target
+
+
+# ------------------------------------------------------------------------------------------- gzip bombs
+
+def bomb(path: Path, block: bytes, copies: int, head: bytes = b"") -> Path:
+    """A multi-member gzip file: `head`, then `block` `copies` times once decompressed; written in pieces."""
+    member = gzip.compress(block, compresslevel=9)
+    with open(path, "wb") as f:
+        if head:
+            f.write(gzip.compress(head))
+        for _ in range(copies):
+            f.write(member)
+    return path
+
+
+def max_rss_mib_of(args) -> tuple[subprocess.CompletedProcess, float]:
+    """Run the CLI in a child and return its peak resident memory (ru_maxrss of the waited-for children)."""
+    code = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+            "sys.stdout.write(p.stdout); sys.stderr.write(p.stderr); "
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(p.returncode)")
+    proc = subprocess.run([sys.executable, "-c", code, sys.executable, str(ROOT / "inspect_trace.py"), *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    *err, rss = proc.stderr.strip().splitlines()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout, "\n".join(err) + "\n"), int(rss) / 1024
+
+
+def test_gzip_bomb_of_zeros_costs_no_memory(tmp_path):
+    path = bomb(tmp_path / "zeros.json.gz", bytes(64 << 20), 32)  # 2 GiB of zeros in ~2 MB
+    assert path.stat().st_size < 8 << 20
+    proc, rss = max_rss_mib_of([path])
+    one_line_error(proc, "not a torch.profiler trace")
+    assert rss < 400, f"{rss:.0f} MiB"  # the interpreter and imports; not the 2 GiB
+
+
+def test_decompressed_size_is_capped_with_one_line(tmp_path):
+    # '{' then blanks: valid so far, so only the cap stops it. In-process with a small cap to keep the test fast;
+    # the same code runs under the 1 GiB default.
+    path = bomb(tmp_path / "blank.json.gz", b" " * (4 << 20), 8, head=b'{"traceEvents": [')
+    with pytest.raises(it.TraceError) as e:
+        it.load_trace(path, max_bytes=16 << 20)
+    assert str(e.value) == (f"{path}: more than 16 MiB of JSON once decompressed "
+                            "(the reader's limit for one trace; a gzip bomb?)")
+    # A file of blanks only is an empty file, however long; leading blanks are not kept in memory.
+    only = bomb(tmp_path / "only_blank.json.gz", b" \n\t" * (1 << 20), 4)
+    with pytest.raises(it.TraceError, match="empty file \\(only whitespace\\)"):
+        it.load_trace(only)
+    assert read.MAX_JSON_BYTES == 1 << 30
+
+
+def test_plain_file_over_the_cap_is_refused_before_reading(tmp_path):
+    path = tmp_path / "huge.json"
+    with open(path, "wb") as f:  # sparse: 2 GiB on paper, nothing on disk
+        f.write(b"{")
+        f.truncate(2 << 30)
+    proc, rss = max_rss_mib_of([path])
+    one_line_error(proc, "larger than 1 GiB")
+    assert rss < 400
+
+
+# ---------------------------------------------------------------------------------------- malformed fields
+
+def test_malformed_fields_are_skipped_not_a_traceback(tmp_path):
+    data = raw("mlp_eager")
+    data["deviceProperties"][0]["name"] = {"not": "a string"}
+    data["deviceProperties"][0]["numSms"] = "132"
+    mms = [e for e in data["traceEvents"] if e.get("cat") == "cpu_op" and e.get("name") == "aten::mm"]
+    for e in mms[:3]:  # the first step's three GEMMs: shapes as strings
+        e["args"]["Input Dims"] = [[str(d) for d in dims] for dims in e["args"]["Input Dims"]]
+    for e in mms[3:6]:  # the second step's: absurd sizes, as a made-up trace could say
+        e["args"]["Input Dims"] = [[2**39, 2**39], [2**39, 2**39]]
+    for e in data["traceEvents"]:
+        if e.get("cat") == "cpu_op" and e.get("name") == "aten::gelu":
+            e["args"]["Input Dims"] = [[2**39, 2**39, 2**39], []]
+    kernels = [e for e in data["traceEvents"] if e.get("cat") == "kernel"]
+    kernels[2]["dur"] = float("nan")
+    kernels[3]["dur"] = -7.0
+    kernels[4]["dur"] = 1e308
+    kernels[5]["ts"] = "soon"
+    path = tmp_path / "malformed.json"
+    path.write_text(json.dumps(data))  # json writes NaN as NaN, as a careless exporter would
+    proc = cli(path)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    text = proc.stdout
+    assert "\ndevice  ? (no usable name) (sm_90, 140 GiB)\n" in text
+    assert ("\nskipped 4 events with unusable times (missing, NaN, negative or beyond 27 hours): "
+            "not counted anywhere below\n") in text
+    numbers, body = [], text.split("not counted anywhere below\n")[1]
+    for tok in body.replace("–", " ").replace("%", " ").replace(",", "").split():
+        try:
+            numbers.append(float(tok))
+        except ValueError:
+            continue
+    assert numbers and all(0 <= x < 1e7 for x in numbers), [x for x in numbers if not 0 <= x < 1e7]
+    t = it.load_trace(path)
+    assert t.skipped == 4 and t.device_name is None
+    assert all(0 <= k.dur < 1e3 for st in t.steps for k in st.gpu)
+    # each step still gets a verdict from what is valid, and the one-line verdict is a real step's
+    verdicts = [ln for ln in text.splitlines() if ln.startswith("=> typical step")]
+    assert len(verdicts) == 1 and "-bound, GPU busy" in verdicts[0]
+
+
+def test_wrong_types_where_numbers_belong_are_one_line(tmp_path):
+    data = raw("mlp_eager")
+    data["traceEvents"] = {"not": "a list"}
+    path = tmp_path / "events_dict.json"
+    path.write_text(json.dumps(data))
+    one_line_error(cli(path), "no 'traceEvents' list")
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"traceEvents": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    one_line_error(cli(deep), "nested too deeply")

@@ -1,0 +1,417 @@
+"""The one-trace report on traces it was not written against: overlapping streams, long runs, a cold step among
+warm ones, no shapes, no annotations, another launch order; the report as data (--json); --expect; and the
+numbers HTA gives (why the GPU idles, launch-to-start lag, CPU self time, GPU time per annotation).
+
+Every awkward trace is built here from the committed H200 traces or the hand-built kineto-format trace of
+test_inspect_trace.py, by editing the parsed JSON."""
+
+import copy
+import gzip
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+import bench_inspect
+import inspect_trace as it
+from test_inspect_trace import GELU, MUL, gpu_trace, parse
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, str(ROOT / "inspect_trace.py"), *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def raw(name: str) -> dict:
+    return json.loads(gzip.decompress((DATA / f"h200_{name}.json.gz").read_bytes()))
+
+
+def x(name, cat, ts, dur, pid=1, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+# ---------------------------------------------------------------------------------------- GPU busy, idle, lag
+
+def test_gpu_busy_is_the_union_of_overlapping_streams():
+    data = gpu_trace()
+    evs = data["traceEvents"]
+    # the mul kernel moves to a second stream and starts 10 µs into the GeLU: they overlap by 23 µs
+    for gelu, mul in zip([e for e in evs if e["name"] == GELU], [e for e in evs if e["name"] == MUL]):
+        mul["ts"], mul["tid"], mul["args"]["stream"] = gelu["ts"] + 10, 8, 8
+    t = parse(data)
+    for st in t.steps:
+        intervals = sorted((k.event.ts, k.event.end) for k in st.gpu)
+        assert len(intervals) == 5
+        plain_sum = sum(e - s for s, e in intervals)
+        union, end = 0.0, -1.0
+        for s, e in intervals:  # independent count: the length covered by at least one interval
+            union += max(0.0, e - max(s, end))
+            end = max(end, e)
+        assert plain_sum - union == pytest.approx(23.0)
+        assert st.gpu_busy == pytest.approx(union)
+
+
+def two_kernels_step() -> dict:
+    """One step, 0..100 µs on the CPU: kernel A launched at 10, runs 15..30; kernel B launched at 50 (after A
+    ended), runs 55..70. Idle: 0..15 (10 before A's launch, 5 after), 30..55 (20 + 5), 70..100 (30, host)."""
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 100), x("work", "user_annotation", 1, 98),
+          x("aten::a", "cpu_op", 9, 5, **{"External id": 1}), x("aten::b", "cpu_op", 49, 5, **{"External id": 2}),
+          x("cudaLaunchKernel", "cuda_runtime", 10, 2, **{"External id": 1, "correlation": 11}),
+          x("cudaLaunchKernel", "cuda_runtime", 50, 2, **{"External id": 2, "correlation": 12}),
+          x("kernel_a", "kernel", 15, 15, pid=0, tid=7, correlation=11),
+          x("kernel_b", "kernel", 55, 15, pid=0, tid=7, correlation=12)]
+    return {"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}
+
+
+def test_idle_split_and_lag_per_step():
+    t = parse(two_kernels_step())
+    [step] = it.report_data(t)["steps"]
+    assert step["gpu_busy_us"] == 30 and step["wall_us"] == 100 and step["bound"] == "overhead"
+    assert step["idle_us"] == {"waiting_on_host": 60.0, "after_launch": 10.0}
+    assert step["lag_us"] == {"median": 5.0, "max": 5.0}
+    text = it.report(t)
+    assert "\n   GPU idle per step (median): 60.0 µs waiting on the host (work not yet launched), 10.0 µs after the " \
+           "launch (launch latency, earlier work)\n" in text
+    assert "\n#2          2      30.0     100.0  100.0    30%  overhead         5.0      5.0\n" in text
+
+
+def cpu_runs_ahead(steps=6) -> dict:
+    """The post's loop, no synchronize per step: each 20 µs CPU step launches a 100 µs kernel 5 µs in; the
+    kernels queue back to back (step k's starts at 10 + 100k), so the launch-to-start lag grows by 70 µs a step."""
+    ev = []
+    for k in range(steps):
+        t0 = 30.0 * k
+        ev += [x(f"ProfilerStep#{k + 2}", "user_annotation", t0, 20), x("fwd", "user_annotation", t0 + 1, 18),
+               x("aten::mm", "cpu_op", t0 + 4, 5, **{"External id": k + 1}),
+               x("cudaLaunchKernel", "cuda_runtime", t0 + 5, 2, **{"External id": k + 1, "correlation": 100 + k}),
+               x("gemm", "kernel", 10.0 + 100 * k, 100, pid=0, tid=7, correlation=100 + k)]
+    return {"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}
+
+
+def test_a_gpu_that_falls_behind_is_compute_bound_and_its_lag_grows():
+    t = parse(cpu_runs_ahead())
+    d = it.report_data(t)
+    assert [s["lag_us"]["max"] for s in d["steps"]] == [5.0 + 70 * k for k in range(6)]
+    # busy / wall would shrink with the lag (0.91, 0.56, 0.40, ...: "overhead-bound"); the GPU never waited
+    assert [round(st.gpu_busy / st.wall, 2) for st in t.steps][:3] == [0.91, 0.56, 0.4]
+    assert [s["idle_us"] for s in d["steps"]][1:] == [{"waiting_on_host": 0.0, "after_launch": 0.0}] * 5
+    assert d["steps"][0]["idle_us"] == {"waiting_on_host": 5.0, "after_launch": 5.0}
+    assert [s["bound"] for s in d["steps"]] == ["compute"] * 6
+    assert it.bound_of(t) == ("compute", 1.0)
+
+
+@pytest.mark.skipif(not (DATA / "h200_mlp_eager.json.gz").exists(), reason="no H200 fixtures")
+def test_lag_per_step_is_launch_to_start_on_the_h200_trace():
+    data = raw("mlp_eager")
+    evs = [e for e in data["traceEvents"] if e.get("ph") == "X"]
+    launches = {e["args"]["correlation"]: e for e in evs
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    steps = sorted((e for e in evs if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    rows = it.report_data(it.parse_trace(data))["steps"]
+    assert len(rows) == len(steps) == 3
+    for row, st in zip(rows, steps):
+        lags = [g["ts"] - launches[g["args"]["correlation"]]["ts"] for g in evs
+                if g.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy") and g["args"].get("correlation") in launches
+                and st["ts"] <= launches[g["args"]["correlation"]]["ts"] <= st["ts"] + st["dur"]]
+        assert len(lags) == 7  # 5 kernels + cuBLAS's 2 workspace memsets
+        assert row["lag_us"] == {"median": pytest.approx(statistics.median(lags)), "max": pytest.approx(max(lags))}
+
+
+# ------------------------------------------------------------------------------------------------ verdicts
+
+def test_verdict_is_the_typical_step_not_the_pool():
+    data = gpu_trace()
+    # a cold first step: the CPU span runs 1,500 µs longer (the first call's costs), the GPU work is the same
+    first = min((e for e in data["traceEvents"] if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    end = first["ts"] + first["dur"]
+    for e in data["traceEvents"]:
+        if e["ts"] >= end:
+            e["ts"] += 1500  # the later steps move on, unchanged
+    first["dur"] += 1500
+    t = parse(data)
+    fracs = [st.gpu_busy / st.wall for st in t.steps]
+    pooled = sum(st.gpu_busy for st in t.steps) / sum(st.wall for st in t.steps)
+    assert fracs[0] < 0.5 <= min(fracs[1:]) and pooled < 0.5  # pooling would say overhead-bound
+    assert it.bound_of(t) == ("compute", pytest.approx(statistics.median_low(fracs)))
+    d = it.report_data(t)
+    assert [s["bound"] for s in d["steps"]] == ["overhead", "compute", "compute"]
+    assert d["typical_step"]["bound"] == "compute" and d["typical_step"]["number"] in (3, 4)
+    text = it.report(t)
+    assert f"=> typical step (median, #{d['typical_step']['number']}): compute-bound, GPU busy " \
+           f"{100 * statistics.median_low(fracs):.0f}% of the step (2 compute-bound, 1 overhead-bound)" in text
+
+
+# --------------------------------------------------------------------------------------------- long traces
+
+@pytest.fixture(scope="module")
+def long_trace(tmp_path_factory):
+    """The H200 eager MLP's first step, 1,150 times: ~20 MB of JSON."""
+    path = tmp_path_factory.mktemp("long") / "long.json"
+    size = bench_inspect.replicate(DATA / "h200_mlp_eager.json.gz", 1150, path)
+    return path, size
+
+
+def test_a_20_mb_trace_reads_in_under_2_s(long_trace):
+    path, size = long_trace
+    assert 19e6 < size < 22e6
+    times = []
+    for _ in range(2):  # best of two: this machine is shared
+        t0 = time.perf_counter()
+        t = it.load_trace(path)
+        times.append(time.perf_counter() - t0)
+    print(f"\nload_trace of {size / 1e6:.1f} MB, {len(t.steps)} steps: best {min(times):.2f} s")
+    assert len(t.steps) == 1150 and min(times) < 2.0
+
+
+def test_long_trace_report_fits_two_screens(long_trace):
+    path, _ = long_trace
+    proc = cli(path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) < 100 and max(map(len, lines)) < 200
+    assert "steps   1150 active ProfilerStep (#2..#1151)" in lines
+    assert "(1150 steps: the first and last 3, then each column's quantiles; --all-steps lists all)" in lines
+    shown = [ln.split()[0] for ln in lines if ln.startswith("#") and ln.split()[0][1:].isdigit()]
+    assert shown == ["#2", "#3", "#4", "#1149", "#1150", "#1151"]
+    assert [ln.split()[0] for ln in lines if ln.split()[:1] in (["min"], ["median"], ["p90"], ["max"])] == \
+        ["min", "median", "p90", "max"]
+    # per-kernel numbers are exact at any length: every step is a copy of the first, so each mean is its value
+    first = it.load_trace(DATA / "h200_mlp_eager.json.gz").steps[0]
+    want: dict = {}
+    for k in first.gpu:
+        want.setdefault((k.name, k.op.name), []).append(k.dur)
+    got = it.report_data(it.load_trace(path))["kernels"]
+    assert [(g["name"], g["launched_by"]) for g in got] == list(want)
+    for g, durs in zip(got, want.values()):
+        assert g["calls_per_step"] == len(durs)
+        assert g["mean_us"] == pytest.approx(statistics.mean(durs), abs=1e-6)
+    table = [ln for ln in lines if ln[:2] in ("1 ", "2 ", "3 ", "4 ", "5 ")]
+    assert [ln.split("  ")[0] for ln in table] == ["1", "2", "3", "4", "5"]
+    every = cli("--all-steps", path)
+    assert sum(ln.startswith("#") and ln.split()[0][1:].isdigit() for ln in every.stdout.splitlines()) == 1150
+
+
+def test_step_quantiles_are_real_steps():
+    data = bench_inspect_data(12)
+    t = parse(data)
+    text = it.report(t)
+    busy = sorted(st.gpu_busy for st in t.steps)
+    med = next(ln for ln in text.splitlines() if ln.startswith("median "))
+    assert med.split()[2] == f"{busy[round(0.5 * 11)]:.1f}"
+
+
+def bench_inspect_data(n):
+    """The hand-built trace with n steps whose GeLU times grow step by step."""
+    data = gpu_trace(steps=n)
+    for i, e in enumerate(e for e in data["traceEvents"] if e["name"] == GELU):
+        e["dur"] = 30.0 + i
+    return data
+
+
+# --------------------------------------------------------------------------------- why a column is empty
+
+def test_no_shapes_says_why_and_how_to_record_them():
+    data = raw("mlp_eager")
+    for e in data["traceEvents"]:
+        for key in ("Input Dims", "Input type", "Input Strides", "Concrete Inputs"):
+            e.get("args", {}).pop(key, None)
+    text = it.report(it.parse_trace(data))
+    assert "\nachieved: empty, this trace has no tensor shapes (profile with torch.profiler.profile(..., " \
+           "record_shapes=True) to record them)\n" in text
+    assert "TFLOP/s" not in text and "GB/s" not in text
+    assert "achieved: empty" not in it.report(it.parse_trace(raw("mlp_eager")))
+
+
+def test_no_annotations_is_not_applicable_not_broken():
+    data = raw("mlp_eager")
+    data["traceEvents"] = [e for e in data["traceEvents"]
+                           if e.get("cat") != "user_annotation" or e["name"].startswith("ProfilerStep#")]
+    t = it.parse_trace(data)
+    [(_, verdict, detail)] = it.check(t, [it.steps(3, "mlp_fwd")])
+    assert verdict == "not applicable"
+    assert detail == "3 active steps as guessed; no annotation in this trace, so 'mlp_fwd' cannot be looked for"
+    assert it.check(t, [it.steps(4, "mlp_fwd")])[0][1:] == ("broken", "3 active steps")
+    assert "\nGPU time per annotation: no record_function annotation in this trace\n" in it.report(t)
+    # the kernels still read as before: the annotation was never what linked them
+    assert [len(st.kernels) for st in t.steps] == [5, 5, 5]
+
+
+def test_event_order_in_the_file_does_not_matter():
+    data = raw("mlp_compile")
+    shuffled = copy.deepcopy(data)
+    shuffled["traceEvents"].reverse()
+    a, b = it.report(it.parse_trace(data)), it.report(it.parse_trace(shuffled))
+    assert a == b and "triton_poi_fused__unsafe_view_gelu_mul_0" in a
+
+
+# ------------------------------------------------------------------------------- annotations and CPU time
+
+def test_gpu_time_by_annotation_nests():
+    data = gpu_trace()
+    # a "gate_proj" annotation around each step's first linear (its GEMM is the first nvjet kernel)
+    linears = [e for e in data["traceEvents"] if e["name"] == "aten::linear"][::3]
+    data["traceEvents"] += [x("gate_proj", "user_annotation", e["ts"] - 0.5, e["dur"] + 1) for e in linears]
+    t = parse(data)
+    per = it.gpu_time_by_annotation(t)
+    assert set(per) == {"mlp_fwd", "gate_proj"}
+    for i, st in enumerate(t.steps):
+        assert per["mlp_fwd"][i] == pytest.approx(sum(k.dur for k in st.gpu))
+        assert per["gate_proj"][i] == pytest.approx(st.kernels[0].dur) == pytest.approx(57.5)
+
+
+def test_cpu_self_time_on_a_gpu_trace_includes_runtime_calls():
+    t = parse(gpu_trace())
+    rows = {r["name"]: r for r in it.cpu_self_times(t)}
+    syncs = [c.dur for st in t.steps for c in st.span.calls if c.name == "cudaDeviceSynchronize"]
+    assert len(syncs) == 3
+    assert rows["cudaDeviceSynchronize"]["self_us_per_step"] == pytest.approx(sum(syncs) / 3)
+    assert rows["cudaLaunchKernel"]["calls_per_step"] == 5
+    # aten::mm's self time excludes the launch calls made inside it: 25 µs span - 1 µs query - 3 µs launch
+    assert rows["aten::mm"]["self_us_per_step"] == pytest.approx(3 * (25 - 1 - 3))
+    assert "\nCPU self time per step, top 8 (ops, annotations and runtime calls; µs):\n" in it.report(t)
+
+
+# ------------------------------------------------------------------------------------ --json and --expect
+
+def test_json_is_the_report_as_data():
+    proc = cli("--json", "--expect", "03_simple_mlp", DATA / "h200_mlp_eager.json.gz")
+    assert proc.returncode == 1, proc.stderr  # one guess broken, as in the text report
+    d = json.loads(proc.stdout)
+    t = it.load_trace(DATA / "h200_mlp_eager.json.gz")
+    expectations = d.pop("expectations")
+    assert [e["verdict"] for e in expectations] == ["confirmed"] * 5 + ["broken", "confirmed"]
+    assert expectations[5]["seen"].startswith("GEMM launches without the query: 9/9")
+    assert d == json.loads(json.dumps(it.report_data(t)))
+    assert d["device"] == "cuda" and d["device_name"] == "NVIDIA H200" and len(d["steps"]) == 3
+    assert [k["launched_by"] for k in d["kernels"]] == ["aten::mm", "aten::mm", "aten::gelu", "aten::mul", "aten::mm"]
+    assert d["kernels"][1]["mean_us"] == pytest.approx(statistics.mean(
+        k.dur for st in t.steps for k in st.kernels if "coopA" in k.name))
+    assert d["typical_step"]["bound"] == "compute"
+    assert d["annotations"]["mlp_fwd"][0] == pytest.approx(t.steps[0].gpu_busy)
+
+
+def test_expect_reads_the_mode_from_the_trace():
+    eager = cli("--expect", "03_simple_mlp", DATA / "h200_mlp_eager.json.gz")
+    # the H200 issues no occupancy query before its GEMMs (CUDA 13, nvjet): one guess broken, exit 1
+    assert eager.returncode == 1, eager.stderr
+    assert "\n03_simple_mlp eager, 3 steps (read from the trace)\n" in eager.stdout
+    assert "  6 confirmed, 1 broken, 0 not applicable" in eager.stdout
+    comp = it.load_trace(DATA / "h200_mlp_compile.json.gz")
+    exps, said = it.expectations_for("03_simple_mlp", comp)
+    assert said == "03_simple_mlp compile, 3 steps (read from the trace)"
+    assert [v for _, v, _ in it.check(comp, exps)].count("broken") == 0
+    for bad in (["--expect", "os", DATA / "h200_mlp_eager.json.gz"],
+                ["--expect", "03_simple_mlp", DATA / "h200_mlp_eager.json.gz", DATA / "h200_mlp_compile.json.gz"]):
+        proc = cli(*bad)
+        assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, bad
+
+
+def test_expect_reads_part_1_sizes_from_the_gemm_when_the_file_is_renamed():
+    """h200_matmul_add_4096_eager.json.gz is not the suite's file name: the size comes from the GEMM's shapes,
+    and with it Part 1's guess (compute-bound at 4096, overhead-bound at 64)."""
+    for name, guess, op in (("4096_eager", "compute-bound: the typical step's GPU is busy >= 50%", "aten::mm"),
+                            ("64_eager", "overhead-bound: the typical step's GPU is busy < 50%", "aten::mm"),
+                            ("bmm_eager", "overhead-bound: the typical step's GPU is busy < 50%", "aten::bmm")):
+        t = it.load_trace(DATA / f"h200_matmul_add_{name}.json.gz")
+        exps, said = it.expectations_for("01_matmul_add", t)
+        verdicts = {ex.text: v for ex, v, _ in it.check(t, exps)}
+        assert verdicts[f"{guess} (of busy + the idle it caused)"] == "confirmed", name
+        assert verdicts[f"'{op}' 1x per step"] == "confirmed", name
+
+
+# ------------------------------------------------------------------------------------------ CPU addmm
+
+def test_cpu_work_in_order_shows_the_addmm(tmp_path):
+    """nn.Linear with a bias on the CPU is aten::addmm, which copies the bias into its output (aten::copy_) first:
+    the GEMM is the unit of work, not the copy."""
+    layer, inp = torch.nn.Linear(32, 64), torch.randn(16, 32)
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=2)) as prof:
+        for _ in range(4):
+            with record_function("linear_fwd"), torch.no_grad():
+                layer(inp)
+            prof.step()
+    prof.export_chrome_trace(str(tmp_path / "linear.json"))
+    t = it.load_trace(tmp_path / "linear.json")
+    for st in t.steps:
+        assert st.ops({"aten::addmm"}) and [e.name for e in it.cpu_kernels(st)] == ["aten::addmm"]
+    work = it.report(t).split("Work in order")[1].split("Inductor C++ kernels")[0]
+    assert "aten::addmm" in work and "aten::copy_" not in work
+
+
+# ------------------------------------------------------------------------------------------------- README
+
+def test_readme_quotes_the_step_table_of_the_h200_trace():
+    """The step table and verdict quoted in the README's reader section, re-derived from the committed trace."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    quoted = re.search(r"```\n(Step time \(µs\).*?)```", text, flags=re.S).group(1)
+    report = it.report(it.load_trace(DATA / "h200_mlp_eager.json.gz"))
+    assert quoted.count("\n") == 9 and "\n" + quoted in report
+
+
+def test_memory_peaks_show_when_the_memory_reader_gives_them(monkeypatch):
+    """trace_reader/memory.py (per-step peak allocation) is optional; when it answers, the report shows it."""
+    import types
+
+    import trace_reader
+
+    data = gpu_trace()
+    data["traceEvents"].append({"ph": "i", "name": "[memory]", "ts": 1001, "args": {}})
+    t = parse(data)
+    assert t.has_memory_events
+    fake = types.SimpleNamespace(step_peaks=lambda trace: {st.number: (st.number + 1) * 2**20 for st in trace.steps})
+    monkeypatch.setitem(sys.modules, "trace_reader.memory", fake)
+    monkeypatch.setattr(trace_reader, "memory", fake, raising=False)
+    assert it.report_data(t)["memory_peak_bytes"] == {2: 3 * 2**20, 3: 4 * 2**20, 4: 5 * 2**20}
+    assert it.report(t).endswith("\n\nPeak allocation per step, above the step's start (MiB): median 4.0, max 5.0")
+    assert it.report_data(parse(gpu_trace()))["memory_peak_bytes"] is None  # no [memory] events: not asked
+
+
+
+def test_a_long_cpu_trace_is_short_too():
+    data = gpu_trace(steps=40)
+    data["traceEvents"] = [e for e in data["traceEvents"] if e.get("cat") in ("cpu_op", "user_annotation")]
+    t = parse(data)
+    assert t.device == "cpu" and len(t.steps) == 40
+    lines = it.report(t).splitlines()
+    assert "steps   40 active ProfilerStep (#2..#41)" in lines and len(lines) < 60
+    shown = [ln.split()[0] for ln in lines if ln.startswith("#") and ln.split()[0][1:].isdigit()]
+    assert shown == ["#2", "#3", "#4", "#39", "#40", "#41"]
+    every = [ln.split()[0] for ln in it.report(t, all_steps=True).splitlines() if ln[:1] == "#" and ln[1:2].isdigit()]
+    assert every == [f"#{n}" for n in range(2, 42)]
+
+
+def test_memory_peaks_from_a_real_profile(tmp_path):
+    """With trace_reader/memory.py and profile_memory=True, each step's peak shows: a step's two 64x64 fp32 inputs
+    and its product are alive at once (3 x 16 KiB)."""
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=2),
+                 profile_memory=True) as prof:
+        for _ in range(4):
+            with record_function("fwd"):
+                torch.randn(64, 64) @ torch.randn(64, 64)
+            prof.step()
+    prof.export_chrome_trace(str(tmp_path / "mem.json"))
+    d = it.report_data(it.load_trace(tmp_path / "mem.json"))
+    assert d["memory_peak_bytes"] == {2: 3 * 64 * 64 * 4, 3: 3 * 64 * 64 * 4}
+
+
+@pytest.mark.parametrize("script, fixture", [("01_matmul_add", "matmul_add_4096_eager"), ("02_linear", "linear_eager"),
+                                             ("03_simple_mlp", "mlp_compile"), ("03_kernels_mlp", "liger"),
+                                             ("04_fused_mlp", "fused_eager")])
+def test_every_known_script_checks_a_saved_trace(script, fixture):
+    """Each script --expect knows builds its guesses from what the trace says: no flag it needs is missing."""
+    assert script in it.SCRIPTS
+    t = it.load_trace(DATA / f"h200_{fixture}.json.gz")
+    exps, said = it.expectations_for(script, t)
+    assert said.startswith(f"{script} {'compile' if 'compile' in fixture else 'eager'}, 3 steps") and len(exps) >= 5
+    assert all(v in ("confirmed", "broken", "not applicable") for _, v, _ in it.check(t, exps))
