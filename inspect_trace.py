@@ -3,6 +3,7 @@
     uv run inspect_trace.py traces/03_simple_mlp/64x128x768x3072_bf16_cold_eager.json
     uv run inspect_trace.py --full-names TRACE          # kernel names untruncated
     uv run inspect_trace.py EAGER.json COMPILED.json    # what changed between two runs
+    uv run inspect_trace.py --json EAGER.json COMPILED.json   # the same, as data for your own scripts
     uv run inspect_trace.py --open TRACE                # serve it to the Perfetto UI (local only)
 
 One trace: device and versions; per active ProfilerStep, the GPU kernels in launch order with the CPU op
@@ -12,9 +13,10 @@ of inputs and outputs), against the device's datasheet peak; GPU busy vs step ti
 compute-bound); the view ops and their (zero) CUDA time; the occupancy queries before launches.
 A CPU-only trace gets the CPU side instead: ops by self time, Inductor's fused C++ kernels.
 
-Two traces: kernels with byte-for-byte the same name and their time change, kernels only in one of them,
-which kernels replaced which (matched by position between name-matched anchors in the launch order, not
-by name), CPU ops that disappeared or appeared, per-step GPU and CPU time side by side.
+Two traces: kernels with byte-for-byte the same name (calls per step, time per call), kernels only in one of
+them, which kernels replaced which (paired by what they do: the launching op, Inductor's kernel name, the
+annotation around the launch, tensor sizes; never by position alone), CPU ops that disappeared or appeared,
+per-step GPU and CPU time side by side.
 
 The scripts declare what the post says their trace should show (`Expect`, built with `steps()`,
 `kernel()`, ...); `check()` reads the trace and says confirmed, broken or not applicable.
@@ -27,11 +29,12 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import sys
 
 # Re-exported: the scripts, common.py, bench_inspect.py and the tests use them as inspect_trace.<name>.
-from trace_reader.compare import compare, match
+from trace_reader.compare import compare, comparison_data, match
 from trace_reader.expect import (Expect, bound, check, cpu_event, cpu_op, kernel, kernels_per_step,
                                  occupancy_before_gemms, print_expectations, steps, views_launch_nothing)
 from trace_reader.kernels import cpu_kernels
@@ -51,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--full-names", action="store_true", help="print kernel names untruncated")
     p.add_argument("--open", action="store_true", help="serve the trace to the Perfetto UI (local only)")
     p.add_argument("--port", type=int, default=None, help="port for --open (default: serve_trace's 9001)")
+    p.add_argument("--json", action="store_true", help="print the comparison of two traces as JSON, for your scripts")
     try:
         args = p.parse_args(argv)
         if len(args.traces) > 2:
@@ -58,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         traces = [load_trace(t) for t in args.traces]
         if len(traces) == 1:
             print(report(traces[0], args.full_names))
+        elif args.json:
+            print(json.dumps(comparison_data(traces[0], traces[1]), indent=1))
         else:
             print(compare(traces[0], traces[1], args.full_names))
         if args.open:
