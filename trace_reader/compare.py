@@ -16,7 +16,6 @@ How a replacement is found, on one typical step of each trace (its most common l
 from __future__ import annotations
 
 import bisect
-import difflib
 import re
 import statistics
 from collections import Counter, defaultdict
@@ -116,7 +115,7 @@ def _op_calls(trace: Trace) -> dict[str, float]:
 
 # ---------------------------------------------------------------------------------------------- alignment
 
-SMALL = 64 * 64  # gaps up to this many name pairs are aligned exactly by difflib (quadratic, but small)
+SMALL = 64 * 64  # gaps up to this many name pairs are aligned exactly (quadratic, but small)
 WINDOW = 32  # launches looked ahead on each side to resynchronise in a long gap
 
 
@@ -124,7 +123,7 @@ def align(a: list[str], b: list[str]) -> list[tuple[int, int]]:
     """Pairs (i, j) with a[i] == b[j], increasing in both: the kernels that stayed. Near-linear in len(a) + len(b).
 
     Names that occur once on each side anchor first (the longest run of them in the same order); each gap
-    between anchors is aligned by difflib when small, else by a walk that, where the names differ, resumes at
+    between anchors is aligned exactly when small, else by a walk that, where the names differ, resumes at
     the nearest name the two sides share within WINDOW launches.
     """
     pairs: list[tuple[int, int]] = []
@@ -162,8 +161,7 @@ def _unique_anchors(a: list[str], b: list[str]) -> list[tuple[int, int]]:
 
 def _align_gap(a, b, i0: int, i1: int, j0: int, j1: int) -> list[tuple[int, int]]:
     if (i1 - i0) * (j1 - j0) <= SMALL:
-        sm = difflib.SequenceMatcher(a=a[i0:i1], b=b[j0:j1], autojunk=False)
-        return [(i0 + m.a + k, j0 + m.b + k) for m in sm.get_matching_blocks() for k in range(m.size)]
+        return _lcs(a, b, i0, i1, j0, j1)
     pairs, i, j = [], i0, j0
     while i < i1 and j < j1:
         if a[i] == b[j]:
@@ -176,6 +174,29 @@ def _align_gap(a, b, i0: int, i1: int, j0: int, j1: int) -> list[tuple[int, int]
             i, j = i + 1, j + 1
         else:
             i, j = i + best[1], j + best[2]
+    return pairs
+
+
+def _lcs(a, b, i0: int, i1: int, j0: int, j1: int) -> list[tuple[int, int]]:
+    """Exact: the most pairs, and of those the nearest to the same offset into the gap (of two same-name GEMMs,
+    the one in the same place stayed)."""
+    n, m = i1 - i0, j1 - j0
+    best = [[(0, 0)] * (m + 1) for _ in range(n + 1)]  # (pairs, -displacement) for a[i0 + i:], b[j0 + j:]
+    for i in range(n - 1, -1, -1):
+        row, below = best[i], best[i + 1]
+        for j in range(m - 1, -1, -1):
+            row[j] = max(below[j], row[j + 1])
+            if a[i0 + i] == b[j0 + j]:
+                row[j] = max(row[j], (below[j + 1][0] + 1, below[j + 1][1] - abs(i - j)))
+    pairs, i, j = [], 0, 0
+    while i < n and j < m:
+        if a[i0 + i] == b[j0 + j] and best[i][j] == (best[i + 1][j + 1][0] + 1, best[i + 1][j + 1][1] - abs(i - j)):
+            pairs.append((i0 + i, j0 + j))
+            i, j = i + 1, j + 1
+        elif best[i][j] == best[i + 1][j]:
+            i += 1
+        else:
+            j += 1
     return pairs
 
 
