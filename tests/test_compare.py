@@ -364,3 +364,30 @@ def test_cli_json_on_two_h200_traces_and_bad_input():
     bad = subprocess.run([sys.executable, str(ROOT / "inspect_trace.py"), "--json", str(DATA / "h200_mlp_eager.json.gz"),
                           str(ROOT / "nope.json")], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode != 0 and bad.stdout == "" and len(bad.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------------------------------------ README
+
+def test_readme_comparisons_are_what_the_committed_traces_give(monkeypatch):
+    """Each output block quoted in the README that starts with `A  tests/data/...` and `B  tests/data/...`:
+    its pieces (cut at `…` lines) are, in order, pieces of what compare() prints for those two traces."""
+    import re
+
+    monkeypatch.chdir(ROOT)  # the README's paths, as its commands give them
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```\n(A  tests/data/.*?)```", text, flags=re.S)
+    pairs = []
+    for block in blocks:
+        lines = block.rstrip("\n").split("\n")
+        a, b = (re.match(rf"{side}  (tests/data/\S+)  \(", line).group(1) for side, line in zip("AB", lines))
+        pairs.append((Path(a).name, Path(b).name))
+        out = it.compare(it.load_trace(a), it.load_trace(b))
+        pos = 0
+        for piece in "\n".join(lines).split("\n…"):
+            piece = piece.strip("\n")
+            if piece:
+                found = out.find(piece, pos)
+                assert found >= 0, f"README quotes, for {a} vs {b}:\n{piece}\n\nbut compare() prints:\n{out}"
+                pos = found + len(piece)
+    assert ("h200_mlp_eager.json.gz", "h200_mlp_compile.json.gz") in pairs
+    assert ("h200_mlp_eager.json.gz", "h200_liger.json.gz") in pairs

@@ -447,8 +447,7 @@ def render(d: dict, full_names: bool = False) -> str:
                       rows, right=set(range(1, 8))) if rows else "(none)")
 
     na, nb = d["launch_order_steps"]["a"], d["launch_order_steps"]["b"]
-    out += ["", f"Replaced (paired by what the kernels do, not by position; µs per step from the "
-                f"{na} + {nb} steps with the typical launch order):"]
+    out += ["", f"Replaced, paired by what the kernels do (µs per step; {na} + {nb} steps in the typical launch order):"]
     for r in d["replaced"]:
         out.append(f"  {_names(r['old'], r['times'], nm) or '(nothing)'}")
         out.append(f"    -> {_names(r['new'], r['times'], nm) or '(nothing)'}")
