@@ -223,17 +223,18 @@ def test_calls_per_step_then_time_per_call(h200):
 
 # ------------------------------------------------------------------------------------- 4. long steps
 
-def kineto(steps: list[list[tuple[str, float, str | None]]]) -> dict:
-    """A trace in kineto's format: each step a list of (kernel, µs, launching op or None), launched in order."""
+def kineto(steps: list[list[tuple]]) -> dict:
+    """A trace in kineto's format: each step a list of (kernel, µs, launching op or None[, its input sizes]),
+    launched in that order."""
     ev, t, gpu_t, corr = [], 0.0, 0.0, 0
     for number, kernels in enumerate(steps, start=2):
         start = t
         t += 1
-        for name, dur, op in kernels:
+        for name, dur, op, *dims in kernels:
             corr += 1
             if op:
                 ev.append({"ph": "X", "cat": "cpu_op", "name": op, "ts": t, "dur": 4, "pid": 1, "tid": 1,
-                           "args": {"External id": corr}})
+                           "args": {"External id": corr, **({"Input Dims": dims[0]} if dims else {})}})
             ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": t + 1, "dur": 2, "pid": 1,
                        "tid": 1, "args": {"External id": corr, "correlation": corr}})
             gpu_t = max(gpu_t, t + 3)
@@ -301,6 +302,22 @@ def test_align_small_cases():
     assert cmp.align(["g", "gelu", "g", "mul", "h"], ["g", "g", "fused", "h"]) == [(0, 0), (2, 1), (4, 3)]
     # unique names anchor first: a block that moved keeps its order around the anchors
     assert cmp.align(list("abcdefg"), list("abcxdefg")) == [(0, 0), (1, 1), (2, 2), (3, 4), (4, 5), (5, 6), (6, 7)]
+
+
+def test_sizes_pair_what_no_word_does_and_the_rest_is_one_group():
+    """Ops whose names share nothing: the recorded input sizes pair them ([4, 32] = 128 elements with [128, 1]),
+    whatever the launch order; what neither names nor sizes pair stays one group, not a guess by position."""
+    a = it.parse_trace(kineto([[(GEMM_A, 50.0, "aten::mm"), ("scale_k", 3.0, "aten::foo", [[4, 32]]),
+                                ("shift_k", 5.0, "aten::bar", [[8, 8]]), ("odd_k", 1.0, "aten::baz"),
+                                (GEMM_B, 40.0, "aten::mm")]] * 2))
+    b = it.parse_trace(kineto([[(GEMM_A, 50.0, "aten::mm"), ("shift_new", 4.0, "MyShift", [[64, 1]]),
+                                ("scale_new", 2.0, "MyScale", [[128, 1]]), ("other_new", 7.0, "Qux"),
+                                (GEMM_B, 40.0, "aten::mm")]] * 2))
+    m = it.match(a, b)
+    assert [(g.old, g.new, g.by) for g in m.groups] == [(["scale_k"], ["scale_new"], "tensor sizes"),
+                                                        (["shift_k"], ["shift_new"], "tensor sizes"),
+                                                        (["odd_k"], ["other_new"], cmp.REST)]
+    assert [(g.old_us, g.new_us) for g in m.groups] == [(3.0, 2.0), (5.0, 4.0), (1.0, 7.0)]
 
 
 # ---------------------------------------------------------------------------------------- CPU vs CPU

@@ -8,7 +8,8 @@ Which file answers which question:
                  name, the CPU's "kernels", a step's units of work in launch order.
     peaks.py     What could this device do? Datasheet TFLOP/s and GB/s: torch's table, then ours.
     report.py    What does one trace say? The one-trace report; overhead- or compute-bound (bound_of).
-    compare.py   What changed between two traces? Same, gone, new, replaced kernels and CPU ops.
+    compare.py   What changed between two traces? Same, gone, new kernels (calls per step, time per call),
+                 which replaced which (paired by what they do), CPU ops; comparison_data() for --json.
     expect.py    Was the guess right? Expect and its builders (steps(), kernel(), ...), check(),
                  print_expectations().
 """

@@ -16,6 +16,7 @@ How a replacement is found, on one typical step of each trace (its most common l
 from __future__ import annotations
 
 import bisect
+import math
 import re
 import statistics
 from collections import Counter, defaultdict
@@ -250,10 +251,7 @@ def _sizes(u: Unit) -> set[str]:
     out = set()
     for d in _dims(u.op) if u.op is not None else []:
         if isinstance(d, list) and len(d) >= 2 and all(isinstance(x, int) for x in d):
-            n = 1
-            for x in d:
-                n *= x
-            out.add(f"{n} elements")
+            out.add(f"{math.prod(d)} elements")
     return out
 
 
@@ -275,17 +273,19 @@ class _Union:
 def _link(uf: _Union, side_a: list, side_b: list, max_gap: int = 2) -> None:
     """Join each unit to the nearest units of the other side sharing a tag (at most max_gap anchors away).
 
-    side_*: (node, gap, tags); a unit's gap is the number of anchors before it. Units of one side with the same
-    tag in the same gap are joined through one bucket node, so the work stays linear in the number of tags.
+    side_*: (node, gap, tags); a unit's gap is the number of anchors before it. The units of one side with the
+    same tag in the same gap are a bucket, joined together once, the first time a unit of the other side links
+    to it: the work stays linear in the number of tags.
     """
     def index(side):
-        idx: dict[str, dict[int, tuple]] = defaultdict(dict)
+        idx: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
         for node, gap, tags in side:
             for t in tags:
-                uf.union(node, idx[t].setdefault(gap, ("bucket", node[0], t, gap)))
+                idx[t][gap].append(node)
         return {t: (sorted(g), g) for t, g in idx.items()}
 
     ia, ib = index(side_a), index(side_b)
+    joined: set[int] = set()
     for side, other in ((side_a, ib), (side_b, ia)):
         for node, gap, tags in side:
             best, hits = max_gap + 1, []
@@ -298,8 +298,12 @@ def _link(uf: _Union, side_a: list, side_b: list, max_gap: int = 2) -> None:
                         best, hits = d, [buckets[g]]
                     elif d == best:
                         hits.append(buckets[g])
-            for h in hits:
-                uf.union(node, h)
+            for bucket in hits:
+                if id(bucket) not in joined:
+                    joined.add(id(bucket))
+                    for other_node in bucket[1:]:
+                        uf.union(bucket[0], other_node)
+                uf.union(node, bucket[0])
 
 
 def _group(ua: list[Unit], ub: list[Unit], pairs: list[tuple[int, int]]) -> list[Replaced]:
