@@ -283,6 +283,20 @@ def test_a_long_step_is_compared_in_near_linear_time():
     assert f"{layers} × ({GELU} + {MUL})" in text and len(text.splitlines()) < 60
 
 
+def test_many_steps_print_a_short_step_table_and_json_keeps_them_all():
+    a = it.parse_trace(kineto([mlp_layers(1, fused=False)] * 600))
+    b = it.parse_trace(kineto([mlp_layers(1, fused=True)] * 600))
+    d = it.comparison_data(a, b)
+    assert [s["step"] for s in d["a"]["steps"]] == list(range(2, 602))
+    text = cmp.render(d)
+    table = text.split("Per step (µs)")[1].split("\n\n")[0].splitlines()
+    assert len(table) == 11 and "#601" in table[-3] and "median" in table[-2] and len(text.splitlines()) < 50
+    # A hostile name (a megabyte of what could look like Inductor's) costs no more than a short one.
+    t0 = time.perf_counter()
+    cmp._words("cpp_fused_" * 100_000 + "x")
+    assert time.perf_counter() - t0 < 2
+
+
 def test_align_is_near_linear_and_finds_the_anchors():
     """200,000 launches a side, a few names repeated (no name is unique): a quadratic alignment would take hours."""
     names = ["mm_a", "gelu", "mm_a", "mul", "mm_b"]

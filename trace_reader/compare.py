@@ -215,10 +215,15 @@ STOP_WORDS = {"aten", "fused", "kernel", "function", "forward", "backward", "tri
               "cpp", "graph", "call", "compiled", "fx", "torch", "region", "default", "out", "impl", "autograd"}
 
 
+def _inductor(name: str) -> re.Match | None:
+    """Inductor's kernel names are short (a few fused ops); a long name is not one, and is not searched."""
+    return INDUCTOR_RE.search(name) if len(name) <= 300 else None
+
+
 def _words(name: str) -> set[str]:
     """aten::gelu -> gelu; LigerGELUMulFunction -> liger, gelu, mul; triton_poi_fused__unsafe_view_gelu_mul_0 ->
     unsafe, view, gelu, mul."""
-    m = INDUCTOR_RE.search(name)
+    m = _inductor(name)
     name = m.group(1) if m else name.split("::")[-1]
     return {w.lower() for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+", name) if len(w) > 1} - STOP_WORDS
 
@@ -236,7 +241,7 @@ def _ancestors(units: list[Unit]) -> set[int]:
 
 def _tags(u: Unit, shared: set[int]) -> set[str]:
     """Words for what this unit does: Inductor's name, its launching op, the spans around it that hold no anchor."""
-    words = _words(u.name) if INDUCTOR_RE.search(u.name) else set()
+    words = _words(u.name) if _inductor(u.name) else set()
     e = u.op
     while e is not None and not STEP_RE.match(e.name):
         words |= _words(e.name)
