@@ -385,15 +385,16 @@ def test_cpu_one_expression_mlp_eager_vs_compile(tmp_path):
 def test_cli_json_on_two_h200_traces_and_bad_input():
     if not (DATA / "h200_mlp_eager.json.gz").exists():
         pytest.skip("no committed H200 traces")
-    proc = subprocess.run([sys.executable, str(ROOT / "inspect_trace.py"), "--json", str(DATA / "h200_mlp_eager.json.gz"),
+    eager = str(DATA / "h200_mlp_eager.json.gz")
+    proc = subprocess.run([sys.executable, str(ROOT / "inspect_trace.py"), "--json", eager,
                            str(DATA / "h200_liger.json.gz")], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and proc.stderr == ""
     d = json.loads(proc.stdout)
     (r,) = d["replaced"]
     assert r["new"] == [LIGER] and set(r) >= {"old", "new", "old_us", "new_us", "old_calls", "new_calls"}
     assert [s["step"] for s in d["a"]["steps"]] == [2, 3, 4]
-    bad = subprocess.run([sys.executable, str(ROOT / "inspect_trace.py"), "--json", str(DATA / "h200_mlp_eager.json.gz"),
-                          str(ROOT / "nope.json")], capture_output=True, text=True, cwd=ROOT)
+    bad = subprocess.run([sys.executable, str(ROOT / "inspect_trace.py"), "--json", eager, str(ROOT / "nope.json")],
+                         capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode != 0 and bad.stdout == "" and len(bad.stderr.strip().splitlines()) == 1
 
 

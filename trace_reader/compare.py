@@ -252,7 +252,7 @@ def _tags(u: Unit, shared: set[int]) -> set[str]:
 
 
 def _sizes(u: Unit) -> set[str]:
-    """Element counts of the launching op's tensor inputs (a compiled graph flattens [64, 128, 3072] to [8192, 3072])."""
+    """Element counts of the launching op's tensor inputs (compiled, [64, 128, 3072] is [8192, 3072])."""
     out = set()
     for d in _dims(u.op) if u.op is not None else []:
         if isinstance(d, list) and len(d) >= 2 and all(isinstance(x, int) for x in d):
@@ -325,7 +325,8 @@ def _group(ua: list[Unit], ub: list[Unit], pairs: list[tuple[int, int]]) -> list
     tags = {("a", i): _tags(ua[i], shared_a) for i in free_a} | {("b", j): _tags(ub[j], shared_b) for j in free_b}
 
     uf = _Union()
-    _link(uf, [(("a", i), gap_a[i], tags["a", i]) for i in free_a], [(("b", j), gap_b[j], tags["b", j]) for j in free_b])
+    _link(uf, [(("a", i), gap_a[i], tags["a", i]) for i in free_a],
+          [(("b", j), gap_b[j], tags["b", j]) for j in free_b])
 
     def components():
         comp: dict = defaultdict(lambda: ([], []))
@@ -452,11 +453,12 @@ def render(d: dict, full_names: bool = False) -> str:
     rows = [[nm(s["name"]), f"{s['a']['calls']:g}", f"{s['b']['calls']:g}", _us(s["a"]["us_per_call"]),
              _us(s["b"]["us_per_call"]), _change(s["a"]["us_per_call"], s["b"]["us_per_call"]),
              _us(s["a"]["us"]), _us(s["b"]["us"])] for s in d["same"]]
-    out.append(_table(["name", "calls A", "calls B", "µs/call A", "µs/call B", "per call", "µs/step A", "µs/step B"],
-                      rows, right=set(range(1, 8))) if rows else "(none)")
+    headers = ["name", "calls A", "calls B", "µs/call A", "µs/call B", "per call", "µs/step A", "µs/step B"]
+    out.append(_table(headers, rows, right=set(range(1, 8))) if rows else "(none)")
 
     na, nb = d["launch_order_steps"]["a"], d["launch_order_steps"]["b"]
-    out += ["", f"Replaced, paired by what the kernels do (µs per step; {na} + {nb} steps in the typical launch order):"]
+    out += ["", f"Replaced, paired by what the kernels do (µs per step; {na} + {nb} steps in the typical "
+                "launch order):"]
     for r in d["replaced"]:
         out.append(f"  {_names(r['old'], r['times'], nm) or '(nothing)'}")
         out.append(f"    -> {_names(r['new'], r['times'], nm) or '(nothing)'}")
@@ -470,7 +472,8 @@ def render(d: dict, full_names: bool = False) -> str:
         out.append("  (none)")
     for label, rows_ in (("Only in A", d["only_a"]), ("Only in B", d["only_b"])):
         out += ["", f"{label}:" + ("" if rows_ else " (none)")]
-        out += [f"  {_us(r['us']):>8} µs/step  {r['calls']:g} × {_us(r['us_per_call'])}  {nm(r['name'])}" for r in rows_]
+        out += [f"  {_us(r['us']):>8} µs/step  {r['calls']:g} × {_us(r['us_per_call'])}  {nm(r['name'])}"
+                for r in rows_]
     for label, ops in (("CPU ops gone in B", d["ops_gone"]), ("CPU ops new in B", d["ops_new"])):
         out += ["", f"{label}:" + ("" if ops else " (none)")]
         out += [f"  {calls:g}/step  {nm(name)}" for name, calls in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))]
