@@ -334,11 +334,11 @@ def test_sizes_pair_what_no_word_does_and_the_rest_is_one_group():
     assert [(g.old_us, g.new_us) for g in m.groups] == [(3.0, 2.0), (5.0, 4.0), (1.0, 7.0)]
 
 
-# ---------------------------------------------------------------------------------------- CPU vs CPU
+# -------------------------------------------------------------------- recorded: the one-expression MLP
 
-def record(fn, path: Path) -> Path:
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=3),
-                 record_shapes=True) as prof:
+def record(fn, path: Path, device: str) -> Path:
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=acts, schedule=schedule(wait=1, warmup=1, active=3), record_shapes=True) as prof:
         for _ in range(5):
             with record_function("mlp_fwd"):
                 fn()
@@ -347,44 +347,53 @@ def record(fn, path: Path) -> Path:
     return path
 
 
-def test_cpu_one_expression_mlp_eager_vs_compile(tmp_path):
-    """03_simple_mlp's model, its forward written as one expression, on the CPU: the eager launch order is
-    mm, gelu, mm, mul, mm; Inductor's C++ kernel replaces gelu + mul. Compared through the CLI's --json."""
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
+def test_one_expression_mlp_eager_vs_compile(tmp_path, device):
+    """03_simple_mlp's model, its forward written as one expression: eager launches mm, gelu, mm, mul, mm;
+    Inductor's one kernel (C++ on the CPU, Triton on a GPU) replaces gelu + mul. Compared through the CLI's --json.
+    The CPU at a tiny shape; a GPU at the post's."""
     import importlib
 
     torch.manual_seed(0)
-    model = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP(32, 64).to(torch.bfloat16).eval()
-    x = torch.randn(2, 8, 32, dtype=torch.bfloat16)
+    dim, hidden, shape = (32, 64, (2, 8, 32)) if device == "cpu" else (768, 3072, (64, 128, 768))
+    model = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP(dim, hidden).to(device, torch.bfloat16).eval()
+    x = torch.randn(*shape, dtype=torch.bfloat16, device=device)
 
     def one_expression(x):
         return model.down_proj(F.gelu(model.gate_proj(x), approximate="tanh") * model.up_proj(x))
 
     with torch.no_grad():
-        eager = record(lambda: one_expression(x), tmp_path / "eager.json")
+        eager = record(lambda: one_expression(x), tmp_path / "eager.json", device)
         torch._dynamo.reset()
         with torch._inductor.config.patch({"cpp.enable_kernel_profile": True}):
             compiled = torch.compile(one_expression)
             compiled(x)  # compile outside the trace
-            comp = record(lambda: compiled(x), tmp_path / "compile.json")
+            comp = record(lambda: compiled(x), tmp_path / "compile.json", device)
     a = it.load_trace(eager)
-    assert [e.name for e in it.cpu_kernels(a.steps[0])] == ["aten::mm", "aten::gelu", "aten::mm", "aten::mul",
-                                                             "aten::mm"]
+
+    def units(st):
+        return [k.op.name for k in st.kernels] if device == "cuda" else [e.name for e in it.cpu_kernels(st)]
+
+    assert units(a.steps[0]) == ["aten::mm", "aten::gelu", "aten::mm", "aten::mul", "aten::mm"]
     proc = subprocess.run([sys.executable, str(ROOT / "inspect_trace.py"), "--json", str(eager), str(comp)],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)
-    assert d["units"] == "units of work (CPU kernels)" and d["a"]["device"] == d["b"]["device"] == "cpu"
+    assert d["a"]["device"] == d["b"]["device"] == device
     (r,) = d["replaced"]
-    assert r["old"] == ["aten::gelu", "aten::mul"] and len(r["new"]) == 1 and "cpp_fused" in r["new"][0]
+    pointwise = [(k.name, k.dur) for st in a.steps for k in st.kernels if k.op.name in ("aten::gelu", "aten::mul")] \
+        if device == "cuda" else [(e.name, e.dur) for st in a.steps for e in it.cpu_kernels(st)
+                                  if e.name in ("aten::gelu", "aten::mul")]
+    assert r["old"] == [n for n, _ in pointwise[:2]] and len(r["new"]) == 1
+    assert ("cpp_fused" if device == "cpu" else "triton_") in r["new"][0] and "gelu" in r["new"][0]
     assert "gelu" in r["by"] and "mul" in r["by"]
-    assert r["old_us"] == pytest.approx(sum(e.dur for st in a.steps for e in it.cpu_kernels(st)
-                                            if e.name in ("aten::gelu", "aten::mul")) / 3)
-    assert [s["name"] for s in d["same"]] == ["aten::mm"] and d["same"][0]["a"]["calls"] == 3
+    assert r["old_us"] == pytest.approx(sum(t for _, t in pointwise) / len(a.steps))
+    assert len(d["same"]) >= 1 and sum(s["a"]["calls"] for s in d["same"]) == 3  # the three GEMMs stayed
 
 
+@needs_h200
 def test_cli_json_on_two_h200_traces_and_bad_input():
-    if not (DATA / "h200_mlp_eager.json.gz").exists():
-        pytest.skip("no committed H200 traces")
     eager = str(DATA / "h200_mlp_eager.json.gz")
     proc = subprocess.run([sys.executable, str(ROOT / "inspect_trace.py"), "--json", eager,
                            str(DATA / "h200_liger.json.gz")], capture_output=True, text=True, cwd=ROOT)
@@ -400,6 +409,7 @@ def test_cli_json_on_two_h200_traces_and_bad_input():
 
 # ------------------------------------------------------------------------------------------------ README
 
+@needs_h200
 def test_readme_comparisons_are_what_the_committed_traces_give(monkeypatch):
     """Each output block quoted in the README that starts with `A  tests/data/...` and `B  tests/data/...`:
     its pieces (cut at `…` lines) are, in order, pieces of what compare() prints for those two traces."""
@@ -423,3 +433,20 @@ def test_readme_comparisons_are_what_the_committed_traces_give(monkeypatch):
                 pos = found + len(piece)
     assert ("h200_mlp_eager.json.gz", "h200_mlp_compile.json.gz") in pairs
     assert ("h200_mlp_eager.json.gz", "h200_liger.json.gz") in pairs
+
+
+@needs_h200
+def test_readme_fused_mlp_figures_are_what_the_committed_traces_give():
+    """The 04_fused_mlp section's prose: compiled vs the fused kernel, figures re-derived from the committed traces."""
+    import re
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    m = re.search(r"\(([\d.]+) µs per step\) replaced by `_geglu_tma_kernel` \(([\d.]+) µs\), `down_proj` unchanged "
+                  r"\(([\d.]+) µs\)", text)
+    assert m, "the README's 04_fused_mlp paragraph no longer quotes the comparison"
+    d = it.comparison_data(it.load_trace(DATA / "h200_mlp_compile.json.gz"),
+                           it.load_trace(DATA / "h200_fused_eager.json.gz"))
+    (r,) = d["replaced"]
+    assert r["new"] == ["_geglu_tma_kernel"] and r["old_calls"] == {d["only_a"][0]["name"]: 2, TRITON: 1}
+    (down,) = d["same"]
+    assert [float(x) for x in m.groups()] == [round(r["old_us"], 1), round(r["new_us"], 1), round(down["b"]["us"], 1)]
