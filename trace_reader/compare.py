@@ -449,7 +449,7 @@ def render(d: dict, full_names: bool = False) -> str:
            f"B  {db['path']}  ({where(db)}, {len(db['steps'])} steps)", ""]
     out += _steps_table(da, db)
 
-    out += ["", f"{what}, same name in both: calls per step, µs per call, µs per step"]
+    out += ["", f"{what[0].upper()}{what[1:]}, same name in both: calls per step, µs per call, µs per step"]
     rows = [[nm(s["name"]), f"{s['a']['calls']:g}", f"{s['b']['calls']:g}", _us(s["a"]["us_per_call"]),
              _us(s["b"]["us_per_call"]), _change(s["a"]["us_per_call"], s["b"]["us_per_call"]),
              _us(s["a"]["us"]), _us(s["b"]["us"])] for s in d["same"]]
