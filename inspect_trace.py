@@ -3,6 +3,7 @@
     uv run inspect_trace.py traces/03_simple_mlp/64x128x768x3072_bf16_cold_eager.json
     uv run inspect_trace.py --full-names TRACE          # kernel names untruncated
     uv run inspect_trace.py EAGER.json COMPILED.json    # what changed between two runs
+    uv run inspect_trace.py --json EAGER.json COMPILED.json   # the same, as data for your own scripts
     uv run inspect_trace.py --open TRACE                # serve it to the Perfetto UI (local only)
     uv run inspect_trace.py --expect 03_simple_mlp TRACE  # check a saved trace against a script's guesses
     uv run inspect_trace.py --json TRACE > report.json  # the whole report as data, for your own scripts
@@ -22,9 +23,10 @@ A trace is untrusted input: reading it is capped (1 GiB of JSON, after gzip), an
 Inductor kernel's source, for exact bytes of its in/out buffers) are read only with --kernel-files.
 Bad input is one line on stderr and exit code 2; a broken expectation under --expect, exit code 1.
 
-Two traces: kernels with byte-for-byte the same name and their time change, kernels only in one of them,
-which kernels replaced which (matched by position between name-matched anchors in the launch order, not
-by name), CPU ops that disappeared or appeared, per-step GPU and CPU time side by side.
+Two traces: kernels with byte-for-byte the same name (calls per step, time per call), kernels only in one of
+them, which kernels replaced which (paired by what they do: the launching op, Inductor's kernel name, the
+annotation around the launch, tensor sizes; never by position alone), CPU ops that disappeared or appeared,
+per-step GPU and CPU time side by side.
 
 The scripts declare what the post says their trace should show (`Expect`, built with `steps()`,
 `kernel()`, ...); `check()` reads the trace and says confirmed, broken or not applicable.
@@ -42,7 +44,7 @@ import os
 import sys
 
 # Re-exported: the scripts, common.py, bench_inspect.py and the tests use them as inspect_trace.<name>.
-from trace_reader.compare import compare, match
+from trace_reader.compare import compare, comparison_data, match
 from trace_reader.expect import (SCRIPTS, Expect, NotApplicable, _need_steps, bound, check, cpu_event, cpu_op,
                                  expectations_for, kernel, kernels_per_step, occupancy_before_gemms,
                                  print_expectations, steps, views_launch_nothing)
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--full-names", action="store_true", help="print kernel names untruncated")
     p.add_argument("--all-steps", action="store_true", help="list every step (default: a long trace shows its "
                    "first and last steps and quantiles)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON (report_data) instead of text")
+    p.add_argument("--json", action="store_true", help="print the report as JSON instead of text (two traces: the comparison)")
     p.add_argument("--expect", metavar="SCRIPT", choices=list(SCRIPTS),
                    help=f"check the trace against a script's expectations ({', '.join(SCRIPTS)}); "
                    "its mode and steps are read from the trace")
@@ -79,8 +81,6 @@ def main(argv: list[str] | None = None) -> int:
             raise TraceError(f"give one trace or two, got {len(args.traces)}")
         if len(args.traces) == 2 and args.expect:
             raise TraceError("--expect takes one trace")
-        if len(args.traces) == 2 and args.json:
-            raise TraceError("--json takes one trace")
         traces = [load_trace(t, kernel_files=args.kernel_files) for t in args.traces]
         broken = 0
         if len(traces) == 1:
@@ -99,12 +99,14 @@ def main(argv: list[str] | None = None) -> int:
                 if results is not None:
                     print(f"\n{said}")
                     print_expectations(results)
+        elif args.json:
+            print(json.dumps(comparison_data(traces[0], traces[1]), indent=1))
         else:
             print(compare(traces[0], traces[1], args.full_names))
         if args.plot:
             from trace_reader.plot import plot_traces  # matplotlib loads only when a picture is asked for
 
-            print(plot_traces(traces, args.plot))
+            print(plot_traces(traces, args.plot), file=sys.stderr if args.json else sys.stdout)  # JSON stays clean
         if args.open:
             import serve_trace  # the suite's one-file server; only needed here
 

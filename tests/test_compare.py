@@ -1,0 +1,452 @@
+"""The comparison of two traces (trace_reader/compare.py) on the cases that fool a position-by-position diff:
+a different launch order, a same-name kernel that stayed beside one that was replaced, calls per step that
+change, traces without annotations, shapes or CPU ops, very long steps, and two CPU traces.
+
+The H200 traces are the committed ones under tests/data, rewritten in their parsed JSON where a case needs it."""
+
+import copy
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+import inspect_trace as it
+from trace_reader import compare as cmp
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+TRITON = "triton_poi_fused__unsafe_view_gelu_mul_0"
+LIGER = "_geglu_tanh_forward_kernel"
+needs_h200 = pytest.mark.skipif(not (DATA / "h200_mlp_eager.json.gz").exists(), reason="no committed H200 traces")
+
+
+def raw(name: str) -> dict:
+    return it._read_json(DATA / f"h200_{name}.json.gz")
+
+
+def parse(data: dict, path="<test>"):
+    return it.parse_trace(copy.deepcopy(data), path)
+
+
+def mean_per_step(trace, op_names: set[str], kernel_names: set[str] = frozenset()) -> float:
+    """Independent count: the mean over steps of the kernels launched by these ops (or with these names)."""
+    return sum(k.dur for st in trace.steps for k in st.kernels
+               if (k.op is not None and k.op.name in op_names) or k.name in kernel_names) / len(trace.steps)
+
+
+# --------------------------------------------------------------------------- rewriting a committed trace
+
+GPU_CATS = {"kernel", "gpu_memset", "gpu_memcpy"}
+
+
+def _swap(events: list[dict], first: list[dict], second: list[dict]) -> None:
+    """Exchange two consecutive windows of events in time: `second` moves to where `first` started."""
+    s1, e1 = min(e["ts"] for e in first), max(e["ts"] + e.get("dur", 0) for e in first)
+    s2, e2 = min(e["ts"] for e in second), max(e["ts"] + e.get("dur", 0) for e in second)
+    assert e1 <= s2
+    for e in first:
+        e["ts"] += e2 - e1
+    for e in second:
+        e["ts"] -= s2 - s1
+
+
+def gelu_before_up(data: dict) -> dict:
+    """The MLP written as one expression, down(gelu(gate(x)) * up(x)): gate GEMM, GeLU, up GEMM, mul, down GEMM.
+
+    The committed eager trace launches gate, up, GeLU, mul, down; in every step the up_proj subtree (its
+    aten::linear and every span and runtime call inside, and the GPU work they launched) and the GeLU subtree
+    exchange places, on the CPU thread and on the GPU stream."""
+    data = copy.deepcopy(data)
+    xs = [e for e in data["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
+    by_corr = {}
+    for e in xs:
+        if e.get("cat") in GPU_CATS:
+            by_corr.setdefault(e["args"]["correlation"], []).append(e)
+    for step in [e for e in xs if e["name"].startswith("ProfilerStep#")]:
+        inside = [e for e in xs if e.get("cat") not in GPU_CATS and e["tid"] == step["tid"]
+                  and step["ts"] < e["ts"] < step["ts"] + step["dur"]]
+        up = sorted((e for e in inside if e["name"] == "aten::linear"), key=lambda e: e["ts"])[1]
+        gelu = next(e for e in inside if e["name"] == "aten::gelu")
+
+        def within(op):
+            return [e for e in inside if op["ts"] <= e["ts"] <= op["ts"] + op["dur"]]
+
+        cpu_up, cpu_gelu = within(up), within(gelu)
+        gpu_up = [g for e in cpu_up if "correlation" in e["args"] for g in by_corr.get(e["args"]["correlation"], [])]
+        gpu_gelu = [g for e in cpu_gelu if "correlation" in e["args"]
+                    for g in by_corr.get(e["args"]["correlation"], [])]
+        _swap(data["traceEvents"], cpu_up, cpu_gelu)
+        _swap(data["traceEvents"], gpu_up, gpu_gelu)
+    return data
+
+
+def without_annotations_and_shapes(data: dict, keep_ops: bool = True) -> dict:
+    """What another harness writes: no record_function spans (ProfilerStep aside), no shapes; optionally no ops."""
+    data = copy.deepcopy(data)
+    out = []
+    for e in data["traceEvents"]:
+        if not isinstance(e, dict):
+            continue
+        if e.get("cat") == "user_annotation" and not str(e.get("name", "")).startswith("ProfilerStep#"):
+            continue
+        if e.get("cat") == "cpu_op" and not keep_ops:
+            continue
+        if isinstance(e.get("args"), dict):
+            e["args"] = {k: v for k, v in e["args"].items() if not k.startswith(("Input", "Concrete"))}
+        out.append(e)
+    data["traceEvents"] = out
+    return data
+
+
+@pytest.fixture(scope="module")
+def h200():
+    return {name: raw(name) for name in ("mlp_eager", "mlp_compile", "liger", "fused_eager")}
+
+
+# ----------------------------------------------------------------------------------- 1. launch order differs
+
+@needs_h200
+def test_the_reordering_really_reorders(h200):
+    t = parse(gelu_before_up(h200["mlp_eager"]))
+    orig = parse(h200["mlp_eager"])
+    for st, st0 in zip(t.steps, orig.steps):
+        assert [k.op.name for k in st.kernels] == ["aten::mm", "aten::gelu", "aten::mm", "aten::mul", "aten::mm"]
+        assert [k.op.name for k in st0.kernels] == ["aten::mm", "aten::mm", "aten::gelu", "aten::mul", "aten::mm"]
+        assert st.gpu_busy == pytest.approx(st0.gpu_busy)  # the same work, another order
+
+
+@needs_h200
+@pytest.mark.parametrize("other, new", [("mlp_compile", TRITON), ("liger", LIGER)])
+def test_reordered_gelu_and_mul_are_replaced_together(h200, other, new):
+    a, b = parse(gelu_before_up(h200["mlp_eager"])), parse(h200[other])
+    gelu, mul = [k.name for k in a.steps[0].kernels if k.op.name in ("aten::gelu", "aten::mul")]
+    m = it.match(a, b)
+    assert m.replaced == [([gelu, mul], [new])]  # not "GeLU -> nothing" and "mul -> the fused kernel"
+    (g,) = m.groups
+    assert g.by == "gelu, mul" and g.times == 1
+    assert g.old_us == pytest.approx(mean_per_step(a, {"aten::gelu", "aten::mul"}))
+    assert g.new_us == pytest.approx(mean_per_step(b, set(), {new}))
+    assert g.new_us < g.old_us
+    text = it.compare(a, b)
+    assert f"-> {new}" in text and "(nothing)" not in text
+    assert f"{g.old_us:.1f} -> {g.new_us:.1f} µs per step ({100 * (g.new_us - g.old_us) / g.old_us:+.0f}%)" in text
+
+
+@needs_h200
+def test_without_annotations_or_shapes_the_ops_still_pair_them(h200):
+    a = parse(without_annotations_and_shapes(gelu_before_up(h200["mlp_eager"])))
+    for other, new in (("mlp_compile", TRITON), ("liger", LIGER)):
+        b = parse(without_annotations_and_shapes(h200[other]))
+        assert not any(e.name == "mlp_fwd" for st in b.steps for e in st.spans)
+        assert not any("Input Dims" in e.args for st in b.steps for e in st.spans)
+        (g,) = it.match(a, b).groups
+        assert g.new == [new] and len(g.old) == 2 and g.by == "gelu, mul"
+
+
+@needs_h200
+def test_kernels_alone_are_grouped_as_a_whole_not_guessed(h200):
+    """No CPU ops at all: nothing says what the kernels do, so the step's unmatched kernels form one group."""
+    a = parse(without_annotations_and_shapes(gelu_before_up(h200["mlp_eager"]), keep_ops=False))
+    b = parse(without_annotations_and_shapes(h200["liger"], keep_ops=False))
+    assert all(k.op is None or k.op.name.startswith("ProfilerStep#") for st in a.steps for k in st.kernels)
+    (g,) = it.match(a, b).groups
+    assert g.by == cmp.REST and len(g.old) == 2 and g.new == [LIGER]
+    assert g.old_us == pytest.approx(sum(k.dur for st in a.steps for k in st.kernels
+                                         if "elementwise" in k.name) / len(a.steps))
+
+
+# --------------------------------------------------------------------------- 2. anchors are never counted
+
+def autotuned(data: dict, name="triton_tem_fused_mm_0", dur=61.0) -> dict:
+    """max-autotune's choice for the first GEMM of each step: Inductor's Triton template instead of cuBLAS,
+    launched from a span of the kernel's name; the second GEMM of the same cuBLAS name stays."""
+    data = copy.deepcopy(data)
+    xs = [e for e in data["traceEvents"] if isinstance(e, dict) and e.get("ph") == "X"]
+    kernels = {e["args"]["correlation"]: e for e in xs if e.get("cat") == "kernel"}
+    for step in [e for e in xs if e["name"].startswith("ProfilerStep#")]:
+        launches = sorted((e for e in xs if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                           and step["ts"] <= e["ts"] <= step["ts"] + step["dur"]
+                           and e["args"].get("correlation") in kernels), key=lambda e: e["ts"])
+        first = kernels[launches[0]["args"]["correlation"]]
+        assert "coopA" in first["name"]
+        first["name"], first["dur"] = name, dur
+        ext = launches[0]["args"]["External id"]
+        op = next(e for e in xs if e.get("cat") == "cpu_op" and e["args"].get("External id") == ext)
+        op["name"] = name
+    return data
+
+
+@needs_h200
+def test_a_same_name_gemm_that_stayed_is_not_in_the_replaced_group(h200):
+    a = parse(h200["mlp_compile"])
+    b = parse(autotuned(h200["mlp_compile"]))
+    coop_a = a.steps[0].kernels[0].name
+    m = it.match(a, b)
+    assert m.replaced == [([coop_a], ["triton_tem_fused_mm_0"])]
+    (g,) = m.groups
+    assert g.by == "mm"
+    # Only the first GEMM of each step: the second, same name, is an anchor. Summing every call of the name
+    # (the old `sum(ta[n] for n in set(old))`) would count both.
+    first = sum(st.kernels[0].dur for st in a.steps) / len(a.steps)
+    both = mean_per_step(a, set(), {coop_a})
+    assert g.old_us == pytest.approx(first) and abs(g.old_us - both) > 50
+    assert g.new_us == pytest.approx(61.0)
+    d = it.comparison_data(a, b)
+    (r,) = d["replaced"]
+    assert (r["old_us"], r["new_us"]) == (pytest.approx(first), pytest.approx(61.0))
+    assert r["old_calls"] == {coop_a: 1} and r["new_calls"] == {"triton_tem_fused_mm_0": 1}
+
+
+# ------------------------------------------------------------------------- 3. calls per step, time per call
+
+@needs_h200
+def test_calls_per_step_then_time_per_call(h200):
+    a = parse(h200["mlp_compile"])
+    b = parse(autotuned(h200["mlp_compile"]))
+    coop_a = a.steps[0].kernels[0].name
+    second = sum(st.kernels[1].dur for st in b.steps) / len(b.steps)  # the call that stayed
+    (row,) = [s for s in it.comparison_data(a, b)["same"] if s["name"] == coop_a]
+    assert (row["a"]["calls"], row["b"]["calls"]) == (2, 1)
+    assert row["a"]["us_per_call"] == pytest.approx(mean_per_step(a, set(), {coop_a}) / 2)
+    assert row["b"]["us_per_call"] == pytest.approx(second)
+    line = next(ln for ln in it.compare(a, b).splitlines() if ln.startswith(coop_a))
+    per_call = 100 * (second - row["a"]["us_per_call"]) / row["a"]["us_per_call"]
+    assert line.split() == [coop_a, "2", "1", f"{row['a']['us_per_call']:.1f}", f"{second:.1f}", f"{per_call:+.0f}%",
+                            f"{row['a']['us']:.1f}", f"{second:.1f}"]
+
+
+# ------------------------------------------------------------------------------------- 4. long steps
+
+def kineto(steps: list[list[tuple]]) -> dict:
+    """A trace in kineto's format: each step a list of (kernel, µs, launching op or None[, its input sizes]),
+    launched in that order."""
+    ev, t, gpu_t, corr = [], 0.0, 0.0, 0
+    for number, kernels in enumerate(steps, start=2):
+        start = t
+        t += 1
+        for name, dur, op, *dims in kernels:
+            corr += 1
+            if op:
+                ev.append({"ph": "X", "cat": "cpu_op", "name": op, "ts": t, "dur": 4, "pid": 1, "tid": 1,
+                           "args": {"External id": corr, **({"Input Dims": dims[0]} if dims else {})}})
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": t + 1, "dur": 2, "pid": 1,
+                       "tid": 1, "args": {"External id": corr, "correlation": corr}})
+            gpu_t = max(gpu_t, t + 3)
+            ev.append({"ph": "X", "cat": "kernel", "name": name, "ts": gpu_t, "dur": dur, "pid": 0, "tid": 7,
+                       "args": {"External id": corr, "correlation": corr}})
+            gpu_t += dur
+            t += 5
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{number}", "ts": start,
+                   "dur": t - start, "pid": 1, "tid": 1, "args": {}})
+        t += 1
+    return {"traceEvents": ev}
+
+
+GEMM_A, GEMM_B, GELU, MUL = "nvjet_coopA", "nvjet_coopB", "gelu_kernel", "mul_kernel"
+
+
+def mlp_layers(layers: int, fused: bool) -> list[tuple[str, float, str]]:
+    out = []
+    for i in range(layers):
+        wobble = (i % 7) * 0.1
+        if fused:
+            out += [(GEMM_A, 57.5, "aten::mm"), (GEMM_A, 57.5, "aten::mm"), (TRITON, 56.0 + wobble, TRITON),
+                    (GEMM_B, 52.9, "aten::mm")]
+        else:  # the one-expression order
+            out += [(GEMM_A, 57.5, "aten::mm"), (GELU, 31.0 + wobble, "aten::gelu"), (GEMM_A, 57.5, "aten::mm"),
+                    (MUL, 36.0, "aten::mul"), (GEMM_B, 52.9, "aten::mm")]
+    return out
+
+
+def test_a_long_step_is_compared_in_near_linear_time():
+    """20,000 kernels per step (4,000 layers, GeLU and mul launched apart): difflib's alignment took over six
+    minutes at 5,000; the comparison must take a few seconds at most, and still pair GeLU + mul in every layer."""
+    layers = 4000
+    a = it.parse_trace(kineto([mlp_layers(layers, fused=False)]))
+    b = it.parse_trace(kineto([mlp_layers(layers, fused=True)]))
+    assert len(a.steps[0].kernels) == 20_000
+    t0 = time.perf_counter()
+    d = it.comparison_data(a, b)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 10, f"{elapsed:.1f} s for 20k kernels per step"  # ~1 s here; difflib: more than an hour
+    (r,) = d["replaced"]
+    assert (r["old"], r["new"], r["times"], r["by"]) == ([GELU, MUL], [TRITON], layers, "gelu, mul")
+    assert r["old_us"] == pytest.approx(sum(31.0 + (i % 7) * 0.1 + 36.0 for i in range(layers)))
+    assert r["old_calls"] == {GELU: layers, MUL: layers} and r["new_calls"] == {TRITON: layers}
+    text = cmp.render(d)
+    assert f"{layers} × ({GELU} + {MUL})" in text and len(text.splitlines()) < 60
+
+
+def test_many_steps_print_a_short_step_table_and_json_keeps_them_all():
+    a = it.parse_trace(kineto([mlp_layers(1, fused=False)] * 600))
+    b = it.parse_trace(kineto([mlp_layers(1, fused=True)] * 600))
+    d = it.comparison_data(a, b)
+    assert [s["step"] for s in d["a"]["steps"]] == list(range(2, 602))
+    text = cmp.render(d)
+    table = text.split("Per step (µs)")[1].split("\n\n")[0].splitlines()
+    assert len(table) == 11 and "#601" in table[-3] and "median" in table[-2] and len(text.splitlines()) < 50
+    # A hostile name (a megabyte of what could look like Inductor's) costs no more than a short one.
+    t0 = time.perf_counter()
+    cmp._words("cpp_fused_" * 100_000 + "x")
+    assert time.perf_counter() - t0 < 2
+
+
+def test_align_is_near_linear_and_finds_the_anchors():
+    """200,000 launches a side, a few names repeated (no name is unique): a quadratic alignment would take hours."""
+    names = ["mm_a", "gelu", "mm_a", "mul", "mm_b"]
+    a = names * 40_000
+    b = [n for n in a]
+    for k in range(0, len(b), 50):  # one replaced kernel in ten layers
+        b[k + 1] = "fused"
+    t0 = time.perf_counter()
+    pairs = cmp.align(a, b)
+    assert time.perf_counter() - t0 < 10
+    assert len(pairs) == len(a) - len(a) // 50
+    assert all(a[i] == b[j] for i, j in pairs) and all(i == j for i, j in pairs)
+
+
+def test_align_small_cases():
+    assert cmp.align([], ["x"]) == []
+    assert cmp.align(["g", "gelu", "g", "mul", "h"], ["g", "g", "fused", "h"]) == [(0, 0), (2, 1), (4, 3)]
+    # unique names anchor first: a block that moved keeps its order around the anchors
+    assert cmp.align(list("abcdefg"), list("abcxdefg")) == [(0, 0), (1, 1), (2, 2), (3, 4), (4, 5), (5, 6), (6, 7)]
+
+
+def test_sizes_pair_what_no_word_does_and_the_rest_is_one_group():
+    """Ops whose names share nothing: the recorded input sizes pair them ([4, 32] = 128 elements with [128, 1]),
+    whatever the launch order; what neither names nor sizes pair stays one group, not a guess by position."""
+    a = it.parse_trace(kineto([[(GEMM_A, 50.0, "aten::mm"), ("scale_k", 3.0, "aten::foo", [[4, 32]]),
+                                ("shift_k", 5.0, "aten::bar", [[8, 8]]), ("odd_k", 1.0, "aten::baz"),
+                                (GEMM_B, 40.0, "aten::mm")]] * 2))
+    b = it.parse_trace(kineto([[(GEMM_A, 50.0, "aten::mm"), ("shift_new", 4.0, "MyShift", [[64, 1]]),
+                                ("scale_new", 2.0, "MyScale", [[128, 1]]), ("other_new", 7.0, "Qux"),
+                                (GEMM_B, 40.0, "aten::mm")]] * 2))
+    m = it.match(a, b)
+    assert [(g.old, g.new, g.by) for g in m.groups] == [(["scale_k"], ["scale_new"], "tensor sizes"),
+                                                        (["shift_k"], ["shift_new"], "tensor sizes"),
+                                                        (["odd_k"], ["other_new"], cmp.REST)]
+    assert [(g.old_us, g.new_us) for g in m.groups] == [(3.0, 2.0), (5.0, 4.0), (1.0, 7.0)]
+
+
+# -------------------------------------------------------------------- recorded: the one-expression MLP
+
+def record(fn, path: Path, device: str) -> Path:
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=acts, schedule=schedule(wait=1, warmup=1, active=3), record_shapes=True) as prof:
+        for _ in range(5):
+            with record_function("mlp_fwd"):
+                fn()
+            prof.step()
+    prof.export_chrome_trace(str(path))
+    return path
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
+def test_one_expression_mlp_eager_vs_compile(tmp_path, device):
+    """03_simple_mlp's model, its forward written as one expression: eager launches mm, gelu, mm, mul, mm;
+    Inductor's one kernel (C++ on the CPU, Triton on a GPU) replaces gelu + mul. Compared through the CLI's --json.
+    The CPU at a tiny shape; a GPU at the post's."""
+    import importlib
+
+    torch.manual_seed(0)
+    dim, hidden, shape = (32, 64, (2, 8, 32)) if device == "cpu" else (768, 3072, (64, 128, 768))
+    model = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP(dim, hidden).to(device, torch.bfloat16).eval()
+    x = torch.randn(*shape, dtype=torch.bfloat16, device=device)
+
+    def one_expression(x):
+        return model.down_proj(F.gelu(model.gate_proj(x), approximate="tanh") * model.up_proj(x))
+
+    with torch.no_grad():
+        eager = record(lambda: one_expression(x), tmp_path / "eager.json", device)
+        torch._dynamo.reset()
+        with torch._inductor.config.patch({"cpp.enable_kernel_profile": True}):
+            compiled = torch.compile(one_expression)
+            compiled(x)  # compile outside the trace
+            comp = record(lambda: compiled(x), tmp_path / "compile.json", device)
+    a = it.load_trace(eager)
+
+    def units(st):
+        return [k.op.name for k in st.kernels] if device == "cuda" else [e.name for e in it.cpu_kernels(st)]
+
+    assert units(a.steps[0]) == ["aten::mm", "aten::gelu", "aten::mm", "aten::mul", "aten::mm"]
+    proc = subprocess.run([sys.executable, str(ROOT / "inspect_trace.py"), "--json", str(eager), str(comp)],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(proc.stdout)
+    assert d["a"]["device"] == d["b"]["device"] == device
+    (r,) = d["replaced"]
+    pointwise = [(k.name, k.dur) for st in a.steps for k in st.kernels if k.op.name in ("aten::gelu", "aten::mul")] \
+        if device == "cuda" else [(e.name, e.dur) for st in a.steps for e in it.cpu_kernels(st)
+                                  if e.name in ("aten::gelu", "aten::mul")]
+    assert r["old"] == [n for n, _ in pointwise[:2]] and len(r["new"]) == 1
+    assert ("cpp_fused" if device == "cpu" else "triton_") in r["new"][0] and "gelu" in r["new"][0]
+    assert "gelu" in r["by"] and "mul" in r["by"]
+    assert r["old_us"] == pytest.approx(sum(t for _, t in pointwise) / len(a.steps))
+    assert len(d["same"]) >= 1 and sum(s["a"]["calls"] for s in d["same"]) == 3  # the three GEMMs stayed
+
+
+@needs_h200
+def test_cli_json_on_two_h200_traces_and_bad_input():
+    eager = str(DATA / "h200_mlp_eager.json.gz")
+    proc = subprocess.run([sys.executable, str(ROOT / "inspect_trace.py"), "--json", eager,
+                           str(DATA / "h200_liger.json.gz")], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stderr == ""
+    d = json.loads(proc.stdout)
+    (r,) = d["replaced"]
+    assert r["new"] == [LIGER] and set(r) >= {"old", "new", "old_us", "new_us", "old_calls", "new_calls"}
+    assert [s["step"] for s in d["a"]["steps"]] == [2, 3, 4]
+    bad = subprocess.run([sys.executable, str(ROOT / "inspect_trace.py"), "--json", eager, str(ROOT / "nope.json")],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode != 0 and bad.stdout == "" and len(bad.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------------------------------------ README
+
+@needs_h200
+def test_readme_comparisons_are_what_the_committed_traces_give(monkeypatch):
+    """Each output block quoted in the README that starts with `A  tests/data/...` and `B  tests/data/...`:
+    its pieces (cut at `…` lines) are, in order, pieces of what compare() prints for those two traces."""
+    import re
+
+    monkeypatch.chdir(ROOT)  # the README's paths, as its commands give them
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```\n(A  tests/data/.*?)```", text, flags=re.S)
+    pairs = []
+    for block in blocks:
+        lines = block.rstrip("\n").split("\n")
+        a, b = (re.match(rf"{side}  (tests/data/\S+)  \(", line).group(1) for side, line in zip("AB", lines))
+        pairs.append((Path(a).name, Path(b).name))
+        out = it.compare(it.load_trace(a), it.load_trace(b))
+        pos = 0
+        for piece in "\n".join(lines).split("\n…"):
+            piece = piece.strip("\n")
+            if piece:
+                found = out.find(piece, pos)
+                assert found >= 0, f"README quotes, for {a} vs {b}:\n{piece}\n\nbut compare() prints:\n{out}"
+                pos = found + len(piece)
+    assert ("h200_mlp_eager.json.gz", "h200_mlp_compile.json.gz") in pairs
+    assert ("h200_mlp_eager.json.gz", "h200_liger.json.gz") in pairs
+
+
+@needs_h200
+def test_readme_fused_mlp_figures_are_what_the_committed_traces_give():
+    """The 04_fused_mlp section's prose: compiled vs the fused kernel, figures re-derived from the committed traces."""
+    import re
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    m = re.search(r"\(([\d.]+) µs per step\) replaced by `_geglu_tma_kernel` \(([\d.]+) µs\), `down_proj` unchanged "
+                  r"\(([\d.]+) µs\)", text)
+    assert m, "the README's 04_fused_mlp paragraph no longer quotes the comparison"
+    d = it.comparison_data(it.load_trace(DATA / "h200_mlp_compile.json.gz"),
+                           it.load_trace(DATA / "h200_fused_eager.json.gz"))
+    (r,) = d["replaced"]
+    assert r["new"] == ["_geglu_tma_kernel"] and r["old_calls"] == {d["only_a"][0]["name"]: 2, TRITON: 1}
+    (down,) = d["same"]
+    assert [float(x) for x in m.groups()] == [round(r["old_us"], 1), round(r["new_us"], 1), round(down["b"]["us"], 1)]
