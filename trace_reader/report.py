@@ -11,7 +11,7 @@ from collections import Counter, defaultdict
 from .kernels import (CPP_KERNEL_RE, VIEW_OPS, _view_cuda_time, cpu_kernels, gemm_flops, is_gemm, is_pointwise,
                       op_dtype, pointwise_bytes, short, typical_sequence)
 from .peaks import device_peak
-from .read import MAX_US, OCCUPANCY, STEP_RE, Step, Trace, TraceError, _no_gc
+from .read import MAX_US, OCCUPANCY, STEP_RE, Kernel, Step, Trace, TraceError, _no_gc
 
 # Steps shown one per row; a longer trace shows its first and last EDGE steps and quantiles (--all-steps: all).
 STEP_ROWS = 8
@@ -206,14 +206,19 @@ def gpu_time_by_annotation(trace: Trace) -> dict[str, list[float]]:
     per: dict[str, list[float]] = {}
     for i, st in enumerate(trace.steps):
         for k in st.gpu:
-            names, node = set(), k.op
-            while node is not None and node is not st.span:
-                if node.cat == "user_annotation" and not STEP_RE.match(node.name):
-                    names.add(node.name)
-                node = node.parent
-            for name in names:
+            for name in annotations_around(k, st):
                 per.setdefault(name, [0.0] * len(trace.steps))[i] += k.dur
     return per
+
+
+def annotations_around(k: Kernel, st: Step) -> set[str]:
+    """The record_function names (ProfilerStep#k aside) around the CPU call that launched k in step st."""
+    names, node = set(), k.op
+    while node is not None and node is not st.span:
+        if node.cat == "user_annotation" and not STEP_RE.match(node.name):
+            names.add(node.name)
+        node = node.parent
+    return names
 
 
 def cpu_self_times(trace: Trace) -> list[dict]:

@@ -1,0 +1,258 @@
+"""Profile a whole decoder, module by module: prefill (the prompt in one forward) and decode (one token at a time).
+
+    uv run 06_model.py --preset tiny --phase prefill
+    uv run 06_model.py --preset tiny --phase decode
+    uv run 06_model.py --preset gemma-2b --layers 4 --batch 1 --seq 512 --phase decode [--compile | --cuda-graphs]
+    uv run 06_model.py --preset gemma-2b --layers 4 --phase prefill --mlp fused      # or --mlp liger
+    uv run 06_model.py --config path/to/config.json                                  # your own model's shape
+
+A transformers decoder with random weights built from a config: nothing is downloaded. The default is
+Gemma-shaped, whose MLP is the post's GeGLU MLP (hidden_act="gelu_pytorch_tanh"): gate_proj, up_proj,
+gelu_tanh(gate) * up, down_proj. `--config` takes any causal-LM config: a local config.json, or a Hub id
+when the Hub is reachable (offline, one line says so and the preset is used).
+
+What to look for in the trace (Perfetto, or the report printed below):
+- every decoder layer's self_attn, mlp and norms, the embedding and the LM head are record_function spans
+  named by module path (model.layers.3.mlp), so the report can say where the time goes per module type and
+  per layer. A module's time holds its submodules'.
+- decode: one token per sequence per step against a static KV cache of --seq entries (what generation runs).
+  Eager, the GPU idles most of the step: hundreds of small kernels, each a launch the CPU must pay for.
+  --compile fuses the pointwise work into far fewer kernels; --cuda-graphs (mode="reduce-overhead") replays
+  the whole token as one cudaGraphLaunch.
+- prefill: batch x seq tokens in one forward; compute-bound, and the MLP's GEMMs take the largest share.
+- --mlp fused: each MLP is two kernels (the GEMM with the GeGLU epilogue + down_proj): no GeLU, no mul.
+- under --compile the module spans are left out: a record_function in a module hook breaks Dynamo's graph
+  into pieces, which would change what is measured. The compiled trace shows the whole forward.
+"""
+
+import inspect
+import os
+import re
+from pathlib import Path
+
+import torch
+import transformers
+from torch.profiler import record_function
+
+import common
+import inspect_trace as it
+from trace_reader import modules
+
+HUB_TIMEOUT = float(os.environ.get("HUB_TIMEOUT", "20"))  # seconds; a firewall can otherwise hang for minutes
+PRESETS = {  # Gemma's architecture; vocab 32000 (Gemma's own is 256000: an LM head of 0.5 GB per layer-set)
+    "tiny": dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=1, head_dim=16, vocab_size=512, max_position_embeddings=2048),
+    "gemma-2b": dict(hidden_size=2048, intermediate_size=16384, num_hidden_layers=18, num_attention_heads=8,
+                     num_key_value_heads=1, head_dim=256, vocab_size=32000, max_position_embeddings=8192),
+}
+
+
+def expectations(args, layers):
+    """Guess first, then look: checked against the trace after the run."""
+    step = args.phase
+    out = [it.steps(args.active, step)]
+    if args.compile:
+        out.append(it.cpu_event(r"^Torch-Compiled Region", device="any"))
+    else:
+        out.append(modules.modules_annotated(layers, step))
+    if step == "decode" and args.cuda_graphs:
+        out.append(modules.runtime_calls("cudaGraphLaunch", 1, "the whole token replayed as one CUDA graph"))
+    elif step == "decode" and args.compile:
+        out.append(modules.kernels_between(0, 25 * layers, "Inductor fuses each layer's pointwise work: far fewer "
+                                           "than eager's 40+ per layer"))
+    elif step == "decode":
+        out.append(it.bound("overhead"))
+        out.append(modules.kernels_between(40 * layers, None, "hundreds of launches per token: 40+ per layer"))
+    else:
+        out.append(it.bound("compute"))
+        out.append(modules.largest_module("mlp", step))
+    if not args.compile:  # what one MLP launches: gate, up, GeLU, mul, down / gate, up, Liger's GeGLU, down / ...
+        n, what = {"eager": (5, "3 GEMMs + GeLU + mul"), "liger": (4, "3 GEMMs + Liger's GeGLU kernel"),
+                   "fused": (2, "the GEMM with the GeGLU epilogue + down_proj: no GeLU, no mul")}[args.mlp]
+        out.append(modules.kernels_per_module("mlp", n, what, step))
+    return out
+
+
+def load_config(args):
+    """(config, its name in file names): a local file or folder, a Hub id (bounded wait, offline fallback), or a preset."""
+    name = args.config or args.preset
+    if args.config and (Path(args.config).exists() or args.config.endswith(".json") or os.sep in args.config.lstrip(".")
+                        and not re.fullmatch(r"[\w.-]+/[\w.-]+", args.config)):
+        try:
+            config = transformers.AutoConfig.from_pretrained(args.config)
+        except (OSError, ValueError, KeyError) as e:
+            raise common.Fail(f"--config {args.config}: cannot read a transformers config there ({first_line(e)})") from None
+        name = Path(args.config).stem if Path(args.config).is_file() else Path(args.config).name
+    elif args.config:
+        if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", args.config):
+            raise common.Fail(f"--config {args.config!r}: neither a file nor a Hub id (owner/name)")
+        try:
+            config = common.call_with_timeout(lambda: transformers.AutoConfig.from_pretrained(args.config), HUB_TIMEOUT)
+        except Exception as e:  # noqa: BLE001 - unreachable Hub: fall back; a Hub that says "no such repo": fail
+            if type(e).__name__ in ("RepositoryNotFoundError", "GatedRepoError") or "is not a valid model identifier" in str(e):
+                raise common.Fail(f"--config {args.config}: not found on the Hugging Face Hub ({first_line(e)})") from None
+            print(f"Hugging Face Hub config not available ({type(e).__name__}: {first_line(e)}); "
+                  f"using the {args.preset} preset")
+            return preset_config(args.preset), args.preset
+        name = args.config.split("/")[-1]
+    else:
+        config = None
+    config = config or preset_config(args.preset)
+    if getattr(config, "is_encoder_decoder", False):
+        raise common.Fail(f"--config {args.config}: an encoder-decoder model; this script profiles decoder-only models")
+    return config, re.sub(r"[^A-Za-z0-9.-]+", "-", name).strip("-").lower() or "model"
+
+
+def preset_config(preset):
+    return transformers.GemmaConfig(**PRESETS[preset], hidden_act="gelu_pytorch_tanh")
+
+
+def first_line(e):
+    return (str(e).strip().splitlines() or ["no details"])[0][:160]
+
+
+def swap_mlps(model, kind, run):
+    """Replace every decoder layer's MLP by Liger's LigerGEGLUMLP or this suite's FusedGeGLUMLP, weights copied."""
+    config = model.config
+    if getattr(config, "hidden_act", None) != "gelu_pytorch_tanh" and getattr(config, "hidden_activation", None) != "gelu_pytorch_tanh":
+        raise common.Fail(f"--mlp {kind} replaces a GeGLU MLP (gelu_pytorch_tanh); this config's is "
+                          f"{getattr(config, 'hidden_act', '?')}")
+    if not run.cuda and not (kind == "fused" and os.environ.get("TRITON_INTERPRET") == "1"):
+        raise common.Fail(f"--mlp {kind} runs a Triton kernel, which needs a CUDA GPU; on this machine use --mlp eager")
+    try:
+        if kind == "liger":
+            from liger_kernel.transformers.geglu import LigerGEGLUMLP as make
+        else:
+            from fused_geglu import FusedGeGLUMLP
+
+            def make(c):
+                return FusedGeGLUMLP(c.hidden_size, c.intermediate_size)
+    except ImportError as e:
+        raise common.Fail(f"--mlp {kind} needs {e.name or 'a package that is missing'}: "
+                          "pip install liger-kernel (or uv sync)") from None
+    for layer in decoder_layers(model)[1]:
+        new = make(config).to(run.device, run.dtype).eval()
+        try:
+            new.load_state_dict(layer.mlp.state_dict())  # same names: gate_proj, up_proj, down_proj
+        except RuntimeError as e:
+            raise common.Fail(f"--mlp {kind}: this model's MLP has other weights ({first_line(e)})") from None
+        layer.mlp = new
+
+
+def decoder_layers(model):
+    """(path, the ModuleList of decoder layers): the longest ModuleList in the model."""
+    lists = [(p, m) for p, m in model.named_modules() if isinstance(m, torch.nn.ModuleList)]
+    if not lists:
+        raise common.Fail(f"{type(model).__name__} has no list of decoder layers to annotate")
+    return max(lists, key=lambda pm: len(pm[1]))
+
+
+def annotate_modules(model):
+    """record_function spans named by module path, entered in a forward pre-hook and left in a forward hook:
+    the embedding, final norm, rotary embedding, each decoder layer and each of its parts, the LM head."""
+    path, layers = decoder_layers(model)
+    parent = model.get_submodule(path.rpartition(".")[0]) if "." in path else model
+    prefix = path.rpartition(".")[0]
+    names = {f"{prefix}.{n}" if prefix else n: m for n, m in parent.named_children() if m is not layers}
+    for i, layer in enumerate(layers):
+        names[f"{path}.{i}"] = layer
+        names.update({f"{path}.{i}.{n}": m for n, m in layer.named_children()})
+    head = model.get_output_embeddings()
+    if head is not None:
+        names[next(p for p, m in model.named_modules() if m is head)] = head
+    for name, module in names.items():
+        spans = []  # a stack: one open span per call in flight
+
+        def enter(mod, args, name=name, spans=spans):
+            span = record_function(name)
+            span.__enter__()
+            spans.append(span)
+
+        module.register_forward_pre_hook(enter)
+        module.register_forward_hook(lambda mod, args, out, spans=spans: spans.pop().__exit__(None, None, None))
+    return len(names)
+
+
+def main():
+    p = common.parser(__doc__, batch=1, seq=512)
+    p.add_argument("--preset", choices=list(PRESETS), default="gemma-2b", help="the model's shape (see PRESETS)")
+    p.add_argument("--config", metavar="NAME_OR_PATH", help="a transformers config: config.json, a folder, or a Hub id")
+    p.add_argument("--layers", type=common.int_arg(1, 1000), help="decoder layers (default: the config's)")
+    p.add_argument("--vocab", type=common.int_arg(1, 1 << 22), help="vocabulary size (default: the config's)")
+    p.add_argument("--phase", choices=["prefill", "decode"], default="decode")
+    p.add_argument("--cuda-graphs", action="store_true", help="decode with torch.compile(mode='reduce-overhead')")
+    p.add_argument("--mlp", choices=["eager", "liger", "fused"], default="eager",
+                   help="each layer's MLP: transformers' own, Liger's LigerGEGLUMLP or fused_geglu.FusedGeGLUMLP")
+    args = p.parse_args()
+    if args.cuda_graphs and args.phase != "decode":
+        raise common.Fail("--cuda-graphs replays a decode step; use it with --phase decode")
+    args.compile = args.compile or args.cuda_graphs
+
+    config, config_name = load_config(args)
+    config.num_hidden_layers = args.layers or config.num_hidden_layers
+    config.vocab_size = args.vocab or config.vocab_size
+    b, s, positions = args.batch, args.seq, getattr(config, "max_position_embeddings", None)
+    if positions and s > positions:
+        raise common.Fail(f"--seq {s} is longer than this config's {positions} positions (max_position_embeddings)")
+    decode_steps = args.warmup + common.PROFILER_STEPS + args.active  # each one appends a token to the cache
+    if args.phase == "decode" and s <= decode_steps:
+        raise common.Fail(f"--seq {s}: the KV cache must hold a prompt and the {decode_steps} decode steps")
+    d, h, L = config.hidden_size, getattr(config, "intermediate_size", 4 * config.hidden_size), config.num_hidden_layers
+    kv = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or d // config.num_attention_heads
+    weights = L * (3 * d * h + 2 * d * (config.num_attention_heads + kv) * head_dim) + 2 * config.vocab_size * d
+    activations = b * s * (4 * d + 3 * h + config.num_attention_heads * s)  # prefill's largest at once, scores too
+    run = common.setup(__file__, args, elements=weights + 2 * L * b * kv * s * head_dim + activations)
+    common.describe(run)
+    variant = "cudagraphs" if args.cuda_graphs else run.mode
+    print(f"model: {config_name} ({type(config).__name__}), {L} layers, hidden {d}, intermediate {h}, "
+          f"{config.num_attention_heads} heads / {kv} KV, head_dim {head_dim}, vocab {config.vocab_size}; "
+          f"{args.phase}, batch {b}, seq {s}, MLP {args.mlp}, {variant}")
+
+    # Random weights from the config, built on the device: nothing is downloaded.
+    with run.device:
+        try:
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=run.dtype, attn_implementation="sdpa")
+        except ValueError as e:
+            raise common.Fail(f"{type(config).__name__} is not a causal language model transformers can build "
+                              f"({first_line(e)})") from None
+    model.eval()
+    ids = torch.randint(0, config.vocab_size, (b, s), device=run.device)
+    if args.mlp != "eager":  # correct before fast: the same logits as transformers' own MLP, same weights
+        with torch.no_grad():
+            expected = model(input_ids=ids[:, :64], use_cache=False).logits
+            swap_mlps(model, args.mlp, run)
+            common.check_close(run, f"--mlp {args.mlp}", model(input_ids=ids[:, :64], use_cache=False).logits,
+                               expected, "the model with its own MLP")
+    annotated = 0 if args.compile else annotate_modules(model)  # hooks after the swap: they name the new MLPs
+    forward = torch.compile(model, mode="reduce-overhead" if args.cuda_graphs else None) if args.compile else model
+    # transformers >= 5.20 names the cache argument `cache`, earlier 5.x `past_key_values`.
+    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+    if args.phase == "prefill":
+        @torch.no_grad()
+        def step():  # the whole prompt in one forward; generation only needs the last position's logits
+            return forward(input_ids=ids, use_cache=False, logits_to_keep=1).logits
+    else:
+        cache = transformers.StaticCache(config=config, max_cache_len=s)
+        with torch.no_grad():  # the prompt fills the cache up to where the profiled tokens go (not profiled)
+            model(input_ids=ids[:, : s - decode_steps], use_cache=True, **{cache_kw: cache})
+        token = ids[:, -1:]
+
+        @torch.no_grad()
+        def step():  # one new token per sequence; attention reads all --seq cache entries (the rest masked)
+            return forward(input_ids=token, use_cache=True, **{cache_kw: cache}).logits
+
+    shape = f"{config_name}-{L}L_{args.phase}_{b}x{s}_mlp-{args.mlp}" + ("_cudagraphs" if args.cuda_graphs else "")
+    if args.compile:
+        print("module spans: off under --compile (a record_function in a module hook splits Dynamo's graph)")
+    else:
+        print(f"module spans: {annotated} modules annotated by path (model.layers.0.mlp, ...)")
+    trace, _ = common.record(run, step, args.phase, shape, expectations(args, L))
+    if not args.compile:
+        print()
+        print(modules.breakdown_text(modules.breakdown(it.load_trace(trace), args.phase)))
+
+
+if __name__ == "__main__":
+    common.main(main)

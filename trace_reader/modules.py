@@ -1,0 +1,188 @@
+"""Where a model's time goes, module by module: the per-annotation view of report.py grouped by module path.
+
+06_model.py wraps every module it cares about in a record_function named after the module's path
+(`model.embed_tokens`, `model.layers.3`, `model.layers.3.mlp`, `lm_head`). Here those annotations become a table
+per module type (all the layers' `mlp` together, ...) and one per decoder layer: GPU time and kernels per step
+on a GPU trace, CPU time on either. A module's numbers hold its submodules'; what no top-level module holds
+(masks, positions, the residual adds between modules live inside the layer) is the row "outside any module".
+Also the Expect builders for such a trace.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+
+from .expect import Expect, NotApplicable, _need_steps
+from .read import STEP_RE, Trace
+from .report import _table, annotations_around, gpu_time_by_annotation
+
+LAYER_RE = re.compile(r"^(?:.*\.)?layers\.(\d+)(?:\.([^.]+))?$")  # model.layers.3 / model.layers.3.mlp
+
+
+def module_type(path: str) -> str:
+    """`model.layers.3.mlp` -> `mlp`, `model.layers.3` -> `decoder layer`, anything else: its own path."""
+    m = LAYER_RE.match(path)
+    return path if m is None else m.group(2) or "decoder layer"
+
+
+def layer_index(path: str) -> int | None:
+    m = LAYER_RE.match(path)
+    return int(m.group(1)) if m else None
+
+
+def per_annotation(trace: Trace) -> dict[str, dict[str, list]]:
+    """{annotation: {"gpu_us", "kernels", "cpu_us", "calls": one number per active step}}: GPU time from
+    report.gpu_time_by_annotation, kernels launched inside it (nested ones included), CPU time of its spans."""
+    n = len(trace.steps)
+    rows: dict[str, dict[str, list]] = {}
+
+    def row(name):
+        return rows.setdefault(name, {"gpu_us": [0.0] * n, "kernels": [0] * n, "cpu_us": [0.0] * n, "calls": [0] * n})
+
+    for i, st in enumerate(trace.steps):
+        for e in st.spans:
+            if e.cat == "user_annotation" and not STEP_RE.match(e.name):
+                r = row(e.name)
+                r["cpu_us"][i] += e.dur
+                r["calls"][i] += 1
+        for k in st.kernels:
+            for name in annotations_around(k, st):
+                row(name)["kernels"][i] += 1
+    for name, per_step in gpu_time_by_annotation(trace).items():
+        row(name)["gpu_us"] = per_step
+    return rows
+
+
+def _is_module(name: str, step_annotation: str) -> bool:
+    return name != step_annotation and not name.startswith("## ")
+
+
+def breakdown(trace: Trace, step_annotation: str) -> dict | None:
+    """Per module type, per decoder layer, outside any module and the step total: medians over the steps of
+    GPU µs, kernels and CPU µs per step. None when the trace has no module annotations."""
+    rows = per_annotation(trace)
+    modules = {k: v for k, v in rows.items() if _is_module(k, step_annotation)}
+    if not modules or not trace.steps:
+        return None
+    # Top level: no other annotated module is a dotted prefix of its path (model.layers.3 holds model.layers.3.mlp).
+    top = [m for m in modules if not any(o != m and m.startswith(o + ".") for o in modules)]
+    n = len(trace.steps)
+    gpu = trace.device == "cuda"
+    total = {"gpu_us": [sum(k.dur for k in st.gpu) for st in trace.steps],
+             "kernels": [len(st.kernels) for st in trace.steps],
+             "cpu_us": rows.get(step_annotation, {}).get("cpu_us") or [st.span.dur for st in trace.steps]}
+
+    def summed(names):
+        return {key: [sum(modules[m][key][i] for m in names) for i in range(n)] for key in ("gpu_us", "kernels", "cpu_us")}
+
+    def medians(per_step: dict, extra: dict) -> dict:
+        out = dict(extra)
+        out.update({k: statistics.median(v) for k, v in per_step.items()})
+        main = "gpu_us" if gpu else "cpu_us"
+        step = statistics.median(total[main])
+        out["share"] = out[main] / step if step > 0 else None
+        return out
+
+    by_type: dict[str, list[str]] = {}
+    for m in modules:
+        by_type.setdefault(module_type(m), []).append(m)
+    by_layer: dict[int, list[str]] = {}
+    for m in modules:
+        if (i := layer_index(m)) is not None and module_type(m) == "decoder layer":
+            by_layer.setdefault(i, []).append(m)
+    inside = summed(top)
+    outside = {k: [total[k][i] - inside[k][i] for i in range(n)] for k in total}
+    return {
+        "device": trace.device,
+        "types": sorted((medians(summed(ms), {"type": t, "modules": len(ms)}) for t, ms in by_type.items()),
+                        key=lambda r: -r["gpu_us" if gpu else "cpu_us"]),
+        "layers": [medians(summed(ms), {"layer": i}) for i, ms in sorted(by_layer.items())],
+        "top_level": sorted(top),
+        "outside": medians(outside, {}),
+        "total": medians(total, {}),
+    }
+
+
+def breakdown_text(data: dict | None) -> str:
+    if data is None:
+        return "Module by module: no module annotations in this trace"
+    gpu = data["device"] == "cuda"
+    cols = (["GPU µs", "share", "kernels", "CPU µs"] if gpu else ["CPU µs", "share"])
+
+    def cells(r):
+        vals = {"GPU µs": f"{r['gpu_us']:,.1f}", "kernels": f"{r['kernels']:g}", "CPU µs": f"{r['cpu_us']:,.1f}",
+                "share": "-" if r["share"] is None else f"{100 * r['share']:.0f}%"}
+        return [vals[c] for c in cols]
+
+    right = set(range(2, 2 + len(cols)))
+    types = [[r["type"], r["modules"], *cells(r)] for r in data["types"]]
+    types.append(["(outside any module)", "", *cells(data["outside"])])
+    types.append(["step total", "", *cells(data["total"])])
+    what = "GPU time and kernels" if gpu else "CPU time (a CPU trace: no GPU lane)"
+    out = [f"Module by module ({what} per step, median over the steps; a module holds its submodules):",
+           _table(["module type", "modules", *cols], types, right | {1})]
+    if data["layers"]:
+        out += ["", "Per decoder layer:",
+                _table(["layer", *cols], [[r["layer"], *cells(r)] for r in data["layers"]], set(range(1, 1 + len(cols))))]
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------ expectations for a model's trace
+
+def modules_annotated(layers: int, step_annotation: str) -> Expect:
+    def run(t: Trace):
+        if (miss := _need_steps(t)):
+            return miss
+        for st in t.steps:
+            names = {e.name for e in st.spans if e.cat == "user_annotation"}
+            seen = {layer_index(n) for n in names if module_type(n) == "decoder layer"}
+            if seen != set(range(layers)):
+                return f"ProfilerStep#{st.number}: decoder layers annotated: {sorted(seen)}"
+            kinds = {module_type(n) for n in names}
+            if not {"mlp", "self_attn"} <= kinds:
+                return f"ProfilerStep#{st.number}: module types annotated: {sorted(kinds)}"
+        return True
+    return Expect(f"all {layers} decoder layers, each with its self_attn and mlp, annotated in every step "
+                  f"(inside '{step_annotation}')", run)
+
+
+def largest_module(kind: str, step_annotation: str) -> Expect:
+    def run(t: Trace):
+        data = breakdown(t, step_annotation)
+        if data is None:
+            return NotApplicable("no module annotations in this trace")
+        first = data["types"][0]
+        return True if first["type"] == kind else (
+            f"largest: {first['type']} ({100 * (first['share'] or 0):.0f}% of GPU time)")
+    return Expect(f"the {kind} modules take the largest share of GPU time", run, "cuda")
+
+
+def kernels_per_module(kind: str, n: int, what: str, step_annotation: str) -> Expect:
+    def run(t: Trace):
+        rows = {k: v for k, v in per_annotation(t).items() if module_type(k) == kind}
+        if not rows:
+            return NotApplicable(f"no '{kind}' module annotations in this trace")
+        bad = {k: v["kernels"] for k, v in rows.items() if any(c != n for c in v["kernels"])}
+        return True if not bad else "; ".join(f"{k}: {v}" for k, v in list(bad.items())[:3])
+    return Expect(f"every {kind} launches {n} kernel{'s' if n != 1 else ''} per step ({what})", run, "cuda")
+
+
+def kernels_between(low: int, high: int | None, what: str) -> Expect:
+    def run(t: Trace):
+        if (miss := _need_steps(t)):
+            return miss
+        counts = [len(st.kernels) for st in t.steps]
+        ok = all(c >= low and (high is None or c <= high) for c in counts)
+        return True if ok else f"kernels per step: {counts}"
+    span = f"at least {low}" if high is None else f"at most {high}" if low <= 0 else f"{low} to {high}"
+    return Expect(f"{span} GPU kernels per step ({what})", run, "cuda")
+
+
+def runtime_calls(name: str, per_step: int, what: str = "") -> Expect:
+    def run(t: Trace):
+        if (miss := _need_steps(t)):
+            return miss
+        counts = [sum(1 for o in [st.span, *st.spans] for c in o.calls if c.name == name) for st in t.steps]
+        return True if all(c == per_step for c in counts) else f"{name} per step: {counts}"
+    return Expect(f"{per_step} {name} per step" + (f" ({what})" if what else ""), run, "cuda")
