@@ -47,7 +47,7 @@ PRESETS = {  # Gemma's architecture; vocab 32000 (Gemma's own is 256000: an LM h
 }
 
 
-def expectations(args, layers):
+def expectations(args, layers, geglu=True):
     """Guess first, then look: checked against the trace after the run."""
     step = args.phase
     out = [it.steps(args.active, step)]
@@ -66,7 +66,7 @@ def expectations(args, layers):
     else:
         out.append(it.bound("compute"))
         out.append(modules.largest_module("mlp", step))
-    if not args.compile:  # what one MLP launches: gate, up, GeLU, mul, down / gate, up, Liger's GeGLU, down / ...
+    if geglu and not args.compile:  # what one annotated MLP launches
         n, what = {"eager": (5, "3 GEMMs + GeLU + mul"), "liger": (4, "3 GEMMs + Liger's GeGLU kernel"),
                    "fused": (2, "the GEMM with the GeGLU epilogue + down_proj: no GeLU, no mul")}[args.mlp]
         out.append(modules.kernels_per_module("mlp", n, what, step))
@@ -74,32 +74,36 @@ def expectations(args, layers):
 
 
 def load_config(args):
-    """(config, its name in file names): a local file or folder, a Hub id (bounded wait, offline fallback), or a preset."""
+    """(config, its name in file names): a preset, a local config.json or folder, or a Hub id (bounded wait, and
+    the preset when the Hub cannot be reached)."""
     name = args.config or args.preset
-    if args.config and (Path(args.config).exists() or args.config.endswith(".json") or os.sep in args.config.lstrip(".")
-                        and not re.fullmatch(r"[\w.-]+/[\w.-]+", args.config)):
+    if not args.config:
+        config = preset_config(args.preset)
+    elif Path(args.config).exists() or args.config.endswith(".json") or args.config.startswith((".", "/", "~")):
+        if not Path(args.config).exists():
+            raise common.Fail(f"--config {args.config}: no such file or folder")
         try:
             config = transformers.AutoConfig.from_pretrained(args.config)
         except (OSError, ValueError, KeyError) as e:
-            raise common.Fail(f"--config {args.config}: cannot read a transformers config there ({first_line(e)})") from None
+            raise common.Fail(f"--config {args.config}: cannot read a transformers config there ({first_line(e)})") \
+                from None
         name = Path(args.config).stem if Path(args.config).is_file() else Path(args.config).name
-    elif args.config:
-        if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", args.config):
-            raise common.Fail(f"--config {args.config!r}: neither a file nor a Hub id (owner/name)")
+    elif not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", args.config):
+        raise common.Fail(f"--config {args.config!r}: neither a file nor a Hub id (owner/name)")
+    else:
         try:
-            config = common.call_with_timeout(lambda: transformers.AutoConfig.from_pretrained(args.config), HUB_TIMEOUT)
-        except Exception as e:  # noqa: BLE001 - unreachable Hub: fall back; a Hub that says "no such repo": fail
-            if type(e).__name__ in ("RepositoryNotFoundError", "GatedRepoError") or "is not a valid model identifier" in str(e):
-                raise common.Fail(f"--config {args.config}: not found on the Hugging Face Hub ({first_line(e)})") from None
+            config = common.call_with_timeout(lambda: transformers.AutoConfig.from_pretrained(args.config),
+                                              HUB_TIMEOUT)
+        except Exception as e:  # noqa: BLE001 - a Hub that says "no such repo": fail; an unreachable one: fall back
+            if type(e).__name__ in ("RepositoryNotFoundError", "GatedRepoError") or "not a valid model identifier" \
+                    in str(e):
+                raise common.Fail(f"--config {args.config}: not on the Hugging Face Hub ({first_line(e)})") from None
             print(f"Hugging Face Hub config not available ({type(e).__name__}: {first_line(e)}); "
                   f"using the {args.preset} preset")
             return preset_config(args.preset), args.preset
         name = args.config.split("/")[-1]
-    else:
-        config = None
-    config = config or preset_config(args.preset)
     if getattr(config, "is_encoder_decoder", False):
-        raise common.Fail(f"--config {args.config}: an encoder-decoder model; this script profiles decoder-only models")
+        raise common.Fail(f"--config {args.config}: an encoder-decoder model; this script profiles decoder-only ones")
     return config, re.sub(r"[^A-Za-z0-9.-]+", "-", name).strip("-").lower() or "model"
 
 
@@ -111,10 +115,15 @@ def first_line(e):
     return (str(e).strip().splitlines() or ["no details"])[0][:160]
 
 
+def is_geglu(config):
+    """Gemma's MLP is the post's: gelu_tanh(gate_proj(x)) * up_proj(x), then down_proj."""
+    return "gelu_pytorch_tanh" in (getattr(config, "hidden_act", None), getattr(config, "hidden_activation", None))
+
+
 def swap_mlps(model, kind, run):
     """Replace every decoder layer's MLP by Liger's LigerGEGLUMLP or this suite's FusedGeGLUMLP, weights copied."""
     config = model.config
-    if getattr(config, "hidden_act", None) != "gelu_pytorch_tanh" and getattr(config, "hidden_activation", None) != "gelu_pytorch_tanh":
+    if not is_geglu(config):
         raise common.Fail(f"--mlp {kind} replaces a GeGLU MLP (gelu_pytorch_tanh); this config's is "
                           f"{getattr(config, 'hidden_act', '?')}")
     if not run.cuda and not (kind == "fused" and os.environ.get("TRITON_INTERPRET") == "1"):
@@ -248,7 +257,7 @@ def main():
         print("module spans: off under --compile (a record_function in a module hook splits Dynamo's graph)")
     else:
         print(f"module spans: {annotated} modules annotated by path (model.layers.0.mlp, ...)")
-    trace, _ = common.record(run, step, args.phase, shape, expectations(args, L))
+    trace, _ = common.record(run, step, args.phase, shape, expectations(args, L, is_geglu(config)))
     if not args.compile:
         print()
         print(modules.breakdown_text(modules.breakdown(it.load_trace(trace), args.phase)))

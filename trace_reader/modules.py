@@ -17,7 +17,9 @@ from .expect import Expect, NotApplicable, _need_steps
 from .read import STEP_RE, Trace
 from .report import _table, annotations_around, gpu_time_by_annotation
 
-LAYER_RE = re.compile(r"^(?:.*\.)?layers\.(\d+)(?:\.([^.]+))?$")  # model.layers.3 / model.layers.3.mlp
+# A decoder layer is an item of a module list: model.layers.3 (Gemma, Llama), transformer.h.3 (GPT-2); its parts
+# are its children: model.layers.3.mlp.
+LAYER_RE = re.compile(r"^(?:.*\.)?(\d+)(?:\.([^.]+))?$")
 
 
 def module_type(path: str) -> str:
@@ -74,7 +76,8 @@ def breakdown(trace: Trace, step_annotation: str) -> dict | None:
              "cpu_us": rows.get(step_annotation, {}).get("cpu_us") or [st.span.dur for st in trace.steps]}
 
     def summed(names):
-        return {key: [sum(modules[m][key][i] for m in names) for i in range(n)] for key in ("gpu_us", "kernels", "cpu_us")}
+        return {key: [sum(modules[m][key][i] for m in names) for i in range(n)]
+                for key in ("gpu_us", "kernels", "cpu_us")}
 
     def medians(per_step: dict, extra: dict) -> dict:
         out = dict(extra)
@@ -124,7 +127,8 @@ def breakdown_text(data: dict | None) -> str:
            _table(["module type", "modules", *cols], types, right | {1})]
     if data["layers"]:
         out += ["", "Per decoder layer:",
-                _table(["layer", *cols], [[r["layer"], *cells(r)] for r in data["layers"]], set(range(1, 1 + len(cols))))]
+                _table(["layer", *cols], [[r["layer"], *cells(r)] for r in data["layers"]],
+                       set(range(1, 1 + len(cols))))]
     return "\n".join(out)
 
 
@@ -139,11 +143,11 @@ def modules_annotated(layers: int, step_annotation: str) -> Expect:
             seen = {layer_index(n) for n in names if module_type(n) == "decoder layer"}
             if seen != set(range(layers)):
                 return f"ProfilerStep#{st.number}: decoder layers annotated: {sorted(seen)}"
-            kinds = {module_type(n) for n in names}
-            if not {"mlp", "self_attn"} <= kinds:
-                return f"ProfilerStep#{st.number}: module types annotated: {sorted(kinds)}"
+            parts = {layer_index(n) for n in names if module_type(n) != "decoder layer"} - {None}
+            if parts != set(range(layers)):
+                return f"ProfilerStep#{st.number}: decoder layers with annotated parts: {sorted(parts)}"
         return True
-    return Expect(f"all {layers} decoder layers, each with its self_attn and mlp, annotated in every step "
+    return Expect(f"all {layers} decoder layers, each with its parts (attention, MLP, norms), annotated in every step "
                   f"(inside '{step_annotation}')", run)
 
 

@@ -1,0 +1,226 @@
+"""06_model.py at the tiny preset on the CPU (prefill, decode, a GPT-2 config, bad input), and trace_reader.modules
+on those traces and on a hand-built GPU trace. The module numbers are re-derived here from the trace's plain json,
+so the script's own breakdown cannot vouch for itself.
+
+GPU-only runs (skipped without CUDA) check the expectations the tiny CPU run cannot: launches per token, one
+cudaGraphLaunch, the fused MLP's two kernels.
+"""
+
+import argparse
+import contextlib
+import importlib
+import io
+import json
+import statistics
+import sys
+
+import pytest
+import torch
+
+import common
+import inspect_trace as it
+from test_inspect_trace import gpu_trace, parse
+from test_scripts import load
+from trace_reader import modules
+
+model06 = importlib.import_module("06_model")
+TINY = ["--preset", "tiny", "--seq", "32", "--dtype", "fp32"]
+GPT2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2, "n_positions": 64, "vocab_size": 100,
+        "bos_token_id": None, "eos_token_id": None}
+PARTS = ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")  # a Gemma decoder layer's children
+
+
+def run(out, *args, device="cpu"):
+    """(exit code, stdout, stderr, the trace written or None), as `python 06_model.py ARGS` would give."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "argv", ["06_model.py", *args, "--device", device, "--out", str(out)])
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), pytest.raises(SystemExit) as done:
+            common.main(model06.main)
+    traces = sorted((out / "06_model").glob("*.json"))
+    return done.value.code, stdout.getvalue(), stderr.getvalue(), (traces[-1] if traces else None)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    done = {}
+    for key, args in [("prefill", TINY + ["--phase", "prefill"]), ("decode", TINY + ["--phase", "decode"])]:
+        done[key] = run(tmp_path_factory.mktemp(key), *args)
+        assert done[key][0] == 0, done[key][2]
+    return done
+
+
+def annotation_spans(trace):
+    """[(ProfilerStep span, [user_annotation spans inside it])], by plain json and time containment."""
+    events = [e for e in load(trace)["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "user_annotation"]
+    steps = [e for e in events if e["name"].startswith("ProfilerStep#")]
+    return [(s, [e for e in events if e is not s and s["ts"] <= e["ts"] and e["ts"] + e["dur"] <= s["ts"] + s["dur"]])
+            for s in steps]
+
+
+def inside(a, b):
+    return b["ts"] <= a["ts"] and a["ts"] + a["dur"] <= b["ts"] + b["dur"]
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_every_module_is_a_span_inside_its_parent(runs, phase):
+    _, out, err, trace = runs[phase]
+    expected = {phase, "model.embed_tokens", "model.rotary_emb", "model.norm", "lm_head"}
+    expected |= {f"model.layers.{i}" + p for i in range(2) for p in ["", *(f".{c}" for c in PARTS)]}
+    steps = annotation_spans(trace)
+    assert len(steps) == 3
+    for _, spans in steps:
+        names = [e["name"] for e in spans]
+        assert sorted(names) == sorted(expected)  # each exactly once per step
+        by = {e["name"]: e for e in spans}
+        for name, e in by.items():
+            if name != phase:
+                assert inside(e, by[phase]), name
+            if name.count(".") == 3:  # model.layers.i.part inside model.layers.i
+                assert inside(e, by[name.rsplit(".", 1)[0]]), name
+    assert f"module spans: {len(expected) - 1} modules annotated" in out
+    assert "0 broken" in out and "2 confirmed" in out and "Traceback" not in err
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_breakdown_sums_to_the_step(runs, phase):
+    """The CPU time of the top-level modules plus 'outside any module' is the step; the modules hold most of it."""
+    _, out, _, trace = runs[phase]
+    data = modules.breakdown(it.load_trace(trace), phase)
+    steps = annotation_spans(trace)
+    step_us = [next(e["dur"] for e in spans if e["name"] == phase) for _, spans in steps]
+    top = ("model.embed_tokens", "model.rotary_emb", "model.norm", "lm_head", "model.layers.0", "model.layers.1")
+    top_us = [sum(e["dur"] for e in spans if e["name"] in top) for _, spans in steps]
+    assert sorted(data["top_level"]) == sorted(top)
+    assert data["total"]["cpu_us"] == pytest.approx(statistics.median(step_us))
+    assert data["outside"]["cpu_us"] == pytest.approx(statistics.median([s - t for s, t in zip(step_us, top_us)]))
+    assert 0 <= data["outside"]["cpu_us"] < 0.3 * data["total"]["cpu_us"]
+    types = {r["type"]: r for r in data["types"]}
+    assert types["mlp"]["modules"] == 2 and types["decoder layer"]["modules"] == 2
+    mlp_us = [sum(e["dur"] for e in spans if e["name"].endswith(".mlp")) for _, spans in steps]
+    assert types["mlp"]["cpu_us"] == pytest.approx(statistics.median(mlp_us))
+    for layer in data["layers"]:  # a layer holds its parts
+        parts = [sum(e["dur"] for e in spans if e["name"].startswith(f"model.layers.{layer['layer']}."))
+                 for _, spans in steps]
+        assert statistics.median(parts) <= layer["cpu_us"]
+    assert data["total"]["gpu_us"] == 0 and data["total"]["kernels"] == 0  # a CPU trace: no GPU lane
+    assert "Module by module (CPU time" in out and "Per decoder layer:" in out and "(outside any module)" in out
+
+
+def test_decode_attends_to_a_static_cache_of_seq_entries(runs):
+    """Prefill: 32 queries; decode: 1 query per step against all 32 cache entries (the unused ones masked).
+    With one KV head transformers folds the 4 query heads into the query length: q is [1, 1, 4 x queries, 16]."""
+    for phase, queries in (("prefill", 32), ("decode", 1)):
+        trace = load(runs[phase][3])
+        dims = [e["args"]["Input Dims"] for e in trace["traceEvents"]
+                if e.get("name") == "aten::scaled_dot_product_attention" and e.get("cat") == "cpu_op"]
+        assert dims and all(d[0][1] * d[0][2] == 4 * queries and d[1][-2] == 32 for d in dims), dims[:2]
+
+
+def test_any_decoder_config(tmp_path):
+    """A GPT-2 config: other module names (transformer.h.0.attn), another MLP: no GeGLU expectation."""
+    cfg = tmp_path / "gpt2.json"
+    cfg.write_text(json.dumps(GPT2))
+    code, out, err, trace = run(tmp_path, "--config", str(cfg), "--seq", "32", "--dtype", "fp32", "--active", "2")
+    assert code == 0, err
+    assert "model: gpt2 (GPT2Config), 2 layers" in out and "0 broken" in out and "mlp launches" not in out
+    assert trace.name.startswith("gpt2-2L_decode_1x32_mlp-eager")
+    data = modules.breakdown(it.load_trace(trace), "decode")
+    assert {"attn", "mlp", "ln_1", "ln_2", "decoder layer", "transformer.wte", "lm_head"} <= {r["type"] for r in data["types"]}
+    assert [r["layer"] for r in data["layers"]] == [0, 1]
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--preset", "gemma-7b"], "argument --preset: invalid choice"),
+    (["--config", "/nonexistent/config.json"], "no such file or folder"),
+    (["--config", "not a model!"], "neither a file nor a Hub id"),
+    (["--config", "{tmp}/t5.json"], "an encoder-decoder model"),
+    (["--config", "{tmp}/broken.json"], "cannot read a transformers config there"),
+    (["--preset", "tiny", "--seq", "4096"], "--seq 4096 is longer than this config's 2048 positions"),
+    (["--preset", "tiny", "--seq", "5"], "the KV cache must hold a prompt and the 5 decode steps"),
+    (["--preset", "gemma-2b", "--batch", "4096", "--seq", "8192"], "this shape needs about"),
+    (["--preset", "tiny", "--seq", "32", "--mlp", "liger"], "--mlp liger runs a Triton kernel, which needs a CUDA GPU"),
+    (["--preset", "tiny", "--phase", "prefill", "--cuda-graphs"], "--cuda-graphs replays a decode step"),
+    (["--preset", "tiny", "--layers", "0"], "argument --layers: must be between 1"),
+])
+def test_bad_input_is_one_line_exit_2(tmp_path, args, says):
+    (tmp_path / "t5.json").write_text(json.dumps({"model_type": "t5", "num_layers": 1}))
+    (tmp_path / "broken.json").write_text("{not json")
+    code, out, err, trace = run(tmp_path, *[a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert code == 2 and trace is None
+    assert err.startswith("06_model.py: error: ") and says in err and len(err.strip().splitlines()) == 1
+
+
+def test_offline_hub_id_falls_back_to_the_preset(monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config, name = model06.load_config(argparse.Namespace(config="google/gemma-2b", preset="tiny"))
+    assert name == "tiny" and config.hidden_size == model06.PRESETS["tiny"]["hidden_size"]
+    said = capsys.readouterr().out.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith("Hugging Face Hub config not available") and "tiny preset" in said[0]
+
+
+# ---- trace_reader.modules on a GPU trace (hand-built: the eager GeGLU MLP, 5 kernels per step) -----------------
+
+def test_module_kernels_and_gpu_time_on_a_gpu_trace():
+    """The MLP step as one 'layer': its first GEMM under self_attn, the other four kernels under mlp."""
+    data = gpu_trace()
+    evs = data["traceEvents"]
+    steps = [e for e in evs if e["name"] == "mlp_fwd"]
+    mms = [e for e in evs if e["name"] == "aten::mm"]
+    for s in steps:
+        first, *_ = [m for m in mms if inside(m, s)]
+        evs.append({"ph": "X", "cat": "user_annotation", "name": "model.layers.0", "pid": 1, "tid": 1,
+                    "ts": s["ts"] + 0.1, "dur": s["dur"] - 0.2, "args": {}})
+        evs.append({"ph": "X", "cat": "user_annotation", "name": "model.layers.0.self_attn", "pid": 1, "tid": 1,
+                    "ts": first["ts"] - 0.05, "dur": first["dur"] + 0.1, "args": {}})
+        evs.append({"ph": "X", "cat": "user_annotation", "name": "model.layers.0.mlp", "pid": 1, "tid": 1,
+                    "ts": first["ts"] + first["dur"] + 0.05, "dur": s["ts"] + s["dur"] - 0.2 - first["ts"] - first["dur"],
+                    "args": {}})
+    t = parse(data)
+    b = modules.breakdown(t, "mlp_fwd")
+    types = {r["type"]: r for r in b["types"]}
+    assert types["mlp"]["kernels"] == 4 and types["self_attn"]["kernels"] == 1 and types["decoder layer"]["kernels"] == 5
+    per_step_mlp = [sum(k.dur for k in st.gpu if k is not st.kernels[0]) for st in t.steps]  # all but the first GEMM
+    assert types["mlp"]["gpu_us"] == pytest.approx(statistics.median(per_step_mlp))
+    assert b["outside"]["kernels"] == 0 and b["outside"]["gpu_us"] == pytest.approx(0)
+    assert b["types"][0]["type"] == "decoder layer" and b["types"][1]["type"] == "mlp"
+    results = {ex.text: (v, d) for ex, v, d in it.check(t, [
+        modules.kernels_per_module("mlp", 4, "GEMM, GeLU, mul, GEMM", "mlp_fwd"),
+        modules.kernels_per_module("mlp", 2, "fused", "mlp_fwd"),
+        modules.modules_annotated(1, "mlp_fwd"),
+        modules.kernels_between(5, 5, "all"),
+        modules.runtime_calls("cudaGraphLaunch", 1)])}
+    verdicts = [v for v, _ in results.values()]
+    assert verdicts == ["confirmed", "broken", "confirmed", "confirmed", "broken"], results
+    assert "model.layers.0.mlp: [4, 4, 4]" in list(results.values())[1][1]
+    text = modules.breakdown_text(b)
+    assert "GPU µs" in text and "kernels" in text and "Per decoder layer:" in text
+
+
+def test_no_module_annotations_is_said():
+    t = parse(gpu_trace())
+    assert modules.breakdown(t, "mlp_fwd") is None
+    assert modules.breakdown_text(None) == "Module by module: no module annotations in this trace"
+    (_, verdict, _), = it.check(t, [modules.largest_module("mlp", "mlp_fwd")])
+    assert verdict == "not applicable"
+
+
+# ---- on a GPU: the expectations the CPU run cannot check ------------------------------------------------------
+
+GPU_SHAPE = ["--preset", "gemma-2b", "--layers", "2", "--batch", "1", "--seq", "256"]
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@cuda
+@pytest.mark.parametrize("args,confirmed", [
+    (["--phase", "decode"], ["at least 80 GPU kernels per step", "every mlp launches 5 kernels", "overhead-bound"]),
+    (["--phase", "decode", "--compile"], ["at most 50 GPU kernels per step"]),
+    (["--phase", "decode", "--cuda-graphs"], ["1 cudaGraphLaunch per step"]),
+    (["--phase", "prefill", "--mlp", "fused"], ["every mlp launches 2 kernels", "the mlp modules take the largest share"]),
+])
+def test_gpu_expectations(tmp_path, args, confirmed):
+    code, out, err, _ = run(tmp_path, *GPU_SHAPE, *args, device="cuda")
+    assert code == 0, err
+    lines = [line for line in out.splitlines() if line.startswith("  ok ")]
+    for text in confirmed:
+        assert any(text in line for line in lines), out[-4000:]
