@@ -213,6 +213,8 @@ def main():
     activations = b * s * (4 * d + 3 * h + config.num_attention_heads * s)  # prefill's largest at once, scores too
     run = common.setup(__file__, args, elements=weights + 2 * L * b * kv * s * head_dim + activations)
     common.describe(run)
+    if args.cuda_graphs and not run.cuda:
+        raise common.Fail("--cuda-graphs replays a CUDA graph, which needs a CUDA GPU; on this machine try --compile")
     variant = "cudagraphs" if args.cuda_graphs else run.mode
     print(f"model: {config_name} ({type(config).__name__}), {L} layers, hidden {d}, intermediate {h}, "
           f"{config.num_attention_heads} heads / {kv} KV, head_dim {head_dim}, vocab {config.vocab_size}; "

@@ -141,6 +141,7 @@ def test_any_decoder_config(tmp_path):
     (["--preset", "gemma-2b", "--batch", "4096", "--seq", "8192"], "this shape needs about"),
     (["--preset", "tiny", "--seq", "32", "--mlp", "liger"], "--mlp liger runs a Triton kernel, which needs a CUDA GPU"),
     (["--preset", "tiny", "--phase", "prefill", "--cuda-graphs"], "--cuda-graphs replays a decode step"),
+    (["--preset", "tiny", "--seq", "32", "--cuda-graphs"], "--cuda-graphs replays a CUDA graph, which needs a CUDA GPU"),
     (["--preset", "tiny", "--layers", "0"], "argument --layers: must be between 1"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, args, says):

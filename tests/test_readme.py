@@ -16,12 +16,13 @@ from conftest import interpreter_cannot_loop
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = {"01_matmul_add.py", "02_linear.py", "03_simple_mlp.py", "03_kernels_mlp.py", "04_fused_mlp.py",
-           "05_attention.py"}
+           "05_attention.py", "06_model.py"}
 BENCHES = {"bench.py", "bench_attention.py"}
 # 05_attention.py's defaults are Llama-3-8B's attention (4 x 2048 tokens, 32 heads): minutes and gigabytes on a
 # CPU. On the CPU, its commands that give no shape run at this one (the scores still outweigh every other
 # activation, so the memory expectations mean the same); with --device cuda they run as written.
-CPU_SHAPE = {"05_attention.py": ["--batch", "1", "--seq", "512", "--heads", "2", "--kv_heads", "1", "--head_dim", "16"]}
+CPU_SHAPE = {"05_attention.py": ["--batch", "1", "--seq", "512", "--heads", "2", "--kv_heads", "1", "--head_dim", "16"],
+             "06_model.py": ["--preset", "tiny", "--seq", "32"]}  # 4 Gemma-2B layers: 1 GB of weights, slow on a CPU
 
 
 def readme_commands():
@@ -151,7 +152,8 @@ def test_readme_command_runs(argv, runs):
     proc = runs.run(argv)
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     on_cpu = ran_on_cpu(argv)
-    gpu_only = argv[0] == "03_kernels_mlp.py" or (argv[0] == "04_fused_mlp.py" and env["TRITON_INTERPRET"] != "1")
+    gpu_only = argv[0] == "03_kernels_mlp.py" or (argv[0] == "04_fused_mlp.py" and env["TRITON_INTERPRET"] != "1") \
+        or (argv[0] == "06_model.py" and ("--cuda-graphs" in argv or {"liger", "fused"} & set(argv)))
     if argv[0] in BENCHES:
         assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr, proc.stderr[-3000:]
         assert not list(runs.out.glob(Path(argv[0]).stem + ".*"))
