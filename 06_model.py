@@ -137,8 +137,7 @@ def swap_mlps(model, kind, run):
             def make(c):
                 return FusedGeGLUMLP(c.hidden_size, c.intermediate_size)
     except ImportError as e:
-        raise common.Fail(f"--mlp {kind} needs {e.name or 'a package that is missing'}: "
-                          "pip install liger-kernel (or uv sync)") from None
+        raise common.Fail(f"--mlp {kind} needs the {e.name or '?'} package, which is not installed here") from None
     for layer in decoder_layers(model)[1]:
         new = make(config).to(run.device, run.dtype).eval()
         try:

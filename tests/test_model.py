@@ -184,15 +184,18 @@ def test_module_kernels_and_gpu_time_on_a_gpu_trace():
     per_step_mlp = [sum(k.dur for k in st.gpu if k is not st.kernels[0]) for st in t.steps]  # all but the first GEMM
     assert types["mlp"]["gpu_us"] == pytest.approx(statistics.median(per_step_mlp))
     assert b["outside"]["kernels"] == 0 and b["outside"]["gpu_us"] == pytest.approx(0)
-    assert b["types"][0]["type"] == "decoder layer" and b["types"][1]["type"] == "mlp"
+    assert [(r["type"], r["holds_others"]) for r in b["types"]] == [
+        ("decoder layer", True), ("mlp", False), ("self_attn", False)]
     results = {ex.text: (v, d) for ex, v, d in it.check(t, [
         modules.kernels_per_module("mlp", 4, "GEMM, GeLU, mul, GEMM", "mlp_fwd"),
         modules.kernels_per_module("mlp", 2, "fused", "mlp_fwd"),
         modules.modules_annotated(1, "mlp_fwd"),
         modules.kernels_between(5, 5, "all"),
-        modules.runtime_calls("cudaGraphLaunch", 1)])}
+        modules.runtime_calls("cudaGraphLaunch", 1),
+        modules.largest_module("mlp", "mlp_fwd"),
+        modules.largest_module("self_attn", "mlp_fwd")])}
     verdicts = [v for v, _ in results.values()]
-    assert verdicts == ["confirmed", "broken", "confirmed", "confirmed", "broken"], results
+    assert verdicts == ["confirmed", "broken", "confirmed", "confirmed", "broken", "confirmed", "broken"], results
     assert "model.layers.0.mlp: [4, 4, 4]" in list(results.values())[1][1]
     text = modules.breakdown_text(b)
     assert "GPU µs" in text and "kernels" in text and "Per decoder layer:" in text
