@@ -61,52 +61,50 @@ def _is_module(name: str, step_annotation: str) -> bool:
 
 
 def breakdown(trace: Trace, step_annotation: str) -> dict | None:
-    """Per module type, per decoder layer, outside any module and the step total: medians over the steps of
-    GPU µs, kernels and CPU µs per step. None when the trace has no module annotations."""
+    """Per module type, per decoder layer, outside any module and the step total, all from one real step: the
+    median one by total time (GPU time on a GPU trace, CPU time on a CPU one; the lower median for an even count),
+    so the top-level modules and "outside" add up to the step. GPU µs, kernels and CPU µs each.
+    None when the trace has no module annotations."""
     rows = per_annotation(trace)
     modules = {k: v for k, v in rows.items() if _is_module(k, step_annotation)}
     if not modules or not trace.steps:
         return None
     # Top level: no other annotated module is a dotted prefix of its path (model.layers.3 holds model.layers.3.mlp).
     top = [m for m in modules if not any(o != m and m.startswith(o + ".") for o in modules)]
-    n = len(trace.steps)
-    gpu = trace.device == "cuda"
+    main = "gpu_us" if trace.device == "cuda" else "cpu_us"
     total = {"gpu_us": [sum(k.dur for k in st.gpu) for st in trace.steps],
              "kernels": [len(st.kernels) for st in trace.steps],
              "cpu_us": rows.get(step_annotation, {}).get("cpu_us") or [st.span.dur for st in trace.steps]}
+    i = total[main].index(statistics.median_low(total[main]))  # the typical step: one cold or preempted step aside
 
-    def summed(names):
-        return {key: [sum(modules[m][key][i] for m in names) for i in range(n)]
-                for key in ("gpu_us", "kernels", "cpu_us")}
-
-    def medians(per_step: dict, extra: dict) -> dict:
+    def row(names, **extra) -> dict:
         out = dict(extra)
-        out.update({k: statistics.median(v) for k, v in per_step.items()})
-        main = "gpu_us" if gpu else "cpu_us"
-        step = statistics.median(total[main])
-        out["share"] = out[main] / step if step > 0 else None
+        out.update({key: sum(modules[m][key][i] for m in names) for key in ("gpu_us", "kernels", "cpu_us")})
+        out["share"] = out[main] / total[main][i] if total[main][i] > 0 else None
         return out
 
     by_type: dict[str, list[str]] = {}
-    for m in modules:
-        by_type.setdefault(module_type(m), []).append(m)
     by_layer: dict[int, list[str]] = {}
     for m in modules:
-        if (i := layer_index(m)) is not None and module_type(m) == "decoder layer":
-            by_layer.setdefault(i, []).append(m)
-    inside = summed(top)
-    outside = {k: [total[k][i] - inside[k][i] for i in range(n)] for k in total}
+        by_type.setdefault(module_type(m), []).append(m)
+        if (n := layer_index(m)) is not None and module_type(m) == "decoder layer":
+            by_layer.setdefault(n, []).append(m)
+    step_total = {key: total[key][i] for key in total}
+    inside = row(top)
+    step_total["share"] = 1.0 if total[main][i] > 0 else None
+    outside = {key: step_total[key] - inside[key] for key in ("gpu_us", "kernels", "cpu_us")}
+    outside["share"] = inside["share"] and 1.0 - inside["share"]
     return {
         "device": trace.device,
-        # "holds_others": a container (a decoder layer), whose time is also its parts' rows
-        "types": sorted((medians(summed(ms), {"type": t, "modules": len(ms),
-                                              "holds_others": any(o.startswith(m + ".") for m in ms for o in modules)})
-                         for t, ms in by_type.items()),
-                        key=lambda r: -r["gpu_us" if gpu else "cpu_us"]),
-        "layers": [medians(summed(ms), {"layer": i}) for i, ms in sorted(by_layer.items())],
+        "step": trace.steps[i].number,
+        # "holds_others": a container (a decoder layer), whose time is also in its parts' rows
+        "types": sorted((row(ms, type=t, modules=len(ms),
+                             holds_others=any(o.startswith(m + ".") for m in ms for o in modules))
+                         for t, ms in by_type.items()), key=lambda r: -r[main]),
+        "layers": [row(ms, layer=n) for n, ms in sorted(by_layer.items())],
         "top_level": sorted(top),
-        "outside": medians(outside, {}),
-        "total": medians(total, {}),
+        "outside": outside,
+        "total": step_total,
     }
 
 
@@ -127,7 +125,8 @@ def breakdown_text(data: dict | None) -> str:
     types.append(["(outside any module)", "", *cells(data["outside"])])
     types.append(["step total", "", *cells(data["total"])])
     what = "GPU time and kernels" if gpu else "CPU time (a CPU trace: no GPU lane)"
-    out = [f"Module by module ({what} per step, median over the steps; a module holds its submodules):",
+    out = [f"Module by module ({what} in ProfilerStep#{data['step']}, the median step; a module holds its "
+           "submodules):",
            _table(["module type", "modules", *cols], types, right | {1})]
     if data["layers"]:
         out += ["", "Per decoder layer:",
