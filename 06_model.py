@@ -169,16 +169,21 @@ def annotate_modules(model):
     if head is not None:
         names[next(p for p, m in model.named_modules() if m is head)] = head
     for name, module in names.items():
-        spans = []  # a stack: one open span per call in flight
-
-        def enter(mod, args, name=name, spans=spans):
-            span = record_function(name)
-            span.__enter__()
-            spans.append(span)
-
-        module.register_forward_pre_hook(enter)
-        module.register_forward_hook(lambda mod, args, out, spans=spans: spans.pop().__exit__(None, None, None))
+        add_span(module, name)
     return len(names)
+
+
+def add_span(module, name):
+    """Every call of module becomes a record_function span called name (a pre-hook opens it, a hook closes it)."""
+    spans = []  # a stack: one open span per call in flight
+
+    def enter(mod, args):
+        span = record_function(name)
+        span.__enter__()
+        spans.append(span)
+
+    module.register_forward_pre_hook(enter)
+    module.register_forward_hook(lambda mod, args, out: spans.pop().__exit__(None, None, None))
 
 
 def main():

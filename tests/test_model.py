@@ -166,6 +166,29 @@ def test_offline_hub_id_falls_back_to_the_preset(monkeypatch, capsys):
     assert len(said) == 1 and said[0].startswith("Hugging Face Hub config not available") and "tiny preset" in said[0]
 
 
+def test_span_hooks_break_dynamos_graph():
+    """Why the module spans are off under --compile: Dynamo cannot trace record_function.__enter__ in a hook, so
+    each hooked module splits the graph. If a torch release learns to, the spans could stay on under --compile."""
+    from torch._dynamo.utils import counters
+
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 8))
+    x = torch.randn(2, 8)
+
+    def graph_breaks():
+        torch._dynamo.reset()
+        counters.clear()
+        torch.compile(mlp, backend="eager")(x)  # Dynamo only: no Inductor, no C++ compiler
+        return sum(counters["graph_break"].values())
+
+    assert graph_breaks() == 0
+    model06.add_span(mlp[0], "mlp.0")
+    assert graph_breaks() >= 1
+    torch._dynamo.reset()
+    with torch.profiler.profile() as prof:
+        mlp(x)
+    assert [e.name for e in prof.events() if e.name == "mlp.0"] == ["mlp.0"]  # eager: one span per call
+
+
 # ---- trace_reader.modules on a GPU trace (hand-built: the eager GeGLU MLP, 5 kernels per step) -----------------
 
 def test_module_kernels_and_gpu_time_on_a_gpu_trace():
