@@ -39,7 +39,7 @@ import inspect_trace as it
 from trace_reader import modules
 
 HUB_TIMEOUT = float(os.environ.get("HUB_TIMEOUT", "20"))  # seconds; a firewall can otherwise hang for minutes
-PRESETS = {  # Gemma's architecture; vocab 32000 (Gemma's own is 256000: an LM head of 0.5 GB per layer-set)
+PRESETS = {  # Gemma's architecture, vocab 32000 (Gemma's own 256000 would put 1 GB in the embedding alone)
     "tiny": dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=1, head_dim=16, vocab_size=512, max_position_embeddings=2048),
     "gemma-2b": dict(hidden_size=2048, intermediate_size=16384, num_hidden_layers=18, num_attention_heads=8,

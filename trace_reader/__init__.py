@@ -20,4 +20,6 @@ Which file answers which question:
                  print_expectations(); expectations_for(): a script's guesses for a saved trace (--expect).
     memory.py    What did a step allocate, how fast did it stream memory? Per-step peak allocation from
                  the "[memory]" events (profile_memory=True); allocates() and streams() expectations.
+    modules.py   Where does a model's time go? Annotations named by module path (model.layers.3.mlp) per
+                 module type and per decoder layer: GPU time, kernels, CPU time (06_model.py).
 """
