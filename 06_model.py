@@ -139,7 +139,8 @@ def swap_mlps(model, kind, run):
     except ImportError as e:
         raise common.Fail(f"--mlp {kind} needs the {e.name or '?'} package, which is not installed here") from None
     for layer in decoder_layers(model)[1]:
-        new = make(config).to(run.device, run.dtype).eval()
+        with run.device:  # built where it runs: no CPU initialisation of 100M parameters per layer
+            new = make(config).to(run.dtype).eval()
         try:
             new.load_state_dict(layer.mlp.state_dict())  # same names: gate_proj, up_proj, down_proj
         except RuntimeError as e:
