@@ -241,11 +241,13 @@ def describe(run: Run) -> None:
 # reports that it found none. Any other line it writes (a real error) still reaches the reader.
 _KINETO_NOISE = re.compile(rb"^USDT:.*\] profiler_(start|stop)\s*$")
 _KINETO_NO_GPU = re.compile(rb"^ERROR:.*\] gpuGetDeviceCount failed")
+# On a full disk the exporter logs this instead of raising; export() then says so in its one line.
+_KINETO_WRITE_FAILED = re.compile(rb"^ERROR:.*\] Failed to write to log file!")
 
 
 @contextlib.contextmanager
-def _quiet_kineto():
-    """Hold stderr in a temp file while the profiler runs, then pass on every line but kineto's noise."""
+def _quiet_kineto(*also: re.Pattern):
+    """Hold stderr in a temp file while the profiler runs, then pass on every line but kineto's noise (and `also`)."""
     sys.stderr.flush()
     saved = os.dup(2)
     held = tempfile.TemporaryFile()
@@ -259,7 +261,8 @@ def _quiet_kineto():
         held.seek(0)
         no_gpu = not torch.cuda.is_available()
         for line in held:
-            if not (_KINETO_NOISE.match(line) or (no_gpu and _KINETO_NO_GPU.match(line))):
+            if not (_KINETO_NOISE.match(line) or (no_gpu and _KINETO_NO_GPU.match(line))
+                    or any(p.match(line) for p in also)):
                 os.write(2, line)
         held.close()
 
@@ -324,7 +327,8 @@ def export(run: Run, prof: _profile, shape: str) -> tuple[Path, Path]:
     try:
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=out))
         raw = tmp / "trace.json"
-        prof.export_chrome_trace(str(raw))
+        with _quiet_kineto(_KINETO_WRITE_FAILED):
+            prof.export_chrome_trace(str(raw))
         if not _looks_complete(raw):  # the profiler logs a write error (a full disk) instead of raising
             raise OSError(errno.EIO, "the profiler could not write the trace (is the disk full?)")
         if run.args.gzip:
