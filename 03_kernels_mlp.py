@@ -92,16 +92,16 @@ ON_CPU = (f"Liger's Triton kernel needs a CUDA GPU (Triton's CPU interpreter can
 def main():
     args = common.parser(__doc__, on_cpu=ON_CPU, batch=64, seq=128, dim=768, hidden=3072).parse_args()
     tokens, d, h = args.batch * args.seq, args.dim, args.hidden
+    hub_timeout()  # bad input first: one line before any work
     run = common.setup(__file__, args, elements=6 * d * h + 3 * tokens * d + 4 * tokens * h)
-    if not run.cuda:  # before the Hub: no point waiting up to HUB_TIMEOUT for a kernel that cannot run here
-        raise common.Fail(f"Liger's Triton kernel needs a CUDA GPU. The trace it makes on an H200: "
-                          f"uv run inspect_trace.py --open {LIGER_H200_TRACE}; the same fusion on this machine: "
-                          "uv run 03_simple_mlp.py --compile (the fused C++ kernel, the CPU twin)")
+    no_triton = importlib.util.find_spec("triton") is None  # Triton has Linux wheels only (see pyproject.toml)
+    if not run.cuda or no_triton:  # before the Hub: no point waiting up to HUB_TIMEOUT for a kernel that cannot run
+        raise common.Fail("Liger's Triton kernel needs a CUDA GPU" + (" and Triton, which installs on Linux only"
+                          if no_triton else "") + f". Read the run it makes on an H200: uv run inspect_trace.py "
+                          f"{LIGER_H200_TRACE} (in Perfetto: uv run inspect_trace.py --open {LIGER_H200_TRACE}); "
+                          "the same fusion on this machine: uv run 03_simple_mlp.py --compile (the fused C++ kernel, "
+                          "the CPU twin)")
     common.describe(run)
-    if importlib.util.find_spec("triton") is None:  # Triton has Linux wheels only (see pyproject.toml)
-        raise common.Fail("Liger's kernel needs a CUDA GPU and Triton, which installs on Linux only; here run "
-                          "uv run 03_simple_mlp.py --compile (the fused C++ kernel, the CPU twin), or read the H200 run: "
-                          "uv run inspect_trace.py tests/data/h200_liger.json.gz")
 
     layers, source = liger_layers()
     print(f"LigerGEGLUMLP from {source}")

@@ -208,7 +208,7 @@ def main():
     b, s, positions = args.batch, args.seq, getattr(config, "max_position_embeddings", None)
     if positions and s > positions:
         raise common.Fail(f"--seq {s} is longer than this config's {positions} positions (max_position_embeddings)")
-    decode_steps = args.warmup + common.PROFILER_STEPS + args.active  # each one appends a token to the cache
+    decode_steps = args.warmup + args.wait + args.profiler_warmup + args.active  # each one appends a token to the cache
     if args.phase == "decode" and s <= decode_steps:
         raise common.Fail(f"--seq {s}: the KV cache must hold a prompt and the {decode_steps} decode steps")
     d, h, L = config.hidden_size, getattr(config, "intermediate_size", 4 * config.hidden_size), config.num_hidden_layers

@@ -310,7 +310,7 @@ def test_json_is_the_report_as_data():
     assert d["kernels"][1]["mean_us"] == pytest.approx(statistics.mean(
         k.dur for st in t.steps for k in st.kernels if "coopA" in k.name))
     assert d["typical_step"]["bound"] == "compute"
-    assert d["annotations"]["mlp_fwd"][0] == pytest.approx(t.steps[0].gpu_busy)
+    assert d["annotations"]["mlp_fwd"][0] == pytest.approx(t.steps[0].gpu_busy, abs=0.05)  # JSON keeps 0.1 µs
 
 
 def test_expect_reads_the_mode_from_the_trace():
