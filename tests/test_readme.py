@@ -247,6 +247,12 @@ def test_readme_attention_table_is_the_committed_h200_record():
     assert "TODO(H200)" not in section
     assert bench_attention.markdown(record) in section
     assert f"{record['ceiling_tflops']:.0f} TFLOP/s" in section and f"{record['copy_gbs']:.0f} GB/s" in section
+    prefill = record["shapes"][0]
+    us = {name: v["median_us"] for name, v in prefill["variants"].items()}
+    assert not prefill["decode"] and prefill["fastest"] == "sdpa cudnn"
+    slower = re.search(r"math path is (\d+)× slower than cuDNN at prefill", section).group(1)
+    faster = re.search(r"compiled, it is (\d+)× faster", section).group(1)
+    assert [int(slower), int(faster)] == [round(us["math"] / us["sdpa cudnn"]), round(us["math"] / us["math compiled"])]
 
 
 def test_mutmut_config():
