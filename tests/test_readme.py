@@ -266,3 +266,25 @@ def test_mutmut_config():
             config["pytest_add_cli_args_test_selection"]:
         assert (ROOT / path).exists(), path
     assert [c for c in COMMANDS if c[0] == "mutmut"] == [["mutmut", "run"], ["mutmut", "results"]]
+
+
+def test_readme_attention_breakages_are_the_committed_traces():
+    """'... read the cache at about 1.9 TB/s ...' and '... reaches 0.85-0.94 of the copy bandwidth': from the
+    committed decode trace and the benchmark record."""
+    import json
+
+    import inspect_trace as it
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    t = it.load_trace(ROOT / "tests/data/h200_attention_decode_flash.json.gz")
+    kv = 2 * 4 * 8 * 2048 * 128 * 2  # K and V, batch 4, 8 KV heads, 2048 entries, head_dim 128, bf16
+    assert f"cache: {kv // 2**20} MiB of KV" in text
+    per_step = [kv / sum(k.dur for k in st.kernels if "flash_fwd" in k.name) / 1e6 for st in t.steps]  # TB/s
+    assert len(per_step) == 3
+    assert float(re.search(r"flash kernels read the cache at about ([\d.]+) TB/s", text).group(1)) == \
+        round(sorted(per_step)[1], 1)
+    record = json.loads((ROOT / "results/bench_attention_h200.json").read_text())
+    (decode,) = [s for s in record["shapes"] if s["decode"]]
+    fractions = [decode["variants"][v]["of_bandwidth"] for v in ("sdpa flash", "sdpa cudnn")]
+    lo, hi = re.search(r"reaches ([\d.]+)-([\d.]+) of the copy bandwidth", text).groups()
+    assert [float(lo), float(hi)] == [round(min(fractions), 2), round(max(fractions), 2)]
