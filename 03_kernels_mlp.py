@@ -98,7 +98,7 @@ def main():
     if not run.cuda or no_triton:  # before the Hub: no point waiting up to HUB_TIMEOUT for a kernel that cannot run
         raise common.Fail("Liger's Triton kernel needs a CUDA GPU" + (" and Triton, which installs on Linux only"
                           if no_triton else "") + f". Read the run it makes on an H200: uv run inspect_trace.py "
-                          f"{LIGER_H200_TRACE} (in Perfetto: uv run inspect_trace.py --open {LIGER_H200_TRACE}); "
+                          f"{LIGER_H200_TRACE}, or in Perfetto: uv run inspect_trace.py --open {LIGER_H200_TRACE}; "
                           "the same fusion on this machine: uv run 03_simple_mlp.py --compile (the fused C++ kernel, "
                           "the CPU twin)")
     common.describe(run)
