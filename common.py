@@ -219,7 +219,7 @@ def _free_bytes(device: torch.device) -> int | None:
         return torch.cuda.mem_get_info(device)[0]
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
+    except (AttributeError, ValueError, OSError):  # Windows has no os.sysconf; macOS lacks SC_AVPHYS_PAGES
         return None
 
 

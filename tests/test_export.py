@@ -549,3 +549,12 @@ def test_ctrl_c_while_serving_after_the_run(tmp_path):
     assert proc.returncode == 130, err
     assert messages(err) == f"02_linear.py: interrupted after writing {trace}\n"  # the truth: the new trace is there
     assert trace.is_file() and trace.with_suffix(".txt").is_file()
+
+
+def test_free_memory_is_unknown_where_os_has_no_sysconf(monkeypatch):
+    """Windows has no os.sysconf: the shape check then says nothing rather than crash every script."""
+    import common
+    import torch
+
+    monkeypatch.delattr(common.os, "sysconf")
+    assert common._free_bytes(torch.device("cpu")) is None
