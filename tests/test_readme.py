@@ -52,9 +52,20 @@ def test_readme_has_the_two_setup_commands():
     assert ["pytest"] in COMMANDS
 
 
+def test_readme_commands_run_through_uv_under_uv_run():
+    """Under `uv run pytest` (uv sets UV in the environment) the commands go through `uv run`, as a reader's do."""
+    if not os.environ.get("UV"):
+        pytest.skip("not started by `uv run`: the commands run with this interpreter")
+    assert launcher()[1:] == ["run", "--frozen"]
+
+
 def launcher():
+    """`uv run --frozen` when these tests run in the project's own environment (`uv run pytest`), as a reader types
+    it; otherwise this interpreter. A machine with its own torch (the GPU image) may have uv on PATH too, but
+    `uv run` there would build the locked environment afresh, which needs PyPI."""
     uv = shutil.which("uv")
-    return [uv, "run", "--frozen"] if uv else [sys.executable]
+    in_project_env = Path(sys.prefix).resolve() == (ROOT / ".venv").resolve()
+    return [uv, "run", "--frozen"] if uv and in_project_env else [sys.executable]
 
 
 # Part 1's 4096 runs do 4096³ bf16 GEMMs: about a second per call on 2 CPU cores, and up to 25 calls per run.
