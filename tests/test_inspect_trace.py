@@ -115,6 +115,20 @@ def test_cpu_profile_on_a_gpu_machine_is_a_cpu_trace(cpu, tmp_path):
     assert "CPU only (no GPU activity in the trace; the machine has NVIDIA H200" in it.report(t)
 
 
+def test_runtime_calls_without_a_launch_leave_a_cpu_trace_on_the_cpu(cpu):
+    """A CPU-only profile in a process that profiled the GPU earlier can carry CUDA runtime calls (CUPTI stays
+    subscribed); none launches anything, so the trace is still a CPU trace. One launch makes it a GPU trace."""
+    data = json.loads((cpu["dir"] / "eager.json").read_text())
+    step = next(e for e in data["traceEvents"] if e.get("name", "").startswith("ProfilerStep#"))
+    call = {"ph": "X", "cat": "cuda_runtime", "name": "cudaGetDevice", "pid": step["pid"], "tid": step["tid"],
+            "ts": step["ts"] + 1, "dur": 1, "args": {"correlation": 1}}
+    data["traceEvents"] += [call, {**call, "name": "cudaStreamIsCapturing", "ts": step["ts"] + 3}]
+    t = parse(data)
+    assert t.device == "cpu" and "CPU only" in it.report(t)
+    data["traceEvents"].append({**call, "name": "cudaLaunchKernel", "ts": step["ts"] + 5})
+    assert parse(data).device == "cuda"
+
+
 def test_a_check_that_raises_is_broken_not_a_crash(cpu):
     def boom(trace):
         raise KeyError("no such thing")

@@ -378,7 +378,10 @@ def parse_trace(data: object, path: str = "<trace>") -> Trace:
     meta = {k: v for k, v in data.items() if k != "traceEvents"}
     props = meta.get("deviceProperties")
     props = [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
-    return Trace(path, meta, steps, props, bool(gpu or calls), skipped, has_memory_events=memory)
+    # GPU activity or a launch makes it a GPU trace. Other runtime calls do not: a CPU-only profile taken in a
+    # process that profiled the GPU before (CUPTI stays subscribed) can hold cudaGetDevice and the like.
+    has_gpu_work = bool(gpu) or any(_launches(c) for c in calls)
+    return Trace(path, meta, steps, props, has_gpu_work, skipped, has_memory_events=memory)
 
 
 def _launches(call: Event) -> bool:
