@@ -66,10 +66,13 @@ def expectations(args, layers, geglu=True):
     else:
         out.append(it.bound("compute"))
         out.append(modules.largest_module("mlp", step))
-    if geglu and not args.compile:  # what one annotated MLP launches
-        n, what = {"eager": (5, "3 GEMMs + GeLU + mul"), "liger": (4, "3 GEMMs + Liger's GeGLU kernel"),
-                   "fused": (2, "the GEMM with the GeGLU epilogue + down_proj: no GeLU, no mul")}[args.mlp]
-        out.append(modules.kernels_per_module("mlp", n, what, step))
+    if geglu and not args.compile:  # what one annotated MLP launches besides its GEMMs
+        pointwise = (r"^aten::gelu$", r"^aten::mul$")
+        out.append({"eager": modules.module_launches("mlp", "a GeLU and a mul kernel between its GEMMs", has=pointwise),
+                    "liger": modules.module_launches("mlp", "Liger's one GeGLU kernel: no GeLU, no mul", ("geglu",),
+                                                     pointwise),
+                    "fused": modules.module_launches("mlp", "the GEMM with the GeGLU epilogue: no GeLU, no mul",
+                                                     ("geglu",), pointwise)}[args.mlp])
     return out
 
 

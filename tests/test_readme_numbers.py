@@ -7,6 +7,7 @@ the trace reader, so the reader's own report cannot vouch for itself; busy fract
 """
 
 import gzip
+import importlib
 import json
 import re
 from pathlib import Path
@@ -117,3 +118,62 @@ def test_gzip_is_about_ten_times_smaller():
     ratios = [len(gzip.decompress(p.read_bytes())) / p.stat().st_size for p in (ROOT / "tests/data").glob("*.json.gz")]
     assert len(ratios) >= 10
     assert quoted(r"(\d+)–(\d+)× smaller on the committed traces") == [round(min(ratios)), round(max(ratios))], ratios
+
+
+# --- 06_model.py on the H200: the table under "What an H200 showed" (tests/data/h200_model_*.json.gz) ----------
+
+MODEL_RUNS = [("prefill, eager", "prefill_eager"), ("prefill, `--mlp fused`", "prefill_fused"),
+              ("decode, eager", "decode_eager"), ("decode, `--mlp fused`", "decode_fused"),
+              ("decode, `--compile`", "decode_compile"), ("decode, `--cuda-graphs`", "decode_cudagraphs")]
+
+
+def model_table() -> list[str]:
+    """The README's 06_model table, from the committed traces: the typical (median) step of each run; module
+    shares from the per-module breakdown (its median step), '-' under --compile (no module spans there)."""
+    import inspect_trace as it
+    from trace_reader import modules
+
+    rows = ["| run | kernels | GPU work (µs) | step (µs) | GPU busy | mlp | self_attn |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for label, name in MODEL_RUNS:
+        t = it.load_trace(ROOT / f"tests/data/h200_model_{name}.json.gz")
+        data = it.report_data(t)
+        typical = data["typical_step"]
+        st = next(s for s in data["steps"] if s["number"] == typical["number"])
+        b = modules.breakdown(t, name.split("_")[0])
+        share = {r["type"]: f"{100 * r['share']:.0f}%" for r in b["types"]} if b else {}
+        rows.append(f"| {label} | {st['kernels']} | {st['gpu_busy_us']:,.0f} | {st['wall_us']:,.0f} | "
+                    f"{100 * typical['busy_fraction']:.0f}% | {share.get('mlp', '-')} | {share.get('self_attn', '-')} |")
+    return rows
+
+
+def test_model_table_is_the_committed_traces():
+    lines = README.splitlines()
+    start = lines.index(model_table()[0]) if model_table()[0] in lines else None
+    assert start is not None, "\n".join(model_table())
+    assert lines[start:start + len(MODEL_RUNS) + 2] == model_table()
+
+
+def test_model_prose_numbers():
+    import inspect_trace as it
+    from trace_reader import modules
+
+    def typical(name):
+        data = it.report_data(it.load_trace(ROOT / f"tests/data/h200_model_{name}.json.gz"))
+        return next(s for s in data["steps"] if s["number"] == data["typical_step"]["number"])
+
+    eager, compiled, graphs, prefill = (typical(n) for n in ("decode_eager", "decode_compile", "decode_cudagraphs",
+                                                             "prefill_eager"))
+    assert quoted(r"overhead-bound, as guessed: (\d+) kernels for one token, about (\d\.\d) ms of GPU work") == [
+        eager["kernels"], round(eager["gpu_busy_us"] / 1000, 1)]
+    assert quoted(r"cuts the kernels to (\d+) and the GPU work by a third") == [compiled["kernels"]]
+    assert 1 - compiled["gpu_busy_us"] / eager["gpu_busy_us"] == pytest.approx(1 / 3, abs=0.03)
+    assert quoted(r"replays the same (\d+) kernels as one") == [graphs["kernels"]]
+    assert quoted(r"(\d\.\d) ms of GPU work \(half of it\s+in the MLPs") == [round(prefill["gpu_busy_us"] / 1000, 1)]
+    assert quoted(r"hides behind about (\d+) ms of eager launches") == [round(prefill["wall_us"] / 1000)]
+    # six kernels per eager MLP at this shape, the sixth cuBLAS's split-K reduce; K = 16384 is the preset's MLP
+    t = it.load_trace(ROOT / "tests/data/h200_model_prefill_eager.json.gz")
+    assert modules.per_annotation(t)["model.layers.0.mlp"]["kernels"] == [6, 6, 6]
+    assert any("splitKreduce" in k.name for st in t.steps for k in st.kernels)
+    assert "so six kernels, not the five" in README and "(K = 16384)" in README
+    assert importlib.import_module("06_model").PRESETS["gemma-2b"]["intermediate_size"] == 16384

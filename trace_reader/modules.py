@@ -166,14 +166,33 @@ def largest_module(kind: str, step_annotation: str) -> Expect:
                   "modules outside the layers)", run, "cuda")
 
 
-def kernels_per_module(kind: str, n: int, what: str, step_annotation: str) -> Expect:
+def module_launches(kind: str, what: str, has: tuple[str, ...] = (), lacks: tuple[str, ...] = ()) -> Expect:
+    """Every `kind` module, in every step, launches a kernel matching each pattern of `has` and none matching a
+    pattern of `lacks`. A pattern is a regex searched in the kernel's name and in its launching op's name
+    (`^aten::gelu$`, `geglu`). What a module launches, not how many kernels: cuBLAS may add a split-K reduce
+    kernel to a GEMM at some shapes, which says nothing about the lesson."""
     def run(t: Trace):
-        rows = {k: v for k, v in per_annotation(t).items() if module_type(k) == kind}
-        if not rows:
+        if (miss := _need_steps(t)):
+            return miss
+        launched: dict[str, list[list[str]]] = {}  # module -> per step, the kernel and op names inside it
+        for i, st in enumerate(t.steps):
+            for k in st.kernels:
+                for name in annotations_around(k, st):
+                    if module_type(name) == kind:
+                        steps = launched.setdefault(name, [[] for _ in t.steps])
+                        steps[i] += [k.name] + ([k.op.name] if k.op is not None else [])
+        if not launched:
             return NotApplicable(f"no '{kind}' module annotations in this trace")
-        bad = {k: v["kernels"] for k, v in rows.items() if any(c != n for c in v["kernels"])}
-        return True if not bad else "; ".join(f"{k}: {v}" for k, v in list(bad.items())[:3])
-    return Expect(f"every {kind} launches {n} kernel{'s' if n != 1 else ''} per step ({what})", run, "cuda")
+        bad = []
+        for name, steps in launched.items():
+            found = lambda p, names: any(re.search(p, n) for n in names)  # noqa: E731
+            missing = sorted({p for names in steps for p in has if not found(p, names)})
+            extra = sorted({p for names in steps for p in lacks if found(p, names)})
+            if missing or extra:
+                bad.append(f"{name}: " + "; ".join([f"nothing matches {missing}"] * bool(missing)
+                                                   + [f"launches {extra}"] * bool(extra)))
+        return True if not bad else "; ".join(bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else "")
+    return Expect(f"every {kind} launches {what}", run, "cuda")
 
 
 def kernels_between(low: int, high: int | None, what: str) -> Expect:
