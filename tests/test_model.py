@@ -13,6 +13,7 @@ import io
 import json
 import statistics
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,6 +25,7 @@ from test_scripts import load
 from trace_reader import modules
 
 model06 = importlib.import_module("06_model")
+DATA = Path(__file__).resolve().parent / "data"
 TINY = ["--preset", "tiny", "--seq", "32", "--dtype", "fp32"]
 GPT2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2, "n_positions": 64, "vocab_size": 100,
         "bos_token_id": None, "eos_token_id": None}
@@ -258,3 +260,21 @@ def test_gpu_expectations(tmp_path, args, confirmed):
     lines = [line for line in out.splitlines() if line.startswith("  ok ")]
     for text in confirmed:
         assert any(text in line for line in lines), out[-4000:]
+
+
+@pytest.mark.parametrize("name,flags,broken", [
+    ("prefill_eager", ["--phase", "prefill"], ["compute-bound"]),  # 512 tokens: the launches outlast the GPU work
+    ("prefill_fused", ["--phase", "prefill", "--mlp", "fused"], ["compute-bound"]),
+    ("decode_eager", ["--phase", "decode"], []),
+    ("decode_fused", ["--phase", "decode", "--mlp", "fused"], []),
+    ("decode_compile", ["--phase", "decode", "--compile"], []),
+    ("decode_cudagraphs", ["--phase", "decode", "--cuda-graphs"], []),
+])
+def test_expectations_on_the_h200_traces(name, flags, broken):
+    """The script's own expectations for each recorded run, checked on its committed H200 trace."""
+    args = argparse.Namespace(phase=flags[1], active=3, compile="--compile" in flags or "--cuda-graphs" in flags,
+                              cuda_graphs="--cuda-graphs" in flags,
+                              mlp=flags[flags.index("--mlp") + 1] if "--mlp" in flags else "eager")
+    results = it.check(it.load_trace(DATA / f"h200_model_{name}.json.gz"), model06.expectations(args, 4))
+    assert [ex.text.split(":")[0] for ex, v, _ in results if v == "broken"] == broken, results
+    assert all(v == "confirmed" for ex, v, _ in results if ex.text.split(":")[0] not in broken), results
