@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 import inspect_trace as it
+from test_inspect_trace import record
 from trace_reader import compare as cmp
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -335,17 +335,6 @@ def test_sizes_pair_what_no_word_does_and_the_rest_is_one_group():
 
 
 # -------------------------------------------------------------------- recorded: the one-expression MLP
-
-def record(fn, path: Path, device: str) -> Path:
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    with profile(activities=acts, schedule=schedule(wait=1, warmup=1, active=3), record_shapes=True) as prof:
-        for _ in range(5):
-            with record_function("mlp_fwd"):
-                fn()
-            prof.step()
-    prof.export_chrome_trace(str(path))
-    return path
-
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU"))])

@@ -28,9 +28,10 @@ FUSED_CPP = "graph_0_cpp_fused__unsafe_view_gelu_mul_0"
 GeGLU = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
 
 
-def record(fn, path):
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=3),
-                 record_shapes=True) as prof:
+def record(fn, path, device="cpu"):
+    """fn profiled as the scripts do (wait 1, warm-up 1, 3 active steps in an 'mlp_fwd' span), exported to path."""
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=acts, schedule=schedule(wait=1, warmup=1, active=3), record_shapes=True) as prof:
         for _ in range(5):
             with record_function("mlp_fwd"):
                 fn()
