@@ -192,13 +192,15 @@ def test_second_replace_failing_where_hard_links_fail(tmp_path, old_pair, monkey
     assert unchanged(tmp_path, old_pair)  # the old table came back from a copy
 
 
-def test_table_name_taken_by_a_folder(tmp_path):
-    (tmp_path / f"{STEM}.txt").mkdir()
-    (tmp_path / f"{STEM}.json").write_bytes(b'{"old": "trace"}')
+@pytest.mark.parametrize("folder,other,old", [("txt", "json", b'{"old": "trace"}'), ("json", "txt", b"OLD TABLE\n")])
+def test_a_name_of_the_pair_taken_by_a_folder(tmp_path, folder, other, old):
+    """One line naming the folder; the other file of the old pair stays as it was (neither moves without the other)."""
+    (tmp_path / f"{STEM}.{folder}").mkdir()
+    (tmp_path / f"{STEM}.{other}").write_bytes(old)
     with pytest.raises(common.Fail) as e:
         common.export(make_run(tmp_path), FakeProfile(), "16x8x12")
-    assert f": {STEM}.txt is a folder;" in one_line(e.value)
-    assert (tmp_path / f"{STEM}.json").read_bytes() == b'{"old": "trace"}'
+    assert f": {STEM}.{folder} is a folder;" in one_line(e.value)
+    assert (tmp_path / f"{STEM}.{other}").read_bytes() == old
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{STEM}.json", f"{STEM}.txt"]
 
 
@@ -214,16 +216,6 @@ def test_output_folder_removed_while_the_trace_is_written(tmp_path):
     with pytest.raises(common.Fail) as e:
         common.export(make_run(out), FakeProfile(write=remove_everything), "16x8x12")
     assert FULL in one_line(e.value) and not out.exists()
-
-
-def test_trace_name_taken_by_a_folder(tmp_path):
-    (tmp_path / f"{STEM}.json").mkdir()
-    (tmp_path / f"{STEM}.txt").write_bytes(b"OLD TABLE\n")
-    with pytest.raises(common.Fail) as e:
-        common.export(make_run(tmp_path), FakeProfile(), "16x8x12")
-    assert f": {STEM}.json is a folder;" in one_line(e.value)
-    assert (tmp_path / f"{STEM}.txt").read_bytes() == b"OLD TABLE\n"  # the table did not move without its trace
-    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{STEM}.json", f"{STEM}.txt"]
 
 
 def test_output_folder_removed_mid_run(tmp_path):
