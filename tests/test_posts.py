@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 # as_run_here: --device cpu and --out under a temp folder
-from test_readme import ROOT, SMALLER, as_run_here, launcher, smaller
+from test_readme import ROOT, SMALLER, as_run_here, command, smaller
 from test_scripts import load, steps
 
 PART1 = [
@@ -64,9 +64,9 @@ def runs(tmp_path_factory):
     # is found, using CUDA_HOME=..." at the first compile. The runs must stay quiet anyway.
     env = {**os.environ, "CUDA_HOME": str(out), "TORCHINDUCTOR_CACHE_DIR": str(out / "inductor-cache")}
 
-    def one(command):
-        to = out / "schedule" if command == SCHEDULE else out  # same file name as --size 64: keep both
-        return subprocess.run(launcher() + as_run_here(as_in_ci(command), to), capture_output=True, text=True,
+    def one(line):
+        to = out / "schedule" if line == SCHEDULE else out  # same file name as --size 64: keep both
+        return subprocess.run(command(as_run_here(as_in_ci(line), to)), capture_output=True, text=True,
                               cwd=ROOT, timeout=600, env=env)
 
     commands = PART1 + PART2 + [SCHEDULE]

@@ -68,6 +68,12 @@ def launcher():
     return [uv, "run", "--frozen"] if uv and in_project_env else [sys.executable]
 
 
+def command(argv):
+    """What runs `uv run ARGV` here: `uv run python -m x` is this interpreter's `-m x` without uv."""
+    start = launcher()
+    return start + (argv[1:] if start == [sys.executable] and argv[0] == "python" else argv)
+
+
 # Part 1's 4096 runs do 4096³ bf16 GEMMs: about a second per call on 2 CPU cores, and up to 25 calls per run.
 # Here they run at 1024 (64× less work), every other flag as written; the GPU runs them at full size.
 SMALLER = {("--size", "4096"): ("1024", "a 4096³ bf16 GEMM takes a second or more per call on 2 CPU cores")}
@@ -120,7 +126,7 @@ class Runs:
     def run(self, argv):
         key = tuple(argv)
         if key not in self.done:
-            self.done[key] = subprocess.run(launcher() + as_run_here(argv, self.out), capture_output=True, text=True,
+            self.done[key] = subprocess.run(command(as_run_here(argv, self.out)), capture_output=True, text=True,
                                             cwd=ROOT, timeout=600, env=run_env(argv))
         return self.done[key]
 
@@ -188,7 +194,7 @@ def test_readme_open_command_serves_the_trace_once(argv, runs):
     for a in argv:
         if a.startswith("traces/"):
             runs.trace(a)
-    proc = subprocess.Popen(launcher() + as_run_here(argv, runs.out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(command(as_run_here(argv, runs.out)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1", "BROWSER": "true"})
     lines = []
     served = None
