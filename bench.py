@@ -71,9 +71,12 @@ ROUNDS = 3
 NO_GPU = "bench.py needs a CUDA GPU; torch.cuda.is_available() is False here (run it on the GPU machine)"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, not argparse's usage block
-        print(f"bench.py: {message}", file=sys.stderr)
+class Parser(argparse.ArgumentParser):
+    """Every benchmark's command line (bench.py, bench_attention.py, bench_model.py): a bad flag is one line,
+    `<prog>: <message>`, and exit code 2, not argparse's usage block."""
+
+    def error(self, message):
+        print(f"{self.prog}: {message}", file=sys.stderr)
         sys.exit(2)
 
 
@@ -88,7 +91,7 @@ def _shapes(text):
 
 
 def parse_args(argv=None):
-    p = _Parser(description=__doc__.split("\n")[0])
+    p = Parser(prog="bench.py", description=__doc__.split("\n")[0])
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="weights and activations (default bf16)")
     p.add_argument("--sweep", choices=sorted(SWEEPS), default="models",
                    help="named list of shapes: models (decode and prefill at model sizes, default) or post")
@@ -129,6 +132,51 @@ def median_us(fn, rep_ms=100):
             end.record()
         torch.cuda.synchronize()
     return 1e3 * statistics.median(start.elapsed_time(end) for start, end in events)
+
+
+def cpu_median_us(fn, reps=5):
+    """The CPU's stand-in for median_us: median wall time of `reps` calls after one warm-up call."""
+    with torch.inference_mode():
+        fn()
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(times)
+
+
+def cpu_ceilings(dtype):
+    """The CPU's small stand-ins for the ceilings, (TFLOP/s of a 512^3 matmul, GB/s of a 16 MiB copy read +
+    written): they only show a CPU smoke run's code path works, they are no yardstick."""
+    a, w = (torch.randn(512, 512, dtype=dtype) for _ in range(2))
+    src = torch.empty(1 << 24, dtype=torch.uint8).random_()
+    dst = torch.empty_like(src)
+    return 2 * 512**3 / cpu_median_us(lambda: a @ w) / 1e6, 2 * src.numel() / cpu_median_us(lambda: dst.copy_(src)) / 1e3
+
+
+def versions(device="cuda"):
+    """What a benchmark record says about where it ran: device, versions, date (UTC)."""
+    try:
+        import triton
+    except ImportError:  # a CPU smoke run on a machine without Triton's wheels
+        triton = None
+    cuda = device == "cuda"
+    return {"device": torch.cuda.get_device_name() if cuda else platform.processor() or "CPU", "device_type": device,
+            "capability": ".".join(map(str, torch.cuda.get_device_capability())) if cuda else None,
+            "torch": torch.__version__, "triton": triton and triton.__version__, "cuda": torch.version.cuda,
+            "python": platform.python_version(),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def write_record(out, record, table_lines):
+    """The JSON record at `out` and its table beside it (.txt); a crash mid-write leaves an earlier record whole."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    tmp.replace(out)
+    out.with_suffix(".txt").write_text("\n".join(table_lines) + "\n")
+    return f"\nwrote {out}\n      {out.with_suffix('.txt')}"
 
 
 def time_round_robin(fns):

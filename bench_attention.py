@@ -18,14 +18,9 @@ and the table beside it (.txt).
 """
 
 import argparse
-import datetime
 import importlib
-import json
 import math
-import platform
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -46,12 +41,6 @@ SDPA = {"sdpa default": None, "sdpa flash": SDPBackend.FLASH_ATTENTION, "sdpa cu
         "sdpa efficient": SDPBackend.EFFICIENT_ATTENTION}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, not argparse's usage block
-        print(f"bench_attention.py: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
 def _shapes(text):
     shapes = []
     for item in filter(None, (t.strip() for t in text.split(","))):
@@ -66,7 +55,7 @@ def _shapes(text):
 
 
 def parse_args(argv=None):
-    p = _Parser(description=__doc__.split("\n")[0])
+    p = bench.Parser(prog="bench_attention.py", description=__doc__.split("\n")[0])
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: tiny default shapes, a smoke test")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="q, k, v (default bf16)")
     p.add_argument("--prefill", type=_shapes, default=None, metavar="SHAPES",
@@ -79,25 +68,6 @@ def parse_args(argv=None):
     args.prefill = args.prefill if args.prefill is not None else _shapes(CPU_PREFILL if cpu else DEFAULT_PREFILL)
     args.decode = args.decode if args.decode is not None else _shapes(CPU_DECODE if cpu else DEFAULT_DECODE)
     return args
-
-
-def cpu_median_us(fn, reps=5):
-    """The CPU's stand-in for do_bench: median wall time of `reps` calls after one warm-up call."""
-    with torch.inference_mode():
-        fn()
-        times = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(times)
-
-
-def cpu_copy_gbs(nbytes=1 << 24):
-    """The CPU's stand-in for bench.copy_bandwidth_tbps: read nbytes + write nbytes."""
-    src = torch.empty(nbytes, dtype=torch.uint8).random_()
-    dst = torch.empty_like(src)
-    return 2 * nbytes / cpu_median_us(lambda: dst.copy_(src)) / 1e3
 
 
 def variants(decode, s, compiled_math):
@@ -152,7 +122,7 @@ def bench_shape(shape, decode, dtype, device, ceiling, bandwidth, compiled_math)
     if device == "cuda":
         rounds = bench.time_round_robin(calls)
     else:
-        rounds = {name: [cpu_median_us(call)] for name, call in calls.items()}
+        rounds = {name: [bench.cpu_median_us(call)] for name, call in calls.items()}
     for name in calls:
         us = bench.middle(rounds[name])
         result["variants"][name] = {"median_us": us, "rounds_us": rounds[name], "rel_err": errors[name],
@@ -204,14 +174,11 @@ def main(argv=None):
     if device == "cuda":
         ceiling = bench.gemm_ceiling_tflops(dtype)
         bandwidth = 1e3 * bench.copy_bandwidth_tbps()  # GB/s
-        name = torch.cuda.get_device_name()
     else:  # a small stand-in: the CPU numbers only show the code path works
-        a, w = (torch.randn(512, 512, dtype=dtype) for _ in range(2))
-        ceiling = 2 * 512**3 / cpu_median_us(lambda: a @ w) / 1e6
-        bandwidth = cpu_copy_gbs()
-        name = platform.processor() or "CPU"
+        ceiling, bandwidth = bench.cpu_ceilings(dtype)
     compiled_math = torch.compile(attention.math_attention, dynamic=False)
-    table = [f"{name}: {args.dtype} GEMM ceiling {ceiling:.0f} TFLOP/s, device copy {bandwidth:.0f} GB/s (measured now)"]
+    record = bench.versions(device)
+    table = [f"{record['device']}: {args.dtype} GEMM ceiling {ceiling:.0f} TFLOP/s, device copy {bandwidth:.0f} GB/s (measured now)"]
     print(table[0])
     results = []
     try:
@@ -223,28 +190,14 @@ def main(argv=None):
     except AssertionError as e:
         print(f"bench_attention.py: wrong result, nothing timed for this shape: {e}", file=sys.stderr)
         return 1
-    try:
-        import triton
-    except ImportError:  # CPU mode on a machine without Triton's wheels
-        triton = None
-    record = {
-        "device": name, "device_type": device,
-        "capability": ".".join(map(str, torch.cuda.get_device_capability())) if device == "cuda" else None,
-        "torch": torch.__version__, "triton": triton and triton.__version__, "cuda": torch.version.cuda,
-        "python": platform.python_version(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    record.update({
         "dtype": args.dtype,
         "timer": (f"bench.median_us (CUDA events, L2 evicted before each call); middle of {bench.ROUNDS} round-robin rounds"
                   if device == "cuda" else "time.perf_counter median of 5 calls (CPU smoke test)"),
         "ceiling_tflops": ceiling, "ceiling_gemm": "8192x8192x8192" if device == "cuda" else "512x512x512",
         "copy_gbs": bandwidth, "shapes": results,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(args.out.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n")
-    tmp.replace(args.out)  # a crash mid-write leaves the previous record whole
-    args.out.with_suffix(".txt").write_text("\n".join(table) + "\n")
-    print(f"\nwrote {args.out}\n      {args.out.with_suffix('.txt')}")
+    })
+    print(bench.write_record(args.out, record, table))
     return 0
 
 
