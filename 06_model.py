@@ -151,6 +151,22 @@ def swap_mlps(model, kind, run):
         layer.mlp = new
 
 
+def build_model(config, run):
+    """Random weights from the config, built on the device: nothing is downloaded."""
+    with run.device:
+        try:
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=run.dtype, attn_implementation="sdpa")
+        except ValueError as e:
+            raise common.Fail(f"{type(config).__name__} is not a causal language model transformers can build "
+                              f"({first_line(e)})") from None
+    return model.eval()
+
+
+def cache_argument(model):
+    """The forward's name for the KV cache: transformers >= 5.20 says `cache`, earlier 5.x `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def decoder_layers(model):
     """(path, the ModuleList of decoder layers): the longest ModuleList in the model."""
     lists = [(p, m) for p, m in model.named_modules() if isinstance(m, torch.nn.ModuleList)]
@@ -228,14 +244,7 @@ def main():
           f"{config.num_attention_heads} heads / {kv} KV, head_dim {head_dim}, vocab {config.vocab_size}; "
           f"{args.phase}, batch {b}, seq {s}, MLP {args.mlp}, {variant}")
 
-    # Random weights from the config, built on the device: nothing is downloaded.
-    with run.device:
-        try:
-            model = transformers.AutoModelForCausalLM.from_config(config, dtype=run.dtype, attn_implementation="sdpa")
-        except ValueError as e:
-            raise common.Fail(f"{type(config).__name__} is not a causal language model transformers can build "
-                              f"({first_line(e)})") from None
-    model.eval()
+    model = build_model(config, run)
     ids = torch.randint(0, config.vocab_size, (b, s), device=run.device)
     if args.mlp != "eager":  # correct before fast: the same logits as transformers' own MLP, same weights
         with torch.no_grad():
@@ -245,8 +254,7 @@ def main():
                                expected, "the model with its own MLP")
     annotated = 0 if args.compile else annotate_modules(model)  # hooks after the swap: they name the new MLPs
     forward = torch.compile(model, mode="reduce-overhead" if args.cuda_graphs else None) if args.compile else model
-    # transformers >= 5.20 names the cache argument `cache`, earlier 5.x `past_key_values`.
-    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    cache_kw = cache_argument(model)
 
     if args.phase == "prefill":
         @torch.no_grad()
