@@ -238,8 +238,7 @@ def markdown(record):
     """The README's table, from a record: per execution and MLP, prefill tokens/s and decode ms per token, each
     with its fraction of the floor; "—" where a variant did not run."""
     prefill, decode = record["shapes"]
-    rows = [f"| execution | MLP | prefill tokens/s (of floor) | decode ms/token (of floor) |",
-            "| --- | --- | --- | --- |"]
+    rows = ["| execution | MLP | prefill tokens/s (of floor) | decode ms/token (of floor) |", "| --- " * 4 + "|"]
     for execution in EXECUTIONS:
         for mlp in MLPS:
             name = f"{execution} / {mlp}"

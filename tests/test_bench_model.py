@@ -1,0 +1,133 @@
+"""bench_model.py: one CPU smoke run (tiny preset) read back, its floors re-derived from the model's own weights,
+the correctness gate, bad input, and a reduced run on a GPU."""
+
+import contextlib
+import io
+import json
+
+import pytest
+import torch
+import transformers
+
+import bench_model
+import common
+
+SEQ = 32
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """The CPU smoke run, once for the module: (record, printed text, output path)."""
+    out = tmp_path_factory.mktemp("bench_model") / "b.json"
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert bench_model.main(["--device", "cpu", "--seq", str(SEQ), "--out", str(out)]) == 0
+    return json.loads(out.read_text()), buf.getvalue(), out
+
+
+def test_cpu_run_checks_times_and_records(smoke):
+    record, printed, out = smoke
+    assert record["device_type"] == "cpu" and record["dtype"] == "bf16" and record["ceiling_tflops"] > 0
+    assert {"torch", "transformers", "python", "date", "timer", "copy_tbps"} <= set(record)
+    assert record["model"]["preset"] == "tiny" and record["model"]["seq"] == SEQ and record["model"]["batch"] == 1
+    prefill, decode = record["shapes"]
+    assert (prefill["phase"], prefill["bound"], decode["phase"], decode["bound"]) == (
+        "prefill", "compute", "decode", "memory")
+    for shape in record["shapes"]:
+        # On a CPU: eager and compiled run with transformers' MLP; the Triton MLPs and CUDA graphs say why not.
+        assert set(shape["variants"]) == {"eager / eager", "compile / eager"}
+        assert all("needs a CUDA GPU" in why for name, why in shape["skipped"].items() if "liger" in name or
+                   "fused" in name) and len(shape["skipped"]) == (7 if shape["phase"] == "decode" else 4)
+        assert shape["variants"]["eager / eager"]["rel_err"] == 0  # the reference itself
+        for v in shape["variants"].values():
+            assert 0 < v["median_us"] and v["rel_err"] <= common.TOLERANCE[torch.bfloat16]
+            assert v["of_floor"] == pytest.approx(shape["floor_us"] / v["median_us"])
+    assert "cuda-graphs / eager" in decode["skipped"] and "cuda-graphs / eager" not in prefill["skipped"]
+    for v in prefill["variants"].values():
+        assert v["tokens_per_s"] == pytest.approx(SEQ / v["median_us"] * 1e6)
+    for v in decode["variants"].values():
+        assert v["ms_per_token"] == pytest.approx(v["median_us"] / 1e3)
+    table = out.with_suffix(".txt").read_text()
+    assert table.splitlines()[0] in printed and "compile      eager" in table
+    assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_floors_are_the_formula_on_the_models_weights(smoke):
+    """P counted from the built model's own weight matrices (not the formula's terms), then the docstring's floors."""
+    record, _, _ = smoke
+    config = bench_model.model_script.preset_config("tiny")
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    P = sum(p.numel() for n, p in model.named_parameters() if ".layers." in n and p.dim() == 2)
+    assert record["model"]["params_per_token"] == P
+    d, V, L = config.hidden_size, config.vocab_size, config.num_hidden_layers
+    H, kv, hd = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+    flops = 2 * P * SEQ + 2 * V * d + L * 4 * H * SEQ * SEQ * hd / 2  # causal attention: half the scores
+    weights = 2 * (P + model.lm_head.weight.numel())  # bf16
+    kv_cache = 2 * 2 * L * kv * SEQ * hd
+    prefill, decode = record["shapes"]
+    assert (prefill["flops"], decode["bytes"], decode["kv_cache_bytes"]) == (flops, weights + kv_cache, kv_cache)
+    assert prefill["floor_us"] == pytest.approx(flops / record["ceiling_tflops"] / 1e6)
+    assert decode["floor_us"] == pytest.approx((weights + kv_cache) / record["copy_tbps"] / 1e6)
+    rows = [line.split(" | ")[:2] for line in bench_model.markdown(record).splitlines()[2:] if line.startswith("| ")]
+    assert rows == [["| eager", "eager"], ["| compile", "eager"]]
+
+
+def test_wrong_variant_stops_the_run_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "b.json"
+    out.write_text("an earlier record\n")
+    real = bench_model.executed
+
+    def executed(model, execution):  # "compile" is the eager model with its logits off by half
+        forward = real(model, "eager")
+        if execution == "eager":
+            return forward
+
+        def wrong(**kw):
+            result = forward(**kw)
+            result.logits = result.logits * 1.5
+            return result
+        return wrong
+
+    monkeypatch.setattr(bench_model, "executed", executed)
+    assert bench_model.main(["--device", "cpu", "--seq", "16", "--exec", "eager,compile", "--mlp", "eager",
+                             "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("bench_model.py: wrong result") and "compile / eager prefill" in err
+    assert out.read_text() == "an earlier record\n" and sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]
+
+
+@pytest.mark.parametrize("flags", [["--exec", "eager,jit"], ["--mlp", ""], ["--seq", "1"], ["--layers", "0"],
+                                   ["--device", "tpu"], ["--preset", "gemma-7b"], ["--dtype", "fp8"]])
+def test_bad_flags_one_line_exit_2(flags, capsys):
+    with pytest.raises(SystemExit) as done:
+        bench_model.parse_args(flags)
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("bench_model.py: ")
+
+
+def test_seq_past_the_positions_and_no_gpu_one_line_exit_2(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "b.json"
+    assert bench_model.main(["--device", "cpu", "--seq", "4096", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bench_model.py: --seq 4096 is longer") and len(err.strip().splitlines()) == 1
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert bench_model.main(["--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bench_model.py needs a CUDA GPU") and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_run_writes_record(tmp_path):
+    out = tmp_path / "b.json"
+    assert bench_model.main(["--layers", "1", "--seq", "128", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["device"] == torch.cuda.get_device_name() and record["model"]["preset"] == "gemma-2b"
+    prefill, decode = record["shapes"]
+    assert {"eager / eager", "compile / eager", "eager / fused", "compile / fused"} <= set(prefill["variants"])
+    assert {"cuda-graphs / eager", "cuda-graphs / fused"} <= set(decode["variants"])
+    for shape in record["shapes"]:
+        assert all("liger" in name for name in shape["skipped"])  # only a missing liger-kernel may skip a row
+        for v in shape["variants"].values():
+            assert v["rel_err"] <= common.TOLERANCE[torch.bfloat16]
+            assert 0 < v["of_floor"] <= 1.05  # a floor no variant beats (beyond the timer's noise)
