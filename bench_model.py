@@ -54,7 +54,7 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 EXECUTIONS = ["eager", "compile", "cuda-graphs"]
 MLPS = ["eager", "liger", "fused"]
 # The shape on the GPU; the tiny preset on the CPU (seconds).
-DEFAULTS = {"cuda": dict(preset="gemma-2b", layers=4, seq=512), "cpu": dict(preset="tiny", layers=2, seq=64)}
+DEFAULTS = {"cuda": {"preset": "gemma-2b", "layers": 4, "seq": 512}, "cpu": {"preset": "tiny", "layers": 2, "seq": 64}}
 
 
 def _names(choices):
@@ -223,9 +223,9 @@ def format_phase(r):
         head = (f"\ndecode, {r['label']}: {r['bytes'] / 1e6:.1f} MB a step (weights {r['weight_bytes'] / 1e6:.1f} MB, "
                 f"KV cache {r['kv_cache_bytes'] / 1e6:.1f} MB); floor {r['floor_us'] / 1e3:.3f} ms "
                 f"({r['bound']}-bound: bytes / copy bandwidth)")
-    lines = [head, f"  {'execution':<13}{'MLP':<8}{'ms':>9}{'spread':>8}"
-             f"{'tokens/s' if prefill else 'ms/token':>12}{'of floor':>10}{'rel err':>10}"]
-    for name, v in r["variants"].items():
+    lines = [head, (f"  {'execution':<13}{'MLP':<8}{'ms':>9}{'spread':>8}"
+                    f"{'tokens/s' if prefill else 'ms/token':>12}{'of floor':>10}{'rel err':>10}")]
+    for v in r["variants"].values():
         spread = (max(v["rounds_us"]) - min(v["rounds_us"])) / v["median_us"]  # across rounds: the noise to beat
         rate = f"{v['tokens_per_s']:12,.0f}" if prefill else f"{v['ms_per_token']:12.3f}"
         lines.append(f"  {v['execution']:<13}{v['mlp']:<8}{v['median_us'] / 1e3:9.3f}{spread:8.1%}{rate}"
@@ -249,11 +249,11 @@ def markdown(record):
                      f"{d['ms_per_token']:.3f} ({d['of_floor']:.2f})" if d else "—"]
             rows.append(f"| {execution} | {mlp} | " + " | ".join(cells) + " |")
     m = record["model"]
-    rows += ["", f"Floors: prefill {prefill['floor_us'] / 1e3:.3f} ms ({prefill['flops'] / 1e9:.0f} GFLOP at "
+    rows += ["", (f"Floors: prefill {prefill['floor_us'] / 1e3:.3f} ms ({prefill['flops'] / 1e9:.0f} GFLOP at "
              f"{record['ceiling_tflops']:.0f} TFLOP/s), decode {decode['floor_us'] / 1e3:.3f} ms "
              f"({decode['bytes'] / 1e6:.0f} MB at {record['copy_tbps']:.2f} TB/s); {m['preset']}, {m['layers']} "
              f"layers, batch {m['batch']}, prompt {m['seq']}, {record['dtype']}, {record['device']}, "
-             f"torch {record['torch']}, transformers {record['transformers']}."]
+             f"torch {record['torch']}, transformers {record['transformers']}.")]
     return "\n".join(rows)
 
 
@@ -278,11 +278,11 @@ def main(argv=None):
         ceiling, bandwidth = bench.cpu_ceilings(dtype)
         bandwidth /= 1e3  # TB/s
     record = bench.versions(args.device)
-    table = [f"{record['device']}: {args.dtype} GEMM ceiling {ceiling:.0f} TFLOP/s, device copy {bandwidth:.2f} TB/s "
-             "(measured now)",
-             f"model: {args.preset}, {args.layers} layers, hidden {config.hidden_size}, intermediate "
-             f"{config.intermediate_size}, {config.num_attention_heads} heads / {config.num_key_value_heads} KV, "
-             f"head_dim {config.head_dim}, vocab {config.vocab_size}; batch {args.batch}, seq {args.seq}"]
+    table = [(f"{record['device']}: {args.dtype} GEMM ceiling {ceiling:.0f} TFLOP/s, device copy {bandwidth:.2f} "
+              "TB/s (measured now)"),
+             (f"model: {args.preset}, {args.layers} layers, hidden {config.hidden_size}, intermediate "
+              f"{config.intermediate_size}, {config.num_attention_heads} heads / {config.num_key_value_heads} KV, "
+              f"head_dim {config.head_dim}, vocab {config.vocab_size}; batch {args.batch}, seq {args.seq}")]
     print("\n".join(table))
     c = costs(config, args.batch, args.seq, dtype.itemsize)
     # Each compiled variant holds two graphs (prefill, decode) of the same forward: above Dynamo's default limit
