@@ -287,8 +287,9 @@ def main(argv=None):
     c = costs(config, args.batch, args.seq, dtype.itemsize)
     # Each compiled variant holds two graphs (prefill, decode) of the same forward: above Dynamo's default limit
     # of 8 per function, it would silently run the rest eager.
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * len(args.mlp) * len(args.exec))
-    with torch.inference_mode():  # one grad mode for checks and timing: no recompiles between them
+    limit = max(torch._dynamo.config.recompile_limit, 4 * len(args.mlp) * len(args.exec))
+    # One grad mode for checks and timing: no recompiles between them.
+    with torch._dynamo.config.patch(recompile_limit=limit), torch.inference_mode():
         base = model_script.build_model(config, run)
         ids = torch.randint(0, config.vocab_size, (args.batch, args.seq), device=run.device)
         calls, skipped = build_variants(base, config, ids, args, run)
