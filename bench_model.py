@@ -234,11 +234,14 @@ def format_phase(r):
     return "\n".join(lines)
 
 
+TABLE_HEADER = "| execution | MLP | prefill tokens/s (of floor) | decode ms/token (of floor) |"
+
+
 def markdown(record):
     """The README's table, from a record: per execution and MLP, prefill tokens/s and decode ms per token, each
     with its fraction of the floor; "—" where a variant did not run."""
     prefill, decode = record["shapes"]
-    rows = ["| execution | MLP | prefill tokens/s (of floor) | decode ms/token (of floor) |", "| --- " * 4 + "|"]
+    rows = [TABLE_HEADER, "| --- " * 4 + "|"]
     for execution in EXECUTIONS:
         for mlp in MLPS:
             name = f"{execution} / {mlp}"

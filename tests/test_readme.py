@@ -17,7 +17,7 @@ from conftest import interpreter_cannot_loop
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = {"01_matmul_add.py", "02_linear.py", "03_simple_mlp.py", "03_kernels_mlp.py", "04_fused_mlp.py",
            "05_attention.py", "06_model.py"}
-BENCHES = {"bench.py", "bench_attention.py"}
+BENCHES = {"bench.py", "bench_attention.py", "bench_model.py"}
 # 05_attention.py's defaults are Llama-3-8B's attention (4 x 2048 tokens, 32 heads): minutes and gigabytes on a
 # CPU. On the CPU, its commands that give no shape run at this one (the scores still outweigh every other
 # activation, so the memory expectations mean the same); with --device cuda they run as written.

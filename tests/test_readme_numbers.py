@@ -1,6 +1,7 @@
 """Every number README.md quotes, re-derived from committed data: the H200 traces in tests/data/ and the
 benchmark record in results/bench_h200.json (or, for sizes and defaults, from the code that sets them).
-The benchmark table and the line above it are bench.markdown_table(results/bench_h200.json): test_readme.py.
+The benchmark table and the line above it are bench.markdown_table(results/bench_h200.json): test_readme.py;
+06_model's benchmark table is bench_model.markdown(results/bench_model_h200.json), checked here.
 
 Kernel times are read from the traces with plain json (mean µs per call over the 3 active steps), not through
 the trace reader, so the reader's own report cannot vouch for itself; busy fractions come from the reader.
@@ -177,3 +178,18 @@ def test_model_prose_numbers():
     assert any("splitKreduce" in k.name for st in t.steps for k in st.kernels)
     assert "so six kernels, not the five" in README and "(K = 16384)" in README
     assert importlib.import_module("06_model").PRESETS["gemma-2b"]["intermediate_size"] == 16384
+
+
+# --- 06_model.py's benchmark: the table is bench_model.markdown(results/bench_model_h200.json) ----------------
+
+def test_model_benchmark_table_is_the_committed_h200_record():
+    import bench_model
+
+    section = README[README.index("### `06_model.py`"):README.index("### Output layout")]
+    path = ROOT / "results/bench_model_h200.json"
+    if not path.exists():
+        assert bench_model.TABLE_HEADER not in section, "a model benchmark table in the README, but no record behind it"
+        pytest.skip("no committed H200 record yet")
+    record = json.loads(path.read_text())
+    assert bench_model.markdown(record) in section, "the README's table is not bench_model.markdown() of the record"
+    assert "results/bench_model_h200.json" in section  # where a reader finds the whole record
