@@ -278,3 +278,80 @@ def test_expectations_on_the_h200_traces(name, flags, broken):
     results = it.check(it.load_trace(DATA / f"h200_model_{name}.json.gz"), model06.expectations(args, 4))
     assert [ex.text.split(":")[0] for ex, v, _ in results if v == "broken"] == broken, results
     assert all(v == "confirmed" for ex, v, _ in results if ex.text.split(":")[0] not in broken), results
+
+
+# ---- inspect_trace.py --expect 06_model: the run's flags read back from the trace ------------------------------
+
+def expect_cli(trace, capsys):
+    """(exit code, stdout, stderr) of `inspect_trace.py --expect 06_model TRACE`."""
+    code = it.main(["--expect", "06_model", str(trace)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def verdicts(text):
+    """The expectation lines (ok / BROKEN / n/a) of a report, in order."""
+    return [line for line in text.splitlines() if line.startswith(("  ok ", "  BROKEN ", "  n/a "))]
+
+
+def rewritten(trace, path, keep=lambda e: True, add=()):
+    """A copy of `trace` at `path` with only the events `keep` accepts, plus `add(step event)` per ProfilerStep."""
+    data = load(trace)
+    steps = [e for e in data["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")]
+    data["traceEvents"] = [e for e in data["traceEvents"] if keep(e)] + [a(s) for s in steps for a in add]
+    path.write_text(json.dumps(data))
+    return path
+
+
+def compiled_region(step):
+    return {"ph": "X", "cat": "cpu_op", "name": "Torch-Compiled Region: 0/0", "pid": step["pid"], "tid": step["tid"],
+            "ts": step["ts"] + 1, "dur": step["dur"] - 2, "args": {}}
+
+
+def no_modules(e):  # what a compiled run records: no module spans (06_model leaves them out under --compile)
+    return not (e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith(("model.", "lm_head")))
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_expect_reads_the_run_from_the_trace(runs, phase, tmp_path, capsys):
+    """The script's own verdicts, from the suite's file name and from a renamed copy (the annotations say it all)."""
+    _, printed, _, trace = runs[phase]
+    renamed = tmp_path / "trace.json"
+    renamed.write_bytes(trace.read_bytes())
+    for path in (trace, renamed):
+        code, out, _ = expect_cli(path, capsys)
+        assert code == 0 and f"06_model {phase}, eager, 2 layers, MLP eager, 3 steps (read from the trace)" in out
+        assert verdicts(out) == verdicts(printed) and len(verdicts(out)) == 5
+
+
+def test_expect_compiled_and_cuda_graph_runs_from_the_file_name(runs, tmp_path, capsys):
+    _, _, _, trace = runs["decode"]
+    name = "tiny-2L_decode_1x32_mlp-eager_cudagraphs_fp32_cold_compile.json"
+    code, out, _ = expect_cli(rewritten(trace, tmp_path / name, no_modules, [compiled_region]), capsys)
+    assert code == 0 and "06_model decode, CUDA graphs, 2 layers, 3 steps" in out
+    assert any("1 cudaGraphLaunch per step" in line for line in verdicts(out))
+    name = "tiny-3L_decode_1x32_mlp-eager_fp32_cold_compile.json"
+    code, out, _ = expect_cli(rewritten(trace, tmp_path / name, no_modules, [compiled_region]), capsys)
+    assert code == 0 and "06_model decode, compile, 3 layers, 3 steps" in out
+    assert any("at most 75 GPU kernels per step" in line for line in verdicts(out))
+
+
+def test_expect_what_the_trace_cannot_tell_is_one_line_exit_2(runs, tmp_path, capsys):
+    _, _, _, trace = runs["decode"]
+    # compiled, renamed: no module spans, no file name: the layer count is unknown
+    code, _, err = expect_cli(rewritten(trace, tmp_path / "a.json", no_modules, [compiled_region]), capsys)
+    assert code == 2 and err.strip() == ("inspect_trace.py: error: 06_model's expectations need --layers, which this "
+                                         "trace does not say")
+    # another harness's trace: no annotations at all, so not the phase either
+    bare = rewritten(trace, tmp_path / "b.json", lambda e: e.get("cat") != "user_annotation" or
+                     str(e.get("name", "")).startswith("ProfilerStep#"))
+    code, _, err = expect_cli(bare, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "need --phase" in err
+
+
+def test_expect_the_trace_outranks_its_file_name(runs, tmp_path, capsys):
+    _, _, _, trace = runs["prefill"]
+    name = "tiny-5L_decode_1x32_mlp-fused_fp32_cold_eager.json"  # a misleading name: the annotations say otherwise
+    code, out, _ = expect_cli(rewritten(trace, tmp_path / name), capsys)
+    assert code in (0, 1) and "06_model prefill, eager, 2 layers, MLP fused" in out  # the MLP: the name is all a CPU trace has
+    assert any("the GEMM with the GeGLU epilogue" in line for line in verdicts(out))

@@ -272,6 +272,7 @@ SCRIPTS = {
     "03_simple_mlp": ("batch", "seq", "dim", "hidden"),
     "03_kernels_mlp": ("batch", "seq", "dim", "hidden"),
     "04_fused_mlp": ("batch", "seq", "dim", "hidden"),
+    "06_model": (),  # its flags come from the annotations and the file name: modules.model_flags
 }
 
 
@@ -311,6 +312,10 @@ def args_from_trace(script: str, trace: Trace) -> _ArgsFromTrace:
         b = next((s for s in shapes if s and len(s) in (2, 3)), None)  # the second operand: [(B,) size, size]
         if b is not None:
             a.size, a.batched = b[-1], (b[0] if len(b) == 3 else None)
+    elif script == "06_model":
+        from .modules import model_flags  # modules.py builds on this file
+
+        model_flags(a, trace, words)
     elif len(dims) == len(names):
         for name, d in zip(names, dims):
             setattr(a, name, int(d))
@@ -327,6 +332,12 @@ def expectations_for(script: str, trace: Trace) -> tuple[list[Expect], str]:
     args = args_from_trace(script, trace)
     mode = "compile" if args.compile else "eager"
     said = f"{script} {mode}, {args.active} steps (read from the trace)"
+    if script == "06_model":  # its expectations also take the layer count and whether the MLP is the post's
+        phase, layers = args.phase, args.layers  # in this order: the first one the trace cannot tell is named
+        exps = module.expectations(args, layers, args.geglu)
+        mlp = f", MLP {args.mlp}" if not args.compile else ""
+        return list(exps), (f"{script} {phase}, {'CUDA graphs' if args.cuda_graphs else mode}, {layers} layers{mlp}, "
+                            f"{args.active} steps (read from the trace)")
     if callable(getattr(module, "expectations", None)):
         return list(module.expectations(args)), said
     table = getattr(module, "EXPECT", None)

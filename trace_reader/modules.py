@@ -213,3 +213,41 @@ def runtime_calls(name: str, per_step: int, what: str = "") -> Expect:
         counts = [sum(1 for o in [st.span, *st.spans] for c in o.calls if c.name == name) for st in t.steps]
         return True if all(c == per_step for c in counts) else f"{name} per step: {counts}"
     return Expect(f"{per_step} {name} per step" + (f" ({what})" if what else ""), run, "cuda")
+
+
+# ------------------------------------------------------------------- 06_model's flags, read back from its trace
+
+PHASES = ("prefill", "decode")  # 06_model.py's step annotation is the phase's name
+MLP_KERNELS = {"liger": re.compile(r"^_geglu_tanh_forward_kernel$|^LigerGELUMulFunction"),
+               "fused": re.compile(r"^_geglu_(tma|pointer|small_m)_kernel$")}
+MODEL_FILE_RE = re.compile(r"^(?P<config>.+)-(?P<layers>\d+)L$")  # the file name's first word: gemma-2b-4L
+
+
+def model_flags(a, trace: Trace, words: list[str]) -> None:
+    """06_model.py's --phase, --layers, --mlp and --cuda-graphs (and whether its MLP is the post's GeGLU), set on
+    `a` where the trace tells them: its annotations and events first, then the name 06_model gives its files
+    (gemma-2b-4L_decode_1x512_mlp-eager[_cudagraphs]_bf16_cold_eager). What neither tells stays unset, and the
+    expectations that need it say so."""
+    names = {e.name for st in trace.steps for e in st.spans} | {k.name for st in trace.steps for k in st.kernels}
+    phases = {n for n in names if n in PHASES}
+    named = next((w for w in words if w in PHASES), None)
+    if len(phases) == 1 or named:
+        a.phase = next(iter(phases)) if len(phases) == 1 else named
+    layers = {layer_index(n) for n in names if module_type(n) == "decoder layer"}
+    file = MODEL_FILE_RE.match(words[0]) if words else None
+    if layers:
+        a.layers = max(layers) + 1
+    elif file:
+        a.layers = int(file.group("layers"))
+    told = next((w[len("mlp-"):] for w in words if w.startswith("mlp-")), None)
+    seen = [kind for kind, pattern in MLP_KERNELS.items() if any(pattern.search(n) for n in names)]
+    if len(seen) == 1 or told in ("eager", "liger", "fused"):
+        a.mlp = seen[0] if len(seen) == 1 else told
+    elif not seen and "aten::gelu" in names:  # transformers' own MLP calls the GeLU op; the others do not
+        a.mlp = "eager"
+    graphs = any(c.name == "cudaGraphLaunch" for st in trace.steps for o in [st.span, *st.spans] for c in o.calls)
+    # --cuda-graphs is compile(mode="reduce-overhead"): a replay shows as cudaGraphLaunch, and never on a CPU
+    a.cuda_graphs = "cudagraphs" in words or (a.compile and graphs)
+    # The post's GeGLU MLP: a preset's (both are Gemma's), a swapped one, or transformers' calling aten::gelu
+    a.geglu = bool(file and file.group("config") in ("tiny", "gemma-2b")) or a.__dict__.get("mlp") in (
+        "liger", "fused") or "aten::gelu" in names
