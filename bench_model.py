@@ -1,6 +1,7 @@
 """The whole decoder, benchmarked: prefill tokens/s and decode ms per token, per execution and MLP, against floors.
 
     python3 bench_model.py                      # on the GPU machine: 4 Gemma-2B layers, batch 1, prompt 512
+                                                # (minutes: compiling six graphs takes most of it)
     uv run bench_model.py --device cpu          # the tiny preset on the CPU: the same code path, no numbers to quote
 
 06_model.py's model (transformers' GemmaForCausalLM, random weights from a preset; vocab 32000), run three

@@ -130,4 +130,6 @@ def test_gpu_run_writes_record(tmp_path):
         assert all("liger" in name for name in shape["skipped"])  # only a missing liger-kernel may skip a row
         for v in shape["variants"].values():
             assert v["rel_err"] <= common.TOLERANCE[torch.bfloat16]
-            assert 0 < v["of_floor"] <= 1.05  # a floor no variant beats (beyond the timer's noise)
+            # A floor: nothing runs much faster (a pure read may beat a copy's read + write rate a little);
+            # a unit slip in a floor (x 1000) would show here.
+            assert 0 < v["of_floor"] <= 1.2
