@@ -355,3 +355,30 @@ def test_expect_the_trace_outranks_its_file_name(runs, tmp_path, capsys):
     code, out, _ = expect_cli(rewritten(trace, tmp_path / name), capsys)
     assert code in (0, 1) and "06_model prefill, eager, 2 layers, MLP fused" in out  # the MLP: the name is all a CPU trace has
     assert any("the GEMM with the GeGLU epilogue" in line for line in verdicts(out))
+
+
+@pytest.mark.parametrize("name,said", [
+    ("decode_eager", "decode, eager, 4 layers, MLP eager"), ("decode_fused", "decode, eager, 4 layers, MLP fused"),
+    ("prefill_eager", "prefill, eager, 4 layers, MLP eager"), ("prefill_fused", "prefill, eager, 4 layers, MLP fused")])
+def test_expect_on_the_h200_traces(name, said, capsys):
+    """The committed traces are renamed (h200_model_<run>): their module spans and kernels (the fused GeGLU kernel)
+    tell the run. Verdicts as in test_expectations_on_the_h200_traces: prefill at 512 tokens is not compute-bound."""
+    code, out, _ = expect_cli(DATA / f"h200_model_{name}.json.gz", capsys)
+    assert f"06_model {said}, 3 steps (read from the trace)" in out
+    assert code == (1 if name.startswith("prefill") else 0)
+    assert [line.split()[1] for line in verdicts(out) if line.startswith("  BROKEN")] == (
+        ["compute-bound:"] if name.startswith("prefill") else [])
+
+
+@pytest.mark.parametrize("name,confirmed", [("decode_compile", "at most 100 GPU kernels per step"),
+                                            ("decode_cudagraphs", "1 cudaGraphLaunch per step")])
+def test_expect_on_the_compiled_h200_traces(name, confirmed, tmp_path, capsys):
+    """A compiled run has no module spans: renamed, its layer count is unknown (exit 2); under the name 06_model
+    gives it, the compiled expectations are checked on the real GPU trace."""
+    code, _, err = expect_cli(DATA / f"h200_model_{name}.json.gz", capsys)
+    assert code == 2 and err.strip().endswith("need --layers, which this trace does not say")
+    suite_name = "gemma-2b-4L_decode_1x512_mlp-eager" + ("_cudagraphs" if "graphs" in name else "") + \
+        "_bf16_cold_compile.json.gz"
+    (tmp_path / suite_name).write_bytes((DATA / f"h200_model_{name}.json.gz").read_bytes())
+    code, out, _ = expect_cli(tmp_path / suite_name, capsys)
+    assert code == 0 and any(line.startswith("  ok ") and confirmed in line for line in verdicts(out)), out[-2000:]
