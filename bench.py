@@ -387,8 +387,6 @@ def main(argv=None):
     if not torch.cuda.is_available():
         print(NO_GPU, file=sys.stderr)
         return 2
-    import triton
-
     dtype = DTYPES[args.dtype]
     torch.manual_seed(0)
     ceiling, bandwidth = gemm_ceiling_tflops(dtype), copy_bandwidth_tbps()
@@ -403,11 +401,7 @@ def main(argv=None):
 
     results = []
     record = {
-        "device": torch.cuda.get_device_name(),
-        "capability": ".".join(map(str, torch.cuda.get_device_capability())),
-        "torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda,
-        "liger_kernel": liger_version, "python": platform.python_version(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **versions("cuda"), "liger_kernel": liger_version,
         "dtype": args.dtype,
         "timer": f"CUDA events, median over ~100 ms of calls, L2 evicted by a 256 MB read before each call; "
                  f"middle of {ROUNDS} round-robin rounds",
