@@ -173,7 +173,7 @@ def build_variants(base, config, ids, args, run):
                 skipped["decode"][name] = "CUDA graphs need a CUDA GPU"
                 continue
             forward = executed(model, execution)
-            if execution != "cuda-graphs":  # a prefill is one large launch sequence: graphs save little there
+            if execution != "cuda-graphs":  # graphs for decode, where launches are the step: fewer compiles
                 calls["prefill"][name] = (lambda f=forward: f(input_ids=ids, use_cache=False, logits_to_keep=1).logits)
             calls["decode"][name] = Decode(forward, base, config, ids)
     return calls, skipped
