@@ -73,7 +73,7 @@ def parse_args(argv=None):
     p.add_argument("--preset", choices=list(model_script.PRESETS), help="the model's shape (default gemma-2b; CPU tiny)")
     p.add_argument("--layers", type=common.int_arg(1, 1000), help="decoder layers (default 4; CPU 2)")
     p.add_argument("--batch", type=common.int_arg(1, 1 << 16), default=1, help="sequences (default 1)")
-    p.add_argument("--seq", type=common.int_arg(2, 1 << 20), help="prompt tokens = KV cache entries (default 512; CPU 64)")
+    p.add_argument("--seq", type=common.int_arg(2, 1 << 20), help="prefill tokens; KV cache entries at decode (default 512; CPU 64)")
     p.add_argument("--exec", type=_names(EXECUTIONS), default=EXECUTIONS, metavar="LIST",
                    help=f"executions to run (default {','.join(EXECUTIONS)}; cuda-graphs: decode only)")
     p.add_argument("--mlp", type=_names(MLPS), default=MLPS, metavar="LIST", help=f"MLPs (default {','.join(MLPS)})")
