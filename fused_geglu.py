@@ -304,7 +304,7 @@ _split_k_counters = {}
 
 def _tile_counters(device, n):
     """Zeroed int32 arrival counters for split-K, one set per device and stream (the kernel re-zeroes them)."""
-    key = (device, torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
+    key = (device, torch.cuda.current_stream(device).stream_id if device.type == "cuda" else 0)
     counters = _split_k_counters.get(key)
     if counters is None or counters.numel() < n:
         counters = _split_k_counters[key] = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)

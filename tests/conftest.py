@@ -1,7 +1,19 @@
+import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# Inductor's C++ kernel for the MLP's GeLU * up on a CPU: graph_0_cpp_fused__unsafe_view_gelu_mul_0 in a fresh
+# process, graph_<N>_... after N earlier compiles in the same process (a test worker), no prefix on older torch.
+FUSED_CPP_RE = re.compile(r"^(?:graph_\d+_)?cpp_fused__unsafe_view_gelu_mul_\d+$")
+
+
+def fused_cpp(names) -> str:
+    """The one fused C++ kernel name among `names` (an assertion error if there is none, or several)."""
+    found = {n for n in names if FUSED_CPP_RE.match(n)}
+    assert len(found) == 1, f"fused C++ kernels: {sorted(found)}"
+    return found.pop()
 
 
 def interpreter_cannot_loop() -> bool:

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import fused_cpp
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 import inspect_trace as it
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
-FUSED_CPP = "graph_0_cpp_fused__unsafe_view_gelu_mul_0"
 
 
 # ---------------------------------------------------------------------------------------------- CPU traces
@@ -54,7 +54,9 @@ def cpu(tmp_path_factory):
             compiled = torch.compile(model)
             compiled(x)  # compile outside the trace
             comp = record(lambda: compiled(x), out / "compile.json")
-    return {"eager": it.load_trace(eager), "compile": it.load_trace(comp), "dir": out}
+    traces = {"eager": it.load_trace(eager), "compile": it.load_trace(comp), "dir": out}
+    traces["fused"] = fused_cpp(e.name for st in traces["compile"].steps for e in st.spans)
+    return traces
 
 
 def test_cpu_trace_steps_and_tree(cpu):
@@ -74,20 +76,20 @@ def test_cpu_trace_steps_and_tree(cpu):
 def test_cpu_report_shows_ops_and_fused_cpp_kernel(cpu):
     eager, comp = it.report(cpu["eager"]), it.report(cpu["compile"])
     assert "CPU only" in eager and "self µs/step" in eager
-    assert "aten::gelu" in eager and FUSED_CPP not in eager
-    assert FUSED_CPP in comp and "Inductor C++ kernels: " + FUSED_CPP in comp
+    assert "aten::gelu" in eager and cpu["fused"] not in eager
+    assert cpu["fused"] in comp and "Inductor C++ kernels: " + cpu["fused"] in comp
     assert "GPU work" not in comp
     data = it.report_data(cpu["compile"])
-    assert [w["name"] for w in data["cpu_work"]] == ["aten::mm", "aten::mm", FUSED_CPP, "aten::mm"]
+    assert [w["name"] for w in data["cpu_work"]] == ["aten::mm", "aten::mm", cpu["fused"], "aten::mm"]
     assert data["kernels"] == [] and data["typical_step"] is None and len(data["steps"]) == 3
 
 
 def test_compare_cpu_eager_vs_compiled(cpu):
     m = it.match(cpu["eager"], cpu["compile"])
     assert m.same == ["aten::mm"]
-    assert m.only_a == ["aten::gelu", "aten::mul"] and m.only_b == [FUSED_CPP]
+    assert m.only_a == ["aten::gelu", "aten::mul"] and m.only_b == [cpu["fused"]]
     # between the second and third GEMM (the anchors), GeLU + mul became the one C++ kernel
-    assert m.replaced == [(["aten::gelu", "aten::mul"], [FUSED_CPP])]
+    assert m.replaced == [(["aten::gelu", "aten::mul"], [cpu["fused"]])]
     assert m.ops_gone["aten::t"] == 3 and "aten::linear" in m.ops_gone
     assert "TorchDynamo Cache Lookup" in m.ops_new and "aten::mm" not in m.ops_new
     text = it.compare(cpu["eager"], cpu["compile"])
@@ -487,7 +489,7 @@ def test_cli_report_and_compare_read_well_in_a_pipe(cpu):
     assert one.returncode == 0 and one.stderr == ""
     assert "3 active ProfilerStep" in one.stdout and "\x1b[" not in one.stdout
     two = cli(cpu["dir"] / "eager.json", cpu["dir"] / "compile.json")
-    assert two.returncode == 0 and FUSED_CPP in two.stdout and "CPU ops gone in B" in two.stdout
+    assert two.returncode == 0 and cpu["fused"] in two.stdout and "CPU ops gone in B" in two.stdout
 
 
 def bad_inputs(tmp: Path, good: Path) -> dict:
@@ -583,3 +585,14 @@ def test_bench_replicates_a_step_faithfully(cpu, tmp_path):
     long = it.load_trace(tmp_path / "long_gpu.json.gz")
     assert len(long.steps) == 5 and all(len(st.kernels) == 5 and st.kernels[0].op.name == "aten::mm"
                                         for st in long.steps)
+
+
+def test_fused_cpp_name_whatever_the_graph_number():
+    """A worker that compiled before names the kernel graph_1_...; older torch gave no graph prefix."""
+    for name in ("graph_0_cpp_fused__unsafe_view_gelu_mul_0", "graph_12_cpp_fused__unsafe_view_gelu_mul_0",
+                 "cpp_fused__unsafe_view_gelu_mul_0"):
+        assert fused_cpp(["aten::mm", name, name]) == name
+    for names in ([], ["cpp_fused_gelu_0"], ["graph_0_cpp_fused__unsafe_view_gelu_mul_0",
+                                             "graph_1_cpp_fused__unsafe_view_gelu_mul_0"]):
+        with pytest.raises(AssertionError):
+            fused_cpp(names)
