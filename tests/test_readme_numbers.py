@@ -193,3 +193,38 @@ def test_model_benchmark_table_is_the_committed_h200_record():
     record = json.loads(path.read_text())
     assert bench_model.markdown(record) in section, "the README's table is not bench_model.markdown() of the record"
     assert "results/bench_model_h200.json" in section  # where a reader finds the whole record
+
+
+def test_model_benchmark_prose():
+    """The MLPs' GPU time quoted beside the benchmark, from the traces; the largest decode step is CUDA graphs'."""
+    import inspect_trace as it
+    from trace_reader import modules
+
+    def mlp_us(name):
+        b = modules.breakdown(it.load_trace(ROOT / f"tests/data/h200_model_{name}.json.gz"), name.split("_")[0])
+        return round(next(r["gpu_us"] for r in b["types"] if r["type"] == "mlp"))
+
+    assert quoted(r"prefill (\d+) → (\d+), decode\s+(\d+) → (\d+)\)") == [
+        mlp_us("prefill_eager"), mlp_us("prefill_fused"), mlp_us("decode_eager"), mlp_us("decode_fused")]
+    record = json.loads((ROOT / "results/bench_model_h200.json").read_text())
+    us = {r["phase"]: {(v["execution"], v["mlp"]): v["median_us"] for v in r["variants"].values()}
+          for r in record["shapes"]}
+    decode = us["decode"]
+    eager, compiled, graphs = decode[("eager", "eager")], decode[("compile", "eager")], decode[("cuda-graphs", "eager")]
+    assert eager - compiled > 1000 and compiled - graphs > 1000  # "each saves more than a millisecond a token"
+    assert quoted(r"together they make decode (\d\.\d)× faster than eager") == [round(eager / graphs, 1)]
+    floor = record["shapes"][1]["floor_us"]
+    assert floor / graphs == pytest.approx(0.25, abs=0.015)  # "still at a quarter of the floor"
+    assert floor < 250  # "what the GPU reads in a quarter of one" (millisecond)
+    for phase in ("prefill", "decode"):  # "make this model slower, not faster", every execution they ran in
+        for (execution, mlp), t in us[phase].items():
+            assert mlp == "eager" or t > us[phase][(execution, "eager")], (phase, execution, mlp)
+    assert set(record["shapes"][1]["skipped"]) == {"compile / fused", "cuda-graphs / fused"}  # "failed in this run"
+    assert all("'torch.Stream' object has no attribute 'cuda_stream'" in why
+               for why in record["shapes"][1]["skipped"].values())
+    log = (ROOT / "tests/data/h200_model_record_log.txt").read_text()
+    b8 = log[log.index("=== prefill_b8"):]
+    busy = re.search(r"typical step \(median, #\d\): compute-bound, GPU busy (\d+)%", b8)
+    assert busy and quoted(r"the same run was compute-bound, its GPU busy (\d+)% of the step") == [int(busy.group(1))]
+    mlp_share = re.search(r"^mlp +4 +[\d,.]+ +(\d+)%", b8, flags=re.M)
+    assert mlp_share and 62 <= int(mlp_share.group(1)) <= 70  # "two thirds of the GPU time in the MLPs"
