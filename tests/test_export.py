@@ -31,7 +31,7 @@ class FakeProfile:
 
     def __init__(self, trace=TRACE, table="NEW TABLE", write=None):
         self.trace, self.text, self.write = trace, table, write
-        self.sort_by = None
+        self.sort_by = self.row_limit = None
         self.paths = []
 
     def export_chrome_trace(self, path):
@@ -44,7 +44,7 @@ class FakeProfile:
         return self
 
     def table(self, sort_by, row_limit):
-        self.sort_by = sort_by
+        self.sort_by, self.row_limit = sort_by, row_limit
         return self.text
 
 
@@ -85,7 +85,7 @@ def test_writes_the_pair_and_nothing_else(tmp_path):
     assert (trace, table) == (tmp_path / f"{STEM}.json", tmp_path / f"{STEM}.txt")
     assert json.loads(trace.read_text()) == TRACE and table.read_text() == "NEW TABLE\n"
     assert sorted(tmp_path.iterdir()) == [trace, table]
-    assert prof.sort_by == "cpu_time_total" and common._written == trace
+    assert (prof.sort_by, prof.row_limit) == ("cpu_time_total", 40) and common._written == trace
     # Written in a hidden temporary folder inside the output folder: the same file system, so os.replace is
     # atomic (a folder in /tmp may be another file system), and .gitignore's *.tmp* pattern covers it.
     (written,) = prof.paths
@@ -118,6 +118,12 @@ def kineto_on_a_full_disk(path):
     pass  # torch's C++ exporter logs "Failed to write to log file!" and leaves no file: no exception
 
 
+def kineto_logs_a_failed_write(path):
+    # what torch's exporter prints on a full disk (and no file), then a line of someone else's that must get through
+    os.write(2, b"ERROR:2026-11-30 12:00:00 4242:4242 output_json.cpp:123] Failed to write to log file!\n"
+                b"another library: a real warning\n")
+
+
 def cut_off(path):
     Path(path).write_text(json.dumps(TRACE)[:-7])
 
@@ -134,6 +140,13 @@ def test_trace_export_failing_leaves_the_old_pair(tmp_path, old_pair, write, say
     assert one_line(e.value) == f"could not write {STEM}.json{'.gz' if gz else ''} and {STEM}.txt in {tmp_path}: " \
         f"{says}; the previous files are untouched"
     assert unchanged(tmp_path, old_pair) and common._written is None
+
+
+def test_kineto_failed_write_is_said_once_in_our_line(tmp_path, old_pair, capfd):
+    with pytest.raises(common.Fail) as e:
+        common.export(make_run(tmp_path), FakeProfile(write=kineto_logs_a_failed_write), "16x8x12")
+    assert FULL in one_line(e.value) and unchanged(tmp_path, old_pair)
+    assert capfd.readouterr().err == "another library: a real warning\n"
 
 
 def test_gzip_failing_leaves_the_old_pair(tmp_path, old_pair, monkeypatch):

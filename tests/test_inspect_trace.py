@@ -689,7 +689,7 @@ def test_cpu_op_counts_ops_by_exact_name_per_step():
     t = parse(data)
     assert verdicts(t, [
         it.cpu_op("aten::mm"), it.cpu_op("aten::mm", per_step=3), it.cpu_op("aten::mm", per_step=2),
-        it.cpu_op("aten::gelu", per_step=1), it.cpu_op("aten::gelu_"), it.cpu_op("aten::gelu_", per_step=0),
+        it.cpu_op("aten::gelu"), it.cpu_op("aten::gelu_"), it.cpu_op("aten::gelu_", per_step=0),
         it.cpu_op("aten::gelu", present=False), it.cpu_op("aten::gelu_", present=False), it.cpu_op("aten::m")]) == [
         ("confirmed", ""), ("confirmed", ""), ("broken", "'aten::mm' per step: [3, 3, 3]"), ("confirmed", ""),
         ("broken", "'aten::gelu_' per step: [0, 0, 0]"), ("confirmed", ""),
@@ -807,13 +807,17 @@ def launches_and_queries() -> dict:
         ev("cudaLaunchKernel", "cuda_runtime", 540, 2, tid=2, correlation=18),  # a thread with no spans
         ev("cudaLaunchKernel", "cuda_runtime", 4, 2, correlation=19),
         ev("outer", "cpu_op", 600, 100, **{E: 5}), ev("ann", "user_annotation", 600, 50, **{E: 5}),  # the op wins here too
-        ev("cudaLaunchKernel", "cuda_runtime", 640, 2, **{E: 5, "correlation": 21}),  # the step's own span is the only one around it
+        ev("cudaLaunchKernel", "cuda_runtime", 640, 2, **{E: 5, "correlation": 21}),
+        ev("ann only", "user_annotation", 800, 50, **{E: 6}), ev("cudaLaunchKernel", "cuda_runtime", 810, 2, tid=3,
+                                                                 **{E: 6, "correlation": 22}),  # an id, no op
+        ev("later op", "cpu_op", 850, 20, tid=4), ev("cudaLaunchKernel", "cuda_runtime", 820, 2, tid=4, correlation=23),  # the step's own span is the only one around it
         ev("k11", "kernel", 400, 10, pid=0, tid=7, correlation=11), ev("k12", "kernel", 55, 10, pid=0, tid=8, correlation=12),
         ev("k13", "kernel", 1500, 10, pid=0, tid=7, correlation=13),  # runs after the step's span: still its work
         ev("k14", "kernel", 230, 10, pid=0, tid=7, correlation=14),
         ev("k15", "kernel", 460, 10, pid=0, tid=7, correlation=15), ev("k16", "kernel", 530, 1, pid=0, tid=7, correlation=16),
         ev("k17", "kernel", 540, 1, pid=0, tid=7, correlation=17), ev("k18", "kernel", 550, 1, pid=0, tid=7, correlation=18),
         ev("k19", "kernel", 560, 1, pid=0, tid=7, correlation=19), ev("k21", "kernel", 650, 1, pid=0, tid=7, correlation=21),
+        ev("k22", "kernel", 815, 1, pid=0, tid=7, correlation=22), ev("k23", "kernel", 825, 1, pid=0, tid=7, correlation=23),
         ev("by id", "gpu_memset", 310, 5, pid=0, tid=7, **{E: 2}),  # no correlation: its op by External id
         ev("before the window", "kernel", 100, 5, pid=0, tid=7, correlation=3),  # its launch is not in the trace
         ev("ProfilerStep#3", "user_annotation", 2000, 1000), ev("E", "cpu_op", 2010, 10),
@@ -829,9 +833,9 @@ def test_calls_find_their_op_and_kernels_their_launch():
     assert [c.name for c in ops["B"].calls] == [it.OCCUPANCY, "vendor_launch"]
     assert [len(ops[n].calls) for n in ("C", "D", "inner", "fwd")] == [1, 1, 1, 1]
     by_name = {k.name: k for k in st.gpu}
-    assert [k.name for k in st.gpu] == ["k19", "k11", "k12", "k13", "k14", "by id", "k15", "k16", "k17", "k18", "k21"]
+    assert [k.name for k in st.gpu] == ["k19", "k11", "k12", "k13", "k14", "by id", "k15", "k16", "k17", "k18", "k21", "k22", "k23"]
     assert [by_name[n].op.name if by_name[n].op else None for n in by_name] == \
-        ["ProfilerStep#2", "A", "A", "A", "B", "B", "D", "inner", "fwd", None, "outer"]
+        ["ProfilerStep#2", "A", "A", "A", "B", "B", "D", "inner", "fwd", None, "outer", "ann only", None]
     assert [n for n, k in by_name.items() if k.occupancy_query] == ["k11", "k13", "k14"]
     assert by_name["by id"].launch is None and by_name["k18"].launch.name == "cudaLaunchKernel"
     assert ops["B"].kernels == [by_name["k14"], by_name["by id"]]
@@ -840,7 +844,7 @@ def test_calls_find_their_op_and_kernels_their_launch():
     bare = {"traceEvents": [e for e in launches_and_queries()["traceEvents"] if e["cat"] != "cuda_runtime"]}
     t = it.parse_trace(bare)
     assert sorted(k.name for k in t.steps[0].gpu) == sorted(["before the window", "by id"] + [
-        f"k{i}" for i in (11, 12, 14, 15, 16, 17, 18, 19, 21)])  # k13 ran after the step's span
+        f"k{i}" for i in (11, 12, 14, 15, 16, 17, 18, 19, 21, 22, 23)])  # k13 ran after the step's span
     assert [k.name for k in t.steps[0].gpu][:2] == ["k12", "before the window"]  # no launch: ordered by GPU start
 
 
@@ -887,20 +891,27 @@ def test_cpu_event_matches_any_span_in_every_step():
         ("not applicable", "a cpu-only expectation on a cuda trace"), ("confirmed", "")]
 
 
+def call(name, ts, ext):
+    return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 0.2,
+            "args": {"External id": ext}}
+
+
 def test_occupancy_before_gemms_says_what_it_saw():
     ex = [it.occupancy_before_gemms()]
     assert verdicts(parse(gpu_trace()), ex) == [("confirmed", "")]
     data = gpu_trace()
-    # a query before each GeLU launch too: pointwise launches are no longer bare
-    for g in [e for e in data["traceEvents"] if e["name"] == "aten::gelu"]:
-        data["traceEvents"].append({"ph": "X", "cat": "cuda_runtime", "name": it.OCCUPANCY, "pid": 1, "tid": 1,
-                                    "ts": g["ts"] + 0.5, "dur": 0.2, "args": {"External id": g["args"]["External id"]}})
-    assert verdicts(parse(data), ex) == [("broken", "GEMM launches without the query: 0/9; non-GEMM launches with it: 3 "
+    # a query before the first GeLU and the second mul launch too: pointwise launches are no longer bare
+    ops = [[e for e in data["traceEvents"] if e["name"] == name] for name in ("aten::gelu", "aten::mul")]
+    for op in (ops[0][0], ops[1][1]):
+        data["traceEvents"].append(call(it.OCCUPANCY, op["ts"] + 0.5, op["args"]["External id"]))
+    assert verdicts(parse(data), ex) == [("broken", "GEMM launches without the query: 0/9; non-GEMM launches with it: 2 "
                                                     f"({short(GELU, False, 50)})")]
     data = gpu_trace()
     data["traceEvents"] = [e for e in data["traceEvents"] if e["name"] != it.OCCUPANCY]
+    data["traceEvents"] += [call("cudaMemsetAsync", e["ts"] + 0.5, e["args"]["External id"])
+                            for e in data["traceEvents"] if e["name"] == "aten::mm"]
     assert verdicts(parse(data), ex) == [("broken", "GEMM launches without the query: 9/9 (their ops call: "
-                                                    "cudaLaunchKernel); non-GEMM launches with it: 0")]
+                                                    "cudaLaunchKernel, cudaMemsetAsync); non-GEMM launches with it: 0")]
     data = gpu_trace()
     launch = [e for e in data["traceEvents"] if e["name"] == "cudaLaunchKernel"][5]  # step 2's first GEMM
     data["traceEvents"].remove(launch)
@@ -918,10 +929,11 @@ def test_views_launch_nothing_names_the_views_that_did():
     views = [e for e in data["traceEvents"] if e["name"] in ("aten::t", "aten::view")][:4]
     for i, v in enumerate(views):
         data["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "copy_kernel", "pid": 0, "tid": 9,
-                                    "ts": v["ts"] + 0.5, "dur": 1.5 + i, "args": {"External id": v["args"]["External id"]}})
+                                    "ts": v["ts"] + 0.5, "dur": float(i), "args": {"External id": v["args"]["External id"]}})
     assert [v["name"] for v in views] == ["aten::t", "aten::view", "aten::t", "aten::view"]
-    assert verdicts(parse(data), ex) == [("broken", "aten::t launched 1 kernel(s), 1.5 µs; aten::view launched 1 "
-                                                    "kernel(s), 2.5 µs; aten::t launched 1 kernel(s), 3.5 µs")]
+    # a 0 µs kernel is still a kernel launched
+    assert verdicts(parse(data), ex) == [("broken", "aten::t launched 1 kernel(s), 0.0 µs; aten::view launched 1 "
+                                                    "kernel(s), 1.0 µs; aten::t launched 1 kernel(s), 2.0 µs")]
     no_views = gpu_trace()
     no_views["traceEvents"] = [e for e in no_views["traceEvents"] if e["name"] not in
                                ("aten::t", "aten::transpose", "aten::view", "aten::_unsafe_view")]
@@ -929,3 +941,28 @@ def test_views_launch_nothing_names_the_views_that_did():
     data = gpu_trace()
     data["traceEvents"] = [e for e in data["traceEvents"] if e["cat"] != "kernel"]
     assert verdicts(parse(data), ex) == [("broken", "no GPU kernels in the active steps")]
+
+
+def test_each_guess_says_what_it_checks_and_where_it_applies():
+    """The guess as printed beside its verdict, and the device it is asked of: a GPU-only guess is "not applicable"
+    on a CPU trace, never broken (a CPU run has no kernels to count)."""
+    guesses = {
+        "3 active ProfilerStep#k spans, each around a 'mlp_fwd' record_function": it.steps(3, "mlp_fwd"),
+        "1 GPU kernel per step": it.kernels_per_step(1),
+        "5 GPU kernels per step (3 GEMMs + GeLU + mul)": it.kernels_per_step(5, "3 GEMMs + GeLU + mul"),
+        "a GPU kernel matching /nvjet/ in every step": it.kernel("nvjet"),
+        "a GPU kernel matching /gelu/, 1x per step (fused)": it.kernel("gelu", 1, "fused"),
+        "no 'aten::t' op": it.cpu_op("aten::t", present=False),
+        "'aten::mm' 3x per step": it.cpu_op("aten::mm", per_step=3),
+        "'aten::mm' in every step": it.cpu_op("aten::mm"),
+        "a CPU event matching /cpp_fused/ in every step": it.cpu_event("cpp_fused"),
+        f"every GEMM launch is preceded by {it.OCCUPANCY}; pointwise launches are bare": it.occupancy_before_gemms(),
+        "view ops (aten::t, transpose, reshape, view, ...) launch no kernel: 0 µs CUDA time": it.views_launch_nothing(),
+        "overhead-bound: the typical step's GPU is busy < 50% (of busy + the idle it caused)": it.bound("overhead"),
+        "compute-bound: the typical step's GPU is busy >= 50% (of busy + the idle it caused)": it.bound("compute"),
+    }
+    assert [ex.text for ex in guesses.values()] == list(guesses)
+    assert [ex.device for ex in guesses.values()] == ["any"] + ["cuda"] * 4 + ["any"] * 3 + ["cpu"] + ["cuda"] * 4
+    cpu = parse(cpu_only(gpu_trace()))
+    gpu_only = [ex for ex in guesses.values() if ex.device == "cuda"]
+    assert verdicts(cpu, gpu_only) == [("not applicable", "a cuda-only expectation on a cpu trace")] * len(gpu_only)
