@@ -7,6 +7,7 @@ import gzip
 import importlib
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -807,6 +808,7 @@ def launches_and_queries() -> dict:
         ev("cudaLaunchKernel", "cuda_runtime", 540, 2, tid=2, correlation=18),  # a thread with no spans
         ev("cudaLaunchKernel", "cuda_runtime", 4, 2, correlation=19),
         ev("outer", "cpu_op", 600, 100, **{E: 5}), ev("ann", "user_annotation", 600, 50, **{E: 5}),  # the op wins here too
+        ev("tail", "cpu_op", 680, 20),  # ends with outer: still inside it
         ev("cudaLaunchKernel", "cuda_runtime", 640, 2, **{E: 5, "correlation": 21}),
         ev("ann only", "user_annotation", 800, 50, **{E: 6}), ev("cudaLaunchKernel", "cuda_runtime", 810, 2, tid=3,
                                                                  **{E: 6, "correlation": 22}),  # an id, no op
@@ -839,6 +841,9 @@ def test_calls_find_their_op_and_kernels_their_launch():
     assert [n for n, k in by_name.items() if k.occupancy_query] == ["k11", "k13", "k14"]
     assert by_name["by id"].launch is None and by_name["k18"].launch.name == "cudaLaunchKernel"
     assert ops["B"].kernels == [by_name["k14"], by_name["by id"]]
+    assert ops["ann"].parent is ops["outer"] and ops["tail"].parent is ops["outer"] and ops["outer"].parent is ops["fwd"]
+    assert ops["outer"].children == [ops["ann"], ops["tail"]]
+    assert st.lags() == [556, 370, 5, 1430, 10, 10, 10, 10, 10, 10, 5, 5]  # GPU start - launch, "by id" has no launch
     assert t.steps[1].gpu == [] and t.device == "cuda" and t.skipped == 0
     # Without any runtime call, GPU work is placed by its own clock: the left-over kernel is then in the step
     bare = {"traceEvents": [e for e in launches_and_queries()["traceEvents"] if e["cat"] != "cuda_runtime"]}
@@ -966,3 +971,104 @@ def test_each_guess_says_what_it_checks_and_where_it_applies():
     cpu = parse(cpu_only(gpu_trace()))
     gpu_only = [ex for ex in guesses.values() if ex.device == "cuda"]
     assert verdicts(cpu, gpu_only) == [("not applicable", "a cuda-only expectation on a cpu trace")] * len(gpu_only)
+
+
+# ------------------------------------------------------------ trace files, good and bad (fast: mutmut runs these)
+
+def test_load_trace_reads_plain_and_gzip_files_and_keeps_the_path(tmp_path):
+    text = json.dumps(gpu_trace()).encode()
+    plain, zipped, odd = tmp_path / "t.json", tmp_path / "t.json.gz", tmp_path / "gz_named.json"
+    plain.write_bytes(b" \n\t" * 500_000 + text)  # leading blanks over more than one 1 MiB chunk
+    zipped.write_bytes(gzip.compress(text))
+    odd.write_bytes(gzip.compress(text))  # gunzipped whatever its name
+    for path in (plain, zipped, odd, str(plain)):
+        t = it.load_trace(path)
+        assert t.path == str(path) and len(t.steps) == 3 and t.kernel_sources == {}
+    # exactly at the cap is allowed; one byte over is not, plain or gzip
+    exact = tmp_path / "exact.json"
+    exact.write_bytes(text)
+    assert len(it.load_trace(exact, max_bytes=len(text)).steps) == 3
+    assert len(it.load_trace(zipped, max_bytes=len(text)).steps) == 3
+    with pytest.raises(it.TraceError) as e:
+        it.load_trace(exact, max_bytes=len(text) - 1)
+    assert str(e.value) == f"{exact}: larger than {(len(text) - 1) / 2**20:g} MiB, the reader's limit for one trace"
+    with pytest.raises(it.TraceError) as e:
+        it.load_trace(zipped, max_bytes=len(text) - 1)
+    assert str(e.value) == f"{zipped}: more than {(len(text) - 1) / 2**20:g} MiB of JSON once decompressed (the " \
+        "reader's limit for one trace; a gzip bomb?)"
+
+
+def test_a_gzip_bomb_stops_at_the_cap_in_bounded_memory(tmp_path):
+    import tracemalloc
+
+    bomb = tmp_path / "bomb.json.gz"
+    block = gzip.compress(b" " * (1 << 20))  # 1 KiB that unzips to 1 MiB; members concatenated are one gzip stream
+    bomb.write_bytes(gzip.compress(b'{"traceEvents": [') + block * 40)
+    tracemalloc.start()
+    try:
+        with pytest.raises(it.TraceError, match=r"more than 4 MiB of JSON once decompressed"):
+            it.load_trace(bomb, max_bytes=4 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20  # the 40 MiB it unzips to are never held at once
+
+
+def test_each_bad_file_is_one_line_that_says_what_is_wrong(tmp_path):
+    text = json.dumps(gpu_trace())
+    no_steps = gpu_trace()
+    no_steps["traceEvents"] = [e for e in no_steps["traceEvents"] if not e["name"].startswith("ProfilerStep#")]
+    files = {
+        "empty.json": b"", "blank.json": b" \n" * 700_000, "list.json": b"  [1, 2]", "text.json": b"hello",
+        "binary.json": b"{" + bytes(range(128, 256)), "cut.json": b'{"traceEvents": [\n', "deep.json": b"{\"a\": " + b"[" * 100_000,
+        "cut.json.gz": gzip.compress(text.encode())[:300], "events.json": b'{"traceEvents": {}}',
+        "malformed.json": json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "x", "ts": 1, "dur": 2,
+                                                       "args": {"External id": [1]}}]}).encode(),
+        "nosteps.json": json.dumps(no_steps).encode(),
+    }
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+    (tmp_path / "folder.json").mkdir()
+    said = {}
+    for name in [*files, "folder.json", "missing.json"]:
+        with pytest.raises(it.TraceError) as e:
+            it.load_trace(tmp_path / name)
+        said[name] = str(e.value).replace(f"{tmp_path / name}: ", "", 1)
+    assert said == {
+        "empty.json": "empty file", "blank.json": "empty file (only whitespace)",
+        "list.json": "not a torch.profiler trace (a JSON object starts with '{', this starts with b'[1, 2]')",
+        "text.json": "not a torch.profiler trace (a JSON object starts with '{', this starts with b'hello')",
+        "binary.json": "not text JSON (binary content)",
+        "cut.json": "not valid JSON (Expecting value: line 2, column 1); truncated file?",
+        "deep.json": "JSON nested too deeply to be a trace",
+        "cut.json.gz": "cannot read (EOFError: Compressed file ended before the end-of-stream marker was reached); "
+                       "truncated or not gzip?",
+        "events.json": "JSON, but not a torch.profiler trace (no 'traceEvents' list)",
+        "malformed.json": said["malformed.json"],
+        "nosteps.json": "no ProfilerStep#N spans; profile with schedule(...) and call prof.step()",
+        "folder.json": "not a file", "missing.json": "no such file"}
+    assert said["malformed.json"].startswith("malformed trace (TypeError: ")  # an id that is a list: unhashable
+    assert "unhashable type: 'list'" in said["malformed.json"]  # (Python 3.14 words it longer)
+    assert it.load_trace(tmp_path / "nosteps.json", require_steps=False).steps == []
+
+
+def test_kernel_files_are_read_only_when_asked_and_only_small_regular_files(tmp_path, monkeypatch):
+    src, limit, big, binary, fifo = (tmp_path / n for n in ("k.py", "limit.py", "big.py", "bin.py", "fifo"))
+    src.write_text("def triton_poi_fused_0(in_ptr0):\n    pass\n")
+    limit.write_bytes(b"#" * read.MAX_KERNEL_FILE_BYTES)
+    big.write_bytes(b"#" * (read.MAX_KERNEL_FILE_BYTES + 1))
+    binary.write_bytes(b"\xff\xfe")
+    os.mkfifo(fifo)  # a plain open would wait for a writer for ever
+    targets = [str(src), str(limit), str(big), str(binary), str(fifo), str(tmp_path), str(tmp_path / "missing.py"),
+               "", 5, "bad\0name", "/dev/zero"]
+    data = gpu_trace()
+    ops = [e for e in data["traceEvents"] if e["cat"] == "cpu_op"]
+    for e, target in zip(ops, targets):
+        e["args"]["kernel_file"] = target
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    assert it.load_trace(path).kernel_sources == {}  # not asked: nothing opened
+    assert it.load_trace(path, kernel_files=True).kernel_sources == {str(src): src.read_text(),
+                                                                     str(limit): limit.read_text()}
+    monkeypatch.setattr(read, "KERNEL_FILES_SECONDS", -1.0)  # out of time before the first file
+    assert it.load_trace(path, kernel_files=True).kernel_sources == {}
