@@ -1014,6 +1014,17 @@ def test_a_gzip_bomb_stops_at_the_cap_in_bounded_memory(tmp_path):
     assert peak < 16 << 20  # the 40 MiB it unzips to are never held at once
 
 
+def test_a_plain_file_over_the_cap_is_refused_before_reading(tmp_path):
+    huge = tmp_path / "huge.json"
+    for cap, says in ((None, "1 GiB"), (3 << 29, "1.5 GiB"), ((1 << 30) - 1, "1024 MiB")):
+        with open(huge, "wb") as f:  # sparse: on paper only
+            f.write(b"{")
+            f.truncate((cap or read.MAX_JSON_BYTES) + 1)
+        with pytest.raises(it.TraceError) as e:
+            it.load_trace(huge, max_bytes=cap)
+        assert str(e.value) == f"{huge}: larger than {says}, the reader's limit for one trace"
+
+
 def test_each_bad_file_is_one_line_that_says_what_is_wrong(tmp_path):
     text = json.dumps(gpu_trace())
     no_steps = gpu_trace()
@@ -1059,7 +1070,7 @@ def test_kernel_files_are_read_only_when_asked_and_only_small_regular_files(tmp_
     big.write_bytes(b"#" * (read.MAX_KERNEL_FILE_BYTES + 1))
     binary.write_bytes(b"\xff\xfe")
     os.mkfifo(fifo)  # a plain open would wait for a writer for ever
-    targets = [str(src), str(limit), str(big), str(binary), str(fifo), str(tmp_path), str(tmp_path / "missing.py"),
+    targets = [str(src), str(limit), str(big), str(binary), str(fifo), str(tmp_path), str(tmp_path / "a_missing.py"),
                "", 5, "bad\0name", "/dev/zero"]
     data = gpu_trace()
     ops = [e for e in data["traceEvents"] if e["cat"] == "cpu_op"]
