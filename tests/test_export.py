@@ -563,3 +563,77 @@ def test_free_memory_is_unknown_where_os_has_no_sysconf(monkeypatch):
 
     monkeypatch.delattr(common.os, "sysconf")
     assert common._free_bytes(torch.device("cpu")) is None
+
+
+# --- setup(): the device, the memory check, the output folder, before any work --------------------------------
+
+def setup_args(out, **kw):
+    return argparse.Namespace(**{"out": out, "device": "auto", "dtype": "bf16", "compile": False, **kw})
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_setup_resolves_the_device_and_dtype(tmp_path, monkeypatch, gpu):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    for asked, got in (("auto", "cuda" if gpu else "cpu"), ("cpu", "cpu")) + ((("cuda", "cuda"),) if gpu else ()):
+        run = common.setup("/somewhere/02_linear.py", setup_args(tmp_path, device=asked, dtype="fp16"))
+        assert (run.script, run.device, run.dtype) == ("02_linear", torch.device(got), torch.float16), asked
+        assert run.args.out == tmp_path / "02_linear" and run.args.out.is_dir() and list(run.args.out.iterdir()) == []
+    if not gpu:
+        with pytest.raises(common.Fail) as e:
+            common.setup("02_linear.py", setup_args(tmp_path, device="cuda"))
+        assert one_line(e.value) == "--device cuda, but this machine has no CUDA GPU that PyTorch can use; try " \
+            "--device cpu"
+
+
+def test_setup_refuses_a_shape_that_cannot_fit(tmp_path, monkeypatch):
+    asked = []
+    free = 10 * 2**30
+
+    def free_bytes(device):
+        asked.append(device)
+        return free
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(common, "_free_bytes", free_bytes)
+    fits = int(0.9 * free) // 4  # fp32: 4 bytes an element; up to 90% of what is free is allowed
+    assert common.setup("02_linear.py", setup_args(tmp_path, dtype="fp32"), elements=fits).device.type == "cpu"
+    assert asked == [torch.device("cpu")]
+    with pytest.raises(common.Fail) as e:
+        common.setup("02_linear.py", setup_args(tmp_path, dtype="fp32"), elements=fits + 1)
+    assert one_line(e.value) == "this shape needs about 9.0 GiB but the cpu has 10.0 GiB free; try smaller sizes"
+    with pytest.raises(common.Fail, match="needs about 18.0 GiB but the cpu has 10.0 GiB free"):
+        common.setup("02_linear.py", setup_args(tmp_path, dtype="bf16"), elements=9 * 2**30)
+    asked.clear()
+    common.setup("02_linear.py", setup_args(tmp_path), elements=0)  # nothing said: nothing checked
+    assert asked == []
+    free = None  # unknown free memory: no check
+    common.setup("02_linear.py", setup_args(tmp_path), elements=10**15)
+
+
+def test_setup_output_folder_that_cannot_be_made_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(common.Fail) as e:
+        common.setup("02_linear.py", setup_args(tmp_path / "file"))
+    assert one_line(e.value) == f"cannot write to output folder {tmp_path / 'file' / '02_linear'}: Not a directory"
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_setup_compile_on_the_cpu_names_its_cpp_kernels(tmp_path, monkeypatch, gpu):
+    import torch._inductor.config as inductor_config
+
+    checked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setattr(common, "_check_cpp_compiler", lambda: checked.append(True))
+    with inductor_config.patch({"cpp.enable_kernel_profile": False}):  # put back as it was afterwards
+        common.setup("02_linear.py", setup_args(tmp_path))
+        assert checked == [] and inductor_config.cpp.enable_kernel_profile is False
+        common.setup("02_linear.py", setup_args(tmp_path, compile=True))
+        assert checked == ([] if gpu else [True]) and inductor_config.cpp.enable_kernel_profile is (not gpu)
+
+
+def test_free_memory_of_each_device(monkeypatch):
+    monkeypatch.setattr(common.os, "sysconf", lambda name: {"SC_AVPHYS_PAGES": 1000, "SC_PAGE_SIZE": 4096}[name])
+    assert common._free_bytes(torch.device("cpu")) == 4096 * 1000
+    asked = []
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: asked.append(device) or (123, 456))  # (free, total)
+    assert common._free_bytes(torch.device("cuda", 1)) == 123 and asked == [torch.device("cuda", 1)]
