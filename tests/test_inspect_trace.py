@@ -642,7 +642,8 @@ def drop_kernels(data, name, steps):
     starts = sorted(e["ts"] for e in data["traceEvents"] if e["name"].startswith("ProfilerStep#"))
     for i in steps:
         end = starts[i + 1] if i + 1 < len(starts) else float("inf")
-        k = next(e for e in data["traceEvents"] if e["cat"] == "kernel" and e["name"] == name and starts[i] <= e["ts"] < end)
+        k = next(e for e in data["traceEvents"]
+                 if e["cat"] == "kernel" and e["name"] == name and starts[i] <= e["ts"] < end)
         data["traceEvents"].remove(k)
     return data
 
@@ -742,7 +743,8 @@ def test_unusable_times_are_skipped_and_counted_and_the_edges_kept():
     bad = [ev("no ts", "cpu_op", 0, 1), ev("ts None", "cpu_op", None, 1), ev("ts text", "cpu_op", "soon", 1),
            ev("ts NaN", "cpu_op", float("nan"), 1), ev("dur NaN", "kernel", 50, float("nan")),
            ev("negative", "kernel", 50, -0.001), ev("too long", "cuda_runtime", 50, read.MAX_US * 1.001),
-           ev("too late", "cpu_op", 1.001e17, 1), ev("too early", "cpu_op", -1.001e17, 1), ev("dur text", "cpu_op", 5, "x")]
+           ev("too late", "cpu_op", 1.001e17, 1), ev("too early", "cpu_op", -1.001e17, 1),
+           ev("dur text", "cpu_op", 5, "x")]
     del bad[0]["ts"]
     # not complete events, or of no category the reader uses: ignored, not counted as skipped
     other = [5, "x", None, [1], ev("B", "cpu_op", 5, 1, ph="B"), ev("flow", "ac2g", 5, float("nan")),
@@ -752,7 +754,8 @@ def test_unusable_times_are_skipped_and_counted_and_the_edges_kept():
     [st] = t.steps
     spans = {e.name: e for e in st.spans}
     assert list(spans) == ["zero", "none", "missing", "longest"]
-    assert [(e.dur, e.end) for e in spans.values()] == [(0.0, 10.0), (0.0, 20.0), (0.0, 30.0), (read.MAX_US, 40 + read.MAX_US)]
+    assert [(e.dur, e.end) for e in spans.values()] == [(0.0, 10.0), (0.0, 20.0), (0.0, 30.0),
+                                                        (read.MAX_US, 40 + read.MAX_US)]
 
 
 def test_event_fields_of_odd_types():
@@ -766,7 +769,8 @@ def test_event_fields_of_odd_types():
 def test_memory_events_are_noticed_whatever_their_phase():
     base = [ev("ProfilerStep#2", "user_annotation", 0, 10)]
     assert not it.parse_trace({"traceEvents": base}).has_memory_events
-    for mem in ({"ph": "i", "name": "[memory]", "ts": 5, "args": {"Bytes": 4}}, {"ph": "X", "name": "[memory]", "ts": 5}):
+    for mem in ({"ph": "i", "name": "[memory]", "ts": 5, "args": {"Bytes": 4}},
+                {"ph": "X", "name": "[memory]", "ts": 5}):
         for events in ([mem] + base, base + [mem]):
             assert it.parse_trace({"traceEvents": events}).has_memory_events
     assert not it.parse_trace({"traceEvents": base + [{"ph": "i", "name": "[memory]x", "ts": 5}]}).has_memory_events
@@ -790,38 +794,42 @@ def launches_and_queries() -> dict:
     """One step on thread 1: ops A (ext 1), B (ext 2), C and D (no ids of their own) inside an annotation; runtime
     calls found by External id or by time; kernels found by correlation or External id. See the test below."""
     E = "External id"
+
+    def launch(ts, corr, name="cudaLaunchKernel", **args):
+        return ev(name, "cuda_runtime", ts, 2, **args, correlation=corr)
+
+    def k(name, ts, dur, corr, tid=7):
+        return ev(name, "kernel", ts, dur, pid=0, tid=tid, correlation=corr)
+
     return {"traceEvents": [
         ev("ProfilerStep#2", "user_annotation", 0, 1000),
         ev("fwd", "user_annotation", 5, 900, **{E: 1}),  # shares A's id: the op, the innermost, owns it
         ev("A", "cpu_op", 10, 100, **{E: 1}),
-        ev(it.OCCUPANCY, "cuda_runtime", 20, 1, **{E: 1}), ev("cudaLaunchKernel", "cuda_runtime", 30, 2, **{E: 1, "correlation": 11}),
-        ev("cudaGetDevice", "cuda_runtime", 40, 1, **{E: 1}), ev("cudaLaunchKernel", "cuda_runtime", 50, 2, **{E: 1, "correlation": 12}),
-        ev(it.OCCUPANCY + "WithFlags", "cuda_runtime", 60, 1, **{E: 1}), ev("cudaStreamIsCapturing", "cuda_runtime", 62, 1, **{E: 1}),
-        ev("cuLaunchKernelEx", "cuda_runtime", 70, 2, **{E: 1, "correlation": 13}),
+        ev(it.OCCUPANCY, "cuda_runtime", 20, 1, **{E: 1}), launch(30, 11, **{E: 1}),
+        ev("cudaGetDevice", "cuda_runtime", 40, 1, **{E: 1}), launch(50, 12, **{E: 1}),
+        ev(it.OCCUPANCY + "WithFlags", "cuda_runtime", 60, 1, **{E: 1}),
+        ev("cudaStreamIsCapturing", "cuda_runtime", 62, 1, **{E: 1}), launch(70, 13, "cuLaunchKernelEx", **{E: 1}),
         ev("B", "cpu_op", 200, 100, **{E: 2}),
         ev(it.OCCUPANCY, "cuda_runtime", 210, 1),  # no id: B by time
-        ev("vendor_launch", "cuda_runtime", 220, 2, **{E: 2, "correlation": 14}),
+        launch(220, 14, "vendor_launch", **{E: 2}),
         ev("C", "cpu_op", 400, 50), ev(it.OCCUPANCY, "cuda_runtime", 410, 1),
-        ev("D", "cpu_op", 450, 50), ev("cudaLaunchKernel", "cuda_runtime", 450, 2, correlation=15),  # D starts there
-        ev("inner", "cpu_op", 500, 20), ev("cudaLaunchKernel", "cuda_runtime", 520, 2, correlation=16),  # at inner's end
-        ev("cudaLaunchKernel", "cuda_runtime", 530, 2, correlation=17),  # inner has ended: fwd's
-        ev("cudaLaunchKernel", "cuda_runtime", 540, 2, tid=2, correlation=18),  # a thread with no spans
-        ev("cudaLaunchKernel", "cuda_runtime", 4, 2, correlation=19),
-        ev("outer", "cpu_op", 600, 100, **{E: 5}), ev("ann", "user_annotation", 600, 50, **{E: 5}),  # the op wins here too
+        ev("D", "cpu_op", 450, 50), launch(450, 15),  # D starts there
+        ev("inner", "cpu_op", 500, 20), launch(520, 16),  # at inner's end
+        launch(530, 17),  # inner has ended: fwd's
+        launch(540, 18, tid=2),  # a thread with no spans
+        launch(4, 19),  # the step's own span is the only one around it
+        # an op and an annotation inside it with one id: the op wins here too
+        ev("outer", "cpu_op", 600, 100, **{E: 5}), ev("ann", "user_annotation", 600, 50, **{E: 5}),
         ev("tail", "cpu_op", 680, 20),  # ends with outer: still inside it
-        ev("cudaLaunchKernel", "cuda_runtime", 640, 2, **{E: 5, "correlation": 21}),
-        ev("ann only", "user_annotation", 800, 50, **{E: 6}), ev("cudaLaunchKernel", "cuda_runtime", 810, 2, tid=3,
-                                                                 **{E: 6, "correlation": 22}),  # an id, no op
-        ev("later op", "cpu_op", 850, 20, tid=4), ev("cudaLaunchKernel", "cuda_runtime", 820, 2, tid=4, correlation=23),  # the step's own span is the only one around it
-        ev("k11", "kernel", 400, 10, pid=0, tid=7, correlation=11), ev("k12", "kernel", 55, 10, pid=0, tid=8, correlation=12),
-        ev("k13", "kernel", 1500, 10, pid=0, tid=7, correlation=13),  # runs after the step's span: still its work
-        ev("k14", "kernel", 230, 10, pid=0, tid=7, correlation=14),
-        ev("k15", "kernel", 460, 10, pid=0, tid=7, correlation=15), ev("k16", "kernel", 530, 1, pid=0, tid=7, correlation=16),
-        ev("k17", "kernel", 540, 1, pid=0, tid=7, correlation=17), ev("k18", "kernel", 550, 1, pid=0, tid=7, correlation=18),
-        ev("k19", "kernel", 560, 1, pid=0, tid=7, correlation=19), ev("k21", "kernel", 650, 1, pid=0, tid=7, correlation=21),
-        ev("k22", "kernel", 815, 1, pid=0, tid=7, correlation=22), ev("k23", "kernel", 825, 1, pid=0, tid=7, correlation=23),
+        launch(640, 21, **{E: 5}),
+        ev("ann only", "user_annotation", 800, 50, **{E: 6}), launch(810, 22, tid=3, **{E: 6}),  # an id, no op
+        ev("later op", "cpu_op", 850, 20, tid=4), launch(820, 23, tid=4),  # before any span of its thread
+        k("k11", 400, 10, 11), k("k12", 55, 10, 12, tid=8),
+        k("k13", 1500, 10, 13),  # runs after the step's span: still its work
+        k("k14", 230, 10, 14), k("k15", 460, 10, 15), k("k16", 530, 1, 16), k("k17", 540, 1, 17), k("k18", 550, 1, 18),
+        k("k19", 560, 1, 19), k("k21", 650, 1, 21), k("k22", 815, 1, 22), k("k23", 825, 1, 23),
         ev("by id", "gpu_memset", 310, 5, pid=0, tid=7, **{E: 2}),  # no correlation: its op by External id
-        ev("before the window", "kernel", 100, 5, pid=0, tid=7, correlation=3),  # its launch is not in the trace
+        k("before the window", 100, 5, 3),  # its launch is not in the trace
         ev("ProfilerStep#3", "user_annotation", 2000, 1000), ev("E", "cpu_op", 2010, 10),
     ]}
 
@@ -835,13 +843,15 @@ def test_calls_find_their_op_and_kernels_their_launch():
     assert [c.name for c in ops["B"].calls] == [it.OCCUPANCY, "vendor_launch"]
     assert [len(ops[n].calls) for n in ("C", "D", "inner", "fwd")] == [1, 1, 1, 1]
     by_name = {k.name: k for k in st.gpu}
-    assert [k.name for k in st.gpu] == ["k19", "k11", "k12", "k13", "k14", "by id", "k15", "k16", "k17", "k18", "k21", "k22", "k23"]
+    assert [k.name for k in st.gpu] == ["k19", "k11", "k12", "k13", "k14", "by id", "k15", "k16", "k17", "k18", "k21",
+                                        "k22", "k23"]
     assert [by_name[n].op.name if by_name[n].op else None for n in by_name] == \
         ["ProfilerStep#2", "A", "A", "A", "B", "B", "D", "inner", "fwd", None, "outer", "ann only", None]
     assert [n for n, k in by_name.items() if k.occupancy_query] == ["k11", "k13", "k14"]
     assert by_name["by id"].launch is None and by_name["k18"].launch.name == "cudaLaunchKernel"
     assert ops["B"].kernels == [by_name["k14"], by_name["by id"]]
-    assert ops["ann"].parent is ops["outer"] and ops["tail"].parent is ops["outer"] and ops["outer"].parent is ops["fwd"]
+    assert ops["ann"].parent is ops["outer"] and ops["tail"].parent is ops["outer"]
+    assert ops["outer"].parent is ops["fwd"]
     assert ops["outer"].children == [ops["ann"], ops["tail"]]
     assert st.lags() == [556, 370, 5, 1430, 10, 10, 10, 10, 10, 10, 5, 5]  # GPU start - launch, "by id" has no launch
     assert t.steps[1].gpu == [] and t.device == "cuda" and t.skipped == 0
@@ -909,8 +919,8 @@ def test_occupancy_before_gemms_says_what_it_saw():
     ops = [[e for e in data["traceEvents"] if e["name"] == name] for name in ("aten::gelu", "aten::mul")]
     for op in (ops[0][0], ops[1][1]):
         data["traceEvents"].append(call(it.OCCUPANCY, op["ts"] + 0.5, op["args"]["External id"]))
-    assert verdicts(parse(data), ex) == [("broken", "GEMM launches without the query: 0/9; non-GEMM launches with it: 2 "
-                                                    f"({short(GELU, False, 50)})")]
+    assert verdicts(parse(data), ex) == [
+        ("broken", f"GEMM launches without the query: 0/9; non-GEMM launches with it: 2 ({short(GELU, False, 50)})")]
     data = gpu_trace()
     data["traceEvents"] = [e for e in data["traceEvents"] if e["name"] != it.OCCUPANCY]
     data["traceEvents"] += [call("cudaMemsetAsync", e["ts"] + 0.5, e["args"]["External id"])
@@ -924,7 +934,8 @@ def test_occupancy_before_gemms_says_what_it_saw():
     assert sum(k.launch is None for st in t.steps for k in st.kernels) == 1
     assert verdicts(t, ex) == [("broken", "1 GEMM kernels have no linked launch call")]
     data = gpu_trace()
-    data["traceEvents"] = [e for e in data["traceEvents"] if not (e["cat"] == "kernel" and e["name"] in (GEMM_A, GEMM_B))]
+    data["traceEvents"] = [e for e in data["traceEvents"]
+                           if not (e["cat"] == "kernel" and e["name"] in (GEMM_A, GEMM_B))]
     assert verdicts(parse(data), ex) == [("broken", "no GEMM kernels in the active steps")]
 
 
@@ -934,7 +945,8 @@ def test_views_launch_nothing_names_the_views_that_did():
     views = [e for e in data["traceEvents"] if e["name"] in ("aten::t", "aten::view")][:4]
     for i, v in enumerate(views):
         data["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "copy_kernel", "pid": 0, "tid": 9,
-                                    "ts": v["ts"] + 0.5, "dur": float(i), "args": {"External id": v["args"]["External id"]}})
+                                    "ts": v["ts"] + 0.5, "dur": float(i),
+                                    "args": {"External id": v["args"]["External id"]}})
     assert [v["name"] for v in views] == ["aten::t", "aten::view", "aten::t", "aten::view"]
     # a 0 µs kernel is still a kernel launched
     assert verdicts(parse(data), ex) == [("broken", "aten::t launched 1 kernel(s), 0.0 µs; aten::view launched 1 "
@@ -962,7 +974,8 @@ def test_each_guess_says_what_it_checks_and_where_it_applies():
         "'aten::mm' in every step": it.cpu_op("aten::mm"),
         "a CPU event matching /cpp_fused/ in every step": it.cpu_event("cpp_fused"),
         f"every GEMM launch is preceded by {it.OCCUPANCY}; pointwise launches are bare": it.occupancy_before_gemms(),
-        "view ops (aten::t, transpose, reshape, view, ...) launch no kernel: 0 µs CUDA time": it.views_launch_nothing(),
+        "view ops (aten::t, transpose, reshape, view, ...) launch no kernel: 0 µs CUDA time":
+            it.views_launch_nothing(),
         "overhead-bound: the typical step's GPU is busy < 50% (of busy + the idle it caused)": it.bound("overhead"),
         "compute-bound: the typical step's GPU is busy >= 50% (of busy + the idle it caused)": it.bound("compute"),
     }
@@ -1031,7 +1044,8 @@ def test_each_bad_file_is_one_line_that_says_what_is_wrong(tmp_path):
     no_steps["traceEvents"] = [e for e in no_steps["traceEvents"] if not e["name"].startswith("ProfilerStep#")]
     files = {
         "empty.json": b"", "blank.json": b" \n" * 700_000, "list.json": b"  [1, 2]", "text.json": b"hello",
-        "binary.json": b"{" + bytes(range(128, 256)), "cut.json": b'{"traceEvents": [\n', "deep.json": b"{\"a\": " + b"[" * 100_000,
+        "binary.json": b"{" + bytes(range(128, 256)), "cut.json": b'{"traceEvents": [\n',
+        "deep.json": b'{"a": ' + b"[" * 100_000,
         "cut.json.gz": gzip.compress(text.encode())[:300], "events.json": b'{"traceEvents": {}}',
         "malformed.json": json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "x", "ts": 1, "dur": 2,
                                                        "args": {"External id": [1]}}]}).encode(),
