@@ -1097,3 +1097,22 @@ def test_kernel_files_are_read_only_when_asked_and_only_small_regular_files(tmp_
                                                                      str(limit): limit.read_text()}
     monkeypatch.setattr(read, "KERNEL_FILES_SECONDS", -1.0)  # out of time before the first file
     assert it.load_trace(path, kernel_files=True).kernel_sources == {}
+
+
+def test_print_expectations_says_each_verdict_and_counts_them():
+    results = it.check(parse(gpu_trace()), [it.kernels_per_step(5), it.kernels_per_step(4),
+                                            it.Expect("a guess that says nothing", lambda t: False), it.cpu_event("x")])
+    buf = io.StringIO()
+    assert it.print_expectations(results, file=buf) == 2
+    assert buf.getvalue() == (
+        "Expectations (guess first, then look):\n"
+        "  ok      5 GPU kernels per step\n"
+        "  BROKEN  4 GPU kernels per step\n"
+        "          seen: kernels per step: [5, 5, 5]  <- BROKEN — look here\n"
+        "  BROKEN  a guess that says nothing\n"
+        "          seen: (no detail)  <- BROKEN — look here\n"
+        "  n/a     a CPU event matching /x/ in every step (a cpu-only expectation on a cuda trace)\n"
+        "  1 confirmed, 2 broken, 1 not applicable\n")
+    buf = io.StringIO()
+    assert it.print_expectations(results[:1], file=buf) == 0
+    assert buf.getvalue().endswith("\n  1 confirmed, 0 broken, 0 not applicable\n")
