@@ -31,7 +31,7 @@ class FakeProfile:
 
     def __init__(self, trace=TRACE, table="NEW TABLE", write=None):
         self.trace, self.text, self.write = trace, table, write
-        self.sort_by = None
+        self.sort_by = self.row_limit = None
         self.paths = []
 
     def export_chrome_trace(self, path):
@@ -44,7 +44,7 @@ class FakeProfile:
         return self
 
     def table(self, sort_by, row_limit):
-        self.sort_by = sort_by
+        self.sort_by, self.row_limit = sort_by, row_limit
         return self.text
 
 
@@ -85,7 +85,7 @@ def test_writes_the_pair_and_nothing_else(tmp_path):
     assert (trace, table) == (tmp_path / f"{STEM}.json", tmp_path / f"{STEM}.txt")
     assert json.loads(trace.read_text()) == TRACE and table.read_text() == "NEW TABLE\n"
     assert sorted(tmp_path.iterdir()) == [trace, table]
-    assert prof.sort_by == "cpu_time_total" and common._written == trace
+    assert (prof.sort_by, prof.row_limit) == ("cpu_time_total", 40) and common._written == trace
     # Written in a hidden temporary folder inside the output folder: the same file system, so os.replace is
     # atomic (a folder in /tmp may be another file system), and .gitignore's *.tmp* pattern covers it.
     (written,) = prof.paths
@@ -118,6 +118,12 @@ def kineto_on_a_full_disk(path):
     pass  # torch's C++ exporter logs "Failed to write to log file!" and leaves no file: no exception
 
 
+def kineto_logs_a_failed_write(path):
+    # what torch's exporter prints on a full disk (and no file), then a line of someone else's that must get through
+    os.write(2, b"ERROR:2026-11-30 12:00:00 4242:4242 output_json.cpp:123] Failed to write to log file!\n"
+                b"another library: a real warning\n")
+
+
 def cut_off(path):
     Path(path).write_text(json.dumps(TRACE)[:-7])
 
@@ -134,6 +140,13 @@ def test_trace_export_failing_leaves_the_old_pair(tmp_path, old_pair, write, say
     assert one_line(e.value) == f"could not write {STEM}.json{'.gz' if gz else ''} and {STEM}.txt in {tmp_path}: " \
         f"{says}; the previous files are untouched"
     assert unchanged(tmp_path, old_pair) and common._written is None
+
+
+def test_kineto_failed_write_is_said_once_in_our_line(tmp_path, old_pair, capfd):
+    with pytest.raises(common.Fail) as e:
+        common.export(make_run(tmp_path), FakeProfile(write=kineto_logs_a_failed_write), "16x8x12")
+    assert FULL in one_line(e.value) and unchanged(tmp_path, old_pair)
+    assert capfd.readouterr().err == "another library: a real warning\n"
 
 
 def test_gzip_failing_leaves_the_old_pair(tmp_path, old_pair, monkeypatch):
@@ -550,3 +563,77 @@ def test_free_memory_is_unknown_where_os_has_no_sysconf(monkeypatch):
 
     monkeypatch.delattr(common.os, "sysconf")
     assert common._free_bytes(torch.device("cpu")) is None
+
+
+# --- setup(): the device, the memory check, the output folder, before any work --------------------------------
+
+def setup_args(out, **kw):
+    return argparse.Namespace(**{"out": out, "device": "auto", "dtype": "bf16", "compile": False, **kw})
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_setup_resolves_the_device_and_dtype(tmp_path, monkeypatch, gpu):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    for asked, got in (("auto", "cuda" if gpu else "cpu"), ("cpu", "cpu")) + ((("cuda", "cuda"),) if gpu else ()):
+        run = common.setup("/somewhere/02_linear.py", setup_args(tmp_path, device=asked, dtype="fp16"))
+        assert (run.script, run.device, run.dtype) == ("02_linear", torch.device(got), torch.float16), asked
+        assert run.args.out == tmp_path / "02_linear" and run.args.out.is_dir() and list(run.args.out.iterdir()) == []
+    if not gpu:
+        with pytest.raises(common.Fail) as e:
+            common.setup("02_linear.py", setup_args(tmp_path, device="cuda"))
+        assert one_line(e.value) == "--device cuda, but this machine has no CUDA GPU that PyTorch can use; try " \
+            "--device cpu"
+
+
+def test_setup_refuses_a_shape_that_cannot_fit(tmp_path, monkeypatch):
+    asked = []
+    free = 10 * 2**30
+
+    def free_bytes(device):
+        asked.append(device)
+        return free
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(common, "_free_bytes", free_bytes)
+    fits = int(0.9 * free) // 4  # fp32: 4 bytes an element; up to 90% of what is free is allowed
+    assert common.setup("02_linear.py", setup_args(tmp_path, dtype="fp32"), elements=fits).device.type == "cpu"
+    assert asked == [torch.device("cpu")]
+    with pytest.raises(common.Fail) as e:
+        common.setup("02_linear.py", setup_args(tmp_path, dtype="fp32"), elements=fits + 1)
+    assert one_line(e.value) == "this shape needs about 9.0 GiB but the cpu has 10.0 GiB free; try smaller sizes"
+    with pytest.raises(common.Fail, match="needs about 18.0 GiB but the cpu has 10.0 GiB free"):
+        common.setup("02_linear.py", setup_args(tmp_path, dtype="bf16"), elements=9 * 2**30)
+    asked.clear()
+    common.setup("02_linear.py", setup_args(tmp_path), elements=0)  # nothing said: nothing checked
+    assert asked == []
+    free = None  # unknown free memory: no check
+    common.setup("02_linear.py", setup_args(tmp_path), elements=10**15)
+
+
+def test_setup_output_folder_that_cannot_be_made_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(common.Fail) as e:
+        common.setup("02_linear.py", setup_args(tmp_path / "file"))
+    assert one_line(e.value) == f"cannot write to output folder {tmp_path / 'file' / '02_linear'}: Not a directory"
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_setup_compile_on_the_cpu_names_its_cpp_kernels(tmp_path, monkeypatch, gpu):
+    import torch._inductor.config as inductor_config
+
+    checked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    monkeypatch.setattr(common, "_check_cpp_compiler", lambda: checked.append(True))
+    with inductor_config.patch({"cpp.enable_kernel_profile": False}):  # put back as it was afterwards
+        common.setup("02_linear.py", setup_args(tmp_path))
+        assert checked == [] and inductor_config.cpp.enable_kernel_profile is False
+        common.setup("02_linear.py", setup_args(tmp_path, compile=True))
+        assert checked == ([] if gpu else [True]) and inductor_config.cpp.enable_kernel_profile is (not gpu)
+
+
+def test_free_memory_of_each_device(monkeypatch):
+    monkeypatch.setattr(common.os, "sysconf", lambda name: {"SC_AVPHYS_PAGES": 1000, "SC_PAGE_SIZE": 4096}[name])
+    assert common._free_bytes(torch.device("cpu")) == 4096 * 1000
+    asked = []
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: asked.append(device) or (123, 456))  # (free, total)
+    assert common._free_bytes(torch.device("cuda", 1)) == 123 and asked == [torch.device("cuda", 1)]

@@ -7,6 +7,7 @@ import gzip
 import importlib
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,8 @@ from conftest import fused_cpp
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 import inspect_trace as it
+from trace_reader import read
+from trace_reader.kernels import short
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -596,3 +599,520 @@ def test_fused_cpp_name_whatever_the_graph_number():
                                              "graph_1_cpp_fused__unsafe_view_gelu_mul_0"]):
         with pytest.raises(AssertionError):
             fused_cpp(names)
+
+
+# ------------------------------------------------------------ expectations, one at a time (fast: mutmut runs these)
+
+def cpu_only(data):
+    """The hand-built trace as a CPU-only profile records it: no runtime calls, no GPU work."""
+    return {**data, "traceEvents": [e for e in data["traceEvents"] if e.get("cat") in ("cpu_op", "user_annotation")]}
+
+
+def verdicts(t, exps):
+    return [(v, d) for _, v, d in it.check(t, exps)]
+
+
+def test_check_turns_each_kind_of_answer_into_its_verdict():
+    gpu, cpu = parse(gpu_trace()), parse(cpu_only(gpu_trace()))
+    assert (gpu.device, cpu.device) == ("cuda", "cpu")
+    answers = [it.Expect("raises", lambda t: {}["x"]), it.Expect("true", lambda t: True),
+               it.Expect("one", lambda t: 1), it.Expect("false", lambda t: False), it.Expect("str", lambda t: "saw 4"),
+               it.Expect("n/a", lambda t: it.NotApplicable("no shapes")), it.Expect("none", lambda t: None)]
+    results = it.check(gpu, answers)
+    assert [ex for ex, _, _ in results] == answers  # one result per expectation, in order
+    assert [(v, d) for _, v, d in results] == [
+        ("broken", "check raised KeyError: 'x'"), ("confirmed", ""), ("broken", "check returned 1, not True"),
+        ("broken", ""), ("broken", "saw 4"), ("not applicable", "no shapes"),
+        ("broken", "check returned None, not True")]
+
+
+def test_check_asks_a_device_only_expectation_of_its_device_only():
+    gpu, cpu = parse(gpu_trace()), parse(cpu_only(gpu_trace()))
+    seen = []
+    exps = [it.Expect(d, lambda t, d=d: seen.append(d) or True, device=d) for d in ("gpu", "any", "cuda", "cpu")]
+    assert verdicts(gpu, exps) == [("broken", "device must be 'any', 'cuda' or 'cpu', got 'gpu'"), ("confirmed", ""),
+                                   ("confirmed", ""), ("not applicable", "a cpu-only expectation on a cuda trace")]
+    assert verdicts(cpu, exps) == [("broken", "device must be 'any', 'cuda' or 'cpu', got 'gpu'"), ("confirmed", ""),
+                                   ("not applicable", "a cuda-only expectation on a cpu trace"), ("confirmed", "")]
+    assert seen == ["any", "cuda", "any", "cpu"]  # a check is not even run on a trace it does not apply to
+
+
+def drop_kernels(data, name, steps):
+    """Remove the kernel `name` (its first launch in each step) from the given step indices (0 = the first)."""
+    starts = sorted(e["ts"] for e in data["traceEvents"] if e["name"].startswith("ProfilerStep#"))
+    for i in steps:
+        end = starts[i + 1] if i + 1 < len(starts) else float("inf")
+        k = next(e for e in data["traceEvents"]
+                 if e["cat"] == "kernel" and e["name"] == name and starts[i] <= e["ts"] < end)
+        data["traceEvents"].remove(k)
+    return data
+
+
+def test_kernels_per_step_counts_kernels_only_in_each_step():
+    t = parse(gpu_trace())
+    assert verdicts(t, [it.kernels_per_step(5), it.kernels_per_step(4), it.kernels_per_step(6)]) == \
+        [("confirmed", ""), ("broken", "kernels per step: [5, 5, 5]"), ("broken", "kernels per step: [5, 5, 5]")]
+    data = drop_kernels(gpu_trace(), MUL, [1])
+    # GPU work that is no kernel (cuBLAS's workspace memset) is not counted, though it is the step's GPU work
+    mm = next(e for e in data["traceEvents"] if e["name"] == "aten::mm")
+    data["traceEvents"].append({"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "pid": 0, "tid": 7,
+                                "ts": mm["ts"] + 1, "dur": 1.0, "args": {"External id": mm["args"]["External id"]}})
+    t = parse(data)
+    assert [len(st.gpu) for st in t.steps] == [6, 4, 5]
+    assert verdicts(t, [it.kernels_per_step(5)]) == [("broken", "kernels per step: [5, 4, 5]")]
+    no_gpu = {**data, "traceEvents": [e for e in data["traceEvents"] if e["cat"] not in ("kernel", "gpu_memset")]}
+    assert verdicts(parse(no_gpu), [it.kernels_per_step(0)]) == [("confirmed", "")]  # launches: still a GPU trace
+
+
+def test_kernel_matches_by_pattern_per_step():
+    t = parse(gpu_trace())
+    seen = sorted({short(n, False, 60) for n in (GEMM_A, GEMM_B, GELU, MUL)})
+    exps = [it.kernel("nvjet", 3), it.kernel("nvjet", 2), it.kernel("coopB_TNT$"), it.kernel("coopB", 1),
+            it.kernel("coopB", 0), it.kernel("^cutlass", 0), it.kernel("^cutlass"), it.kernel("Gelu|Mul", 2)]
+    assert verdicts(t, exps) == [
+        ("confirmed", ""), ("broken", f"matches per step: [3, 3, 3]; kernels seen: {seen}"), ("confirmed", ""),
+        ("confirmed", ""), ("broken", f"matches per step: [1, 1, 1]; kernels seen: {seen}"), ("confirmed", ""),
+        ("broken", f"matches per step: [0, 0, 0]; kernels seen: {seen}"), ("confirmed", "")]
+    t = parse(drop_kernels(gpu_trace(), GEMM_B, [2]))
+    assert verdicts(t, [it.kernel("coopB")])[0][1].startswith("matches per step: [1, 1, 0]; ")
+    # a memset is GPU work but not a kernel: it never matches
+    data = gpu_trace()
+    mm = next(e for e in data["traceEvents"] if e["name"] == "aten::mm")
+    data["traceEvents"].append({"ph": "X", "cat": "gpu_memset", "name": "nvjet memset", "pid": 0, "tid": 7,
+                                "ts": mm["ts"] + 1, "dur": 1.0, "args": {"External id": mm["args"]["External id"]}})
+    assert verdicts(parse(data), [it.kernel("nvjet", 3)]) == [("confirmed", "")]
+
+
+def test_cpu_op_counts_ops_by_exact_name_per_step():
+    data = gpu_trace()
+    for e in data["traceEvents"]:  # an annotation named like an op is no op
+        if e["name"] == "mlp_fwd":
+            e["name"] = "aten::gelu_"
+    t = parse(data)
+    assert verdicts(t, [
+        it.cpu_op("aten::mm"), it.cpu_op("aten::mm", per_step=3), it.cpu_op("aten::mm", per_step=2),
+        it.cpu_op("aten::gelu"), it.cpu_op("aten::gelu_"), it.cpu_op("aten::gelu_", per_step=0),
+        it.cpu_op("aten::gelu", present=False), it.cpu_op("aten::gelu_", present=False), it.cpu_op("aten::m")]) == [
+        ("confirmed", ""), ("confirmed", ""), ("broken", "'aten::mm' per step: [3, 3, 3]"), ("confirmed", ""),
+        ("broken", "'aten::gelu_' per step: [0, 0, 0]"), ("confirmed", ""),
+        ("broken", "'aten::gelu' per step: [1, 1, 1]"), ("confirmed", ""), ("broken", "'aten::m' per step: [0, 0, 0]")]
+    # one step without the GeLU: "in every step" breaks, "nowhere" breaks too
+    gelu = next(e for e in data["traceEvents"] if e["name"] == "aten::gelu")
+    data["traceEvents"].remove(gelu)
+    t = parse(data)
+    assert verdicts(t, [it.cpu_op("aten::gelu"), it.cpu_op("aten::gelu", present=False)]) == [
+        ("broken", "'aten::gelu' per step: [0, 1, 1]"), ("broken", "'aten::gelu' per step: [0, 1, 1]")]
+
+
+def test_bound_says_which_and_how_busy():
+    busy, idle = parse(gpu_trace()), parse(gpu_trace(idle=2000.0))
+    kinds = [it.bound("compute"), it.bound("overhead")]
+    frac = it.bound_of(idle)[1]
+    assert frac < 0.5 <= it.bound_of(busy)[1]
+    assert verdicts(busy, kinds) == [("confirmed", ""), ("broken", f"compute-bound: the typical step's GPU is busy "
+                                                                   f"{100 * it.bound_of(busy)[1]:.0f}%")]
+    assert verdicts(idle, kinds) == [("broken", f"overhead-bound: the typical step's GPU is busy {100 * frac:.0f}%"),
+                                     ("confirmed", "")]
+    data = gpu_trace()
+    no_gpu = {**data, "traceEvents": [e for e in data["traceEvents"] if e["cat"] != "kernel"]}
+    assert verdicts(parse(no_gpu), kinds) == [("broken", "no GPU work in the active steps")] * 2
+    for kind in ("memory", "Compute", ""):
+        with pytest.raises(ValueError, match="kind must be 'overhead' or 'compute'"):
+            it.bound(kind)
+
+
+# ---------------------------------------------------------- reading awkward events (fast: mutmut runs these)
+
+def ev(name, cat, ts, dur, pid=1, tid=1, ph="X", **args):
+    return {"ph": ph, "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def test_not_a_trace_is_one_trace_error():
+    for data in ([], "x", None, {}, {"traceEvents": {}}, {"traceEvents": "[]"}, {"events": []}):
+        with pytest.raises(it.TraceError, match="^<x>: JSON, but not a torch.profiler trace"):
+            it.parse_trace(data, "<x>")
+    t = it.parse_trace({"traceEvents": []})
+    assert (t.steps, t.device, t.skipped, t.has_memory_events, t.meta, t.path) == ([], "cpu", 0, False, {}, "<trace>")
+
+
+def test_unusable_times_are_skipped_and_counted_and_the_edges_kept():
+    good = [ev("ProfilerStep#2", "user_annotation", 0, 1000), ev("zero", "cpu_op", 10, 0),
+            ev("none", "cpu_op", 20, None), ev("missing", "cpu_op", 30, 0), ev("longest", "cpu_op", 40, read.MAX_US),
+            ev("far", "cpu_op", -1e17, 1), ev("farthest", "cpu_op", 1e17, 1)]
+    del good[3]["dur"]
+    bad = [ev("no ts", "cpu_op", 0, 1), ev("ts None", "cpu_op", None, 1), ev("ts text", "cpu_op", "soon", 1),
+           ev("ts NaN", "cpu_op", float("nan"), 1), ev("dur NaN", "kernel", 50, float("nan")),
+           ev("negative", "kernel", 50, -0.001), ev("too long", "cuda_runtime", 50, read.MAX_US * 1.001),
+           ev("too late", "cpu_op", 1.001e17, 1), ev("too early", "cpu_op", -1.001e17, 1),
+           ev("dur text", "cpu_op", 5, "x")]
+    del bad[0]["ts"]
+    # not complete events, or of no category the reader uses: ignored, not counted as skipped
+    other = [5, "x", None, [1], ev("B", "cpu_op", 5, 1, ph="B"), ev("flow", "ac2g", 5, float("nan")),
+             ev("nocat", None, 5, "x")]
+    t = it.parse_trace({"traceEvents": good + bad + other})
+    assert t.skipped == len(bad) and t.device == "cpu" and not t.has_gpu_work
+    [st] = t.steps
+    spans = {e.name: e for e in st.spans}
+    assert list(spans) == ["zero", "none", "missing", "longest"]
+    assert [(e.dur, e.end) for e in spans.values()] == [(0.0, 10.0), (0.0, 20.0), (0.0, 30.0),
+                                                        (read.MAX_US, 40 + read.MAX_US)]
+
+
+def test_event_fields_of_odd_types():
+    e = read.Event({"name": 7, "ts": "12.5", "dur": 3, "args": ["not", "a dict"], "pid": "p", "tid": 9})
+    assert (e.name, e.cat, e.ts, e.dur, e.end, e.args, e.pid, e.tid) == ("7", "", 12.5, 3.0, 15.5, {}, "p", 9)
+    assert (e.parent, e.children, e.calls, e.kernels, e.step) == (None, [], [], [], None)
+    e = read.Event({"ts": 1, "cat": "kernel", "args": {"stream": 7}})
+    assert (e.name, e.cat, e.dur, e.end, e.args, e.pid, e.tid) == ("", "kernel", 0.0, 1.0, {"stream": 7}, None, None)
+
+
+def test_memory_events_are_noticed_whatever_their_phase():
+    base = [ev("ProfilerStep#2", "user_annotation", 0, 10)]
+    assert not it.parse_trace({"traceEvents": base}).has_memory_events
+    for mem in ({"ph": "i", "name": "[memory]", "ts": 5, "args": {"Bytes": 4}},
+                {"ph": "X", "name": "[memory]", "ts": 5}):
+        for events in ([mem] + base, base + [mem]):
+            assert it.parse_trace({"traceEvents": events}).has_memory_events
+    assert not it.parse_trace({"traceEvents": base + [{"ph": "i", "name": "[memory]x", "ts": 5}]}).has_memory_events
+
+
+def test_steps_their_spans_and_edges():
+    events = [ev("ProfilerStep#3", "user_annotation", 300, 100), ev("ProfilerStep#2", "user_annotation", 100, 100),
+              ev("ProfilerStep#9", "cpu_op", 500, 100), ev("ProfilerStep#x", "user_annotation", 700, 100),
+              ev("ProfilerStep#4 ", "user_annotation", 900, 100),
+              ev("before", "cpu_op", 50, 10), ev("at start", "cpu_op", 100, 5), ev("at end", "cpu_op", 200, 0),
+              ev("between", "cpu_op", 250, 10), ev("late", "user_annotation", 399, 1), ev("after", "cpu_op", 401, 1),
+              ev("other thread", "cpu_op", 310, 5, tid=2), ev("in #9", "cpu_op", 510, 5)]
+    t = it.parse_trace({"traceEvents": events})
+    assert [st.number for st in t.steps] == [2, 3]  # in time order; a cpu_op or another name is no step
+    assert [[e.name for e in st.spans] for st in t.steps] == [["at start", "at end"], ["other thread", "late"]]
+    assert all(e.step is st for st in t.steps for e in st.spans) and all(st.span.step is None for st in t.steps)
+    assert [st.ops() and [e.name for e in st.ops()] for st in t.steps] == [["at start", "at end"], ["other thread"]]
+
+
+def launches_and_queries() -> dict:
+    """One step on thread 1: ops A (ext 1), B (ext 2), C and D (no ids of their own) inside an annotation; runtime
+    calls found by External id or by time; kernels found by correlation or External id. See the test below."""
+    E = "External id"
+
+    def launch(ts, corr, name="cudaLaunchKernel", **args):
+        return ev(name, "cuda_runtime", ts, 2, **args, correlation=corr)
+
+    def k(name, ts, dur, corr, tid=7):
+        return ev(name, "kernel", ts, dur, pid=0, tid=tid, correlation=corr)
+
+    return {"traceEvents": [
+        ev("ProfilerStep#2", "user_annotation", 0, 1000),
+        ev("fwd", "user_annotation", 5, 900, **{E: 1}),  # shares A's id: the op, the innermost, owns it
+        ev("A", "cpu_op", 10, 100, **{E: 1}),
+        ev(it.OCCUPANCY, "cuda_runtime", 20, 1, **{E: 1}), launch(30, 11, **{E: 1}),
+        ev("cudaGetDevice", "cuda_runtime", 40, 1, **{E: 1}), launch(50, 12, **{E: 1}),
+        ev(it.OCCUPANCY + "WithFlags", "cuda_runtime", 60, 1, **{E: 1}),
+        ev("cudaStreamIsCapturing", "cuda_runtime", 62, 1, **{E: 1}), launch(70, 13, "cuLaunchKernelEx", **{E: 1}),
+        ev("B", "cpu_op", 200, 100, **{E: 2}),
+        ev(it.OCCUPANCY, "cuda_runtime", 210, 1),  # no id: B by time
+        launch(220, 14, "vendor_launch", **{E: 2}),
+        ev("C", "cpu_op", 400, 50), ev(it.OCCUPANCY, "cuda_runtime", 410, 1),
+        ev("D", "cpu_op", 450, 50), launch(450, 15),  # D starts there
+        ev("inner", "cpu_op", 500, 20), launch(520, 16),  # at inner's end
+        launch(530, 17),  # inner has ended: fwd's
+        launch(540, 18, tid=2),  # a thread with no spans
+        launch(4, 19),  # the step's own span is the only one around it
+        # an op and an annotation inside it with one id: the op wins here too
+        ev("outer", "cpu_op", 600, 100, **{E: 5}), ev("ann", "user_annotation", 600, 50, **{E: 5}),
+        ev("tail", "cpu_op", 680, 20),  # ends with outer: still inside it
+        launch(640, 21, **{E: 5}),
+        ev("ann only", "user_annotation", 800, 50, **{E: 6}), launch(810, 22, tid=3, **{E: 6}),  # an id, no op
+        ev("later op", "cpu_op", 850, 20, tid=4), launch(820, 23, tid=4),  # before any span of its thread
+        k("k11", 400, 10, 11), k("k12", 55, 10, 12, tid=8),
+        k("k13", 1500, 10, 13),  # runs after the step's span: still its work
+        k("k14", 230, 10, 14), k("k15", 460, 10, 15), k("k16", 530, 1, 16), k("k17", 540, 1, 17), k("k18", 550, 1, 18),
+        k("k19", 560, 1, 19), k("k21", 650, 1, 21), k("k22", 815, 1, 22), k("k23", 825, 1, 23),
+        ev("by id", "gpu_memset", 310, 5, pid=0, tid=7, **{E: 2}),  # no correlation: its op by External id
+        k("before the window", 100, 5, 3),  # its launch is not in the trace
+        ev("ProfilerStep#3", "user_annotation", 2000, 1000), ev("E", "cpu_op", 2010, 10),
+    ]}
+
+
+def test_calls_find_their_op_and_kernels_their_launch():
+    t = it.parse_trace(launches_and_queries())
+    st = t.steps[0]
+    ops = {e.name: e for e in st.spans}
+    assert [c.name for c in ops["A"].calls] == [it.OCCUPANCY, "cudaLaunchKernel", "cudaGetDevice", "cudaLaunchKernel",
+                                                it.OCCUPANCY + "WithFlags", "cudaStreamIsCapturing", "cuLaunchKernelEx"]
+    assert [c.name for c in ops["B"].calls] == [it.OCCUPANCY, "vendor_launch"]
+    assert [len(ops[n].calls) for n in ("C", "D", "inner", "fwd")] == [1, 1, 1, 1]
+    by_name = {k.name: k for k in st.gpu}
+    assert [k.name for k in st.gpu] == ["k19", "k11", "k12", "k13", "k14", "by id", "k15", "k16", "k17", "k18", "k21",
+                                        "k22", "k23"]
+    assert [by_name[n].op.name if by_name[n].op else None for n in by_name] == \
+        ["ProfilerStep#2", "A", "A", "A", "B", "B", "D", "inner", "fwd", None, "outer", "ann only", None]
+    assert [n for n, k in by_name.items() if k.occupancy_query] == ["k11", "k13", "k14"]
+    assert by_name["by id"].launch is None and by_name["k18"].launch.name == "cudaLaunchKernel"
+    assert ops["B"].kernels == [by_name["k14"], by_name["by id"]]
+    assert ops["ann"].parent is ops["outer"] and ops["tail"].parent is ops["outer"]
+    assert ops["outer"].parent is ops["fwd"]
+    assert ops["outer"].children == [ops["ann"], ops["tail"]]
+    assert st.lags() == [556, 370, 5, 1430, 10, 10, 10, 10, 10, 10, 5, 5]  # GPU start - launch, "by id" has no launch
+    assert t.steps[1].gpu == [] and t.device == "cuda" and t.skipped == 0
+    # Without any runtime call, GPU work is placed by its own clock: the left-over kernel is then in the step
+    bare = {"traceEvents": [e for e in launches_and_queries()["traceEvents"] if e["cat"] != "cuda_runtime"]}
+    t = it.parse_trace(bare)
+    assert sorted(k.name for k in t.steps[0].gpu) == sorted(["before the window", "by id"] + [
+        f"k{i}" for i in (11, 12, 14, 15, 16, 17, 18, 19, 21, 22, 23)])  # k13 ran after the step's span
+    assert [k.name for k in t.steps[0].gpu][:2] == ["k12", "before the window"]  # no launch: ordered by GPU start
+
+
+def test_a_runtime_call_that_launches_nothing_leaves_a_cpu_trace():
+    events = [ev("ProfilerStep#2", "user_annotation", 0, 10), ev("cudaGetDevice", "cuda_runtime", 1, 1),
+              ev("cudaStreamIsCapturing", "cuda_driver", 2, 1)]
+    assert it.parse_trace({"traceEvents": events}).device == "cpu"
+    for launch in ("cudaLaunchKernel", "cuLaunchKernel", "hipExtModuleLaunchKernel", "vendor_launch"):
+        assert it.parse_trace({"traceEvents": events + [ev(launch, "cuda_driver", 3, 1)]}).device == "cuda", launch
+    assert it.parse_trace({"traceEvents": events + [ev("Memcpy", "gpu_memcpy", 3, 1)]}).device == "cuda"
+
+
+def test_meta_and_device_properties():
+    props = [{"name": "NVIDIA H200"}, "junk", 5, {"name": "second"}]
+    t = it.parse_trace({"schemaVersion": 1, "deviceProperties": props, "traceEvents": []}, "p.json")
+    assert t.meta == {"schemaVersion": 1, "deviceProperties": props} and t.path == "p.json"
+    assert t.device_props == [{"name": "NVIDIA H200"}, {"name": "second"}] and t.device_name == "NVIDIA H200"
+    for odd in ({"name": "x"}, "NVIDIA H200", None):
+        assert it.parse_trace({"deviceProperties": odd, "traceEvents": []}).device_props == []
+
+
+def test_steps_looks_for_the_annotation_in_every_step():
+    data = gpu_trace()
+    t = parse(data)
+    assert verdicts(t, [it.steps(3, "mlp_fwd"), it.steps(2, "mlp_fwd"), it.steps(3, "mlp")]) == [
+        ("confirmed", ""), ("broken", "3 active steps"), ("broken", "ProfilerStep#2 has no 'mlp' span")]
+    last = max((e for e in data["traceEvents"] if e["name"] == "mlp_fwd"), key=lambda e: e["ts"])
+    last["cat"] = "cpu_op"  # an op of that name is no record_function
+    assert verdicts(parse(data), [it.steps(3, "mlp_fwd")]) == [("broken", "ProfilerStep#4 has no 'mlp_fwd' span")]
+    bare = {**data, "traceEvents": [e for e in data["traceEvents"] if e["name"] != "mlp_fwd"]}
+    [(verdict, detail)] = verdicts(parse(bare), [it.steps(3, "mlp_fwd")])
+    assert verdict == "not applicable" and detail.startswith("3 active steps as guessed; no annotation in this trace")
+
+
+def test_cpu_event_matches_any_span_in_every_step():
+    data = cpu_only(gpu_trace())
+    t = parse(data)
+    exps = [it.cpu_event("gelu"), it.cpu_event("^gelu"), it.cpu_event("mlp_f"), it.cpu_event("gelu", device="cuda")]
+    assert verdicts(t, exps) == [("confirmed", ""), ("broken", "matching CPU events per step: [0, 0, 0]"),
+                                 ("confirmed", ""), ("not applicable", "a cuda-only expectation on a cpu trace")]
+    data["traceEvents"].remove(next(e for e in data["traceEvents"] if e["name"] == "aten::gelu"))
+    assert verdicts(parse(data), exps[:1]) == [("broken", "matching CPU events per step: [0, 1, 1]")]
+    assert verdicts(parse(gpu_trace()), [it.cpu_event("gelu"), it.cpu_event("gelu", device="any")]) == [
+        ("not applicable", "a cpu-only expectation on a cuda trace"), ("confirmed", "")]
+
+
+def call(name, ts, ext):
+    return {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 0.2,
+            "args": {"External id": ext}}
+
+
+def test_occupancy_before_gemms_says_what_it_saw():
+    ex = [it.occupancy_before_gemms()]
+    assert verdicts(parse(gpu_trace()), ex) == [("confirmed", "")]
+    data = gpu_trace()
+    # a query before the first GeLU and the second mul launch too: pointwise launches are no longer bare
+    ops = [[e for e in data["traceEvents"] if e["name"] == name] for name in ("aten::gelu", "aten::mul")]
+    for op in (ops[0][0], ops[1][1]):
+        data["traceEvents"].append(call(it.OCCUPANCY, op["ts"] + 0.5, op["args"]["External id"]))
+    assert verdicts(parse(data), ex) == [
+        ("broken", f"GEMM launches without the query: 0/9; non-GEMM launches with it: 2 ({short(GELU, False, 50)})")]
+    data = gpu_trace()
+    data["traceEvents"] = [e for e in data["traceEvents"] if e["name"] != it.OCCUPANCY]
+    data["traceEvents"] += [call("cudaMemsetAsync", e["ts"] + 0.5, e["args"]["External id"])
+                            for e in data["traceEvents"] if e["name"] == "aten::mm"]
+    assert verdicts(parse(data), ex) == [("broken", "GEMM launches without the query: 9/9 (their ops call: "
+                                                    "cudaLaunchKernel, cudaMemsetAsync); non-GEMM launches with it: 0")]
+    data = gpu_trace()
+    launch = [e for e in data["traceEvents"] if e["name"] == "cudaLaunchKernel"][5]  # step 2's first GEMM
+    data["traceEvents"].remove(launch)
+    t = parse(data)
+    assert sum(k.launch is None for st in t.steps for k in st.kernels) == 1
+    assert verdicts(t, ex) == [("broken", "1 GEMM kernels have no linked launch call")]
+    data = gpu_trace()
+    data["traceEvents"] = [e for e in data["traceEvents"]
+                           if not (e["cat"] == "kernel" and e["name"] in (GEMM_A, GEMM_B))]
+    assert verdicts(parse(data), ex) == [("broken", "no GEMM kernels in the active steps")]
+
+
+def test_views_launch_nothing_names_the_views_that_did():
+    ex = [it.views_launch_nothing()]
+    data = gpu_trace()
+    views = [e for e in data["traceEvents"] if e["name"] in ("aten::t", "aten::view")][:4]
+    for i, v in enumerate(views):
+        data["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "copy_kernel", "pid": 0, "tid": 9,
+                                    "ts": v["ts"] + 0.5, "dur": float(i),
+                                    "args": {"External id": v["args"]["External id"]}})
+    assert [v["name"] for v in views] == ["aten::t", "aten::view", "aten::t", "aten::view"]
+    # a 0 µs kernel is still a kernel launched
+    assert verdicts(parse(data), ex) == [("broken", "aten::t launched 1 kernel(s), 0.0 µs; aten::view launched 1 "
+                                                    "kernel(s), 1.0 µs; aten::t launched 1 kernel(s), 2.0 µs")]
+    no_views = gpu_trace()
+    no_views["traceEvents"] = [e for e in no_views["traceEvents"] if e["name"] not in
+                               ("aten::t", "aten::transpose", "aten::view", "aten::_unsafe_view")]
+    assert verdicts(parse(no_views), ex) == [("broken", "no view ops in the active steps")]
+    data = gpu_trace()
+    data["traceEvents"] = [e for e in data["traceEvents"] if e["cat"] != "kernel"]
+    assert verdicts(parse(data), ex) == [("broken", "no GPU kernels in the active steps")]
+
+
+def test_each_guess_says_what_it_checks_and_where_it_applies():
+    """The guess as printed beside its verdict, and the device it is asked of: a GPU-only guess is "not applicable"
+    on a CPU trace, never broken (a CPU run has no kernels to count)."""
+    guesses = {
+        "3 active ProfilerStep#k spans, each around a 'mlp_fwd' record_function": it.steps(3, "mlp_fwd"),
+        "1 GPU kernel per step": it.kernels_per_step(1),
+        "5 GPU kernels per step (3 GEMMs + GeLU + mul)": it.kernels_per_step(5, "3 GEMMs + GeLU + mul"),
+        "a GPU kernel matching /nvjet/ in every step": it.kernel("nvjet"),
+        "a GPU kernel matching /gelu/, 1x per step (fused)": it.kernel("gelu", 1, "fused"),
+        "no 'aten::t' op": it.cpu_op("aten::t", present=False),
+        "'aten::mm' 3x per step": it.cpu_op("aten::mm", per_step=3),
+        "'aten::mm' in every step": it.cpu_op("aten::mm"),
+        "a CPU event matching /cpp_fused/ in every step": it.cpu_event("cpp_fused"),
+        f"every GEMM launch is preceded by {it.OCCUPANCY}; pointwise launches are bare": it.occupancy_before_gemms(),
+        "view ops (aten::t, transpose, reshape, view, ...) launch no kernel: 0 µs CUDA time":
+            it.views_launch_nothing(),
+        "overhead-bound: the typical step's GPU is busy < 50% (of busy + the idle it caused)": it.bound("overhead"),
+        "compute-bound: the typical step's GPU is busy >= 50% (of busy + the idle it caused)": it.bound("compute"),
+    }
+    assert [ex.text for ex in guesses.values()] == list(guesses)
+    assert [ex.device for ex in guesses.values()] == ["any"] + ["cuda"] * 4 + ["any"] * 3 + ["cpu"] + ["cuda"] * 4
+    cpu = parse(cpu_only(gpu_trace()))
+    gpu_only = [ex for ex in guesses.values() if ex.device == "cuda"]
+    assert verdicts(cpu, gpu_only) == [("not applicable", "a cuda-only expectation on a cpu trace")] * len(gpu_only)
+
+
+# ------------------------------------------------------------ trace files, good and bad (fast: mutmut runs these)
+
+def test_load_trace_reads_plain_and_gzip_files_and_keeps_the_path(tmp_path):
+    text = json.dumps(gpu_trace()).encode()
+    plain, zipped, odd = tmp_path / "t.json", tmp_path / "t.json.gz", tmp_path / "gz_named.json"
+    plain.write_bytes(b" \n\t" * 500_000 + text)  # leading blanks over more than one 1 MiB chunk
+    zipped.write_bytes(gzip.compress(text))
+    odd.write_bytes(gzip.compress(text))  # gunzipped whatever its name
+    for path in (plain, zipped, odd, str(plain)):
+        t = it.load_trace(path)
+        assert t.path == str(path) and len(t.steps) == 3 and t.kernel_sources == {}
+    # exactly at the cap is allowed; one byte over is not, plain or gzip
+    exact = tmp_path / "exact.json"
+    exact.write_bytes(text)
+    assert len(it.load_trace(exact, max_bytes=len(text)).steps) == 3
+    assert len(it.load_trace(zipped, max_bytes=len(text)).steps) == 3
+    with pytest.raises(it.TraceError) as e:
+        it.load_trace(exact, max_bytes=len(text) - 1)
+    assert str(e.value) == f"{exact}: larger than {(len(text) - 1) / 2**20:g} MiB, the reader's limit for one trace"
+    with pytest.raises(it.TraceError) as e:
+        it.load_trace(zipped, max_bytes=len(text) - 1)
+    assert str(e.value) == f"{zipped}: more than {(len(text) - 1) / 2**20:g} MiB of JSON once decompressed (the " \
+        "reader's limit for one trace; a gzip bomb?)"
+
+
+def test_a_gzip_bomb_stops_at_the_cap_in_bounded_memory(tmp_path):
+    import tracemalloc
+
+    bomb = tmp_path / "bomb.json.gz"
+    block = gzip.compress(b" " * (1 << 20))  # 1 KiB that unzips to 1 MiB; members concatenated are one gzip stream
+    bomb.write_bytes(gzip.compress(b'{"traceEvents": [') + block * 40)
+    tracemalloc.start()
+    try:
+        with pytest.raises(it.TraceError, match=r"more than 4 MiB of JSON once decompressed"):
+            it.load_trace(bomb, max_bytes=4 << 20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20  # the 40 MiB it unzips to are never held at once
+
+
+def test_a_plain_file_over_the_cap_is_refused_before_reading(tmp_path):
+    huge = tmp_path / "huge.json"
+    for cap, says in ((None, "1 GiB"), (3 << 29, "1.5 GiB"), ((1 << 30) - 1, "1024 MiB")):
+        with open(huge, "wb") as f:  # sparse: on paper only
+            f.write(b"{")
+            f.truncate((cap or read.MAX_JSON_BYTES) + 1)
+        with pytest.raises(it.TraceError) as e:
+            it.load_trace(huge, max_bytes=cap)
+        assert str(e.value) == f"{huge}: larger than {says}, the reader's limit for one trace"
+
+
+def test_each_bad_file_is_one_line_that_says_what_is_wrong(tmp_path):
+    text = json.dumps(gpu_trace())
+    no_steps = gpu_trace()
+    no_steps["traceEvents"] = [e for e in no_steps["traceEvents"] if not e["name"].startswith("ProfilerStep#")]
+    files = {
+        "empty.json": b"", "blank.json": b" \n" * 700_000, "list.json": b"  [1, 2]", "text.json": b"hello",
+        "binary.json": b"{" + bytes(range(128, 256)), "cut.json": b'{"traceEvents": [\n',
+        "deep.json": b'{"a": ' + b"[" * 100_000,
+        "cut.json.gz": gzip.compress(text.encode())[:300], "events.json": b'{"traceEvents": {}}',
+        "malformed.json": json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "x", "ts": 1, "dur": 2,
+                                                       "args": {"External id": [1]}}]}).encode(),
+        "nosteps.json": json.dumps(no_steps).encode(),
+    }
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+    (tmp_path / "folder.json").mkdir()
+    said = {}
+    for name in [*files, "folder.json", "missing.json"]:
+        with pytest.raises(it.TraceError) as e:
+            it.load_trace(tmp_path / name)
+        said[name] = str(e.value).replace(f"{tmp_path / name}: ", "", 1)
+    assert said == {
+        "empty.json": "empty file", "blank.json": "empty file (only whitespace)",
+        "list.json": "not a torch.profiler trace (a JSON object starts with '{', this starts with b'[1, 2]')",
+        "text.json": "not a torch.profiler trace (a JSON object starts with '{', this starts with b'hello')",
+        "binary.json": "not text JSON (binary content)",
+        "cut.json": "not valid JSON (Expecting value: line 2, column 1); truncated file?",
+        "deep.json": "JSON nested too deeply to be a trace",
+        "cut.json.gz": "cannot read (EOFError: Compressed file ended before the end-of-stream marker was reached); "
+                       "truncated or not gzip?",
+        "events.json": "JSON, but not a torch.profiler trace (no 'traceEvents' list)",
+        "malformed.json": said["malformed.json"],
+        "nosteps.json": "no ProfilerStep#N spans; profile with schedule(...) and call prof.step()",
+        "folder.json": "not a file", "missing.json": "no such file"}
+    assert said["malformed.json"].startswith("malformed trace (TypeError: ")  # an id that is a list: unhashable
+    assert "unhashable type: 'list'" in said["malformed.json"]  # (Python 3.14 words it longer)
+    assert it.load_trace(tmp_path / "nosteps.json", require_steps=False).steps == []
+
+
+def test_kernel_files_are_read_only_when_asked_and_only_small_regular_files(tmp_path, monkeypatch):
+    src, limit, big, binary, fifo = (tmp_path / n for n in ("k.py", "limit.py", "big.py", "bin.py", "fifo"))
+    src.write_text("def triton_poi_fused_0(in_ptr0):\n    pass\n")
+    limit.write_bytes(b"#" * read.MAX_KERNEL_FILE_BYTES)
+    big.write_bytes(b"#" * (read.MAX_KERNEL_FILE_BYTES + 1))
+    binary.write_bytes(b"\xff\xfe")
+    os.mkfifo(fifo)  # a plain open would wait for a writer for ever
+    targets = [str(src), str(limit), str(big), str(binary), str(fifo), str(tmp_path), str(tmp_path / "a_missing.py"),
+               "", 5, "bad\0name", "/dev/zero"]
+    data = gpu_trace()
+    ops = [e for e in data["traceEvents"] if e["cat"] == "cpu_op"]
+    for e, target in zip(ops, targets):
+        e["args"]["kernel_file"] = target
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    assert it.load_trace(path).kernel_sources == {}  # not asked: nothing opened
+    assert it.load_trace(path, kernel_files=True).kernel_sources == {str(src): src.read_text(),
+                                                                     str(limit): limit.read_text()}
+    monkeypatch.setattr(read, "KERNEL_FILES_SECONDS", -1.0)  # out of time before the first file
+    assert it.load_trace(path, kernel_files=True).kernel_sources == {}
+
+
+def test_print_expectations_says_each_verdict_and_counts_them():
+    results = it.check(parse(gpu_trace()), [it.kernels_per_step(5), it.kernels_per_step(4),
+                                            it.Expect("a guess that says nothing", lambda t: False), it.cpu_event("x")])
+    buf = io.StringIO()
+    assert it.print_expectations(results, file=buf) == 2
+    assert buf.getvalue() == (
+        "Expectations (guess first, then look):\n"
+        "  ok      5 GPU kernels per step\n"
+        "  BROKEN  4 GPU kernels per step\n"
+        "          seen: kernels per step: [5, 5, 5]  <- BROKEN — look here\n"
+        "  BROKEN  a guess that says nothing\n"
+        "          seen: (no detail)  <- BROKEN — look here\n"
+        "  n/a     a CPU event matching /x/ in every step (a cpu-only expectation on a cuda trace)\n"
+        "  1 confirmed, 2 broken, 1 not applicable\n")
+    buf = io.StringIO()
+    assert it.print_expectations(results[:1], file=buf) == 0
+    assert buf.getvalue().endswith("\n  1 confirmed, 0 broken, 0 not applicable\n")
