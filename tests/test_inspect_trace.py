@@ -122,8 +122,7 @@ def test_cpu_profile_on_a_gpu_machine_is_a_cpu_trace(cpu, tmp_path):
 
 
 def test_runtime_calls_without_a_launch_leave_a_cpu_trace_on_the_cpu(cpu):
-    """A CPU-only profile in a process that profiled the GPU earlier can carry CUDA runtime calls (CUPTI stays
-    subscribed); none launches anything, so the trace is still a CPU trace. One launch makes it a GPU trace."""
+    """CUDA runtime calls that launch nothing leave a CPU trace a CPU trace; one launch makes it a GPU trace."""
     data = json.loads((cpu["dir"] / "eager.json").read_text())
     step = next(e for e in data["traceEvents"] if e.get("name", "").startswith("ProfilerStep#"))
     call = {"ph": "X", "cat": "cuda_runtime", "name": "cudaGetDevice", "pid": step["pid"], "tid": step["tid"],

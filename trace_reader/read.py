@@ -378,8 +378,8 @@ def parse_trace(data: object, path: str = "<trace>") -> Trace:
     meta = {k: v for k, v in data.items() if k != "traceEvents"}
     props = meta.get("deviceProperties")
     props = [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
-    # GPU activity or a launch makes it a GPU trace. Other runtime calls do not: a CPU-only profile taken in a
-    # process that profiled the GPU before (CUPTI stays subscribed) can hold cudaGetDevice and the like.
+    # GPU activity or a launch makes it a GPU trace. Runtime calls that launch nothing (cudaGetDevice,
+    # cudaStreamIsCapturing) do not: without a launch, no GPU work belongs to the trace.
     has_gpu_work = bool(gpu) or any(_launches(c) for c in calls)
     return Trace(path, meta, steps, props, has_gpu_work, skipped, has_memory_events=memory)
 
