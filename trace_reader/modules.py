@@ -183,9 +183,11 @@ def module_launches(kind: str, what: str, has: tuple[str, ...] = (), lacks: tupl
                         steps[i] += [k.name] + ([k.op.name] if k.op is not None else [])
         if not launched:
             return NotApplicable(f"no '{kind}' module annotations in this trace")
+        def found(pattern, names):
+            return any(re.search(pattern, n) for n in names)
+
         bad = []
         for name, steps in launched.items():
-            found = lambda p, names: any(re.search(p, n) for n in names)  # noqa: E731
             missing = sorted({p for names in steps for p in has if not found(p, names)})
             extra = sorted({p for names in steps for p in lacks if found(p, names)})
             if missing or extra:
