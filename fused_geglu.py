@@ -410,25 +410,6 @@ def geglu(x2d, w_gate, w_up, **kwargs):
     return geglu_packed(x2d, pack_gate_up(w_gate, w_up), **kwargs)
 
 
-class _GeGLUFunction(torch.autograd.Function):
-    """Fused forward; the backward recomputes g and u with PyTorch ops (simple, and correct)."""
-
-    @staticmethod
-    def forward(ctx, x2d, w_gate, w_up, w_packed):
-        ctx.save_for_backward(x2d, w_gate, w_up)
-        return geglu_packed(x2d, w_packed)
-
-    @staticmethod
-    def backward(ctx, grad_m):
-        inputs = [t.detach().requires_grad_(need) for t, need in zip(ctx.saved_tensors, ctx.needs_input_grad)]
-        x2d, w_gate, w_up = inputs
-        with torch.enable_grad():
-            m = F.gelu(x2d @ w_gate.T, approximate="tanh") * (x2d @ w_up.T)
-        wanted = [t for t in inputs if t.requires_grad]
-        grads = iter(torch.autograd.grad(m, wanted, grad_m))
-        return tuple(next(grads) if t.requires_grad else None for t in inputs) + (None,)
-
-
 def _weight_state(w):
     # In-place writes (load_state_dict's copy_, optimizer steps) bump _version; .to()/.half() change
     # the pointer or dtype. Inference tensors have no version counter: never trust a cached pack.
@@ -436,13 +417,71 @@ def _weight_state(w):
     return (w.data_ptr(), version, w.dtype, w.device, w.shape)
 
 
+_packs = torch.utils.weak.WeakIdKeyDictionary()  # w_gate -> (state of both weights, packed copy)
+
+
+def packed_gate_up(w_gate, w_up):
+    """pack_gate_up(w_gate, w_up), kept while w_gate lives and rebuilt whenever either weight was changed in
+    place, moved or cast (the key is their pointers, version counters, dtypes and shapes)."""
+    key = (_weight_state(w_gate), _weight_state(w_up))
+    cached = _packs.get(w_gate)
+    if cached is None or cached[0] != key:
+        with torch.no_grad():
+            cached = _packs[w_gate] = (key, pack_gate_up(w_gate, w_up))
+    return cached[1]
+
+
+# torch.compile and CUDA graphs see the fused MLP as two opaque ops (shapes from the fakes below): Dynamo can
+# trace neither the launchers' host-side choices nor the pack cache's pointer checks, and each would be a graph
+# break. Eager inference calls the functions directly (a custom op's dispatch costs µs a call, and decode is
+# bound by host time).
+@torch.library.custom_op("fused_geglu::geglu", mutates_args=())
+def geglu_op(x2d: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
+    return geglu_packed(x2d, packed_gate_up(w_gate, w_up))
+
+
+@geglu_op.register_fake
+def _(x2d, w_gate, w_up):
+    return x2d.new_empty((x2d.shape[0], w_gate.shape[0]))
+
+
+def _geglu_setup_context(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _geglu_backward(ctx, grad_m):
+    """The backward in PyTorch ops, from g and u recomputed: m = gelu_tanh(g) * u."""
+    x2d, w_gate, w_up = ctx.saved_tensors
+    g, u = x2d @ w_gate.T, x2d @ w_up.T
+    grad_u = grad_m * F.gelu(g, approximate="tanh")
+    grad_g = torch.ops.aten.gelu_backward(grad_m * u, g, approximate="tanh")
+    need_x, need_wg, need_wu = ctx.needs_input_grad
+    return (grad_g @ w_gate + grad_u @ w_up if need_x else None,
+            grad_g.T @ x2d if need_wg else None,
+            grad_u.T @ x2d if need_wu else None)
+
+
+geglu_op.register_autograd(_geglu_backward, setup_context=_geglu_setup_context)
+
+
+@torch.library.custom_op("fused_geglu::down_proj", mutates_args=())
+def down_proj_op(m: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
+    return down_proj(m, w_down)
+
+
+@down_proj_op.register_fake
+def _(m, w_down):
+    return m.new_empty((m.shape[0], w_down.shape[0]))
+
+
 class FusedGeGLUMLP(nn.Module):
     """down_proj(gelu_tanh(gate_proj(x)) * up_proj(x)) with gate, up and GeGLU in one kernel.
 
     Same parameter names as SimpleGeGLUMLP (gate_proj.weight, up_proj.weight, down_proj.weight), so
     `load_state_dict` moves weights both ways. The kernel reads a packed copy of the gate and up
-    weights; it is not a parameter or buffer (state_dict is unchanged) and is rebuilt on the next
-    forward whenever either weight was changed, moved or cast.
+    weights (`packed_gate_up`); it is not a parameter or buffer (state_dict is unchanged) and is rebuilt
+    on the next forward whenever either weight was changed, moved or cast. Under torch.compile with CUDA
+    graphs the pack is read from the address recorded at capture: change the weights, then recompile.
     """
 
     def __init__(self, dim, hidden):
@@ -450,29 +489,21 @@ class FusedGeGLUMLP(nn.Module):
         self.gate_proj = nn.Linear(dim, hidden, bias=False)
         self.up_proj = nn.Linear(dim, hidden, bias=False)
         self.down_proj = nn.Linear(hidden, dim, bias=False)
-        self._packed, self._packed_key = None, None
 
-    def packed_gate_up(self, w_gate=None, w_up=None):
-        if w_gate is None:
-            w_gate, w_up = self.gate_proj.weight, self.up_proj.weight
-        key = (_weight_state(w_gate), _weight_state(w_up))
-        if key != self._packed_key:
-            with torch.no_grad():
-                self._packed = pack_gate_up(w_gate, w_up)
-            self._packed_key = key
-        return self._packed
+    def packed_gate_up(self):
+        return packed_gate_up(self.gate_proj.weight, self.up_proj.weight)
 
     def forward(self, x):
         # Any leading shape: the kernel sees [tokens, dim].
         x2d = x.reshape(-1, x.shape[-1])
-        w_gate, w_up = self.gate_proj.weight, self.up_proj.weight
-        packed = self.packed_gate_up(w_gate, w_up)
+        w_gate, w_up, w_down = self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight
         if torch.is_grad_enabled() and (x2d.requires_grad or w_gate.requires_grad or w_up.requires_grad
-                                        or self.down_proj.weight.requires_grad):
-            m = _GeGLUFunction.apply(x2d, w_gate, w_up, packed)
-            return F.linear(m, self.down_proj.weight).reshape(*x.shape[:-1], -1)  # autograd's GEMM
-        # Inference: no autograd.Function bookkeeping (µs of host time per call), and down_proj()
-        # rather than self.down_proj(m): the same GEMM (the small-M kernel for few tokens) without
-        # nn.Module's call overhead.
-        m = geglu_packed(x2d, packed)
-        return down_proj(m, self.down_proj.weight).reshape(*x.shape[:-1], -1)
+                                        or w_down.requires_grad):
+            # Training: the op's backward recomputes g and u; down_proj is autograd's GEMM.
+            return F.linear(geglu_op(x2d, w_gate, w_up), w_down).reshape(*x.shape[:-1], -1)
+        if torch.compiler.is_compiling():
+            return down_proj_op(geglu_op(x2d, w_gate, w_up), w_down).reshape(*x.shape[:-1], -1)
+        # Eager inference: the launchers themselves, and down_proj() rather than self.down_proj(m): the same
+        # GEMM (the small-M kernel for few tokens) without nn.Module's call overhead.
+        m = geglu_packed(x2d, packed_gate_up(w_gate, w_up))
+        return down_proj(m, w_down).reshape(*x.shape[:-1], -1)

@@ -217,6 +217,34 @@ def test_cpu_fallback_matches_eager():
     torch.testing.assert_close(fused(x), eager(x))
 
 
+def test_compiles_without_graph_breaks_and_follows_weight_changes(monkeypatch):
+    """torch.compile(fullgraph=True) fails on any graph break: the module must be opaque ops to Dynamo. The packed
+    copy is made once, remade after an in-place write, and the compiled backward matches eager's."""
+    packs = []
+    pack = fused_geglu.pack_gate_up
+    monkeypatch.setattr(fused_geglu, "pack_gate_up", lambda wg, wu: packs.append(1) or pack(wg, wu))
+    SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
+    eager, fused = SimpleGeGLUMLP(16, 24), fused_geglu.FusedGeGLUMLP(16, 24)
+    fused.load_state_dict(eager.state_dict())
+    compiled = torch.compile(fused, fullgraph=True, backend="eager" if fused_geglu.INTERPRET else "inductor")
+    x = torch.randn(2, 3, 16)
+    with torch.inference_mode():
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), eager(x))
+    assert len(packs) == 1
+    with torch.no_grad():
+        for module in (eager, fused):
+            module.up_proj.weight.mul_(-2.0)
+        torch.testing.assert_close(compiled(x), eager(x))
+    assert len(packs) == 2
+    xc, xe = x.clone().requires_grad_(), x.clone().requires_grad_()
+    compiled(xc).square().sum().backward()
+    eager(xe).square().sum().backward()
+    torch.testing.assert_close(xc.grad, xe.grad)
+    for pf, pe in zip(fused.parameters(), eager.parameters()):
+        torch.testing.assert_close(pf.grad, pe.grad)
+
+
 def test_bad_shapes_are_one_clear_error():
     x = torch.randn(4, 8)
     with pytest.raises(ValueError, match="expects"):
@@ -328,6 +356,29 @@ def test_gpu_decode_module_matches_eager(M):
     with torch.inference_mode():
         y, y_eager = fused(x), eager(x)
     assert ((y.float() - y_eager.float()).norm() / y_eager.float().norm()).item() < 2e-2
+
+
+@cuda
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_gpu_decode_module_under_compile_runs_the_fused_kernels(mode):
+    """Compiled, and replayed as a CUDA graph, a decode step runs the two small-M Triton kernels, once each."""
+    SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
+    eager = SimpleGeGLUMLP(2048, 8192).cuda().bfloat16()
+    fused = fused_geglu.FusedGeGLUMLP(2048, 8192).cuda().bfloat16()
+    fused.load_state_dict(eager.state_dict())
+    compiled = torch.compile(fused, mode=mode, fullgraph=True)
+    x = torch.randn(1, 1, 2048, device="cuda", dtype=torch.bfloat16)
+    with torch.inference_mode():
+        for _ in range(3):  # compile, then (reduce-overhead) warm up and record the graph
+            y = compiled(x).clone()
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            y = compiled(x).clone()
+            torch.cuda.synchronize()
+        y_eager = eager(x)
+    assert ((y.float() - y_eager.float()).norm() / y_eager.float().norm()).item() < 2e-2
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert kernels.count("_geglu_small_m_kernel") == 1 and kernels.count("_linear_small_m_kernel") == 1, kernels
 
 
 @cuda
