@@ -299,6 +299,24 @@ def small_m_config(M, kernel="geglu"):
     return None
 
 
+_side_streams = {}
+
+
+def _kept(device, make):
+    """make() for a tensor kept across calls (the packed weights, the split-K counters). On a GPU it runs on a
+    stream of its own: while torch.compile's CUDA-graph trees warm a graph up they send the current stream's
+    allocations to the graph's private pool, and a tensor that stays alive there breaks their bookkeeping."""
+    if device.type != "cuda":
+        return make()
+    side = _side_streams.setdefault(device, torch.cuda.Stream(device))
+    current = torch.cuda.current_stream(device)
+    side.wait_stream(current)  # inputs written on the current stream first
+    with torch.cuda.stream(side):
+        out = make()
+    current.wait_stream(side)
+    return out
+
+
 _split_k_counters = {}
 
 
@@ -307,7 +325,8 @@ def _tile_counters(device, n):
     key = (device, torch.cuda.current_stream(device).stream_id if device.type == "cuda" else 0)
     counters = _split_k_counters.get(key)
     if counters is None or counters.numel() < n:
-        counters = _split_k_counters[key] = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+        counters = _split_k_counters[key] = _kept(device, lambda: torch.zeros(max(n, 4096), dtype=torch.int32,
+                                                                                device=device))
     return counters
 
 
@@ -427,7 +446,7 @@ def packed_gate_up(w_gate, w_up):
     cached = _packs.get(w_gate)
     if cached is None or cached[0] != key:
         with torch.no_grad():
-            cached = _packs[w_gate] = (key, pack_gate_up(w_gate, w_up))
+            cached = _packs[w_gate] = (key, _kept(w_gate.device, lambda: pack_gate_up(w_gate, w_up)))
     return cached[1]
 
 
