@@ -41,6 +41,7 @@ Read `bench.py` for the timings. `geglu()` is the bare launcher, `FusedGeGLUMLP`
 parameters carry the same names as `SimpleGeGLUMLP` in 03_simple_mlp.py.
 """
 
+import concurrent.futures
 import functools
 import os
 
@@ -299,22 +300,25 @@ def small_m_config(M, kernel="geglu"):
     return None
 
 
-_side_streams = {}
+_maker = None  # one thread that makes the kept tensors on a GPU
 
 
 def _kept(device, make):
-    """make() for a tensor kept across calls (the packed weights, the split-K counters). On a GPU it runs on a
-    stream of its own: while torch.compile's CUDA-graph trees warm a graph up they send the current stream's
-    allocations to the graph's private pool, and a tensor that stays alive there breaks their bookkeeping."""
+    """make() for a tensor kept across calls (the packed weights, the split-K counters). On a GPU it runs in a
+    thread of its own: while torch.compile's CUDA-graph trees warm a graph up, every allocation of the calling
+    thread goes to the graph's private pool, and a tensor that stays alive there breaks their bookkeeping."""
+    global _maker
     if device.type != "cuda":
         return make()
-    side = _side_streams.setdefault(device, torch.cuda.Stream(device))
+    if _maker is None:
+        _maker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fused_geglu")
     current = torch.cuda.current_stream(device)
-    side.wait_stream(current)  # inputs written on the current stream first
-    with torch.cuda.stream(side):
-        out = make()
-    current.wait_stream(side)
-    return out
+
+    def on_the_current_stream():  # grad mode and the stream are per thread
+        with torch.no_grad(), torch.cuda.device(device), torch.cuda.stream(current):
+            return make()
+
+    return _maker.submit(on_the_current_stream).result()
 
 
 _split_k_counters = {}
