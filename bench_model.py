@@ -293,11 +293,14 @@ def main(argv=None):
     # Each compiled variant holds two graphs (prefill, decode) of the same forward: above Dynamo's default limit
     # of 8 per function, it would silently run the rest eager.
     limit = max(torch._dynamo.config.recompile_limit, 4 * len(args.mlp) * len(args.exec))
-    # One grad mode for checks and timing: no recompiles between them.
-    with torch._dynamo.config.patch(recompile_limit=limit), torch.inference_mode():
+    # Weights made outside inference mode: an inference tensor has no version counter, so FusedGeGLUMLP could not
+    # tell a changed weight from an unchanged one and would repack both on every call.
+    with torch.no_grad():
         base = model_script.build_model(config, run)
         ids = torch.randint(0, config.vocab_size, (args.batch, args.seq), device=run.device)
         calls, skipped = build_variants(base, config, ids, args, run)
+    # One grad mode for checks and timing: no recompiles between them.
+    with torch._dynamo.config.patch(recompile_limit=limit), torch.inference_mode():
         ref_prefill = base(input_ids=ids, use_cache=False, logits_to_keep=1).logits
         ref_decode = Decode(base, base, config, ids)()
         tokens, tol = args.batch * args.seq, common.TOLERANCE[dtype]

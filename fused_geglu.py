@@ -449,6 +449,10 @@ def packed_gate_up(w_gate, w_up):
     key = (_weight_state(w_gate), _weight_state(w_up))
     cached = _packs.get(w_gate)
     if cached is None or cached[0] != key:
+        if w_gate.is_cuda and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("fused_geglu: the packed gate/up weights must exist before a CUDA graph is recorded; "
+                               "weights made under torch.inference_mode() have no version counter and are "
+                               "repacked on every call: make them outside it")
         with torch.no_grad():
             cached = _packs[w_gate] = (key, _kept(w_gate.device, lambda: pack_gate_up(w_gate, w_up)))
     return cached[1]
