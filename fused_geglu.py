@@ -44,6 +44,7 @@ parameters carry the same names as `SimpleGeGLUMLP` in 03_simple_mlp.py.
 import concurrent.futures
 import functools
 import os
+import warnings
 
 import torch
 import torch.nn as nn
@@ -449,6 +450,10 @@ def packed_gate_up(w_gate, w_up):
     key = (_weight_state(w_gate), _weight_state(w_up))
     cached = _packs.get(w_gate)
     if cached is None or cached[0] != key:
+        if cached is not None and (w_gate.is_inference() or w_up.is_inference()):
+            warnings.warn("fused_geglu: the gate/up weights are inference tensors (made under "
+                          "torch.inference_mode()), which have no version counter: their packed copy is rebuilt on "
+                          "every call. Make the weights outside inference mode.", stacklevel=3)
         if w_gate.is_cuda and torch.cuda.is_current_stream_capturing():
             raise RuntimeError("fused_geglu: the packed gate/up weights must exist before a CUDA graph is recorded; "
                                "weights made under torch.inference_mode() have no version counter and are "

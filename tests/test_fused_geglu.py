@@ -245,6 +245,19 @@ def test_compiles_without_graph_breaks_and_follows_weight_changes(monkeypatch):
         torch.testing.assert_close(pf.grad, pe.grad)
 
 
+def test_weights_made_in_inference_mode_are_repacked_every_call_and_say_so(monkeypatch):
+    packs = []
+    pack = fused_geglu.pack_gate_up
+    monkeypatch.setattr(fused_geglu, "pack_gate_up", lambda wg, wu: packs.append(1) or pack(wg, wu))
+    with torch.inference_mode():
+        fused = fused_geglu.FusedGeGLUMLP(8, 16)
+        x = torch.randn(3, 8)
+        fused(x)
+        with pytest.warns(UserWarning, match="inference tensors .* rebuilt on every call"):
+            fused(x)
+    assert len(packs) == 2
+
+
 def test_bad_shapes_are_one_clear_error():
     x = torch.randn(4, 8)
     with pytest.raises(ValueError, match="expects"):
