@@ -155,6 +155,15 @@ def cpu_ceilings(dtype):
     return 2 * 512**3 / cpu_median_us(lambda: a @ w) / 1e6, 2 * src.numel() / cpu_median_us(lambda: dst.copy_(src)) / 1e3
 
 
+def timing_fields(cuda):
+    """A round-robin benchmark record's "timer" and "ceiling_gemm": how it timed, and the ceiling's matmul."""
+    if cuda:
+        return {"timer": f"bench.median_us (CUDA events, L2 evicted before each call); middle of {ROUNDS} round-robin "
+                         "rounds", "ceiling_gemm": "8192x8192x8192"}
+    return {"timer": "bench.cpu_median_us: time.perf_counter median of 5 calls (CPU smoke test)",
+            "ceiling_gemm": "512x512x512"}
+
+
 def versions(device="cuda"):
     """What a benchmark record says about where it ran: device, versions, date (UTC)."""
     try:

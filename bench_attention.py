@@ -192,9 +192,8 @@ def main(argv=None):
         return 1
     record.update({
         "dtype": args.dtype,
-        "timer": (f"bench.median_us (CUDA events, L2 evicted before each call); middle of {bench.ROUNDS} round-robin rounds"
-                  if device == "cuda" else "time.perf_counter median of 5 calls (CPU smoke test)"),
-        "ceiling_tflops": ceiling, "ceiling_gemm": "8192x8192x8192" if device == "cuda" else "512x512x512",
+        **bench.timing_fields(device == "cuda"),
+        "ceiling_tflops": ceiling,
         "copy_gbs": bandwidth, "shapes": results,
     })
     print(bench.write_record(args.out, record, table))

@@ -327,11 +327,10 @@ def main(argv=None):
                   "intermediate": config.intermediate_size, "heads": config.num_attention_heads,
                   "kv_heads": config.num_key_value_heads, "head_dim": config.head_dim, "vocab": config.vocab_size,
                   "batch": args.batch, "seq": args.seq, "params_per_token": c["params_per_token"]},
-        "timer": (f"bench.median_us (CUDA events, L2 evicted before each call); middle of {bench.ROUNDS} round-robin "
-                  "rounds" if cuda else "bench.cpu_median_us: time.perf_counter median of 5 calls (CPU smoke test)"),
+        **bench.timing_fields(cuda),
         "timed": {"prefill": "one forward of batch x seq tokens, no cache, logits of the last position",
                   "decode": "one forward of 1 token per sequence, static KV cache of seq entries (all read)"},
-        "ceiling_tflops": ceiling, "ceiling_gemm": "8192x8192x8192" if cuda else "512x512x512",
+        "ceiling_tflops": ceiling,
         "copy_tbps": bandwidth, "floors": {"prefill": "FLOPs / ceiling_tflops", "decode": "bytes / copy_tbps"},
         "shapes": results,
     })
