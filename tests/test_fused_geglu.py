@@ -217,12 +217,18 @@ def test_cpu_fallback_matches_eager():
     torch.testing.assert_close(fused(x), eager(x))
 
 
-def test_compiles_without_graph_breaks_and_follows_weight_changes(monkeypatch):
+@pytest.fixture
+def packs(monkeypatch):
+    """One entry per packed copy fused_geglu makes."""
+    made = []
+    pack = fused_geglu.pack_gate_up
+    monkeypatch.setattr(fused_geglu, "pack_gate_up", lambda wg, wu: made.append(1) or pack(wg, wu))
+    return made
+
+
+def test_compiles_without_graph_breaks_and_follows_weight_changes(packs):
     """torch.compile(fullgraph=True) fails on any graph break: the module must be opaque ops to Dynamo. The packed
     copy is made once, remade after an in-place write, and the compiled backward matches eager's."""
-    packs = []
-    pack = fused_geglu.pack_gate_up
-    monkeypatch.setattr(fused_geglu, "pack_gate_up", lambda wg, wu: packs.append(1) or pack(wg, wu))
     SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
     eager, fused = SimpleGeGLUMLP(16, 24), fused_geglu.FusedGeGLUMLP(16, 24)
     fused.load_state_dict(eager.state_dict())
@@ -245,10 +251,7 @@ def test_compiles_without_graph_breaks_and_follows_weight_changes(monkeypatch):
         torch.testing.assert_close(pf.grad, pe.grad)
 
 
-def test_weights_made_in_inference_mode_are_repacked_every_call_and_say_so(monkeypatch):
-    packs = []
-    pack = fused_geglu.pack_gate_up
-    monkeypatch.setattr(fused_geglu, "pack_gate_up", lambda wg, wu: packs.append(1) or pack(wg, wu))
+def test_weights_made_in_inference_mode_are_repacked_every_call_and_say_so(packs):
     with torch.inference_mode():
         fused = fused_geglu.FusedGeGLUMLP(8, 16)
         x = torch.randn(3, 8)
