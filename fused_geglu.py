@@ -37,6 +37,11 @@ The same body without the epilogue, `_linear_small_m_kernel`, does down_proj the
 `dim` rows, so it also splits K across programs until they fill the GPU (the last program of a tile sums
 the fp32 partials in a fixed order). Past the buckets, the tiled kernels above and cuBLAS take over.
 
+At decode the GPU work is short (76 µs for that MLP on an H200) and the host has to keep up: a Triton launch
+through `kernel[grid](...)` re-derives the kernel's specialisation from every argument in Python, about
+25 µs on the H200 machine's CPU. `_launch` looks the compiled kernel up once per argument signature and
+launches it directly, and split-K keeps its workspace, so an eager forward costs the host about 50 µs.
+
 Read `bench.py` for the timings. `geglu()` is the bare launcher, `FusedGeGLUMLP` the nn.Module whose
 parameters carry the same names as `SimpleGeGLUMLP` in 03_simple_mlp.py.
 """
@@ -322,17 +327,62 @@ def _kept(device, make):
     return _maker.submit(on_the_current_stream).result()
 
 
-_split_k_counters = {}
+_workspaces = {}  # (device, stream) -> (fp32 partials, int32 arrival counters) for split-K
+_outgrown = []  # workspaces replaced by larger ones: a CUDA graph may have recorded their addresses
 
 
-def _tile_counters(device, n):
-    """Zeroed int32 arrival counters for split-K, one set per device and stream (the kernel re-zeroes them)."""
-    key = (device, torch.cuda.current_stream(device).stream_id if device.type == "cuda" else 0)
-    counters = _split_k_counters.get(key)
-    if counters is None or counters.numel() < n:
-        counters = _split_k_counters[key] = _kept(device, lambda: torch.zeros(max(n, 4096), dtype=torch.int32,
-                                                                                device=device))
-    return counters
+def _split_k_workspace(device, stream, n_partials, n_tiles):
+    """fp32 room for n_partials split-K partials and n_tiles zeroed arrival counters (the kernel re-zeroes
+    them), kept per device and stream: sequential launches on one stream share them."""
+    key = (device, stream)
+    kept = _workspaces.get(key)
+    if kept is None or kept[0].numel() < n_partials or kept[1].numel() < n_tiles:
+        if kept is not None:
+            _outgrown.append(kept)
+        n_partials, n_tiles = max(n_partials, 1 << 20), max(n_tiles, 4096)
+        kept = _workspaces[key] = _kept(device, lambda: (torch.empty(n_partials, dtype=torch.float32, device=device),
+                                                         torch.zeros(n_tiles, dtype=torch.int32, device=device)))
+    return kept
+
+
+_compiled = {}  # (kernel, what its launch specialises on) -> (Triton's compiled kernel, the constexprs in order)
+_SPEC_TYPES = (torch.Tensor,) if TensorDescriptor is None else (torch.Tensor, TensorDescriptor)
+
+
+def _spec(arg):
+    # What a Triton launch specialises on besides integer values (in the key as they are: a superset of
+    # Triton's "== 1" and "% 16"): a tensor's dtype and 16-byte alignment, a TMA descriptor's tensor and block.
+    if isinstance(arg, torch.Tensor):
+        return arg.dtype, arg.data_ptr() % 16 == 0
+    return _spec(arg.base) + (tuple(arg.shape), tuple(arg.strides), tuple(arg.block_shape))
+
+
+def _launch(kernel, grid, args, **meta):
+    """kernel[grid](*args, **meta) with less host time. Triton's launch re-derives the kernel's
+    specialisation from every argument in Python on each call (about 25 µs on the H200 machine's CPU, and a
+    decode step waits on the host); here the compiled kernel is looked up once per argument signature and
+    launched directly. args are the non-constexpr arguments in order; meta holds constexprs and options."""
+    if INTERPRET:
+        return kernel[grid](*args, **meta)
+    device = _driver().get_current_device()
+    key = (kernel, device, *[_spec(a) if isinstance(a, _SPEC_TYPES) else a for a in args],
+           *meta.items())
+    entry = _compiled.get(key)
+    if entry is None:
+        compiled = kernel.warmup(*args, grid=grid, **meta)
+        if hasattr(compiled, "result"):  # Triton's asynchronous compile mode
+            compiled = compiled.result()
+        if len(_compiled) > 4096:  # integer arguments (M) are part of the key: keep it bounded
+            _compiled.clear()
+        entry = _compiled[key] = (compiled, tuple(meta[name] for name in kernel.arg_names[len(args):]))
+    compiled, constexprs = entry
+    compiled[grid + (1,) * (3 - len(grid))](*args, *constexprs, stream=_driver().get_current_stream(device))
+
+
+@functools.cache
+def _driver():
+    from triton.runtime import driver
+    return driver.active
 
 
 # Cached: at small M the forward is bound by host time, and these queries cost µs per call.
@@ -356,20 +406,25 @@ def _split_k(device, tiles, k_steps, ctas_per_sm):
     return split
 
 
+def _cdiv(a, b):  # triton.cdiv is a constexpr function: about 2 µs a call from host code
+    return -(-a // b)
+
+
 def _launch_small_m(x2d, w, out, cfg, geglu, upcast, precision):
     M, K = x2d.shape
     N2 = w.shape[0]
-    BM, BN = cfg.pop("BM"), cfg["BN"]
-    tiles = triton.cdiv(M, BM) * triton.cdiv(N2, BN)
-    fill = cfg.pop("FILL", None)  # CTAs per SM to aim for by splitting K (down_proj: few output columns)
-    split_k = cfg.pop("SPLIT_K", 1) if fill is None else _split_k(x2d.device, tiles, triton.cdiv(K, cfg["BK"]), fill)
-    grid = (triton.cdiv(M, BM), triton.cdiv(N2, BN), split_k)
-    # Split-K: fp32 partials [SPLIT_K, M, N2] and one arrival counter per output tile.
-    part = torch.empty((split_k, M, N2), device=x2d.device, dtype=torch.float32) if split_k > 1 else out
-    counters = _tile_counters(x2d.device, tiles) if split_k > 1 else out
-    kernel = _geglu_small_m_kernel if geglu else _linear_small_m_kernel
-    kernel[grid](x2d, w, out, part, counters, M, N2, K, x2d.stride(0), w.stride(0), out.stride(0),
-                 BM=BM, SPLIT_K=split_k, UPCAST=upcast, DOT_PRECISION=precision, **cfg)
+    BM, BN, BK = cfg["BM"], cfg["BN"], cfg["BK"]
+    tiles_m, tiles_n = _cdiv(M, BM), _cdiv(N2, BN)
+    fill = cfg.get("FILL")  # CTAs per SM to aim for by splitting K (down_proj: few output columns)
+    split_k = cfg.get("SPLIT_K", 1) if fill is None else _split_k(x2d.device, tiles_m * tiles_n, _cdiv(K, BK), fill)
+    part = counters = out  # unused without split-K
+    if split_k > 1:  # fp32 partials [SPLIT_K, M, N2] and one arrival counter per output tile
+        stream = x2d.device.type == "cuda" and _driver().get_current_stream(x2d.device.index)
+        part, counters = _split_k_workspace(x2d.device, stream, split_k * M * N2, tiles_m * tiles_n)
+    _launch(_geglu_small_m_kernel if geglu else _linear_small_m_kernel, (tiles_m, tiles_n, split_k),
+            (x2d, w, out, part, counters, M, N2, K, x2d.stride(0), w.stride(0), out.stride(0)),
+            BM=BM, BN=BN, BK=BK, SPLIT_K=split_k, UPCAST=upcast, DOT_PRECISION=precision,
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
 
 def geglu_packed(x2d, w_packed, *, use_tma=None, config=None):
@@ -393,23 +448,21 @@ def geglu_packed(x2d, w_packed, *, use_tma=None, config=None):
     # fp32 inputs: full-precision dots, like PyTorch's default matmul (tf32 would cost ~1e-3).
     precision = "ieee" if x2d.dtype == torch.float32 else "tf32"
     if path == "small":
-        _launch_small_m(x2d, w_packed, m, dict(config or small_m_config(M)), True, upcast, precision)
+        _launch_small_m(x2d, w_packed, m, config or small_m_config(M), True, upcast, precision)
     elif path == "tma":
-        cfg = dict(config or (INTERPRETER_CONFIG if INTERPRET else HOPPER_CONFIG))
-        BM, BN, BK = cfg.pop("BM"), cfg.pop("BN"), cfg.pop("BK")
+        cfg = config or (INTERPRETER_CONFIG if INTERPRET else HOPPER_CONFIG)
+        BM, BN, BK = cfg["BM"], cfg["BN"], cfg["BK"]
         num_sms = _num_sms(x2d.device)
-        grid = (min(num_sms, triton.cdiv(M, BM) * triton.cdiv(N2, BN)),)
-        _geglu_tma_kernel[grid](
-            TensorDescriptor.from_tensor(x2d, [BM, BK]),
-            TensorDescriptor.from_tensor(w_packed, [BN, BK]),
-            TensorDescriptor.from_tensor(m, [BM, BN // 2]),
-            M, N2, K, BM=BM, BN=BN, BK=BK, NUM_SMS=num_sms, UPCAST=upcast, **cfg)
+        _launch(_geglu_tma_kernel, (min(num_sms, _cdiv(M, BM) * _cdiv(N2, BN)),),
+                (TensorDescriptor.from_tensor(x2d, [BM, BK]), TensorDescriptor.from_tensor(w_packed, [BN, BK]),
+                 TensorDescriptor.from_tensor(m, [BM, BN // 2]), M, N2, K),
+                NUM_SMS=num_sms, UPCAST=upcast, **cfg)
     else:
-        cfg = dict(config or (INTERPRETER_CONFIG if INTERPRET else PORTABLE_CONFIG))
-        cfg.pop("FLATTEN", None)
-        grid = (triton.cdiv(M, cfg["BM"]) * triton.cdiv(N2, cfg["BN"]),)
-        _geglu_pointer_kernel[grid](x2d, w_packed, m, M, N2, K, x2d.stride(0), w_packed.stride(0), m.stride(0),
-                                    DOT_PRECISION=precision, UPCAST=upcast, **cfg)
+        cfg = {k: v for k, v in (config or (INTERPRETER_CONFIG if INTERPRET else PORTABLE_CONFIG)).items()
+               if k != "FLATTEN"}
+        _launch(_geglu_pointer_kernel, (_cdiv(M, cfg["BM"]) * _cdiv(N2, cfg["BN"]),),
+                (x2d, w_packed, m, M, N2, K, x2d.stride(0), w_packed.stride(0), m.stride(0)),
+                DOT_PRECISION=precision, UPCAST=upcast, **cfg)
     return m
 
 
@@ -422,7 +475,7 @@ def down_proj(m, w_down, *, config=None):
     m, w_down = m.contiguous(), w_down.contiguous()
     y = torch.empty((m.shape[0], w_down.shape[0]), device=m.device, dtype=m.dtype)
     if m.shape[0]:
-        _launch_small_m(m, w_down, y, dict(cfg), False, INTERPRET and m.dtype == torch.bfloat16,
+        _launch_small_m(m, w_down, y, cfg, False, INTERPRET and m.dtype == torch.bfloat16,
                         "ieee" if m.dtype == torch.float32 else "tf32")
     return y
 

@@ -360,6 +360,77 @@ def test_gpu_small_m_odd_shapes(M, dt):
     assert torch.equal(fused_geglu.down_proj(m, wd), y) and torch.equal(fused_geglu.geglu_packed(x, packed), m)
 
 
+def test_launch_reuses_a_compiled_kernel_only_for_the_same_specialisation(monkeypatch):
+    """_launch compiles once per argument signature and launches the compiled kernel itself; a tensor of another
+    dtype or 16-byte alignment, another integer or constexpr gets its own compile (a stand-in for Triton here)."""
+    compiles, launches = [], []
+
+    class Compiled:
+        def __init__(self, spec):
+            self.spec = spec
+
+        def __getitem__(self, grid):
+            return lambda *args, stream: launches.append((self.spec, grid, args, stream))
+
+    class Kernel:
+        arg_names = ["x_ptr", "n", "BLOCK", "FLAG"]
+
+        def warmup(self, *args, grid, **meta):
+            compiles.append((args, grid, meta))
+            return Compiled(len(compiles))
+
+    class Driver:
+        def get_current_device(self):
+            return 0
+
+        def get_current_stream(self, device):
+            return 1234
+
+    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu, "_driver", lambda: Driver())
+    monkeypatch.setattr(fused_geglu, "_compiled", {})
+    kernel, buf = Kernel(), torch.zeros(64, dtype=torch.float16)
+    x, y = buf[:32], buf[16:48]  # both 16-byte aligned (32 bytes apart)
+    fused_geglu._launch(kernel, (3,), (x, 32), FLAG=True, BLOCK=16, num_warps=4)
+    fused_geglu._launch(kernel, (5, 2), (y, 32), FLAG=True, BLOCK=16, num_warps=4)  # same signature: no compile
+    assert len(compiles) == 1
+    # The constexprs go in the kernel's parameter order whatever the keyword order; the grid is padded to 3.
+    assert launches[0] == (1, (3, 1, 1), (x, 32, 16, True), 1234) and launches[1][:2] == (1, (5, 2, 1))
+    assert launches[1][2][0] is y
+    for args, meta in [((buf[1:33], 32), {}),  # 2 bytes off: not 16-byte aligned
+                       ((buf.float()[:32], 32), {}),  # another dtype
+                       ((x, 33), {}),  # another integer
+                       ((x, 32), {"BLOCK": 32})]:  # another constexpr
+        fused_geglu._launch(kernel, (3,), args, **{"FLAG": True, "BLOCK": 16, "num_warps": 4, **meta})
+        assert launches[-1][0] == len(compiles), args
+    assert len(compiles) == 5
+
+
+def test_split_k_workspace_grows_and_keeps_what_a_graph_may_hold(monkeypatch):
+    monkeypatch.setattr(fused_geglu, "_workspaces", {})
+    monkeypatch.setattr(fused_geglu, "_outgrown", [])
+    cpu = torch.device("cpu")
+    first = fused_geglu._split_k_workspace(cpu, 7, 10, 10)
+    assert fused_geglu._split_k_workspace(cpu, 7, 1000, 100) is first  # room enough: the same tensors
+    assert fused_geglu._split_k_workspace(cpu, 8, 10, 10) is not first  # another stream: its own
+    bigger = fused_geglu._split_k_workspace(cpu, 7, first[0].numel() + 1, 10)
+    assert bigger[0].numel() > first[0].numel() and not bigger[1].any()
+    assert fused_geglu._outgrown == [first]  # still alive: a CUDA graph may have recorded its address
+
+
+@cuda
+def test_gpu_misaligned_input_after_an_aligned_one():
+    """The small-M kernels compiled for 16-byte aligned pointers must not serve a misaligned x of the same shape."""
+    K, N = 4096, 1024
+    wg, wu = (torch.randn(N, K, device="cuda").div(K ** 0.5).bfloat16() for _ in range(2))
+    packed = fused_geglu.pack_gate_up(wg, wu)
+    buf = torch.randn(2 * K + 1, device="cuda").bfloat16()
+    for x in (buf[:K].view(1, K), buf[1:K + 1].view(1, K)):  # the second one starts 2 bytes off
+        ref = F.gelu(x.float() @ wg.float().T, approximate="tanh") * (x.float() @ wu.float().T)
+        m = fused_geglu.geglu_packed(x, packed)
+        assert ((m.float() - ref).norm() / ref.norm()).item() < TOL["bf16"], x.data_ptr() % 16
+
+
 @cuda
 @pytest.mark.parametrize("M", [1, 64])
 def test_gpu_decode_module_matches_eager(M):
