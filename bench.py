@@ -21,7 +21,8 @@ FLOPs / GEMM ceiling (6 * M * dim * hidden) and bytes / copy bandwidth, where th
 forward can avoid moving: the three weights once, x in and y out. Large M is compute-bound; decode is
 memory-bound (the weights). "of floor" = floor / time (1.00 = at the ceiling). "graph µs" (M <= 128,
 where the host matters) replays the same forward from a CUDA graph: the GPU's time alone; where it is
-much lower than "µs" the forward waits on the host (Python, Dynamo guards, launches). max-autotune
+much lower than "µs" the forward waits on the host (Python, Dynamo guards, launches); "host µs per call"
+(same shapes) says how long the host takes to enqueue one forward when it does not wait for the GPU. max-autotune
 (`mode="max-autotune-no-cudagraphs"`, what a user tries next) compiles for ~20 s a shape, so by default
 it runs at MAX_AUTOTUNE_SHAPES only (--max-autotune all|none). "parts" times (graph replays) the fused
 kernels alone against what they replace: cuBLAS on x @ [Wg; Wu]^T, one GEMM of N = 2 * hidden; and
@@ -132,6 +133,22 @@ def median_us(fn, rep_ms=100):
             end.record()
         torch.cuda.synchronize()
     return 1e3 * statistics.median(start.elapsed_time(end) for start, end in events)
+
+
+def host_us(fn, calls=100, bursts=5):
+    """The host's µs per call of fn: bursts of calls enqueued without waiting for the GPU (their launches fit in
+    its queue), median over bursts. Where it exceeds the GPU's time, the forward waits on Python and launches."""
+    times = []
+    with torch.inference_mode():
+        fn()
+        for _ in range(bursts):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times.append((time.perf_counter() - t0) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(times)
 
 
 def cpu_median_us(fn, reps=5):
@@ -292,7 +309,7 @@ def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune):
                                     "rel_err": errors[name]}
         if name in graph_rounds:
             result["variants"][name].update(graph_median_us=middle(graph_rounds[name]),
-                                            graph_rounds_us=graph_rounds[name])
+                                            graph_rounds_us=graph_rounds[name], host_us=host_us(calls[name]))
     result["skipped"] = ([] if "liger" in variants else ["liger (liger-kernel is not installed)"]) + \
         ([] if max_autotune else ["max-autotune (not at this shape: --max-autotune all)"])
 
@@ -339,6 +356,9 @@ def print_shape(r, ceiling, bandwidth):
                  if "graph_median_us" in v else f"{'-':>10}{'-':>10}")
         print(f"  {name:<14}{us:9.1f}{spread(v):8.1%}{r['flops'] / us / 1e6:9.0f}{r['floor_us'] / us:10.2f}"
               f"{eager_us / us:9.2f}x{graph}{v['rel_err']:10.1e}")
+    if "host_us" in r["variants"]["fused"]:
+        print("  host µs per call (enqueued, not waited for): "
+              + ", ".join(f"{name} {v['host_us']:.1f}" for name, v in r["variants"].items()))
     for note in r["skipped"]:
         print(f"  skipped: {note}")
     best, ratio, slower = fused_vs_best(r)
