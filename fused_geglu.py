@@ -57,8 +57,6 @@ import torch.nn.functional as F
 import triton  # Linux wheels only (pyproject.toml): scripts import this module once they know it is there
 import triton.language as tl
 
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-
 try:  # host-side TMA descriptors (Triton >= 3.4)
     from triton.tools.tensor_descriptor import TensorDescriptor
 except ImportError:  # older Triton: only the pointer kernel
@@ -189,19 +187,9 @@ def _store_out(out_ptr, acc, offs_m, pid_n, M, N2, stride_om, BM: tl.constexpr, 
 
 
 @triton.jit
-def _prefetch_l2(w_ptr, offs_n, k0, N2, K, stride_wn, LINES: tl.constexpr):
-    # Ask L2 for LINES 128-byte lines (64 two-byte elements each) of rows offs_n from column k0 on; loads nothing.
-    offs_k = k0 + tl.arange(0, LINES) * 64
-    ptrs = w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :]
-    ptrs = tl.where((offs_n[:, None] < N2) & (offs_k[None, :] < K), ptrs, w_ptr)
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
-                              is_pure=False, pack=1)
-
-
-@triton.jit
 def _small_m_body(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_xm, stride_wn, stride_om,
                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr, GEGLU: tl.constexpr,
-                  UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr):
+                  UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Few tokens: x[M, K] @ w[N2, K]^T, with the GeGLU epilogue (GEGLU) or without (down_proj).
 
     The weights dominate the bytes, so many small programs stream them: grid (M tiles, N tiles, SPLIT_K),
@@ -216,13 +204,6 @@ def _small_m_body(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_x
     offs_n = pid_n * BN + tl.arange(0, BN)
     k_steps = tl.cdiv(tl.cdiv(K, BK), SPLIT_K)  # K-steps per slice (the last slice may get fewer)
     offs_k = pid_k * k_steps * BK + tl.arange(0, BK)
-    if PDL:  # programmatic dependent launch (Hopper+): gate/up, then down_proj, overlap at the seam
-        if GEGLU:  # down_proj's programs may take SMs as soon as this kernel's last programs have started
-            gdc_launch_dependents()
-        else:  # launched early: stream this program's first weights towards L2, then wait for m to be complete
-            if PREFETCH > 0:
-                _prefetch_l2(w_ptr, offs_n, pid_k * k_steps * BK, N2, K, stride_wn, PREFETCH * BK // 64)
-            gdc_wait()
     acc = _dot_main_loop(x_ptr, w_ptr, offs_m, offs_n, offs_k, M, N2, K, k_steps, stride_xm, stride_wn,
                          BM, BN, BK, UPCAST, DOT_PRECISION)
     if SPLIT_K == 1:
@@ -247,17 +228,17 @@ def _small_m_body(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_x
 @triton.jit(do_not_specialize=["M"])
 def _geglu_small_m_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_xm, stride_wn, stride_om,
                           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
-                          UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr):
+                          UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
     _small_m_body(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_xm, stride_wn, stride_om,
-                  BM, BN, BK, SPLIT_K, True, UPCAST, DOT_PRECISION, PDL, PREFETCH)
+                  BM, BN, BK, SPLIT_K, True, UPCAST, DOT_PRECISION)
 
 
 @triton.jit(do_not_specialize=["M"])
 def _linear_small_m_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_xm, stride_wn, stride_om,
                            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
-                           UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr):
+                           UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
     _small_m_body(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_xm, stride_wn, stride_om,
-                  BM, BN, BK, SPLIT_K, False, UPCAST, DOT_PRECISION, PDL, PREFETCH)
+                  BM, BN, BK, SPLIT_K, False, UPCAST, DOT_PRECISION)
 
 
 # Tile configs; BN counts packed columns (gate and up), so a tile yields BN / 2 columns of m.
@@ -325,7 +306,6 @@ def small_m_config(M, kernel="geglu"):
     return None
 
 
-USE_PDL = True  # small M on Hopper+: down_proj is launched while gate/up finishes (see _small_m_body)
 _maker = None  # one thread that makes the kept tensors on a GPU
 
 
@@ -441,12 +421,10 @@ def _launch_small_m(x2d, w, out, cfg, geglu, upcast, precision):
     if split_k > 1:  # fp32 partials [SPLIT_K, M, N2] and one arrival counter per output tile
         stream = x2d.device.type == "cuda" and _driver().get_current_stream(x2d.device.index)
         part, counters = _split_k_workspace(x2d.device, stream, split_k * M * N2, tiles_m * tiles_n)
-    pdl = USE_PDL and not INTERPRET and _capability(x2d.device)[0] >= 9
-    prefetch = cfg.get("PREFETCH", 0) if pdl and not geglu and x2d.element_size() == 2 else 0
     _launch(_geglu_small_m_kernel if geglu else _linear_small_m_kernel, (tiles_m, tiles_n, split_k),
             (x2d, w, out, part, counters, M, N2, K, x2d.stride(0), w.stride(0), out.stride(0)),
-            BM=BM, BN=BN, BK=BK, SPLIT_K=split_k, UPCAST=upcast, DOT_PRECISION=precision, PDL=pdl, PREFETCH=prefetch,
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **({"launch_pdl": True} if pdl and not geglu else {}))
+            BM=BM, BN=BN, BK=BK, SPLIT_K=split_k, UPCAST=upcast, DOT_PRECISION=precision,
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
 
 def geglu_packed(x2d, w_packed, *, use_tma=None, config=None):
