@@ -343,45 +343,61 @@ def fused_vs_best(r):
     return best, ratio, ratio < 1 - max(spread(fused), spread(others[best]))
 
 
-def print_shape(r, ceiling, bandwidth):
-    print(f"\nM={r['M']} dim={r['dim']} hidden={r['hidden']}: {r['flops'] / 1e9:.1f} GFLOP, {r['bytes'] / 1e6:.0f} MB; "
-          f"floor {r['floor_us']:.1f} µs, {r['bound']}-bound (compute {r['floor_compute_us']:.1f} µs at "
-          f"{ceiling:.0f} TFLOP/s, memory {r['floor_memory_us']:.1f} µs at {bandwidth:.2f} TB/s)")
-    print(f"  {'variant':<14}{'µs':>9}{'spread':>8}{'TFLOP/s':>9}{'of floor':>10}{'vs eager':>10}"
-          f"{'graph µs':>10}{'of floor':>10}{'rel err':>10}")
+def shape_lines(r, ceiling, bandwidth):
+    """One shape's table: every variant's time, spread, fraction of the floor and error; host time; the parts."""
+    lines = [f"\nM={r['M']} dim={r['dim']} hidden={r['hidden']}: {r['flops'] / 1e9:.1f} GFLOP, "
+             f"{r['bytes'] / 1e6:.0f} MB; floor {r['floor_us']:.1f} µs, {r['bound']}-bound (compute "
+             f"{r['floor_compute_us']:.1f} µs at {ceiling:.0f} TFLOP/s, memory {r['floor_memory_us']:.1f} µs at "
+             f"{bandwidth:.2f} TB/s)",
+             f"  {'variant':<14}{'µs':>9}{'spread':>8}{'TFLOP/s':>9}{'of floor':>10}{'vs eager':>10}"
+             f"{'graph µs':>10}{'of floor':>10}{'rel err':>10}"]
     eager_us = r["variants"]["eager"]["median_us"]
     for name, v in r["variants"].items():
         us = v["median_us"]
         graph = (f"{v['graph_median_us']:10.1f}{r['floor_us'] / v['graph_median_us']:10.2f}"
                  if "graph_median_us" in v else f"{'-':>10}{'-':>10}")
-        print(f"  {name:<14}{us:9.1f}{spread(v):8.1%}{r['flops'] / us / 1e6:9.0f}{r['floor_us'] / us:10.2f}"
-              f"{eager_us / us:9.2f}x{graph}{v['rel_err']:10.1e}")
+        lines.append(f"  {name:<14}{us:9.1f}{spread(v):8.1%}{r['flops'] / us / 1e6:9.0f}{r['floor_us'] / us:10.2f}"
+                     f"{eager_us / us:9.2f}x{graph}{v['rel_err']:10.1e}")
     if "host_us" in r["variants"]["fused"]:
-        print("  host µs per call (enqueued, not waited for): "
-              + ", ".join(f"{name} {v['host_us']:.1f}" for name, v in r["variants"].items()))
-    for note in r["skipped"]:
-        print(f"  skipped: {note}")
+        lines.append("  host µs per call (enqueued, not waited for): "
+                     + ", ".join(f"{name} {v['host_us']:.1f}" for name, v in r["variants"].items()))
+    lines += [f"  skipped: {note}" for note in r["skipped"]]
     best, ratio, slower = fused_vs_best(r)
-    print(f"  fused vs best of the others ({best}): {ratio:.2f}x{' SLOWER beyond the spread' if slower else ''}")
+    lines.append(f"  fused vs best of the others ({best}): {ratio:.2f}x{' SLOWER beyond the spread' if slower else ''}")
     gemm_flops = 2 * r["M"] * r["dim"] * r["hidden"]
     for name, us in r["parts"].items():
         n_gemms = 1 if "down" in name else 2
-        print(f"  part (graph): {name:<24}{us:9.1f} µs{n_gemms * gemm_flops / us / 1e6:8.0f} TFLOP/s")
+        lines.append(f"  part (graph): {name:<24}{us:9.1f} µs{n_gemms * gemm_flops / us / 1e6:8.0f} TFLOP/s")
+    return lines
 
 
-def print_summary(results):
+def summary_lines(results):
     """One line per shape: the floor, every variant's µs, and how the fused MLP stands against the best other."""
     names = ["eager", "compile", "max-autotune", "liger", "fused"]
-    print(f"\n{'shape':<18}{'bound':>8}{'floor':>9}" + "".join(f"{n:>14}" for n in names)
-          + f"{'fused vs best':>15}{'of floor':>10}")
+    lines = [f"\n{'shape':<18}{'bound':>8}{'floor':>9}" + "".join(f"{n:>14}" for n in names)
+             + f"{'fused vs best':>15}{'of floor':>10}"]
     for r in results:
         cells = "".join(f"{r['variants'][n]['median_us']:14.1f}" if n in r["variants"] else f"{'-':>14}"
                         for n in names)
         best, ratio, slower = fused_vs_best(r)
         shape = f"{r['M']}x{r['dim']}x{r['hidden']}"
-        print(f"{shape:<18}{r['bound']:>8}{r['floor_us']:9.1f}{cells}"
-              f"{ratio:14.2f}x{r['floor_us'] / r['variants']['fused']['median_us']:10.2f}"
-              f"{'  SLOWER than ' + best if slower else ''}")
+        lines.append(f"{shape:<18}{r['bound']:>8}{r['floor_us']:9.1f}{cells}"
+                     f"{ratio:14.2f}x{r['floor_us'] / r['variants']['fused']['median_us']:10.2f}"
+                     f"{'  SLOWER than ' + best if slower else ''}")
+    return lines
+
+
+def ceilings_line(record):
+    return (f"{record['device']}: {record['dtype']} 8192^3 matmul {record['ceiling_tflops']:.0f} TFLOP/s, "
+            f"1 GiB copy {record['copy_tbps']:.2f} TB/s (the ceilings)")
+
+
+def table_text(record):
+    """The whole printed table of a record (what bench.py writes next to it as .txt)."""
+    lines = [ceilings_line(record)]
+    for r in record["shapes"]:
+        lines += shape_lines(r, record["ceiling_tflops"], record["copy_tbps"])
+    return "\n".join(lines + summary_lines(record["shapes"])) + "\n"
 
 
 def markdown_table(record):
@@ -419,8 +435,6 @@ def main(argv=None):
     dtype = DTYPES[args.dtype]
     torch.manual_seed(0)
     ceiling, bandwidth = gemm_ceiling_tflops(dtype), copy_bandwidth_tbps()
-    print(f"{torch.cuda.get_device_name()}: {args.dtype} 8192^3 matmul {ceiling:.0f} TFLOP/s, "
-          f"1 GiB copy {bandwidth:.2f} TB/s (the ceilings)")
     try:
         from importlib.metadata import version
         liger_version = version("liger-kernel")
@@ -440,6 +454,7 @@ def main(argv=None):
         "fused_config": {"hopper": HOPPER_CONFIG, "portable": PORTABLE_CONFIG, "small_m": SMALL_M_CONFIGS},
         "shapes": results,
     }
+    print(ceilings_line(record))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     # Shapes done so far go to OUT.partial (a long sweep that is cut short still shows what it measured);
     # --out itself is only ever replaced by a complete record.
@@ -448,15 +463,16 @@ def main(argv=None):
         for M, dim, hidden in args.shapes:
             tuned = {"all": True, "none": False, "some": (M, dim, hidden) in MAX_AUTOTUNE_SHAPES}[args.max_autotune]
             results.append(bench_shape(M, dim, hidden, dtype, common.TOLERANCE[dtype], ceiling, bandwidth, tuned))
-            print_shape(results[-1], ceiling, bandwidth)
+            print("\n".join(shape_lines(results[-1], ceiling, bandwidth)))
             partial.write_text(json.dumps(record, indent=2) + "\n")
     except AssertionError as e:
         partial.unlink(missing_ok=True)
         print(f"bench.py: wrong result, nothing timed for this shape: {e}", file=sys.stderr)
         return 1
-    print_summary(results)
+    print("\n".join(summary_lines(results)))
     partial.replace(args.out)
-    print(f"\nwrote {args.out}")
+    args.out.with_suffix(".txt").write_text(table_text(record))
+    print(f"\nwrote {args.out}\n      {args.out.with_suffix('.txt')}")
     print(bench_chart_next_to(record, args.out, "GeGLU MLP forward"))  # the same numbers, as bars
     return 0
 

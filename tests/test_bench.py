@@ -76,17 +76,28 @@ def _record(M=8192, dim=768, hidden=3072, fused_us=190.0, fused_rounds=(1.0, 1.0
             "parts": {"fused geglu kernel": 130.0, "cuBLAS down_proj GEMM": 55.0}}
 
 
-def test_table_from_a_record(capsys):
+def test_table_from_a_record():
     import bench
     record = _record()
-    bench.print_shape(record, ceiling=680.0, bandwidth=4.0)
-    out = capsys.readouterr().out
+    out = "\n".join(bench.shape_lines(record, ceiling=680.0, bandwidth=4.0))
     assert "fused vs best of the others (liger): 1.21x" in out and "SLOWER" not in out
     assert "compute-bound" in out and "skipped: max-autotune" in out
     (fused_row,) = [line.split() for line in out.splitlines() if line.split()[:1] == ["fused"] and "vs" not in line]
     assert fused_row[4] == f"{record['floor_us'] / 190.0:.2f}"  # of floor = floor / time
     (compile_row,) = [line.split() for line in out.splitlines() if line.split()[:1] == ["compile"]]
     assert compile_row[6:8] == ["-", "-"]  # no graph replay for it
+    assert "host µs" not in out  # measured at decode shapes only
+    for name, v in record["variants"].items():
+        v["host_us"] = {"eager": 70.25, "compile": 101.0, "liger": 110.0, "fused": 75.0}[name]
+    (host,) = [line for line in bench.shape_lines(record, 680.0, 4.0) if "host µs" in line]
+    assert host.endswith("eager 70.2, compile 101.0, liger 110.0, fused 75.0")
+
+
+def test_committed_table_is_its_record():
+    """results/bench_h200.txt is what bench.py prints for results/bench_h200.json."""
+    import bench
+    record = json.loads((ROOT / "results/bench_h200.json").read_text())
+    assert (ROOT / "results/bench_h200.txt").read_text() == bench.table_text(record)
 
 
 def test_roofline_picks_the_bound_that_applies():
@@ -103,12 +114,11 @@ def test_roofline_picks_the_bound_that_applies():
     assert bench.roofline(8192, 768, 3072, 2, 700.0, 8.5)["floor_us"] == comp["floor_us"]
 
 
-def test_summary_flags_a_slower_fused_only_beyond_the_spread(capsys):
+def test_summary_flags_a_slower_fused_only_beyond_the_spread():
     import bench
     within = _record(M=1, dim=4096, hidden=11008, fused_us=232.0)  # 1% slower than Liger; rounds spread 3%
     beyond = _record(M=16, dim=4096, hidden=11008, fused_us=260.0)
-    bench.print_summary([within, beyond])
-    lines = capsys.readouterr().out.splitlines()
+    lines = "\n".join(bench.summary_lines([within, beyond])).splitlines()
     (row_within,) = [line for line in lines if line.startswith("1x4096x11008")]
     (row_beyond,) = [line for line in lines if line.startswith("16x4096x11008")]
     assert "memory" in row_within and "SLOWER" not in row_within
