@@ -406,6 +406,15 @@ def test_launch_reuses_a_compiled_kernel_only_for_the_same_specialisation(monkey
     assert len(compiles) == 5
 
 
+def test_small_m_config_by_tokens_and_k(monkeypatch):
+    monkeypatch.setattr(fused_geglu, "INTERPRET", False)  # the GPU's table
+    cfg = fused_geglu.small_m_config
+    assert cfg(1, K=4096)["BK"] == 512 and cfg(16)["BK"] == 512
+    # A short K (Gemma-2B's dim, 2048) gets narrower K-steps, so a program still has several to pipeline.
+    assert cfg(1, K=2048)["BK"] == 256 and cfg(16, K=770)["BK"] == 256 and cfg(17, K=2048) is cfg(64)
+    assert cfg(129) is None and cfg(64, "down")["BM"] == 64 and cfg(65, "down") is None
+
+
 def test_split_k_workspace_grows_and_keeps_what_a_graph_may_hold(monkeypatch):
     monkeypatch.setattr(fused_geglu, "_workspaces", {})
     monkeypatch.setattr(fused_geglu, "_outgrown", [])
