@@ -251,36 +251,41 @@ def test_model_benchmark_prose():
 
 def test_mlp_benchmark_prose():
     """The sentences under the MLP benchmark table, from results/bench_h200.json."""
-    import bench
-
     record = json.loads((ROOT / "results/bench_h200.json").read_text())
     shapes = {(r["M"], r["dim"], r["hidden"]): r for r in record["shapes"]}
     section = README[README.index("## Benchmark: every GeGLU MLP"):README.index("## Tests")]
+
+    def best_other(r, column="median_us"):
+        others = {k: v[column] for k, v in r["variants"].items() if k != "fused" and column in v}
+        return min(others, key=others.get)
+
     for r in record["shapes"]:  # "the fastest variant" in every row (prefill, the post's, 2048x768, decode)
-        others = [v["median_us"] for k, v in r["variants"].items() if k != "fused"]
-        assert r["variants"]["fused"]["median_us"] < min(others), r
-        if "graph_median_us" in r["variants"]["fused"]:  # "... and on the GPU alone"
-            g = [v["graph_median_us"] for k, v in r["variants"].items() if k != "fused" and "graph_median_us" in v]
-            assert r["variants"]["fused"]["graph_median_us"] < min(g), r
-    for shape in [(8192, 768, 3072), (4096, 4096, 11008)]:  # "max-autotune does not beat plain torch.compile"
-        v = shapes[shape]["variants"]
-        assert v["max-autotune"]["median_us"] > v["compile"]["median_us"]
-    quarter = shapes[(2048, 768, 3072)]["variants"]["fused"]
-    rounds = sorted(quarter["rounds_us"])
-    assert quoted(r"\((\d+\.\d) µs against (\d+\.\d) and (\d+\.\d): the (\d+)% in the spread", section) == [
-        round(rounds[2], 1), round(rounds[0], 1), round(rounds[1], 1),
-        round(100 * bench.spread(quarter))]
+        assert r["variants"]["fused"]["median_us"] < r["variants"][best_other(r)]["median_us"], r
     one_token = shapes[(1, 4096, 11008)]["variants"]
-    best = min((k for k in one_token if k != "fused"), key=lambda k: one_token[k]["median_us"])
-    assert best == "max-autotune"  # "narrowly so against max-autotune"
-    assert quoted(r"\((\d+\.\d) vs (\d+\.\d) µs from Python, (\d+\.\d) vs (\d+\.\d) on the GPU alone\)", section) == [
-        round(one_token["fused"]["median_us"], 1), round(one_token[best]["median_us"], 1),
-        round(one_token["fused"]["graph_median_us"], 1), round(one_token[best]["graph_median_us"], 1)]
+    for shape, r in shapes.items():  # "on the GPU alone at every decode shape but one"
+        if "graph_median_us" in r["variants"]["fused"]:
+            g = r["variants"]["fused"]["graph_median_us"] < r["variants"][best_other(r, "graph_median_us")][
+                "graph_median_us"]
+            assert g == (shape != (1, 4096, 11008)), shape
+    assert best_other(shapes[(1, 4096, 11008)]) == "max-autotune"  # "max-autotune is level with it"
+    assert quoted(r"\((\d+\.\d) vs (\d+\.\d) µs from Python, (\d+\.\d) vs (\d+\.\d) on\s+the GPU alone\)",
+                  section) == [round(one_token[k][c], 1) for c in ("median_us", "graph_median_us")
+                               for k in ("fused", "max-autotune")]
+    for shape in [(8192, 768, 3072), (4096, 4096, 11008)]:  # "within 3% of plain torch.compile"
+        v = shapes[shape]["variants"]
+        assert abs(v["max-autotune"]["median_us"] / v["compile"]["median_us"] - 1) < 0.03
+    quarter = shapes[(2048, 768, 3072)]["variants"]
+    assert best_other(shapes[(2048, 768, 3072)]) == "compile"
+    assert quoted(r"\((\d+\.\d) µs against compile's (\d+\.\d)\)", section) == [
+        round(quarter["fused"]["median_us"], 1), round(quarter["compile"]["median_us"], 1)]
     sizes = [(1, 4096, 11008), (1, 2048, 16384), (1, 4096, 14336)]  # Llama-2-7B, Gemma-2B, Llama-3-8B
-    assert quoted(r"reaches (0\.\d\d),\s+(0\.\d\d) and (0\.\d\d) of the floor", section) == [
+    assert quoted(r"reaches (0\.\d\d), (0\.\d\d) and (0\.\d\d) of the floor", section) == [
         round(shapes[s]["floor_us"] / shapes[s]["variants"]["fused"]["median_us"], 2) for s in sizes]
     llama = [r for r in record["shapes"] if r["dim"] == 4096 and "host_us" in r["variants"]["fused"]]
     assert len(llama) == 4  # "the four Llama-sized decode rows"
+    for name in ("fused", "eager"):  # "the highest of both at 1x4096->11008"
+        assert max(llama, key=lambda r: r["variants"][name]["host_us"])["M"] == 1
+        assert max(llama, key=lambda r: r["variants"][name]["host_us"])["hidden"] == 11008
 
     def span(name):
         return [round(f(r["variants"][name]["host_us"] for r in llama), 1) for f in (min, max)]
