@@ -50,7 +50,7 @@ from trace_reader.expect import (SCRIPTS, Expect, NotApplicable, _need_steps, bo
                                  print_expectations, steps, views_launch_nothing)
 from trace_reader.kernels import cpu_kernels
 from trace_reader.peaks import _read_torch_table, device_peak
-from trace_reader.read import OCCUPANCY, Trace, TraceError, _read_json, load_trace, parse_trace
+from trace_reader.read import OCCUPANCY, WHOLE_TRACE, Trace, TraceError, _read_json, load_trace, parse_trace
 from trace_reader.report import bound_of, cpu_self_times, gpu_time_by_annotation, report, report_data
 
 

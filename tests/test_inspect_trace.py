@@ -323,7 +323,7 @@ def test_no_steps_never_confirms():
     data = gpu_trace()
     data["traceEvents"] = [e for e in data["traceEvents"] if not e["name"].startswith("ProfilerStep#")]
     t = parse(data)
-    assert t.steps == [] and t.device == "cuda"
+    assert t.whole and len(t.steps) == 1 and t.device == "cuda"  # read as one step, but no ProfilerStep to count
     results = it.check(t, [it.kernels_per_step(0), it.kernel("nvjet"), it.cpu_op("aten::t", present=False),
                            it.cpu_event("x", device="any"), it.occupancy_before_gemms(), it.views_launch_nothing(),
                            it.bound("compute"), it.steps(0, "mlp_fwd")])
@@ -504,7 +504,7 @@ def bad_inputs(tmp: Path, good: Path) -> dict:
         "not_json": tmp / "text.json",
         "list": tmp / "list.json",
         "no_events": tmp / "dict.json",
-        "no_steps": tmp / "nosteps.json",
+        "nothing": tmp / "nothing.json",
         "directory": tmp,
         "empty": tmp / "empty.json",
         "gz_of_text": tmp / "text.json.gz",
@@ -517,9 +517,7 @@ def bad_inputs(tmp: Path, good: Path) -> dict:
     cases["not_json"].write_text("hello, not a trace\n")
     cases["list"].write_text("[1, 2, 3]")
     cases["no_events"].write_text(json.dumps({"schemaVersion": 1}))
-    data = json.loads(raw)
-    data["traceEvents"] = [e for e in data["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
-    cases["no_steps"].write_text(json.dumps(data))
+    cases["nothing"].write_text(json.dumps({"traceEvents": [{"ph": "M", "name": "process_name", "pid": 1}]}))
     return cases
 
 
@@ -553,7 +551,7 @@ def test_load_trace_raises_trace_error(cpu, tmp_path):
         with pytest.raises(it.TraceError) as e:
             it.load_trace(path)
         assert "\n" not in str(e.value), case
-    assert it.load_trace(tmp_path / "nosteps.json", require_steps=False).steps == []
+    assert it.load_trace(tmp_path / "nothing.json", require_steps=False).steps == []
 
 
 def test_datasheet_read_from_source_matches_torch_module():
@@ -1039,8 +1037,6 @@ def test_a_plain_file_over_the_cap_is_refused_before_reading(tmp_path):
 
 def test_each_bad_file_is_one_line_that_says_what_is_wrong(tmp_path):
     text = json.dumps(gpu_trace())
-    no_steps = gpu_trace()
-    no_steps["traceEvents"] = [e for e in no_steps["traceEvents"] if not e["name"].startswith("ProfilerStep#")]
     files = {
         "empty.json": b"", "blank.json": b" \n" * 700_000, "list.json": b"  [1, 2]", "text.json": b"hello",
         "binary.json": b"{" + bytes(range(128, 256)), "cut.json": b'{"traceEvents": [\n',
@@ -1048,7 +1044,8 @@ def test_each_bad_file_is_one_line_that_says_what_is_wrong(tmp_path):
         "cut.json.gz": gzip.compress(text.encode())[:300], "events.json": b'{"traceEvents": {}}',
         "malformed.json": json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "x", "ts": 1, "dur": 2,
                                                        "args": {"External id": [1]}}]}).encode(),
-        "nosteps.json": json.dumps(no_steps).encode(),
+        "nothing.json": json.dumps({"traceEvents": [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1},
+                                                    {"ph": "i", "name": "marker", "ts": 5}]}).encode(),
     }
     for name, content in files.items():
         (tmp_path / name).write_bytes(content)
@@ -1069,11 +1066,65 @@ def test_each_bad_file_is_one_line_that_says_what_is_wrong(tmp_path):
                        "truncated or not gzip?",
         "events.json": "JSON, but not a torch.profiler trace (no 'traceEvents' list)",
         "malformed.json": said["malformed.json"],
-        "nosteps.json": "no ProfilerStep#N spans; profile with schedule(...) and call prof.step()",
+        "nothing.json": "no CPU ops, runtime calls or GPU work in the trace: nothing to read",
         "folder.json": "not a file", "missing.json": "no such file"}
     assert said["malformed.json"].startswith("malformed trace (TypeError: ")  # an id that is a list: unhashable
     assert "unhashable type: 'list'" in said["malformed.json"]  # (Python 3.14 words it longer)
-    assert it.load_trace(tmp_path / "nosteps.json", require_steps=False).steps == []
+    assert it.load_trace(tmp_path / "nothing.json", require_steps=False).steps == []
+
+
+def _without_steps(data):
+    data = copy.deepcopy(data)
+    data["traceEvents"] = [e for e in data["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
+    return data
+
+
+def test_a_trace_without_steps_is_read_as_one_whole_step():
+    """A bare `with profile():` (another harness, no prof.step()): every op, call and kernel in one step."""
+    stepped = parse(gpu_trace(steps=3))
+    t = parse(_without_steps(gpu_trace(steps=3)))
+    (whole,) = t.steps
+    assert t.whole and not stepped.whole and whole.span.name == it.WHOLE_TRACE
+    assert len(whole.kernels) == sum(len(st.kernels) for st in stepped.steps) == 15
+    assert [k.name for k in whole.kernels] == [k.name for st in stepped.steps for k in st.kernels]  # launch order
+    assert len(whole.ops({"aten::mm"})) == 9 and whole.gpu_busy == pytest.approx(sum(st.gpu_busy for st in stepped.steps))
+    cpu = [e for e in _without_steps(gpu_trace(steps=3))["traceEvents"]
+           if e.get("cat") in ("cpu_op", "user_annotation", "cuda_runtime")]
+    assert whole.span.ts == min(e["ts"] for e in cpu)  # from the first CPU event to the last (a sync here)
+    assert whole.span.end == pytest.approx(max(e["ts"] + e["dur"] for e in cpu))
+    # Kernels whose launches are not in the trace, and that ran after the CPU side ended, still count.
+    data = _without_steps(gpu_trace(steps=1))
+    data["traceEvents"] = [e for e in data["traceEvents"] if e["cat"] != "cuda_runtime"]
+    for e in data["traceEvents"]:
+        if e["cat"] == "kernel":
+            e["ts"] += 10_000
+    assert len(parse(data).steps[0].kernels) == 5
+    # Only GPU work (a CUPTI-only export): the step is the GPU's time.
+    data["traceEvents"] = [e for e in data["traceEvents"] if e["cat"] == "kernel"]
+    only_gpu = parse(data)
+    assert len(only_gpu.steps[0].kernels) == 5 and only_gpu.steps[0].span.ts == min(e["ts"] for e in data["traceEvents"])
+
+
+def test_report_and_compare_say_the_trace_is_read_whole(tmp_path):
+    path = tmp_path / "bare_profile.json"
+    path.write_text(json.dumps(_without_steps(gpu_trace(steps=3))))
+    stepped = tmp_path / "stepped.json"
+    stepped.write_text(json.dumps(gpu_trace(steps=3)))
+    proc = cli(path)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert "steps   none (no ProfilerStep#N spans): the whole trace is read as one step" in proc.stdout
+    proc = cli("--json", path)
+    data = json.loads(proc.stdout)
+    assert data["whole_trace"] is True and len(data["steps"]) == 1 and data["steps"][0]["kernels"] == 15
+    assert json.loads(cli("--json", stepped).stdout)["whole_trace"] is False
+    proc = cli(stepped, path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"B  {path}  (NVIDIA H200, no ProfilerStep spans: one step, the whole trace)" in proc.stdout
+    assert f"A  {stepped}  (NVIDIA H200, 3 steps)" in proc.stdout
+    # Expectations count per ProfilerStep#N: none here, so a script's expectations cannot be confirmed from it.
+    proc = cli("--expect", "03_simple_mlp", path)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "seen: no ProfilerStep#N spans (recorded without prof.step()): nothing to count per step" in proc.stdout
 
 
 def test_kernel_files_are_read_only_when_asked_and_only_small_regular_files(tmp_path, monkeypatch):

@@ -401,7 +401,7 @@ def comparison_data(a: Trace, b: Trace) -> dict:
     sa, sb = per_name(a), per_name(b)
 
     def trace_info(t: Trace) -> dict:
-        return {"path": str(t.path), "device": t.device, "device_name": t.device_name,
+        return {"path": str(t.path), "device": t.device, "device_name": t.device_name, "whole_trace": t.whole,
                 "steps": [{"step": st.number, "gpu_busy_us": st.gpu_busy if t.device == "cuda" else None,
                            "cpu_us": st.cpu_time} for st in t.steps]}
 
@@ -445,8 +445,11 @@ def render(d: dict, full_names: bool = False) -> str:
     def where(t):
         return (t["device_name"] or "GPU") if t["device"] == "cuda" else "CPU"
 
-    out = [f"A  {da['path']}  ({where(da)}, {len(da['steps'])} steps)",
-           f"B  {db['path']}  ({where(db)}, {len(db['steps'])} steps)", ""]
+    def steps(t):  # a trace without ProfilerStep#N spans: its "per step" is the whole trace
+        return "no ProfilerStep spans: one step, the whole trace" if t.get("whole_trace") else f"{len(t['steps'])} steps"
+
+    out = [f"A  {da['path']}  ({where(da)}, {steps(da)})",
+           f"B  {db['path']}  ({where(db)}, {steps(db)})", ""]
     out += _steps_table(da, db)
 
     out += ["", f"{what[0].upper()}{what[1:]}, same name in both: calls per step, µs per call, µs per step"]

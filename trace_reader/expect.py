@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .kernels import GEMM_OPS, VIEW_OPS, _shape, _view_cuda_time, is_gemm, short
-from .read import OCCUPANCY, STEP_RE, Trace, TraceError
+from .read import OCCUPANCY, STEP_RE, Trace, TraceError, real_steps
 from .report import bound_of
 
 
@@ -28,7 +28,10 @@ class Expect:
 
 
 def _need_steps(trace: Trace) -> str | None:
-    return None if trace.steps else "no active steps in the trace"
+    if trace.steps:
+        return None
+    return ("no ProfilerStep#N spans (recorded without prof.step()): nothing to count per step" if trace.whole
+            else "no active steps in the trace")
 
 
 def has_annotations(t: Trace) -> bool:
@@ -160,7 +163,9 @@ def bound(kind: str) -> Expect:
 
 
 def check(trace: Trace, expectations: Iterable[Expect]) -> list[tuple[Expect, str, str]]:
-    """(expect, "confirmed" | "broken" | "not applicable", detail) for each; a check that raises is broken."""
+    """(expect, "confirmed" | "broken" | "not applicable", detail) for each; a check that raises is broken.
+    Expectations count per ProfilerStep#N: a trace recorded without steps has none to show them."""
+    trace = real_steps(trace)
     results = []
     for ex in expectations:
         if ex.device not in ("any", "cuda", "cpu"):  # a typo must not turn into a silent "not applicable"
@@ -290,6 +295,7 @@ def args_from_trace(script: str, trace: Trace) -> _ArgsFromTrace:
     """The flags a script's run had, read from its trace: --compile from a 'Torch-Compiled Region', --active
     from the steps, --wait/--profiler-warmup from the first step's number, --sync-each-step from a
     cudaDeviceSynchronize in every step; sizes, dtype and cold/warm from the file name the suite writes."""
+    trace = real_steps(trace)
     spans = [e for st in trace.steps for e in st.spans]
     first = trace.steps[0].number if trace.steps else 0
     a = _ArgsFromTrace(_script=script, active=len(trace.steps), device=trace.device,

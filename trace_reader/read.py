@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import dataclasses
 import gc
 import gzip
 import json
@@ -21,6 +22,7 @@ CPU_SPAN_CATS = {"cpu_op", "user_annotation"}
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+WHOLE_TRACE = "(the whole trace: no ProfilerStep#N spans)"  # the one step of a trace recorded without steps
 OCCUPANCY = "cudaOccupancyMaxActiveBlocksPerMultiprocessor"
 
 # A trace is untrusted input. What it may cost to read is bounded here, well above any real trace
@@ -152,6 +154,7 @@ class Trace:
     skipped: int = 0  # events dropped for unusable times (NaN, negative, absurd)
     kernel_sources: dict[str, str] = field(default_factory=dict)  # Inductor source files, read on request only
     has_memory_events: bool = False  # "[memory]" events: profiled with profile_memory=True (see memory.py)
+    whole: bool = False  # no ProfilerStep#N spans: steps is one step spanning the whole trace (WHOLE_TRACE)
 
     @property
     def device(self) -> str:
@@ -165,6 +168,11 @@ class Trace:
     def device_name(self) -> str | None:
         name = self.device_props[0].get("name") if self.device_props else None
         return name if isinstance(name, str) and 0 < len(name) <= 200 else None  # a name, not a payload
+
+
+def real_steps(trace: Trace) -> Trace:
+    """The trace with only its ProfilerStep#N steps: what per-step expectations may count (none in a whole trace)."""
+    return dataclasses.replace(trace, steps=[]) if trace.whole else trace
 
 
 def _size(n: int) -> str:
@@ -243,6 +251,8 @@ def load_trace(path: str | Path, require_steps: bool = True, kernel_files: bool 
                max_bytes: int | None = None) -> Trace:
     """Read a Chrome trace exported by torch.profiler (.json or .json.gz). Raises TraceError on bad input.
 
+    A trace recorded without prof.step() (no ProfilerStep#N spans) is read as one step spanning all of it
+    (Trace.whole); require_steps refuses a trace with nothing to read at all.
     kernel_files: also read the Inductor kernel sources the trace names (bounded; see read_kernel_sources).
     Off by default: a trace is untrusted input and must not make the reader open other files.
     """
@@ -253,7 +263,7 @@ def load_trace(path: str | Path, require_steps: bool = True, kernel_files: bool 
         except (TypeError, ValueError, AttributeError, KeyError) as e:  # odd types where a trace has numbers
             raise TraceError(f"{path}: malformed trace ({type(e).__name__}: {e})") from None
     if require_steps and not trace.steps:
-        raise TraceError(f"{path}: no ProfilerStep#N spans; profile with schedule(...) and call prof.step()")
+        raise TraceError(f"{path}: no CPU ops, runtime calls or GPU work in the trace: nothing to read")
     if kernel_files:
         trace.kernel_sources = read_kernel_sources(trace)
     return trace
@@ -317,6 +327,14 @@ def parse_trace(data: object, path: str = "<trace>") -> Trace:
     steps = [Step(int(m.group(1)), s) for s in spans
              if s.cat == "user_annotation" and (m := STEP_RE.match(s.name))]
     steps.sort(key=lambda st: st.span.ts)
+    # Another harness's trace (a bare `with profile():`, no prof.step()): the whole trace is one step, its CPU
+    # span from the first CPU event to the last (the GPU's own clock where the trace has no CPU side).
+    whole = not steps and bool(spans or calls or gpu)
+    if whole:
+        host = spans + calls or gpu
+        start = min(e.ts for e in host)
+        steps = [Step(0, Event({"name": WHOLE_TRACE, "cat": "user_annotation", "ts": start,
+                                "dur": max(e.end for e in host) - start}))]
     step_starts = [st.span.ts for st in steps]
 
     def step_at(ts: float) -> Step | None:
@@ -360,7 +378,9 @@ def parse_trace(data: object, path: str = "<trace>") -> Trace:
         k = Kernel(g, launch, op, launch is not None and id(launch) in queried)
         if op is not None:
             op.kernels.append(k)
-        if launch is not None:
+        if whole:
+            st = steps[0]  # all of it, wherever the GPU ran it
+        elif launch is not None:
             st = step_at(launch.ts)
         elif op is not None:
             st = op.step
@@ -381,7 +401,7 @@ def parse_trace(data: object, path: str = "<trace>") -> Trace:
     # GPU activity or a launch makes it a GPU trace. Runtime calls that launch nothing (cudaGetDevice,
     # cudaStreamIsCapturing) do not: without a launch, no GPU work belongs to the trace.
     has_gpu_work = bool(gpu) or any(_launches(c) for c in calls)
-    return Trace(path, meta, steps, props, has_gpu_work, skipped, has_memory_events=memory)
+    return Trace(path, meta, steps, props, has_gpu_work, skipped, has_memory_events=memory, whole=whole)
 
 
 def _launches(call: Event) -> bool:

@@ -258,7 +258,7 @@ def _memory(trace: Trace) -> dict[int, float] | None:
 def report_data(trace: Trace) -> dict:
     """The whole one-trace report as plain data (str, int, float, None, lists, dicts): what --json writes.
 
-    Keys: trace, device, device_name, versions, skipped_events, shapes_recorded, peak, steps (one dict per step:
+    Keys: trace, whole_trace (no ProfilerStep#N spans: one step spans the whole trace), device, device_name, versions, skipped_events, shapes_recorded, peak, steps (one dict per step:
     kernels, cpu_us, gpu_busy_us, wall_us, busy_fraction, bound, lag_us, idle_us), typical_step (the median
     step's number, bound and busy_fraction), kernels (GPU: one dict per kernel and launching op), same_order,
     cpu_work (CPU traces: the CPU's kernels in order), cpu_ops, annotations (GPU µs per step), views,
@@ -308,7 +308,7 @@ def report_data(trace: Trace) -> dict:
                     for name, d in zip(seq, durs)]
     orders = Counter(tuple(k.name for k in st.kernels) for st in trace.steps)
     return {
-        "trace": trace.path, "device": trace.device, "device_name": trace.device_name,
+        "trace": trace.path, "whole_trace": trace.whole, "device": trace.device, "device_name": trace.device_name,
         "versions": _versions(trace), "skipped_events": trace.skipped, "shapes_recorded": shapes_recorded(trace),
         "peak": None if peak is None else {"source": peak.source, "tflops": peak.tflops, "gbs": peak.gbs},
         "steps": steps, "typical_step": typical, "kernels": kernels, "same_order": len(orders) <= 1,
@@ -344,7 +344,11 @@ def _header(trace: Trace, data: dict) -> list[str]:
         out.append(f"device  CPU only (no GPU activity in the trace{gpu})")
     if data["versions"]:
         out.append("versions " + ", ".join(f"{k}={v}" for k, v in data["versions"].items()))
-    out.append(f"steps   {len(trace.steps)} active ProfilerStep ({_step_numbers(trace.steps)})")
+    if trace.whole:
+        out.append("steps   none (no ProfilerStep#N spans): the whole trace is read as one step; record with "
+                   "schedule(...) and prof.step() for per-step numbers")
+    else:
+        out.append(f"steps   {len(trace.steps)} active ProfilerStep ({_step_numbers(trace.steps)})")
     if trace.skipped:
         out.append(f"skipped {trace.skipped} events with unusable times (missing, NaN, negative or beyond "
                    f"{int(MAX_US / 3.6e9)} hours): not counted anywhere below")
