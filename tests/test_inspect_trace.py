@@ -1103,6 +1103,10 @@ def test_a_trace_without_steps_is_read_as_one_whole_step():
     data["traceEvents"] = [e for e in data["traceEvents"] if e["cat"] == "kernel"]
     only_gpu = parse(data)
     assert len(only_gpu.steps[0].kernels) == 5 and only_gpu.steps[0].span.ts == min(e["ts"] for e in data["traceEvents"])
+    far = {"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": n, "ts": ts, "dur": 1, "pid": 1, "tid": 1}
+                           for n, ts in (("a", 0), ("b", 9e16))]}  # each time valid, together no one run
+    with pytest.raises(it.TraceError, match=r"^<test>: no ProfilerStep#N spans, and its events span 2.5e\+07 hours"):
+        parse(far)
 
 
 def test_report_and_compare_say_the_trace_is_read_whole(tmp_path):

@@ -333,8 +333,10 @@ def parse_trace(data: object, path: str = "<trace>") -> Trace:
     if whole:
         host = spans + calls or gpu
         start = min(e.ts for e in host)
-        steps = [Step(0, Event({"name": WHOLE_TRACE, "cat": "user_annotation", "ts": start,
-                                "dur": max(e.end for e in host) - start}))]
+        if (length := max(e.end for e in host) - start) > MAX_US:
+            raise TraceError(f"{path}: no ProfilerStep#N spans, and its events span {length / 3.6e9:.3g} hours: "
+                             "not one profiled run")
+        steps = [Step(0, Event({"name": WHOLE_TRACE, "cat": "user_annotation", "ts": start, "dur": length}))]
     step_starts = [st.span.ts for st in steps]
 
     def step_at(ts: float) -> Step | None:
