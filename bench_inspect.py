@@ -31,7 +31,7 @@ def replicate(src: Path, steps: int, dst: Path) -> int:
     """Write a trace with `steps` copies of src's first active step; return its size in bytes."""
     data = it._read_json(src)
     trace = it.parse_trace(data, str(src))
-    if not trace.steps:
+    if trace.whole or not trace.steps:
         raise it.TraceError(f"{src}: no ProfilerStep#N spans to replicate")
     first = trace.steps[0]
     start = first.span.ts

@@ -585,6 +585,10 @@ def test_bench_replicates_a_step_faithfully(cpu, tmp_path):
     long = it.load_trace(tmp_path / "long_gpu.json.gz")
     assert len(long.steps) == 5 and all(len(st.kernels) == 5 and st.kernels[0].op.name == "aten::mm"
                                         for st in long.steps)
+    bare = tmp_path / "bare.json"  # read as one whole step, which is no ProfilerStep to copy
+    bare.write_text(json.dumps(_without_steps(gpu_trace(steps=2))))
+    with pytest.raises(it.TraceError, match="no ProfilerStep#N spans to replicate"):
+        bench_inspect.replicate(bare, 5, tmp_path / "x.json")
 
 
 def test_fused_cpp_name_whatever_the_graph_number():
