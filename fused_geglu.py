@@ -42,8 +42,8 @@ At decode the GPU work is short (76 µs for that MLP on an H200) and the host ha
 through `kernel[grid](...)` re-derives the kernel's specialisation from every argument in Python, about
 25 µs a launch on the H200 machine's CPU against about 12 µs through the compiled kernel's own launcher.
 `_launch` looks the compiled kernel up once per argument signature and launches it directly, and split-K
-keeps its workspace: enqueuing a decode forward went from about 105 µs of host time to 72-79 µs (bench.py's
-"host µs" line), under the GPU's time, where before it was over it.
+keeps its workspace: enqueuing a decode forward went from about 105 µs of host time to about 80, about as
+long as the GPU work itself (bench.py's "host µs" line; the machine's host speed varies from run to run).
 
 Read `bench.py` for the timings. `geglu()` is the bare launcher, `FusedGeGLUMLP` the nn.Module whose
 parameters carry the same names as `SimpleGeGLUMLP` in 03_simple_mlp.py.
