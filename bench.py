@@ -470,9 +470,8 @@ def main(argv=None):
         print(f"bench.py: wrong result, nothing timed for this shape: {e}", file=sys.stderr)
         return 1
     print("\n".join(summary_lines(results)))
-    partial.replace(args.out)
-    args.out.with_suffix(".txt").write_text(table_text(record))
-    print(f"\nwrote {args.out}\n      {args.out.with_suffix('.txt')}")
+    print(write_record(args.out, record, table_text(record).splitlines()))
+    partial.unlink(missing_ok=True)
     print(bench_chart_next_to(record, args.out, "GeGLU MLP forward"))  # the same numbers, as bars
     return 0
 

@@ -100,6 +100,24 @@ def test_committed_table_is_its_record():
     assert (ROOT / "results/bench_h200.txt").read_text() == bench.table_text(record)
 
 
+def test_main_writes_the_record_and_its_table_together(tmp_path, monkeypatch):
+    """A finished sweep leaves OUT.json, OUT.txt = table_text(OUT.json), and no OUT.json.partial (timings faked)."""
+    import bench
+
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench, "gemm_ceiling_tflops", lambda dtype: 680.0)
+    monkeypatch.setattr(bench, "copy_bandwidth_tbps", lambda: 4.0)
+    monkeypatch.setattr(bench, "versions", lambda device="cuda": {"device": "a GPU", "date": "2026-11-30T00:00:00"})
+    monkeypatch.setattr(bench, "bench_shape", lambda M, dim, hidden, *rest: _record(M, dim, hidden))
+    monkeypatch.setattr(bench, "bench_chart_next_to", lambda record, out, title: "")
+    out = tmp_path / "bench.json"
+    assert bench.main(["--shapes", "8192x768x3072,1x4096x11008", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert [r["M"] for r in record["shapes"]] == [8192, 1]
+    assert out.with_suffix(".txt").read_text() == bench.table_text(record)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "bench.txt"]
+
+
 def test_roofline_picks_the_bound_that_applies():
     import bench
     # One decode token: 3 weights of 4096 x 11008 bf16 and two 4096-vectors; the FLOPs are nothing.
