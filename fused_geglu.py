@@ -31,9 +31,8 @@ The saving only matters if the GEMM main loop runs near cuBLAS speed, so there a
 A decode step has few tokens (M = 1 .. 128) and the picture flips: the weights are the bytes (at
 1 x 4096 -> 11008 the MLP reads 270 MB of weights and 8 KB of activations), the FLOPs are nothing, and a
 128-row tile wastes almost all of its work while 86 tiles leave most SMs idle. So `_geglu_small_m_kernel`
-streams the packed weights with many small programs (16..128 rows of x, 32..128 weight rows each), the
-tile chosen by M from a few buckets, with narrower K-steps when K is short (`SMALL_M_CONFIGS`: one compiled
-kernel per bucket, not per shape).
+streams the packed weights with many small programs (16..128 rows of x, 128 weight rows each), the
+tile chosen by M from a few buckets (`SMALL_M_CONFIGS`: one compiled kernel per bucket, not per shape).
 The same body without the epilogue, `_linear_small_m_kernel`, does down_proj there: its weight has only
 `dim` rows, so it also splits K across programs until they fill the GPU (the last program of a tile sums
 the fp32 partials in a fixed order). Past the buckets, the tiled kernels above and cuBLAS take over.
@@ -255,9 +254,8 @@ INTERPRETER_CONFIG = dict(BM=32, BN=32, BK=16, GROUP_M=2, num_warps=4, num_stage
 # Few tokens (decode), per kernel: (largest M, config), first match wins; past the last bucket, the tiled
 # kernels (gate/up) and cuBLAS (down_proj). Buckets, not shapes: one compiled kernel serves a bucket's M.
 SMALL_M_CONFIGS = {
-    "geglu": [  # SHORT_K: (largest K, config): with K = 2048 (Gemma-2B) 512-wide steps leave a program only 4
-        (16, dict(BM=16, BN=32, BK=512, num_warps=4, num_stages=3,  # K-steps to pipeline over
-                  SHORT_K=(2048, dict(BM=16, BN=32, BK=256, num_warps=4, num_stages=4)))),
+    "geglu": [  # M <= 16: 3 stages of 36 KB leave room for two programs per SM, whose loads overlap
+        (16, dict(BM=16, BN=128, BK=128, num_warps=4, num_stages=3)),
         (64, dict(BM=64, BN=128, BK=64, num_warps=4, num_stages=4)),
         (128, dict(BM=128, BN=128, BK=64, num_warps=8, num_stages=3)),
     ],
@@ -302,13 +300,11 @@ def kernel_path(x2d, w_packed, use_tma=None):
     return "tma" if use_tma else "pointer"
 
 
-def small_m_config(M, kernel="geglu", K=None):
-    """The small-M kernel's config for M tokens and K columns ('geglu' or 'down'), or None past the small-M
-    buckets."""
+def small_m_config(M, kernel="geglu"):
+    """The small-M kernel's config for M tokens ('geglu' or 'down'), or None past the small-M buckets."""
     for max_m, cfg in (INTERPRETER_SMALL_M_CONFIGS if INTERPRET else SMALL_M_CONFIGS)[kernel]:
         if M <= max_m:
-            short_k = cfg.get("SHORT_K")
-            return short_k[1] if short_k is not None and K is not None and K <= short_k[0] else cfg
+            return cfg
     return None
 
 
@@ -375,14 +371,26 @@ def _launch(kernel, grid, args, **meta):
            *meta.items())
     entry = _compiled.get(key)
     if entry is None:
-        compiled = kernel.warmup(*args, grid=grid, **meta)
-        if hasattr(compiled, "result"):  # Triton's asynchronous compile mode
-            compiled = compiled.result()
+        compiled, meta = _compile_to_fit(kernel, grid, args, meta, device)
         if len(_compiled) > 4096:  # integer arguments (M) are part of the key: keep it bounded
             _compiled.clear()
         entry = _compiled[key] = (compiled, tuple(meta[name] for name in kernel.arg_names[len(args):]))
     compiled, constexprs = entry
     compiled[grid + (1,) * (3 - len(grid))](*args, *constexprs, stream=_driver().get_current_stream(device))
+
+
+def _compile_to_fit(kernel, grid, args, meta, device):
+    """Compile kernel for these arguments; while its pipeline needs more shared memory than the GPU has (the
+    configs are sized for a Hopper GPU's 227 KB; fp32 tiles take twice the bytes, a desktop GPU has ~100 KB),
+    compile it again with one stage fewer. Returns the compiled kernel and the meta it was compiled with."""
+    limit = _driver().utils.get_device_properties(device)["max_shared_mem"]
+    while True:
+        compiled = kernel.warmup(*args, grid=grid, **meta)
+        if hasattr(compiled, "result"):  # Triton's asynchronous compile mode
+            compiled = compiled.result()
+        if compiled.metadata.shared <= limit or meta.get("num_stages", 1) <= 1:
+            return compiled, meta  # at one stage Triton's own launch raises its out-of-resources error
+        meta = dict(meta, num_stages=meta["num_stages"] - 1)
 
 
 @functools.cache
@@ -454,7 +462,7 @@ def geglu_packed(x2d, w_packed, *, use_tma=None, config=None):
     # fp32 inputs: full-precision dots, like PyTorch's default matmul (tf32 would cost ~1e-3).
     precision = "ieee" if x2d.dtype == torch.float32 else "tf32"
     if path == "small":
-        _launch_small_m(x2d, w_packed, m, config or small_m_config(M, K=K), True, upcast, precision)
+        _launch_small_m(x2d, w_packed, m, config or small_m_config(M), True, upcast, precision)
     elif path == "tma":
         cfg = config or (INTERPRETER_CONFIG if INTERPRET else HOPPER_CONFIG)
         BM, BN, BK = cfg["BM"], cfg["BN"], cfg["BK"]

@@ -338,7 +338,7 @@ def test_gpu_module_matches_eager():
 
 @cuda
 @pytest.mark.parametrize("M", [1, 7, 16, 64, 100, 128])
-@pytest.mark.parametrize("dt", ["bf16", "fp16"])
+@pytest.mark.parametrize("dt", ["bf16", "fp16", "fp32"])  # fp32 tiles need twice the shared memory
 def test_gpu_small_m_odd_shapes(M, dt):
     # dim 770 and hidden 3001: no tile divides them; down_proj (N = 770) splits K.
     K, N = 770, 3001
@@ -360,14 +360,13 @@ def test_gpu_small_m_odd_shapes(M, dt):
     assert torch.equal(fused_geglu.down_proj(m, wd), y) and torch.equal(fused_geglu.geglu_packed(x, packed), m)
 
 
-def test_launch_reuses_a_compiled_kernel_only_for_the_same_specialisation(monkeypatch):
-    """_launch compiles once per argument signature and launches the compiled kernel itself; a tensor of another
-    dtype or 16-byte alignment, another integer or constexpr gets its own compile (a stand-in for Triton here)."""
-    compiles, launches = [], []
-
+def _stand_in_triton(monkeypatch, compiles, launches, max_shared=227 * 1024, stage_bytes=1024):
+    """A stand-in kernel for _launch: each compile and launch is recorded; a compile's shared memory is
+    num_stages * stage_bytes, against a GPU with max_shared bytes."""
     class Compiled:
-        def __init__(self, spec):
+        def __init__(self, spec, shared):
             self.spec = spec
+            self.metadata = type("Metadata", (), {"shared": shared})
 
         def __getitem__(self, grid):
             return lambda *args, stream: launches.append((self.spec, grid, args, stream))
@@ -377,9 +376,11 @@ def test_launch_reuses_a_compiled_kernel_only_for_the_same_specialisation(monkey
 
         def warmup(self, *args, grid, **meta):
             compiles.append((args, grid, meta))
-            return Compiled(len(compiles))
+            return Compiled(len(compiles), meta.get("num_stages", 1) * stage_bytes)
 
     class Driver:
+        utils = type("Utils", (), {"get_device_properties": staticmethod(lambda d: {"max_shared_mem": max_shared})})
+
         def get_current_device(self):
             return 0
 
@@ -389,7 +390,15 @@ def test_launch_reuses_a_compiled_kernel_only_for_the_same_specialisation(monkey
     monkeypatch.setattr(fused_geglu, "INTERPRET", False)
     monkeypatch.setattr(fused_geglu, "_driver", lambda: Driver())
     monkeypatch.setattr(fused_geglu, "_compiled", {})
-    kernel, buf = Kernel(), torch.zeros(64, dtype=torch.float16)
+    return Kernel()
+
+
+def test_launch_reuses_a_compiled_kernel_only_for_the_same_specialisation(monkeypatch):
+    """_launch compiles once per argument signature and launches the compiled kernel itself; a tensor of another
+    dtype or 16-byte alignment, another integer or constexpr gets its own compile (a stand-in for Triton here)."""
+    compiles, launches = [], []
+
+    kernel, buf = _stand_in_triton(monkeypatch, compiles, launches), torch.zeros(64, dtype=torch.float16)
     x, y = buf[:32], buf[16:48]  # both 16-byte aligned (32 bytes apart)
     fused_geglu._launch(kernel, (3,), (x, 32), FLAG=True, BLOCK=16, num_warps=4)
     fused_geglu._launch(kernel, (5, 2), (y, 32), FLAG=True, BLOCK=16, num_warps=4)  # same signature: no compile
@@ -406,13 +415,38 @@ def test_launch_reuses_a_compiled_kernel_only_for_the_same_specialisation(monkey
     assert len(compiles) == 5
 
 
-def test_small_m_config_by_tokens_and_k(monkeypatch):
+def test_launch_drops_stages_until_the_pipeline_fits_the_gpu(monkeypatch):
+    """A config sized for a Hopper GPU's shared memory still runs where there is less (fp32 tiles, a desktop
+    GPU): one stage fewer per compile until it fits, compiled once for that argument signature."""
+    compiles, launches = [], []
+    kernel = _stand_in_triton(monkeypatch, compiles, launches, max_shared=100 * 1024, stage_bytes=36 * 1024)
+    x = torch.zeros(32, dtype=torch.float16)
+    for _ in range(2):
+        fused_geglu._launch(kernel, (3,), (x, 32), FLAG=True, BLOCK=16, num_warps=4, num_stages=4)
+    assert [meta["num_stages"] for _, _, meta in compiles] == [4, 3, 2]  # 144, 108, then 72 KB of 100
+    assert [spec for spec, *_ in launches] == [3, 3]
+    # Nothing fits: stop at one stage (Triton's own launch then says out of resources).
+    compiles.clear()
+    kernel = _stand_in_triton(monkeypatch, compiles, launches, max_shared=10, stage_bytes=36 * 1024)
+    fused_geglu._launch(kernel, (3,), (x, 32), FLAG=True, BLOCK=16, num_warps=4, num_stages=2)
+    assert [meta["num_stages"] for _, _, meta in compiles] == [2, 1]
+    # Fits at once: one compile, the stages asked for.
+    compiles.clear()
+    kernel = _stand_in_triton(monkeypatch, compiles, launches)
+    fused_geglu._launch(kernel, (3,), (x, 32), FLAG=True, BLOCK=16, num_warps=4, num_stages=3)
+    assert [meta["num_stages"] for _, _, meta in compiles] == [3]
+
+
+def test_small_m_config_by_tokens(monkeypatch):
     monkeypatch.setattr(fused_geglu, "INTERPRET", False)  # the GPU's table
     cfg = fused_geglu.small_m_config
-    assert cfg(1, K=4096)["BK"] == 512 and cfg(16)["BK"] == 512
-    # A short K (Gemma-2B's dim, 2048) gets narrower K-steps, so a program still has several to pipeline.
-    assert cfg(1, K=2048)["BK"] == 256 and cfg(16, K=770)["BK"] == 256 and cfg(17, K=2048) is cfg(64)
-    assert cfg(129) is None and cfg(64, "down")["BM"] == 64 and cfg(65, "down") is None
+    assert cfg(1)["BM"] == 16 and cfg(16) is cfg(1) and cfg(17) is cfg(64) and cfg(64)["BM"] == 64
+    assert cfg(128)["BM"] == 128 and cfg(129) is None
+    assert cfg(16, "down")["BM"] == 16 and cfg(64, "down")["BM"] == 64 and cfg(65, "down") is None
+    # The decode bucket's gate/up tile: shared memory for two programs per SM on a Hopper GPU (227 KB).
+    c = cfg(1)
+    stage_bytes = (c["BM"] + c["BN"]) * c["BK"] * 2
+    assert 2 * c["num_stages"] * stage_bytes <= 227 * 1024
 
 
 def test_split_k_workspace_grows_and_keeps_what_a_graph_may_hold(monkeypatch):
@@ -442,16 +476,18 @@ def test_gpu_misaligned_input_after_an_aligned_one():
 
 @cuda
 @pytest.mark.parametrize("M", [1, 64])
-def test_gpu_decode_module_matches_eager(M):
+@pytest.mark.parametrize("dt", ["bf16", "fp32"])
+def test_gpu_decode_module_matches_eager(M, dt):
     # A Llama-2-7B MLP at decode: both small-M kernels, against the eager module's output.
     SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
-    eager = SimpleGeGLUMLP(4096, 11008).cuda().bfloat16()
-    fused = fused_geglu.FusedGeGLUMLP(4096, 11008).cuda().bfloat16()
+    eager = SimpleGeGLUMLP(4096, 11008).cuda().to(DTYPES[dt])
+    fused = fused_geglu.FusedGeGLUMLP(4096, 11008).cuda().to(DTYPES[dt])
     fused.load_state_dict(eager.state_dict())
-    x = torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(M, 4096, device="cuda", dtype=DTYPES[dt])
     with torch.inference_mode():
         y, y_eager = fused(x), eager(x)
-    assert ((y.float() - y_eager.float()).norm() / y_eager.float().norm()).item() < 2e-2
+    # fp32: eager's cuBLAS may use tf32 or not; the kernels use full fp32 dots.
+    assert ((y.float() - y_eager.float()).norm() / y_eager.float().norm()).item() < (2e-2 if dt == "bf16" else 1e-4)
 
 
 @cuda
