@@ -69,9 +69,17 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 @triton.jit
-def _geglu_epilogue(acc, BM: tl.constexpr, BN: tl.constexpr):
+def _geglu_epilogue(acc, BM: tl.constexpr, BN: tl.constexpr, FAST_TANH: tl.constexpr):
     # Columns alternate gate, up: split them (each thread already holds adjacent column pairs).
     g, u = tl.split(tl.reshape(acc, (BM, BN // 2, 2)))
+    if FAST_TANH:
+        # bf16 output on a GPU: the hardware's tanh, one instruction (relative error about 2^-11, below bf16's
+        # rounding, 2^-9). At K = 768 the epilogue is a tenth of a tile's time and this halves it: 8% faster
+        # gate/up at the post's shape on the H200.
+        t = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f",
+                                      [0.7978845608028654 * (g + 0.044715 * g * g * g)],  # sqrt(2/pi) * (...)
+                                      dtype=tl.float32, is_pure=True, pack=1)
+        return 0.5 * g * (1.0 + t) * u
     # gelu_tanh(g) = 0.5 * g * (1 + tanh(y)) with y = sqrt(2/pi) * (g + 0.044715 g^3),
     # and 0.5 * (1 + tanh(y)) = 1 / (1 + exp(-2y)): one exp and no libdevice tanh, which the CPU
     # interpreter cannot run. No overflow to NaN: exp(-2y) -> inf for very negative g gives g/inf = -0.
@@ -101,7 +109,8 @@ def _upcast(x, w):
 @triton.jit
 def _geglu_tma_kernel(x_desc, w_desc, m_desc, M, N2, K,
                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-                      NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr, UPCAST: tl.constexpr):
+                      NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr, UPCAST: tl.constexpr,
+                      FAST_TANH: tl.constexpr):
     """m[M, N2/2] = GeGLU of x[M, K] @ w_packed[N2, K]^T; persistent, TMA loads and stores."""
     num_pid_m = tl.cdiv(M, BM)
     num_pid_n = tl.cdiv(N2, BN)
@@ -119,7 +128,7 @@ def _geglu_tma_kernel(x_desc, w_desc, m_desc, M, N2, K,
             if UPCAST:
                 x, w = _upcast(x, w)
             acc = tl.dot(x, w.T, acc)
-        m = _geglu_epilogue(acc, BM, BN)
+        m = _geglu_epilogue(acc, BM, BN, FAST_TANH)
         # The TMA store clips the tile at the tensor's edges.
         m_desc.store([pid_m * BM, pid_n * (BN // 2)], m.to(m_desc.dtype))
 
@@ -127,7 +136,7 @@ def _geglu_tma_kernel(x_desc, w_desc, m_desc, M, N2, K,
 @triton.jit
 def _geglu_pointer_kernel(x_ptr, w_ptr, m_ptr, M, N2, K, stride_xm, stride_wn, stride_mm,
                           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-                          DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+                          DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, FAST_TANH: tl.constexpr):
     """Same computation as _geglu_tma_kernel with masked pointer loads: one program per tile."""
     pid_m, pid_n = _tile_coords(tl.program_id(0), tl.cdiv(M, BM), tl.cdiv(N2, BN), GROUP_M)
     offs_m = pid_m * BM + tl.arange(0, BM)
@@ -147,7 +156,7 @@ def _geglu_pointer_kernel(x_ptr, w_ptr, m_ptr, M, N2, K, stride_xm, stride_wn, s
         acc = tl.dot(x, w, acc, input_precision=DOT_PRECISION)
         x_ptrs += BK
         w_ptrs += BK
-    m = _geglu_epilogue(acc, BM, BN)
+    m = _geglu_epilogue(acc, BM, BN, FAST_TANH)
     offs_h = pid_n * (BN // 2) + tl.arange(0, BN // 2)
     m_ptrs = m_ptr + offs_m[:, None] * stride_mm + offs_h[None, :]
     tl.store(m_ptrs, m.to(m_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_h[None, :] < N2 // 2))
@@ -175,9 +184,9 @@ def _dot_main_loop(x_ptr, w_ptr, offs_m, offs_n, offs_k, M, N2, K, k_steps, stri
 
 @triton.jit
 def _store_out(out_ptr, acc, offs_m, pid_n, M, N2, stride_om, BM: tl.constexpr, BN: tl.constexpr,
-               GEGLU: tl.constexpr):
+               GEGLU: tl.constexpr, FAST_TANH: tl.constexpr):
     if GEGLU:  # BN packed columns -> BN / 2 columns of m
-        tile = _geglu_epilogue(acc, BM, BN)
+        tile = _geglu_epilogue(acc, BM, BN, FAST_TANH)
         offs_c = pid_n * (BN // 2) + tl.arange(0, BN // 2)
         n_out = N2 // 2
     else:
@@ -191,7 +200,7 @@ def _store_out(out_ptr, acc, offs_m, pid_n, M, N2, stride_om, BM: tl.constexpr, 
 @triton.jit
 def _small_m_body(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_xm, stride_wn, stride_om,
                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr, GEGLU: tl.constexpr,
-                  UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                  UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, FAST_TANH: tl.constexpr):
     """Few tokens: x[M, K] @ w[N2, K]^T, with the GeGLU epilogue (GEGLU) or without (down_proj).
 
     The weights dominate the bytes, so many small programs stream them: grid (M tiles, N tiles, SPLIT_K),
@@ -209,7 +218,7 @@ def _small_m_body(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_x
     acc = _dot_main_loop(x_ptr, w_ptr, offs_m, offs_n, offs_k, M, N2, K, k_steps, stride_xm, stride_wn,
                          BM, BN, BK, UPCAST, DOT_PRECISION)
     if SPLIT_K == 1:
-        _store_out(out_ptr, acc, offs_m, pid_n, M, N2, stride_om, BM, BN, GEGLU)
+        _store_out(out_ptr, acc, offs_m, pid_n, M, N2, stride_om, BM, BN, GEGLU, FAST_TANH)
     else:
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N2)
         part_ptrs = part_ptr + offs_m[:, None] * N2 + offs_n[None, :]  # part is [SPLIT_K, M, N2] fp32
@@ -222,7 +231,7 @@ def _small_m_body(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_x
             total = tl.zeros((BM, BN), dtype=tl.float32)
             for s in tl.static_range(SPLIT_K):  # .cg: read through L2, never a stale L1 line
                 total += tl.load(part_ptrs + s * M * N2, mask=mask, other=0.0, cache_modifier=".cg")
-            _store_out(out_ptr, total, offs_m, pid_n, M, N2, stride_om, BM, BN, GEGLU)
+            _store_out(out_ptr, total, offs_m, pid_n, M, N2, stride_om, BM, BN, GEGLU, FAST_TANH)
             tl.store(count_ptr + tile, 0)
 
 
@@ -230,9 +239,9 @@ def _small_m_body(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_x
 @triton.jit(do_not_specialize=["M"])
 def _geglu_small_m_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_xm, stride_wn, stride_om,
                           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
-                          UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+                          UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, FAST_TANH: tl.constexpr):
     _small_m_body(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_xm, stride_wn, stride_om,
-                  BM, BN, BK, SPLIT_K, True, UPCAST, DOT_PRECISION)
+                  BM, BN, BK, SPLIT_K, True, UPCAST, DOT_PRECISION, FAST_TANH)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -240,7 +249,7 @@ def _linear_small_m_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K,
                            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
                            UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
     _small_m_body(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_xm, stride_wn, stride_om,
-                  BM, BN, BK, SPLIT_K, False, UPCAST, DOT_PRECISION)
+                  BM, BN, BK, SPLIT_K, False, UPCAST, DOT_PRECISION, False)
 
 
 # Tile configs; BN counts packed columns (gate and up), so a tile yields BN / 2 columns of m.
@@ -420,6 +429,11 @@ def _split_k(device, tiles, k_steps, ctas_per_sm):
     return split
 
 
+def _fast_tanh(x2d):
+    # The hardware tanh for bf16 on a GPU; fp16 and fp32 keep the exact form, as does the interpreter.
+    return not INTERPRET and x2d.dtype == torch.bfloat16
+
+
 def _cdiv(a, b):  # triton.cdiv is a constexpr function: about 2 µs a call from host code
     return -(-a // b)
 
@@ -438,6 +452,7 @@ def _launch_small_m(x2d, w, out, cfg, geglu, upcast, precision):
     _launch(_geglu_small_m_kernel if geglu else _linear_small_m_kernel, (tiles_m, tiles_n, split_k),
             (x2d, w, out, part, counters, M, N2, K, x2d.stride(0), w.stride(0), out.stride(0)),
             BM=BM, BN=BN, BK=BK, SPLIT_K=split_k, UPCAST=upcast, DOT_PRECISION=precision,
+            **({"FAST_TANH": _fast_tanh(x2d)} if geglu else {}),
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
 
@@ -470,13 +485,13 @@ def geglu_packed(x2d, w_packed, *, use_tma=None, config=None):
         _launch(_geglu_tma_kernel, (min(num_sms, _cdiv(M, BM) * _cdiv(N2, BN)),),
                 (TensorDescriptor.from_tensor(x2d, [BM, BK]), TensorDescriptor.from_tensor(w_packed, [BN, BK]),
                  TensorDescriptor.from_tensor(m, [BM, BN // 2]), M, N2, K),
-                NUM_SMS=num_sms, UPCAST=upcast, **cfg)
+                NUM_SMS=num_sms, UPCAST=upcast, FAST_TANH=_fast_tanh(x2d), **cfg)
     else:
         cfg = {k: v for k, v in (config or (INTERPRETER_CONFIG if INTERPRET else PORTABLE_CONFIG)).items()
                if k != "FLATTEN"}
         _launch(_geglu_pointer_kernel, (_cdiv(M, cfg["BM"]) * _cdiv(N2, cfg["BN"]),),
                 (x2d, w_packed, m, M, N2, K, x2d.stride(0), w_packed.stride(0), m.stride(0)),
-                DOT_PRECISION=precision, UPCAST=upcast, **cfg)
+                DOT_PRECISION=precision, UPCAST=upcast, FAST_TANH=_fast_tanh(x2d), **cfg)
     return m
 
 

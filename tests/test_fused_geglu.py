@@ -462,6 +462,28 @@ def test_split_k_workspace_grows_and_keeps_what_a_graph_may_hold(monkeypatch):
 
 
 @cuda
+@pytest.mark.parametrize("M, use_tma", [(16, None), (4096, False), (4096, True)])
+@pytest.mark.parametrize("dt", ["bf16", "fp16"])
+def test_gpu_epilogue_is_gelu_tanh_over_its_whole_range(M, use_tma, dt):
+    """m = gelu_tanh(g) * 1 for g from -12 to 12, elementwise, on each path (bf16 takes the hardware tanh):
+    within the output's rounding where gelu is large, and far below it where gelu is near zero."""
+    if use_tma and not _has_tma():
+        pytest.skip("TMA needs compute capability 9.0+")
+    K, N = 16, 64
+    g = torch.linspace(-12, 12, M, device="cuda")
+    x = torch.zeros(M, K, device="cuda")
+    x[:, 0], x[:, 1] = g, 1.0
+    w_gate, w_up = torch.zeros(N, K, device="cuda"), torch.zeros(N, K, device="cuda")
+    w_gate[:, 0], w_up[:, 1] = 1.0, 1.0  # every column: g = x[:, 0], u = 1
+    x, packed = x.to(DTYPES[dt]), fused_geglu.pack_gate_up(w_gate, w_up).to(DTYPES[dt])
+    g = x[:, 0].float()[:, None]  # g as the kernel sees it
+    m = fused_geglu.geglu_packed(x, packed, use_tma=use_tma).float()
+    ref = F.gelu(g, approximate="tanh").expand(M, N)
+    unit = 2.0 ** -8 if dt == "bf16" else 2.0 ** -11
+    assert ((m - ref).abs() <= unit * ref.abs() + 2.0 ** -11 * g.abs()).all(), (m - ref).abs().max()
+
+
+@cuda
 def test_gpu_misaligned_input_after_an_aligned_one():
     """The small-M kernels compiled for 16-byte aligned pointers must not serve a misaligned x of the same shape."""
     K, N = 4096, 1024
