@@ -37,7 +37,7 @@ The same body without the epilogue, `_linear_small_m_kernel`, does down_proj the
 `dim` rows, so it also splits K across programs until they fill the GPU (the last program of a tile sums
 the fp32 partials in a fixed order). Past the buckets, the tiled kernels above and cuBLAS take over.
 
-At decode the GPU work is short (76 µs for that MLP on an H200) and the host has to keep up: a Triton launch
+At decode the GPU work is short (73 µs for that MLP on an H200) and the host has to keep up: a Triton launch
 through `kernel[grid](...)` re-derives the kernel's specialisation from every argument in Python, about
 25 µs a launch on the H200 machine's CPU against about 12 µs through the compiled kernel's own launcher.
 `_launch` looks the compiled kernel up once per argument signature and launches it directly, and split-K

@@ -262,30 +262,37 @@ def test_mlp_benchmark_prose():
     for r in record["shapes"]:  # "the fastest variant" in every row (prefill, the post's, 2048x768, decode)
         assert r["variants"]["fused"]["median_us"] < r["variants"][best_other(r)]["median_us"], r
     one_token = shapes[(1, 4096, 11008)]["variants"]
-    for shape, r in shapes.items():  # "on the GPU alone at every decode shape but one"
-        if "graph_median_us" in r["variants"]["fused"]:
-            g = r["variants"]["fused"]["graph_median_us"] < r["variants"][best_other(r, "graph_median_us")][
-                "graph_median_us"]
-            assert g == (shape != (1, 4096, 11008)), shape
-    assert best_other(shapes[(1, 4096, 11008)]) == "max-autotune"  # "max-autotune is level with it"
-    assert quoted(r"\((\d+\.\d) vs (\d+\.\d) µs from Python, (\d+\.\d) vs (\d+\.\d) on\s+the GPU alone\)",
+    decode = [r for r in record["shapes"] if "graph_median_us" in r["variants"]["fused"]]
+    assert len(decode) == 6
+    for r in decode:  # "the fastest variant at every decode shape, timed from Python and on the GPU alone"
+        assert r["variants"]["fused"]["graph_median_us"] < r["variants"][best_other(r, "graph_median_us")][
+            "graph_median_us"], r
+    # "The closest is max-autotune at 1x4096->11008": the smallest lead of all decode rows, in both columns.
+    for column in ("median_us", "graph_median_us"):
+        assert best_other(shapes[(1, 4096, 11008)], column) == "max-autotune"
+        lead = {(r["M"], r["dim"], r["hidden"]): r["variants"][best_other(r, column)][column]
+                / r["variants"]["fused"][column] for r in decode}
+        assert min(lead, key=lead.get) == (1, 4096, 11008), lead
+    assert quoted(r"\((\d+\.\d) vs (\d+\.\d) µs from Python, (\d+\.\d) vs (\d+\.\d) on the GPU alone\)",
                   section) == [round(one_token[k][c], 1) for c in ("median_us", "graph_median_us")
                                for k in ("fused", "max-autotune")]
-    for shape in [(8192, 768, 3072), (4096, 4096, 11008)]:  # "within 3% of plain torch.compile"
-        v = shapes[shape]["variants"]
-        assert abs(v["max-autotune"]["median_us"] / v["compile"]["median_us"] - 1) < 0.03
+    # "no faster than plain torch.compile: level at 4096x4096->11008, 7% slower at the post's shape"
+    ratio = {shape: shapes[shape]["variants"]["max-autotune"]["median_us"] / shapes[shape]["variants"]["compile"][
+        "median_us"] for shape in [(8192, 768, 3072), (4096, 4096, 11008)]}
+    assert abs(ratio[(4096, 4096, 11008)] - 1) < 0.01
+    assert quoted(r"level at 4096×4096→11008, (\d+)% slower at the post's shape", section) == [
+        round(100 * (ratio[(8192, 768, 3072)] - 1))]
     quarter = shapes[(2048, 768, 3072)]["variants"]
     assert best_other(shapes[(2048, 768, 3072)]) == "compile"
     assert quoted(r"\((\d+\.\d) µs against compile's (\d+\.\d)\)", section) == [
         round(quarter["fused"]["median_us"], 1), round(quarter["compile"]["median_us"], 1)]
     sizes = [(1, 4096, 11008), (1, 2048, 16384), (1, 4096, 14336)]  # Llama-2-7B, Gemma-2B, Llama-3-8B
-    assert quoted(r"reaches (0\.\d\d), (0\.\d\d) and (0\.\d\d) of the floor", section) == [
+    assert quoted(r"reaches (0\.\d\d),\s+(0\.\d\d) and (0\.\d\d) of the floor", section) == [
         round(shapes[s]["floor_us"] / shapes[s]["variants"]["fused"]["median_us"], 2) for s in sizes]
     llama = [r for r in record["shapes"] if r["dim"] == 4096 and "host_us" in r["variants"]["fused"]]
     assert len(llama) == 4  # "the four Llama-sized decode rows"
-    for name in ("fused", "eager"):  # "the highest of both at 1x4096->11008"
-        assert max(llama, key=lambda r: r["variants"][name]["host_us"])["M"] == 1
-        assert max(llama, key=lambda r: r["variants"][name]["host_us"])["hidden"] == 11008
+    for name in ("fused", "eager"):  # "the highest of both at 64 tokens"
+        assert max(llama, key=lambda r: r["variants"][name]["host_us"])["M"] == 64
 
     def span(name):
         return [round(f(r["variants"][name]["host_us"] for r in llama), 1) for f in (min, max)]
