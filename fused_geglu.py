@@ -263,7 +263,9 @@ INTERPRETER_CONFIG = dict(BM=32, BN=32, BK=16, GROUP_M=2, num_warps=4, num_stage
 # Few tokens (decode), per kernel: (largest M, config), first match wins; past the last bucket, the tiled
 # kernels (gate/up) and cuBLAS (down_proj). Buckets, not shapes: one compiled kernel serves a bucket's M.
 SMALL_M_CONFIGS = {
-    "geglu": [  # M <= 16: 3 stages of 36 KB leave room for two programs per SM, whose loads overlap
+    "geglu": [  # M <= 16: Triton keeps num_stages - 1 buffers of 36 KB (73,728 B measured), so three programs
+        # share an H200 SM and overlap their loads: 2-3 µs faster a forward than 32 weight rows per program
+        # at each of the 7 shapes with M <= 16 measured
         (16, dict(BM=16, BN=128, BK=128, num_warps=4, num_stages=3)),
         (64, dict(BM=64, BN=128, BK=64, num_warps=4, num_stages=4)),
         (128, dict(BM=128, BN=128, BK=64, num_warps=8, num_stages=3)),

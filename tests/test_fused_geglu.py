@@ -443,10 +443,11 @@ def test_small_m_config_by_tokens(monkeypatch):
     assert cfg(1)["BM"] == 16 and cfg(16) is cfg(1) and cfg(17) is cfg(64) and cfg(64)["BM"] == 64
     assert cfg(128)["BM"] == 128 and cfg(129) is None
     assert cfg(16, "down")["BM"] == 16 and cfg(64, "down")["BM"] == 64 and cfg(65, "down") is None
-    # The decode bucket's gate/up tile: shared memory for two programs per SM on a Hopper GPU (227 KB).
+    # The decode bucket's gate/up tile: three programs per SM on a Hopper GPU (228 KB), each holding
+    # num_stages - 1 bf16 buffers of x and weight tiles (Triton's pipeline; 73,728 B measured on the H200).
     c = cfg(1)
     stage_bytes = (c["BM"] + c["BN"]) * c["BK"] * 2
-    assert 2 * c["num_stages"] * stage_bytes <= 227 * 1024
+    assert 3 * (c["num_stages"] - 1) * stage_bytes <= 228 * 1024
 
 
 def test_split_k_workspace_grows_and_keeps_what_a_graph_may_hold(monkeypatch):
