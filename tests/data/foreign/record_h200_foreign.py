@@ -1,4 +1,4 @@
-"""Traces from a harness that is not the suite's: the fixtures tests/data/h200_foreign_*.json.gz.
+"""Traces from a harness that is not the suite's: the fixtures tests/data/foreign/h200_foreign_*.json.gz.
 
 Plain torch.profiler, as people write it at work: no record_function annotations, shapes recorded only where said,
 models from `transformers` built from a config (random weights, no Hub), a training step, worker threads, a graph
@@ -6,7 +6,7 @@ break and a recompile, an MLP compiled with max-autotune, and one profile withou
 tuned on any of these; tests/test_foreign_traces.py checks what it says about them against the raw JSON.
 
 Recorded on one NVIDIA H200 with the device image's python3 (torch 2.11, triton 3.6, transformers 5.17), bf16:
-    python3 tests/data/record_h200_foreign.py OUTDIR      # writes OUTDIR/h200_foreign_*.json.gz, about 3 minutes
+    python3 tests/data/foreign/record_h200_foreign.py OUTDIR      # writes OUTDIR/h200_foreign_*.json.gz, about 3 minutes
 """
 
 from __future__ import annotations
