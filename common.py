@@ -267,12 +267,13 @@ def _quiet_kineto(*also: re.Pattern):
         held.close()
 
 
-def profile(run: Run, step, annotation: str, profile_memory: bool = False) -> _profile:
+def profile(run: Run, step, annotation: str, profile_memory: bool = False, with_stack: bool = False) -> _profile:
     """Part 1's harness: optional warm-up calls, then the post's loop under schedule(wait, warmup, active).
 
     The loop is the post's: `step(); prof.step()`, no synchronize in between, so the CPU may run ahead of the
     GPU (the lag Part 1 shows between the lanes); the profiler synchronizes once, when the active window ends.
-    `profile_memory` adds the allocator's "[memory]" events (each allocation and free, with the running total).
+    `profile_memory` adds the allocator's "[memory]" events (each allocation and free, with the running total);
+    `with_stack` the Python calls, which torch's memory profiler needs to tell parameters and optimizer state apart.
     """
     a = run.args
     if a.compile:
@@ -293,6 +294,7 @@ def profile(run: Run, step, annotation: str, profile_memory: bool = False) -> _p
             schedule=schedule(wait=a.wait, warmup=a.profiler_warmup, active=a.active, repeat=1),  # the post's
             record_shapes=True,  # input shapes let the trace reader compute FLOP/s and bytes
             profile_memory=profile_memory,
+            with_stack=with_stack,
         ) as prof:
             try:
                 for _ in range(a.wait + a.profiler_warmup + a.active):

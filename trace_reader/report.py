@@ -262,7 +262,8 @@ def report_data(trace: Trace) -> dict:
     kernels, cpu_us, gpu_busy_us, wall_us, busy_fraction, bound, lag_us, idle_us), typical_step (the median
     step's number, bound and busy_fraction), kernels (GPU: one dict per kernel and launching op), same_order,
     cpu_work (CPU traces: the CPU's kernels in order), cpu_ops, annotations (GPU µs per step), views,
-    occupancy, memory_peak_bytes (per step, when recorded)."""
+    occupancy, memory_peak_bytes (per step, when recorded), training (a training step's phases, see training.py;
+    None without a backward)."""
     peak = device_peak(trace.device_name)
     steps = _steps_facts(trace)
     b = _typical(steps)
@@ -319,7 +320,15 @@ def report_data(trace: Trace) -> dict:
                   for k, v in sorted(views.items())],
         "occupancy": occupancy,
         "memory_peak_bytes": _memory(trace),
+        "training": _training(trace),
     }
+
+
+def _training(trace: Trace) -> dict | None:
+    """A training step's phases and forward/backward links (training.py); None without a backward."""
+    from . import training  # training.py builds on expect.py, which imports this file
+
+    return training.analyze(trace)
 
 
 # -------------------------------------------------------------------------------------------------- the text
@@ -365,6 +374,9 @@ def report(trace: Trace, full_names: bool = False, all_steps: bool = False) -> s
         lines.append("")
         gpu = trace.device == "cuda"
         lines += _text_gpu(data, full_names, all_steps) if gpu else _text_cpu(data, full_names, all_steps)
+        from .training import text as training_text  # see _training
+
+        lines += training_text(data["training"])
         return "\n".join(lines)
 
 

@@ -1,0 +1,479 @@
+"""A training step, phase by phase: forward, backward, optimizer; and which forward op's backward is slowest.
+
+Phases. 07_train_step.py wraps them in record_function("forward" / "backward" / "optimizer"). A trace from
+another harness has what torch records by itself: torch.optim's `Optimizer.step#AdamW.step` and
+`Optimizer.zero_grad#AdamW.zero_grad` spans, and the autograd engine's `autograd::engine::evaluate_function: ...`
+spans. There, backward runs from the first such span to the end of the last, the optimizer is the
+`Optimizer.step#` span, and forward is what lies between zero_grad (or the step's start) and backward. A phase
+is a window of CPU time: an op belongs to it when it starts inside, a kernel when its launch does (on a GPU the
+backward ops run on the autograd engine's own thread, so nesting alone could not place them).
+
+Links. torch.profiler writes a flow event pair for each autograd node: {"cat": "fwdbwd", "ph": "s", "id": N} at
+the forward op that made it and {"ph": "f", "id": N} at its backward op (MmBackward0 for aten::mm), each at
+the op's own pid, tid and start time. parse_trace keeps complete events only, so the flows are read from the
+trace file again, and only for a trace with a backward.
+
+analyze(trace) -> data (None without a backward), text(data) -> lines; the Expect builders for 07_train_step.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import statistics
+from collections import defaultdict
+
+from .expect import Expect, NotApplicable, _need_steps
+from .kernels import BOOKKEEPING_OPS, GEMM_OPS, _dims, _shape, gemm_flops, is_gemm, short
+from .memory import DEVICE_TYPE, read_allocs
+from .read import STEP_RE, Event, Step, Trace, _read_json
+
+PHASES = ("forward", "backward", "optimizer")
+BACKWARD_RE = re.compile(r"^autograd::engine::evaluate_function: ")
+ACCUMULATE_GRAD = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+OPTIMIZER_STEP_RE = re.compile(r"^Optimizer\.step#(\w+)\.step$")
+ZERO_GRAD_RE = re.compile(r"^Optimizer\.zero_grad#")
+MULTI_TENSOR_RE = re.compile(r"multi_tensor_apply")
+TOP_LINKS = 8  # backward ops listed, the slowest first
+
+
+def has_backward(trace: Trace) -> bool:
+    """Does any step run the autograd engine (a training step rather than an inference forward)?"""
+    return any(e.cat == "cpu_op" and BACKWARD_RE.match(e.name) for st in trace.steps for e in st.spans)
+
+
+# ------------------------------------------------------------------------------------------------ phases
+
+def phase_windows(st: Step) -> tuple[dict[str, tuple[float, float]], bool]:
+    """({phase: (start, end) in CPU µs}, from annotations?): the step's record_function("forward"/"backward"/
+    "optimizer") spans where present, else what torch.optim's and autograd's own spans say (see the docstring)."""
+    found: dict[str, tuple[float, float]] = {}
+    for e in st.spans:
+        if e.cat == "user_annotation" and e.name in PHASES and e.name not in found:
+            found[e.name] = (e.ts, e.end)
+    if len(found) == len(PHASES):
+        return found, True
+    inferred: dict[str, tuple[float, float]] = {}
+    bwd = [e for e in st.spans if e.cat == "cpu_op" and BACKWARD_RE.match(e.name)]
+    opt = [e for e in st.spans if OPTIMIZER_STEP_RE.match(e.name)]
+    if bwd:
+        start = min(e.ts for e in bwd)
+        inferred["backward"] = (start, max(e.end for e in bwd))
+        zeroed = [e.end for e in st.spans if ZERO_GRAD_RE.match(e.name) and e.end <= start]
+        inferred["forward"] = (max([st.span.ts, *zeroed]), start)
+    if opt:
+        inferred["optimizer"] = (min(e.ts for e in opt), max(e.end for e in opt))
+    inferred.update(found)
+    return inferred, False
+
+
+def _inside(ts: float, window: tuple[float, float]) -> bool:
+    return window[0] <= ts <= window[1]
+
+
+def _top_level(op: Event, names: set[str]) -> bool:
+    """No ancestor op of `names` above it: aten::mm inside aten::addmm's fallback is one GEMM, not two."""
+    node = op.parent
+    while node is not None:
+        if node.cat == "cpu_op" and node.name in names:
+            return False
+        node = node.parent
+    return True
+
+
+def _outermost_op(op: Event) -> bool:
+    """An op with no op above it (an annotation may be): what the Python code called, not what that op called."""
+    node = op.parent
+    while node is not None:
+        if node.cat == "cpu_op":
+            return False
+        node = node.parent
+    return True
+
+
+def phase_facts(st: Step, window: tuple[float, float], gpu: bool) -> dict:
+    """One phase of one step: CPU µs (the window), GPU µs and kernels launched in it, GEMMs and their FLOPs."""
+    kernels = [k for k in st.kernels if _inside(k.order, window)]
+    gemm_ops = [e for e in st.spans if e.cat == "cpu_op" and e.name in GEMM_OPS and _inside(e.ts, window)
+                and _top_level(e, GEMM_OPS)]
+    flops = [gemm_flops(e) for e in gemm_ops]
+    return {
+        "cpu_us": window[1] - window[0],
+        "gpu_us": sum(k.dur for k in kernels) if gpu else None,
+        "kernels": len(kernels) if gpu else None,
+        "gemms": sum(is_gemm(k) for k in kernels) if gpu else len(gemm_ops),
+        # None: a GEMM without recorded shapes, whose FLOPs cannot be counted (record_shapes=False)
+        "gemm_flops": None if None in flops else float(sum(flops)),
+    }
+
+
+def _median(values: list) -> float | None:
+    have = [v for v in values if v is not None]
+    return statistics.median(have) if len(have) == len(values) and have else None
+
+
+# ------------------------------------------------------------------------------------------------ optimizer
+
+def optimizer_facts(st: Step, window: tuple[float, float], gpu: bool) -> dict:
+    """What the optimizer phase ran: the ops the Python code called (foreach, fused, others) and, on a GPU,
+    its kernels, those of them multi-tensor kernels (one launch over a list of tensors)."""
+    ops = [e for e in st.spans if e.cat == "cpu_op" and _inside(e.ts, window) and _outermost_op(e)
+           and e.name not in BOOKKEEPING_OPS and not OPTIMIZER_STEP_RE.match(e.name)]
+    kernels = [k for k in st.kernels if _inside(k.order, window)]
+    foreach = sum(e.name.startswith("aten::_foreach_") for e in ops)
+    fused = sum(e.name.startswith("aten::_fused_") for e in ops)
+    return {
+        "ops": len(ops), "foreach_ops": foreach, "fused_ops": fused, "other_ops": len(ops) - foreach - fused,
+        "kernels": len(kernels) if gpu else None,
+        "multi_tensor_kernels": sum(bool(MULTI_TENSOR_RE.search(k.name)) for k in kernels) if gpu else None,
+        "gradients": sum(e.name == ACCUMULATE_GRAD for e in st.spans),  # leaves given a gradient in backward
+    }
+
+
+def implementation(opt: dict) -> str:
+    """Which of torch.optim's implementations the optimizer's ops look like."""
+    if opt["fused_ops"]:
+        return "fused"
+    if opt["foreach_ops"]:
+        return "foreach"
+    return "for-loop" if opt["other_ops"] else "?"
+
+
+# ------------------------------------------------------------------------------------------------ links
+
+@functools.lru_cache(maxsize=8)
+def _flows(path: str, mtime_ns: int, size: int) -> tuple[tuple, ...]:  # cached per file version
+    """((id, "s" | "f", pid, tid, ts), ...) of the trace file's fwdbwd flow events; odd ones skipped."""
+    data = _read_json(path)
+    events = data.get("traceEvents") if isinstance(data, dict) else None
+    out = []
+    for raw in events if isinstance(events, list) else []:
+        if not isinstance(raw, dict) or raw.get("cat") != "fwdbwd" or raw.get("ph") not in ("s", "f"):
+            continue
+        ts, fid = raw.get("ts"), raw.get("id")
+        if type(ts) not in (int, float) or type(fid) not in (int, str):
+            continue
+        out.append((fid, raw["ph"], raw.get("pid"), raw.get("tid"), float(ts)))
+    return tuple(out)
+
+
+def read_flows(trace: Trace) -> tuple[tuple, ...]:
+    try:
+        st = os.stat(trace.path)
+    except (OSError, ValueError):  # a trace parsed from data, not read from a file
+        return ()
+    return _flows(str(trace.path), st.st_mtime_ns, st.st_size)
+
+
+def links(trace: Trace, flows=None) -> list[tuple[Event, Event]]:
+    """(forward op, the backward op it made) for each fwdbwd flow pair whose two ends are ops of the trace.
+
+    An end is the op at the flow's pid, tid and start time; where several start there, the one that carries the
+    autograd "Sequence number", else the innermost."""
+    at: dict[tuple, list[Event]] = defaultdict(list)
+    for st in trace.steps:
+        for e in st.spans:
+            if e.cat == "cpu_op":
+                at[(e.pid, e.tid, e.ts)].append(e)
+
+    def op_at(pid, tid, ts) -> Event | None:
+        here = at.get((pid, tid, ts))
+        if not here:
+            return None
+        return min(here, key=lambda e: ("Sequence number" not in e.args, e.dur))
+
+    ends: dict[object, dict[str, Event]] = defaultdict(dict)
+    for fid, ph, pid, tid, ts in read_flows(trace) if flows is None else flows:
+        if (op := op_at(pid, tid, ts)) is not None:
+            ends[fid][ph] = op
+    return [(e["s"], e["f"]) for e in ends.values() if "s" in e and "f" in e]
+
+
+def _annotation(op: Event) -> str | None:
+    """The innermost record_function around an op, below its phase's (a module path in 07's model); None when
+    there is none before the phase or ProfilerStep span."""
+    node = op.parent
+    while node is not None and node.cat == "cpu_op":
+        node = node.parent
+    if node is None or node.name in PHASES or STEP_RE.match(node.name):
+        return None
+    return node.name
+
+
+def _shapes(op: Event) -> str:
+    shapes = [s for d in _dims(op) if (s := _shape(d)) is not None and s]
+    return " x ".join(str(s) for s in shapes[:3])
+
+
+def slowest_backward(trace: Trace, pairs: list[tuple[Event, Event]], gpu: bool) -> list[dict]:
+    """Backward ops grouped by (backward op, forward op, the forward op's annotation and shapes), by time per step:
+    GPU time of the kernels launched inside the backward op on a GPU trace, its CPU span on a CPU trace."""
+    n = max(len(trace.steps), 1)
+    own: dict[int, float] = defaultdict(float)  # id(backward op) -> GPU µs launched inside it
+    if gpu:
+        backward_ids = {id(b) for _, b in pairs}
+        for st in trace.steps:
+            for k in st.gpu:
+                node = k.op
+                while node is not None and id(node) not in backward_ids:
+                    node = node.parent
+                if node is not None:
+                    own[id(node)] += k.dur
+    rows: dict[tuple, dict] = {}
+    for fwd, bwd in pairs:
+        key = (bwd.name, fwd.name, _annotation(fwd), _shapes(fwd))
+        r = rows.setdefault(key, {"backward_op": key[0], "forward_op": key[1], "forward_in": key[2],
+                                  "forward_shapes": key[3], "calls": 0, "us": 0.0})
+        r["calls"] += 1
+        r["us"] += own[id(bwd)] if gpu else bwd.dur
+    out = [{**{k: v for k, v in r.items() if k not in ("calls", "us")}, "calls_per_step": r["calls"] / n,
+            "us_per_step": r["us"] / n, "us_per_call": r["us"] / r["calls"]} for r in rows.values()]
+    return sorted(out, key=lambda r: -r["us_per_step"])
+
+
+# ------------------------------------------------------------------------------------------------ the analysis
+
+def analyze(trace: Trace, flows=None) -> dict | None:
+    """The training step as data; None when no step runs a backward. Per step and per phase: CPU µs, GPU µs,
+    kernels, GEMMs and their FLOPs; medians over the steps; backward's GEMM FLOPs over forward's; the
+    optimizer's ops and kernels; the backward ops by time with the forward op each came from (fwdbwd flows)."""
+    if not trace.steps or not has_backward(trace):
+        return None
+    gpu = trace.device == "cuda"
+    steps, annotated = [], True
+    for st in trace.steps:
+        windows, from_annotations = phase_windows(st)
+        annotated = annotated and from_annotations
+        steps.append({"number": st.number,
+                      "phases": {p: phase_facts(st, windows[p], gpu) for p in PHASES if p in windows},
+                      "optimizer": optimizer_facts(st, windows["optimizer"], gpu) if "optimizer" in windows else None})
+    phases = {}
+    for p in PHASES:
+        per = [s["phases"].get(p) for s in steps]
+        if None in per:
+            continue
+        phases[p] = {key: _median([f[key] for f in per]) for key in per[0]}
+    ratios = [s["phases"]["backward"]["gemm_flops"] / s["phases"]["forward"]["gemm_flops"]
+              for s in steps if {"forward", "backward"} <= set(s["phases"])
+              and s["phases"]["forward"]["gemm_flops"] and s["phases"]["backward"]["gemm_flops"] is not None]
+    opts = [s["optimizer"] for s in steps if s["optimizer"] is not None]
+    optimizer = None
+    if opts:
+        optimizer = {key: _median([o[key] for o in opts]) for key in opts[0]}
+        optimizer["implementation"] = implementation(opts[len(opts) // 2])
+        names = {m.group(1) for st in trace.steps for e in st.spans if (m := OPTIMIZER_STEP_RE.match(e.name))}
+        optimizer["class"] = next(iter(names)) if len(names) == 1 else None
+    pairs = links(trace, flows)
+    return {
+        "device": trace.device,
+        "phases_from": "annotations" if annotated else "torch.optim and autograd spans",
+        "steps": steps,
+        "phases": phases,
+        "backward_over_forward_flops": statistics.median(ratios) if ratios else None,
+        "optimizer": optimizer,
+        "links_per_step": len(pairs) / len(trace.steps),
+        "slowest_backward": slowest_backward(trace, pairs, gpu)[:TOP_LINKS],
+    }
+
+
+def _table(headers, rows, right):
+    from .report import _table as table  # report.py loads this file lazily: no import cycle
+
+    return table(headers, rows, right)
+
+
+def _fmt(x: float | None, scale: float = 1.0, digits: int = 1) -> str:
+    return "-" if x is None else f"{x / scale:,.{digits}f}"
+
+
+def _gflop(x: float | None) -> str:
+    return "-" if x is None else f"{x / 1e9:,.0f}" if x >= 1e11 else f"{x / 1e9:.3g}"
+
+
+def text(data: dict | None) -> list[str]:
+    """The training section of the one-trace report."""
+    if data is None:
+        return []
+    gpu = data["device"] == "cuda"
+    unit = "GPU" if gpu else "CPU"
+    main = "gpu_us" if gpu else "cpu_us"
+    total = sum(f[main] or 0 for f in data["phases"].values()) or None
+    rows = []
+    for p, f in data["phases"].items():
+        share = "-" if not total or f[main] is None else f"{100 * f[main] / total:.0f}%"
+        rows.append([p, _fmt(f[main]), share, *([_fmt(f["kernels"], digits=0)] if gpu else []),
+                     _fmt(f["gemms"], digits=0), _gflop(f["gemm_flops"]), *([_fmt(f["cpu_us"])] if gpu else [])])
+    heads = ["phase", f"{unit} µs", "share", *(["kernels"] if gpu else []), "GEMMs", "GEMM GFLOP",
+             *(["CPU µs"] if gpu else [])]
+    out = ["", f"Training step, phase by phase (phases from {data['phases_from']}; per step, median over "
+               f"{len(data['steps'])} steps):",
+           _table(heads, rows, set(range(1, len(heads))))]
+    ratio = data["backward_over_forward_flops"]
+    out.append("=> backward's GEMMs do " + (f"{ratio:.2f}x forward's FLOPs (about 2x: a gradient for each GEMM's "
+                                             "input and one for its weight, less where an input needs none; ~3x "
+                                             "with activation checkpointing)" if ratio is not None else
+                                             "? x forward's FLOPs (no GEMM shapes: record_shapes=True, or forward "
+                                             "has no aten GEMM)"))
+    if (o := data["optimizer"]) is not None:
+        grads = o["gradients"]
+        what = [f"{_fmt(o['ops'], digits=0)} ops ({_fmt(o['foreach_ops'], digits=0)} foreach, "
+                f"{_fmt(o['fused_ops'], digits=0)} fused, {_fmt(o['other_ops'], digits=0)} others)"]
+        if gpu:
+            per = f", {o['kernels'] / grads:.1f} per gradient" if grads and o["kernels"] is not None else ""
+            what.append(f"{_fmt(o['kernels'], digits=0)} kernels ({_fmt(o['multi_tensor_kernels'], digits=0)} "
+                        f"multi-tensor{per})")
+        out.append(f"optimizer: {o['class'] or '?'}, looks {o['implementation']}: " + ", ".join(what)
+                   + f" per step, for {_fmt(grads, digits=0)} gradients accumulated in backward")
+    top = data["slowest_backward"]
+    out.append("")
+    if not top:
+        out.append("Backward ops with their forward op: no fwdbwd flow links in this trace")
+        return out
+    out.append(f"Backward ops by {unit} time, with the forward op that made each (fwdbwd flow links, "
+               f"{data['links_per_step']:g} per step):")
+    out.append(_table(["backward op", f"{unit} µs/step", "calls/step", "forward op", "inside", "forward shapes"],
+                      [[short(r["backward_op"], False, 40), _fmt(r["us_per_step"]), f"{r['calls_per_step']:g}",
+                        short(r["forward_op"], False, 32), short(r["forward_in"] or "-", False, 32),
+                        r["forward_shapes"] or "-"] for r in top], {1, 2}))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ memory
+
+def memory_peak(trace: Trace) -> list[dict] | None:
+    """Per step, where the allocator's running total peaks: the phase it falls in, the peak and the total held
+    when forward ends (bytes above the lowest total of the step), from the "[memory]" events (profile_memory=True).
+    None without such events on the trace's device."""
+    want = DEVICE_TYPE[trace.device]
+    allocs = [a for a in read_allocs(trace.path) if a.device[0] == want] if trace.has_memory_events else []
+    if not allocs:
+        return None
+    out = []
+    for st in trace.steps:
+        windows, _ = phase_windows(st)
+        inside = [a for a in allocs if _inside(a.ts, (st.span.ts, st.span.end))]
+        if not inside or "forward" not in windows:
+            continue
+        low = min(a.total - max(a.nbytes, 0) for a in inside)  # before the allocation that follows
+        top = max(inside, key=lambda a: a.total)
+        held = [a.total for a in inside if a.ts <= windows["forward"][1]]
+        phase = next((p for p in PHASES if p in windows and _inside(top.ts, windows[p])), "between phases")
+        out.append({"number": st.number, "phase": phase, "peak_bytes": top.total - low,
+                    "at_forward_end_bytes": (held[-1] - low) if held else None})
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ expectations
+
+def _analysis(t: Trace) -> dict | str:
+    if (miss := _need_steps(t)):
+        return miss
+    data = analyze(t)
+    return "no backward in the active steps (no autograd::engine spans)" if data is None else data
+
+
+def phases_present() -> Expect:
+    def run(t: Trace):
+        data = _analysis(t)
+        if isinstance(data, str):
+            return data
+        unit = "gpu_us" if t.device == "cuda" else "cpu_us"
+        for s in data["steps"]:
+            missing = [p for p in PHASES if p not in s["phases"]]
+            idle = [p for p in PHASES if p in s["phases"] and not s["phases"][p][unit] > 0]
+            if missing or idle:
+                return (f"ProfilerStep#{s['number']}: " + (f"no {', '.join(missing)} phase " if missing else "")
+                        + (f"no {'GPU' if unit == 'gpu_us' else 'CPU'} time in {', '.join(idle)}" if idle else ""))
+        return True
+    return Expect("forward, backward and optimizer in every step, each with time of its own (GPU time on a GPU, "
+                  "CPU time on a CPU)", run)
+
+
+def backward_flops(low: float, high: float, why: str) -> Expect:
+    def run(t: Trace):
+        data = _analysis(t)
+        if isinstance(data, str):
+            return data
+        ratios = []
+        for s in data["steps"]:
+            f, b = s["phases"].get("forward"), s["phases"].get("backward")
+            if f is None or b is None or f["gemm_flops"] is None or b["gemm_flops"] is None:
+                return NotApplicable("GEMM shapes not recorded (record_shapes=True)")
+            if not f["gemm_flops"]:
+                return NotApplicable("forward runs no aten GEMM whose FLOPs the trace records")
+            ratios.append(b["gemm_flops"] / f["gemm_flops"])
+        seen = ", ".join(f"{r:.2f}x" for r in ratios)
+        return True if all(low <= r <= high for r in ratios) else f"backward / forward GEMM FLOPs per step: {seen}"
+    return Expect(f"backward's GEMMs do {low:g}x-{high:g}x forward's FLOPs ({why})", run)
+
+
+def optimizer_kind(impl: str, params: int, per_param: int) -> Expect:
+    """for-loop: >= per_param ops (and, on a GPU, kernels) per parameter, no foreach or fused op; foreach: foreach
+    ops, no fused one, on a GPU only multi-tensor kernels; fused: one aten::_fused_* op a step (one dtype and
+    device), on a GPU only multi-tensor kernels. Neither of the last two loops over the parameters: fewer other
+    ops than a for-loop would need (a few remain: the step count's scalar tensor)."""
+    def run(t: Trace):
+        data = _analysis(t)
+        if isinstance(data, str):
+            return data
+        for s in data["steps"]:
+            o = s["optimizer"]
+            if o is None:
+                return f"ProfilerStep#{s['number']}: no optimizer phase"
+            seen = (f"ProfilerStep#{s['number']}: {o['ops']} ops ({o['foreach_ops']} foreach, {o['fused_ops']} fused, "
+                    f"{o['other_ops']} others)" + (f", {o['kernels']} kernels ({o['multi_tensor_kernels']} "
+                                                  "multi-tensor)" if o["kernels"] is not None else ""))
+            gpu = o["kernels"] is not None
+            if impl == "for-loop":
+                ok = (o["foreach_ops"] == o["fused_ops"] == 0 and o["other_ops"] >= per_param * params
+                      and (not gpu or o["kernels"] >= per_param * params))
+            elif impl == "foreach":
+                ok = o["foreach_ops"] > 0 and o["fused_ops"] == 0 and o["other_ops"] < per_param * params and (
+                    not gpu or 0 < o["multi_tensor_kernels"] == o["kernels"])
+            else:
+                ok = o["fused_ops"] == 1 and o["other_ops"] < per_param * params and (
+                    not gpu or 0 < o["multi_tensor_kernels"] == o["kernels"])
+            if not ok:
+                return seen
+        return True
+    text = {"for-loop": f"for-loop: at least {per_param} ops per parameter ({params} parameters; on a GPU as many "
+                        "kernels), no foreach or fused op",
+            "foreach": f"foreach: multi-tensor aten::_foreach_* ops for all {params} parameters at once, no op per "
+                       "parameter (on a GPU only multi-tensor kernels)",
+            "fused": "fused: one aten::_fused_* op per step for all parameters (on a GPU only multi-tensor kernels: "
+                     "one or two at the post's MLP shape)"}[impl]
+    return Expect(f"the optimizer, {text}", run)
+
+
+def peak_after_forward(checkpointed: bool, param_bytes: float) -> Expect:
+    """Without checkpointing the peak comes around the end of forward: in forward or backward, with at least half
+    of it already held when forward ends (the activations saved for backward). With it, the peak is in backward,
+    where each layer's activations are rebuilt. Not applicable where a peak in the optimizer holds fewer
+    activations at forward's end than the parameters' bytes: at so few tokens the optimizer's temporaries, each
+    the size of a parameter, can top them."""
+    def run(t: Trace):
+        if (miss := _need_steps(t)):
+            return miss
+        peaks = memory_peak(t)
+        if peaks is None:
+            return f"no [memory] events for the {t.device}: profile with profile_memory=True"
+        small = [p for p in peaks if p["phase"] == "optimizer" and (p["at_forward_end_bytes"] or 0) < param_bytes]
+        if small:
+            p = small[0]
+            return NotApplicable(f"#{p['number']} peaks in the optimizer, with {_fmt(p['at_forward_end_bytes'], 2**20, 2)}"
+                                 f" MiB held at forward's end, less than the {param_bytes / 2**20:.2f} MiB of "
+                                 "parameters: too few tokens for activations to dominate")
+        if checkpointed:
+            bad = [p for p in peaks if p["phase"] != "backward"]
+        else:
+            bad = [p for p in peaks if p["phase"] not in ("forward", "backward") or p["at_forward_end_bytes"] is None
+                   or p["at_forward_end_bytes"] < 0.5 * p["peak_bytes"]]
+        if peaks and not bad:
+            return True
+        return "; ".join(f"#{p['number']}: peak {p['peak_bytes'] / 2**20:.2f} MiB in {p['phase']}, "
+                         f"{_fmt(p['at_forward_end_bytes'], 2**20, 2)} MiB held when forward ends" for p in peaks[:4])
+    if checkpointed:
+        return Expect("memory peaks in backward, where each checkpointed layer's activations are rebuilt", run)
+    return Expect("memory peaks around the end of forward: in forward or backward, not in the optimizer, and at "
+                  "least half of it already held when forward ends (the activations saved for backward)", run)
