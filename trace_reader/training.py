@@ -93,14 +93,16 @@ def _outermost_op(op: Event) -> bool:
 
 
 def phase_facts(st: Step, window: tuple[float, float], gpu: bool) -> dict:
-    """One phase of one step: CPU µs (the window), GPU µs and kernels launched in it, GEMMs and their FLOPs."""
-    kernels = [k for k in st.kernels if _inside(k.order, window)]
+    """One phase of one step: CPU µs (the window), GPU µs of the work launched in it (memsets and copies too, as
+    in the report's time per annotation), its kernels, GEMMs and their FLOPs."""
+    work = [k for k in st.gpu if _inside(k.order, window)]  # kernels, and memsets and copies
+    kernels = [k for k in work if k.is_kernel]
     gemm_ops = [e for e in st.spans if e.cat == "cpu_op" and e.name in GEMM_OPS and _inside(e.ts, window)
                 and _top_level(e, GEMM_OPS)]
     flops = [gemm_flops(e) for e in gemm_ops]
     return {
         "cpu_us": window[1] - window[0],
-        "gpu_us": sum(k.dur for k in kernels) if gpu else None,
+        "gpu_us": sum(k.dur for k in work) if gpu else None,
         "kernels": len(kernels) if gpu else None,
         "gemms": sum(is_gemm(k) for k in kernels) if gpu else len(gemm_ops),
         # None: a GEMM without recorded shapes, whose FLOPs cannot be counted (record_shapes=False)
@@ -208,7 +210,7 @@ def _shapes(op: Event) -> str:
 
 def slowest_backward(trace: Trace, pairs: list[tuple[Event, Event]], gpu: bool) -> list[dict]:
     """Backward ops grouped by (backward op, forward op, the forward op's annotation and shapes), by time per step:
-    GPU time of the kernels launched inside the backward op on a GPU trace, its CPU span on a CPU trace."""
+    GPU time of the work launched inside the backward op on a GPU trace, its CPU span on a CPU trace."""
     n = max(len(trace.steps), 1)
     own: dict[int, float] = defaultdict(float)  # id(backward op) -> GPU µs launched inside it
     if gpu:

@@ -1,0 +1,409 @@
+"""07_train_step.py on the CPU (two tiny real runs with --memory: plain and --checkpoint), each optimizer
+implementation's step, bad flags; trace_reader/training.py on hand-built traces (values worked out by hand) and on
+the committed foreign H200 training traces (the truth re-derived here from the raw JSON, a few lines each).
+
+GPU-only checks (kernel counts per optimizer implementation, the CUDA memory snapshot) are in the H200 fixtures'
+recipe, tests/data/record_h200_train.sh; their tests come with the fixtures.
+"""
+
+import contextlib
+import gzip
+import importlib
+import io
+import json
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile, record_function
+
+import common
+import inspect_trace as it
+from trace_reader import memory_timeline, training
+from trace_reader.plot import png_data
+
+train07 = importlib.import_module("07_train_step")
+FOREIGN = Path(__file__).resolve().parent / "data" / "foreign"
+# Two MLPs in a row at 128 tokens: the activations outweigh the parameters, so the peak is backward's to find.
+SMALL = ["--batch", "2", "--seq", "64", "--dim", "64", "--hidden", "256", "--dtype", "fp32", "--layers", "2",
+         "--memory"]
+
+
+def run(out, *args, device="cpu"):
+    """(exit code, stdout, stderr, the trace written or None), as `python 07_train_step.py ARGS` would give."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "argv", ["07_train_step.py", *args, "--device", device, "--out", str(out)])
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), pytest.raises(SystemExit) as done:
+            common.main(train07.main)
+    traces = sorted((out / "07_train_step").glob("*.json"))
+    traces = [t for t in traces if not t.name.endswith(".memory.json")]
+    return done.value.code, stdout.getvalue(), stderr.getvalue(), (traces[-1] if traces else None)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    done = {}
+    for key, extra in [("plain", []), ("checkpoint", ["--checkpoint"])]:
+        done[key] = run(tmp_path_factory.mktemp(key), *SMALL, *extra)
+        assert done[key][0] == 0, done[key][2]
+    return done
+
+
+def raw(path):
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f)["traceEvents"]
+
+
+def verdicts(stdout):
+    """{guess: "ok" | "n/a" | "BROKEN"} from the printed expectations."""
+    lines = stdout.split("Expectations (guess first, then look):", 1)[1].splitlines()
+    return {ln[10:]: ln[2:10].strip() for ln in lines if ln[2:10].strip() in ("ok", "n/a", "BROKEN")}
+
+
+# ---------------------------------------------------------------------------------------- the script, for real
+
+def test_cpu_run_confirms_its_guesses(runs):
+    for key, (_, out, _, trace) in runs.items():
+        seen = verdicts(out)
+        assert len(seen) == 5 and "BROKEN" not in seen.values(), (key, seen)
+        assert seen == {k: "ok" for k in seen}, (key, seen)  # at this shape all of them are checkable
+        assert trace.name == ("mlp-2L_2x64x64x256_adamw-foreach_mlp-eager" + "_ckpt" * (key == "checkpoint")
+                              + "_memory_fp32_cold_eager.json")
+    assert "Training step, phase by phase (phases from annotations" in runs["plain"][1]
+
+
+def test_cpu_trace_has_forward_backward_flows(runs):
+    events = raw(runs["plain"][3])
+    starts = {e["id"] for e in events if e.get("cat") == "fwdbwd" and e.get("ph") == "s"}
+    ends = {e["id"] for e in events if e.get("cat") == "fwdbwd" and e.get("ph") == "f"}
+    assert starts and starts == ends
+    steps = sum(1 for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    data = training.analyze(it.load_trace(runs["plain"][3]))
+    assert data["links_per_step"] * steps <= len(starts)  # those of the active steps, each pair once
+    # two MLPs: six forward aten::mm, six MmBackward0 linked to them
+    assert sum(r["calls_per_step"] for r in data["slowest_backward"] if r["backward_op"] == "MmBackward0") == 6
+
+
+def test_checkpoint_lowers_the_peak(runs):
+    """The same parameters and optimizer state in both runs: what a step allocates above its lowest point (the
+    allocator's running total, the CPU's "[memory]" events) peaks lower when each MLP's activations are rebuilt
+    in backward; so does torch's timeline of all categories together. (The running totals themselves start from
+    whatever was allocated since the profiler started, so they are compared above each step's low.)"""
+    def peaks(trace):
+        events = raw(trace)
+        mem = [e["args"] for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0]
+        out = []
+        for s in (e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")):
+            inside = [e["args"] for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 0
+                      and s["ts"] <= e["ts"] <= s["ts"] + s["dur"]]
+            low = min(a["Total Allocated"] - max(a["Bytes"], 0) for a in inside)
+            out.append(max(a["Total Allocated"] for a in inside) - low)
+        assert mem and out
+        return out
+
+    plain, ckpt = peaks(runs["plain"][3]), peaks(runs["checkpoint"][3])
+    assert max(ckpt) < min(plain)
+    timelines = {k: json.loads(v[3].with_name(v[3].name.removesuffix(".json") + ".memory.json").read_text())
+                 for k, v in runs.items()}
+    total = {k: max(sum(col) for col in zip(*t["bytes"].values())) for k, t in timelines.items()}
+    act = {k: max(t["bytes"]["activation"]) for k, t in timelines.items()}
+    assert total["checkpoint"] < total["plain"] and act["checkpoint"] < act["plain"]
+
+
+def test_memory_pictures_next_to_the_trace(runs):
+    code, out, _, trace = runs["plain"]
+    stem = trace.name.removesuffix(".json")
+    data, png = trace.with_name(stem + ".memory.json"), trace.with_name(stem + ".memory.png")
+    for f in (data, png):
+        assert stat.S_IMODE(f.stat().st_mode) == 0o644
+    timeline = json.loads(data.read_text())
+    assert set(timeline["bytes"]) == set(memory_timeline.CATEGORIES)
+    peaks = {k: max(v) for k, v in timeline["bytes"].items() if max(v) > 0}
+    assert peaks["parameter"] == 2 * 3 * 64 * 256 * 4  # two MLPs' three fp32 weights
+    assert png_data(png)["peaks_bytes"] == peaks
+    total = max(sum(col) for col in zip(*timeline["bytes"].values()))
+    assert png_data(png)["total_peak_bytes"] == total
+    assert f"all together peak at {total / 2**20:,.1f} MiB, in ProfilerStep#" in out
+    assert not list(trace.parent.glob(".*"))  # no temporary file left behind
+
+
+# ------------------------------------------------------------------------------------- each optimizer's step
+
+def profiled_step(optimizer, impl):
+    """One training step of a tiny two-layer MLP, phases annotated as 07_train_step.py does, with its optimizer."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16, bias=False), torch.nn.Linear(16, 8, bias=False))
+    opt = train07.OPTIMIZERS[optimizer](model.parameters(), **train07.IMPLEMENTATIONS[impl])
+    x = torch.randn(4, 8)
+    for _ in range(2):  # the second step is the one kept: optimizer state exists from the first
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            with record_function("ProfilerStep#1"):
+                opt.zero_grad(set_to_none=True)
+                with record_function("forward"):
+                    loss = F.mse_loss(model(x), x)
+                with record_function("backward"):
+                    loss.backward()
+                with record_function("optimizer"):
+                    opt.step()
+    return prof
+
+
+@pytest.mark.parametrize("optimizer", list(train07.OPTIMIZERS))
+def test_each_optimizer_implementation(tmp_path, optimizer):
+    per_param = train07.OPS_PER_PARAMETER[optimizer]
+    for impl in train07.IMPLEMENTATIONS:
+        path = tmp_path / f"{impl}.json"
+        profiled_step(optimizer, impl).export_chrome_trace(str(path))
+        t = it.load_trace(path)
+        results = {i: it.check(t, [training.optimizer_kind(i, 2, per_param)])[0][1] for i in train07.IMPLEMENTATIONS}
+        assert results == {i: "confirmed" if i == impl else "broken" for i in results}, (impl, results)
+        assert training.analyze(t)["optimizer"]["implementation"] == impl
+
+
+# ----------------------------------------------------------------------------------------------- bad input
+
+def test_bad_flags_are_one_line(tmp_path, monkeypatch):
+    cases = [(["--mlp", "fused"], "--mlp fused runs a Triton kernel, which needs a CUDA GPU"),
+             (["--layers", "0"], "must be between 1 and 1000"),
+             (["--optim-impl", "fast"], "invalid choice: 'fast'"),
+             (["--model", "tiny", "--seq", "4096"], "--seq 4096 is longer than the tiny preset's 2048 positions")]
+    for args, message in cases:
+        code, out, err, trace = run(tmp_path, *args)
+        assert (code, trace) == (2, None), args
+        assert err.count("\n") == 1 and err.startswith("07_train_step.py: error: ") and message in err, err
+    def refuses(params, **kw):  # what torch says where it has no fused kernel for the device
+        raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported devices")
+
+    monkeypatch.setitem(train07.OPTIMIZERS, "adamw", refuses)
+    code, out, err, trace = run(tmp_path, "--optim-impl", "fused")
+    assert (code, trace) == (2, None)
+    assert err.count("\n") == 1 and "--optim-impl fused: torch" in err and "try --optim-impl foreach" in err, err
+    assert "model:" not in out  # refused before the model was built
+    assert not (tmp_path / "07_train_step").exists()
+
+
+# --------------------------------------------------------------------------------- the reader, by hand
+
+def hand_trace(annotated=True):
+    """A GPU training step as kineto writes it: the main thread (tid 1) runs forward and the optimizer, the autograd
+    engine's thread (tid 2) the backward; one aten::mm forward [8, 16] x [16, 32] whose MmBackward0 runs two GEMMs;
+    a foreach AdamW of two multi-tensor kernels. Times in µs."""
+    ev, corr = [], [0]
+
+    def x(name, cat, ts, dur, tid=1, **args):
+        ev.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args})
+
+    def launch(ts, tid, name, dur):  # a launch at ts, its kernel on the GPU 100 µs later
+        corr[0] += 1
+        x("cudaLaunchKernel", "cuda_runtime", ts, 2, tid=tid, correlation=corr[0])
+        ev.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": ts + 100, "dur": dur,
+                   "args": {"correlation": corr[0]}})
+
+    x("ProfilerStep#2", "user_annotation", 0, 1000)
+    x("Optimizer.zero_grad#AdamW.zero_grad", "user_annotation", 2, 3)
+    if annotated:
+        x("forward", "user_annotation", 10, 190)
+        x("backward", "user_annotation", 210, 490)
+        x("optimizer", "user_annotation", 710, 280)
+    x("aten::mm", "cpu_op", 20, 50, **{"Input Dims": [[8, 16], [16, 32]], "Sequence number": 5})
+    launch(22, 1, "nvjet_sm90_gemm_fwd", 30)
+    x("autograd::engine::evaluate_function: MmBackward0", "cpu_op", 220, 80, tid=2)
+    x("MmBackward0", "cpu_op", 225, 65, tid=2, **{"Sequence number": 5})
+    x("aten::mm", "cpu_op", 230, 20, tid=2, **{"Input Dims": [[8, 32], [32, 16]]})  # the input's gradient
+    launch(232, 2, "nvjet_sm90_gemm_dx", 40)
+    x("aten::mm", "cpu_op", 260, 20, tid=2, **{"Input Dims": [[16, 8], [8, 32]]})  # the weight's gradient
+    launch(262, 2, "nvjet_sm90_gemm_dw", 45)
+    x("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", "cpu_op", 400, 10, tid=2)
+    x("Optimizer.step#AdamW.step", "user_annotation", 720, 260)
+    x("aten::_foreach_mul_", "cpu_op", 730, 20)
+    launch(732, 1, "void at::native::multi_tensor_apply_kernel<Mul>", 12)
+    x("aten::_foreach_add_", "cpu_op", 760, 20)
+    launch(762, 1, "void at::native::multi_tensor_apply_kernel<Add>", 8)
+    ev += [{"ph": "s", "cat": "fwdbwd", "name": "fwdbwd", "id": 1, "pid": 1, "tid": 1, "ts": 20},
+           {"ph": "f", "cat": "fwdbwd", "name": "fwdbwd", "id": 1, "pid": 1, "tid": 2, "ts": 225, "bp": "e"},
+           {"ph": "s", "cat": "fwdbwd", "name": "fwdbwd", "id": 2, "pid": 1, "tid": 1, "ts": 20},  # no end: ignored
+           {"ph": "s", "cat": "fwdbwd", "name": "fwdbwd", "id": 3, "pid": 1, "tid": 1, "ts": 21},  # no op there
+           {"ph": "f", "cat": "fwdbwd", "name": "fwdbwd", "id": 3, "pid": 1, "tid": 2, "ts": 225, "bp": "e"}]
+    return {"traceEvents": ev}
+
+
+def load_hand(tmp_path, **kw):
+    path = tmp_path / "train.json"
+    path.write_text(json.dumps(hand_trace(**kw)))
+    return it.load_trace(path)
+
+
+@pytest.mark.parametrize("annotated", [True, False])
+def test_phases_links_and_optimizer_by_hand(tmp_path, annotated):
+    data = training.analyze(load_hand(tmp_path, annotated=annotated))
+    assert data["phases_from"] == ("annotations" if annotated else "torch.optim and autograd spans")
+    gemm = 2 * 8 * 16 * 32  # each of the three GEMMs: 8192 FLOP
+    expected = {"forward": (30, 1, 1, gemm), "backward": (40 + 45, 2, 2, 2 * gemm), "optimizer": (12 + 8, 2, 0, 0)}
+    got = {p: (f["gpu_us"], f["kernels"], f["gemms"], f["gemm_flops"]) for p, f in data["phases"].items()}
+    assert got == expected
+    windows = {"forward": (10, 200), "backward": (210, 700), "optimizer": (710, 990)} if annotated else \
+        {"forward": (5, 220), "backward": (220, 410), "optimizer": (720, 980)}  # zero_grad's end .. autograd's spans
+    assert {p: f["cpu_us"] for p, f in data["phases"].items()} == {p: b - a for p, (a, b) in windows.items()}
+    assert data["backward_over_forward_flops"] == 2.0
+    o = data["optimizer"]
+    assert (o["class"], o["implementation"], o["foreach_ops"], o["other_ops"], o["kernels"],
+            o["multi_tensor_kernels"], o["gradients"]) == ("AdamW", "foreach", 2, 0, 2, 2, 1)
+    assert data["links_per_step"] == 1
+    assert data["slowest_backward"] == [{"backward_op": "MmBackward0", "forward_op": "aten::mm", "forward_in": None,
+                                         "forward_shapes": "[8, 16] x [16, 32]", "calls_per_step": 1,
+                                         "us_per_step": 85, "us_per_call": 85}]
+
+
+def test_report_has_a_training_section_only_with_a_backward(tmp_path):
+    t = load_hand(tmp_path)
+    text = it.report(t)
+    assert "Training step, phase by phase (phases from annotations" in text
+    assert "=> backward's GEMMs do 2.00x forward's FLOPs" in text
+    assert "optimizer: AdamW, looks foreach:" in text and "MmBackward0" in text
+    assert it.report_data(t)["training"]["links_per_step"] == 1
+    json.dumps(it.report_data(t))  # --json: plain data
+    from test_inspect_trace import gpu_trace, parse
+
+    inference = parse(gpu_trace())
+    assert it.report_data(inference)["training"] is None and "Training step" not in it.report(inference)
+
+
+def test_expectations_at_their_edges(tmp_path):
+    t = load_hand(tmp_path)  # backward / forward FLOPs: exactly 2.0
+
+    def verdict(ex):
+        return it.check(t, [ex])[0][1]
+
+    assert verdict(training.backward_flops(2.0, 2.5, "")) == "confirmed"
+    assert verdict(training.backward_flops(1.5, 2.0, "")) == "confirmed"
+    assert verdict(training.backward_flops(2.01, 3.0, "")) == "broken"
+    assert verdict(training.backward_flops(1.0, 1.99, "")) == "broken"
+    assert verdict(training.phases_present()) == "confirmed"
+    # foreach: two foreach ops and no other, for any parameter count; for-loop needs per_param * params others
+    assert verdict(training.optimizer_kind("foreach", 1, 1)) == "confirmed"
+    assert verdict(training.optimizer_kind("for-loop", 1, 1)) == "broken"
+    assert verdict(training.optimizer_kind("fused", 1, 1)) == "broken"
+    assert verdict(training.peak_after_forward(False, 0)) == "broken"  # no [memory] events: say so
+    assert "profile_memory=True" in it.check(t, [training.peak_after_forward(False, 0)])[0][2]
+
+
+def test_memory_peak_phase_by_hand(tmp_path):
+    """Allocations on the CPU at known times: 100 B at 15 (forward), +300 B at 150 (forward), +50 B at 250
+    (backward, the peak: 450 above the lowest), -400 B at 300, +200 B at 800 (optimizer)."""
+    data = hand_trace()
+    total = 1000
+    for ts, nbytes in [(15, 100), (150, 300), (250, 50), (300, -400), (800, 200)]:
+        total += nbytes
+        data["traceEvents"].append({"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1,
+                                    "ts": ts, "args": {"Bytes": nbytes, "Total Allocated": total, "Device Type": 0}})
+    # a CPU trace: no runtime calls, no kernels
+    data["traceEvents"] = [e for e in data["traceEvents"] if e.get("cat") not in ("cuda_runtime", "kernel")]
+    path = tmp_path / "mem.json"
+    path.write_text(json.dumps(data))
+    t = it.load_trace(path)
+    assert t.device == "cpu"
+    assert training.memory_peak(t) == [{"number": 2, "phase": "backward", "peak_bytes": 450,
+                                        "at_forward_end_bytes": 400}]
+    assert it.check(t, [training.peak_after_forward(False, 0)])[0][1] == "confirmed"  # 400 >= half of 450
+    assert it.check(t, [training.peak_after_forward(True, 0)])[0][1] == "confirmed"
+
+
+# ---------------------------------------------------------------------------- the foreign H200 training traces
+
+def truth(path):
+    """Per step, from the raw JSON: GPU work launched inside Optimizer.step# (its kernels' names), the AccumulateGrad
+    spans, the fwdbwd pairs whose backward end lies in the step, and the backward and forward GEMM FLOPs."""
+    events = raw(path)
+    runtime = {e["args"]["correlation"]: e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
+               and "correlation" in e.get("args", {})}
+    work = [e for e in events if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")
+            and e["args"].get("correlation") in runtime]
+    ops = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    ends = [e for e in events if e.get("cat") == "fwdbwd" and e["ph"] == "f"]
+    out = []
+    for s in sorted((e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")),
+                    key=lambda e: e["ts"]):
+        def within(e, a=s["ts"], b=s["ts"] + s["dur"]):
+            return a <= e["ts"] <= b
+        opt = next(e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("Optimizer.step#") and within(e))
+        in_opt = [k for k in work if opt["ts"] <= runtime[k["args"]["correlation"]]["ts"] <= opt["ts"] + opt["dur"]]
+        bwd = [e for e in ops if within(e) and e["name"].startswith("autograd::engine::evaluate_function: ")]
+        b0, b1 = min(e["ts"] for e in bwd), max(e["ts"] + e["dur"] for e in bwd)
+        zero = max(e["ts"] + e["dur"] for e in events if e.get("cat") == "user_annotation" and within(e)
+                   and e["name"].startswith("Optimizer.zero_grad#"))
+
+        def flops(a, b):
+            mms = [e for e in ops if e["name"] == "aten::mm" and a <= e["ts"] <= b]
+            if not all("Input Dims" in e["args"] for e in mms):
+                return None
+            return sum(2 * d[0][0] * d[0][1] * d[1][1] for d in (e["args"]["Input Dims"] for e in mms))
+        out.append({"optimizer_kernels": [k["name"] for k in in_opt if k["cat"] == "kernel"],
+                    "optimizer_us": sum(k["dur"] for k in in_opt),
+                    "gradients": sum(e["name"].endswith("torch::autograd::AccumulateGrad") for e in bwd),
+                    "links": sum(within(e) for e in ends),
+                    "flops": (flops(zero, b0), flops(b0, b1))})
+    return out
+
+
+@pytest.mark.parametrize("name, impl", [("h200_foreign_mlp_train_adamw", "foreach"),
+                                        ("h200_foreign_llama2_train_forloop", "for-loop")])
+def test_foreign_h200_training_traces(name, impl):
+    path = FOREIGN / f"{name}.json.gz"
+    truths = truth(path)
+    data = training.analyze(it.load_trace(path))
+    assert data["phases_from"] == "torch.optim and autograd spans"
+    assert data["optimizer"]["implementation"] == impl and data["optimizer"]["class"] == "AdamW"
+    for s, want in zip(data["steps"], truths, strict=True):
+        o = s["optimizer"]
+        assert o["kernels"] == len(want["optimizer_kernels"])
+        assert o["multi_tensor_kernels"] == sum("multi_tensor_apply" in k for k in want["optimizer_kernels"])
+        assert o["gradients"] == want["gradients"]
+        assert s["phases"]["optimizer"]["gpu_us"] == pytest.approx(want["optimizer_us"])
+        fwd, bwd = want["flops"]
+        assert (s["phases"]["forward"]["gemm_flops"], s["phases"]["backward"]["gemm_flops"]) == (fwd, bwd)
+    assert data["links_per_step"] == sum(w["links"] for w in truths) / len(truths)
+    if impl == "foreach":  # the other harness's input needs no gradient: 4 backward GEMMs for 3 forward ones
+        assert data["backward_over_forward_flops"] == pytest.approx(4 / 3)
+        assert data["optimizer"]["kernels"] == data["optimizer"]["multi_tensor_kernels"] > 0
+    else:  # 21 parameters, 8 kernels each in torch 2.11's for-loop AdamW; no shapes were recorded
+        assert data["optimizer"]["gradients"] == 21 and data["optimizer"]["kernels"] == 8 * 21
+        assert data["backward_over_forward_flops"] is None
+        t = it.load_trace(path)  # 189 other ops and 168 kernels a step: 8 per parameter passes, 9 does not
+        assert it.check(t, [training.optimizer_kind("for-loop", 21, 8)])[0][1] == "confirmed"
+        assert it.check(t, [training.optimizer_kind("for-loop", 21, 9)])[0][1] == "broken"
+
+
+def test_foreign_slowest_backward_op_by_hand():
+    """The MLP trace's slowest backward op and its forward op, found from the raw JSON: follow each fwdbwd pair's
+    "f" end to the op starting there, add up the GPU work whose launch lies inside that op on its thread."""
+    path = FOREIGN / "h200_foreign_mlp_train_adamw.json.gz"
+    events = raw(path)
+    ops = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    runtime = {e["args"]["correlation"]: e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")
+               and "correlation" in e.get("args", {})}
+    kernels = [(runtime[k["args"]["correlation"]], k) for k in events  # GPU work: memsets count too
+               if k.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy") and k["args"].get("correlation") in runtime]
+    steps = [e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    flows = {}
+    for f in (e for e in events if e.get("cat") == "fwdbwd"):
+        flows.setdefault(f["id"], {})[f["ph"]] = f
+    per_pair = {}
+    for ends in flows.values():
+        f, s = ends["f"], ends["s"]
+        if not any(st["ts"] <= f["ts"] <= st["ts"] + st["dur"] for st in steps):
+            continue
+        bop = next(o for o in ops if (o["tid"], o["ts"]) == (f["tid"], f["ts"]))
+        fop = min((o for o in ops if (o["tid"], o["ts"]) == (s["tid"], s["ts"])), key=lambda o: o["dur"])
+        us = sum(k["dur"] for r, k in kernels if r["tid"] == bop["tid"] and bop["ts"] <= r["ts"] <= bop["ts"] + bop["dur"])
+        key = (bop["name"], fop["name"], json.dumps(fop["args"].get("Input Dims")))
+        per_pair[key] = per_pair.get(key, 0.0) + us
+    top_key, top_us = max(per_pair.items(), key=lambda kv: kv[1])
+    top = training.analyze(it.load_trace(path))["slowest_backward"][0]
+    assert (top["backward_op"], top["forward_op"]) == top_key[:2]
+    assert top["forward_shapes"] == " x ".join(str(d) for d in json.loads(top_key[2]) if d)
+    assert top["us_per_step"] == pytest.approx(top_us / len(steps))
