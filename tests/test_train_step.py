@@ -116,7 +116,7 @@ def test_checkpoint_lowers_the_peak(runs):
 
 
 def test_memory_pictures_next_to_the_trace(runs):
-    code, out, _, trace = runs["plain"]
+    _, out, _, trace = runs["plain"]
     stem = trace.name.removesuffix(".json")
     data, png = trace.with_name(stem + ".memory.json"), trace.with_name(stem + ".memory.png")
     for f in (data, png):
@@ -141,15 +141,15 @@ def profiled_step(optimizer, impl):
     opt = train07.OPTIMIZERS[optimizer](model.parameters(), **train07.IMPLEMENTATIONS[impl])
     x = torch.randn(4, 8)
     for _ in range(2):  # the second step is the one kept: optimizer state exists from the first
-        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-            with record_function("ProfilerStep#1"):
-                opt.zero_grad(set_to_none=True)
-                with record_function("forward"):
-                    loss = F.mse_loss(model(x), x)
-                with record_function("backward"):
-                    loss.backward()
-                with record_function("optimizer"):
-                    opt.step()
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof, \
+                record_function("ProfilerStep#1"):
+            opt.zero_grad(set_to_none=True)
+            with record_function("forward"):
+                loss = F.mse_loss(model(x), x)
+            with record_function("backward"):
+                loss.backward()
+            with record_function("optimizer"):
+                opt.step()
     return prof
 
 

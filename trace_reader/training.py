@@ -308,8 +308,8 @@ def text(data: dict | None) -> list[str]:
                      _fmt(f["gemms"], digits=0), _gflop(f["gemm_flops"]), *([_fmt(f["cpu_us"])] if gpu else [])])
     heads = ["phase", f"{unit} µs", "share", *(["kernels"] if gpu else []), "GEMMs", "GEMM GFLOP",
              *(["CPU µs"] if gpu else [])]
-    out = ["", f"Training step, phase by phase (phases from {data['phases_from']}; per step, median over "
-               f"{len(data['steps'])} steps):",
+    out = ["", (f"Training step, phase by phase (phases from {data['phases_from']}; per step, median over "
+                f"{len(data['steps'])} steps):"),
            _table(heads, rows, set(range(1, len(heads))))]
     ratio = data["backward_over_forward_flops"]
     out.append("=> backward's GEMMs do " + (f"{ratio:.2f}x forward's FLOPs (about 2x: a gradient for each GEMM's "
@@ -319,8 +319,8 @@ def text(data: dict | None) -> list[str]:
                                              "has no aten GEMM)"))
     if (o := data["optimizer"]) is not None:
         grads = o["gradients"]
-        what = [f"{_fmt(o['ops'], digits=0)} ops ({_fmt(o['foreach_ops'], digits=0)} foreach, "
-                f"{_fmt(o['fused_ops'], digits=0)} fused, {_fmt(o['other_ops'], digits=0)} others)"]
+        what = [(f"{_fmt(o['ops'], digits=0)} ops ({_fmt(o['foreach_ops'], digits=0)} foreach, "
+                 f"{_fmt(o['fused_ops'], digits=0)} fused, {_fmt(o['other_ops'], digits=0)} others)")]
         if gpu:
             per = f", {o['kernels'] / grads:.1f} per gradient" if grads and o["kernels"] is not None else ""
             what.append(f"{_fmt(o['kernels'], digits=0)} kernels ({_fmt(o['multi_tensor_kernels'], digits=0)} "
