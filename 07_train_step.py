@@ -6,7 +6,7 @@
     uv run 07_train_step.py --layers 4 --memory [--checkpoint]  # four MLPs in a row: compare the two peaks
 
 On a CPU, shapes that take seconds:
-    uv run 07_train_step.py --batch 2 --seq 16 --dim 64 --hidden 256 --dtype fp32 [--memory]
+    uv run 07_train_step.py --batch 2 --seq 64 --dim 64 --hidden 256 --dtype fp32 --layers 2 [--memory]
     uv run 07_train_step.py --model tiny --batch 2 --seq 32 --dtype fp32
 
 One profiler step is one training step: zero_grad(set_to_none=True), then record_function("forward") around
@@ -28,6 +28,7 @@ What to look for (guess first, then look; all but the last are checked after the
   kernels at the post's shape. All memory-bound: they read and write the parameters, gradients and two moments.
 - memory (profile_memory=True in every run): the step's peak comes around the end of forward, when every
   activation saved for backward is alive; with --checkpoint it moves into backward (a layer rebuilt at a time).
+  With very few tokens the optimizer's temporaries, each the size of a parameter, can top it: then "n/a".
 - a guess to check with two traces, not in one run: --checkpoint lowers the peak once there are several layers
   (--layers 4, or a model): only one layer's activations are rebuilt at a time. With one MLP it saves nothing,
   the whole MLP is rebuilt. Run both with --memory and compare the category peaks, or the two pictures.
