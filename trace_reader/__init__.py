@@ -20,6 +20,11 @@ Which file answers which question:
                  print_expectations(); expectations_for(): a script's guesses for a saved trace (--expect).
     memory.py    What did a step allocate, how fast did it stream memory? Per-step peak allocation from
                  the "[memory]" events (profile_memory=True); allocates() and streams() expectations.
+    training.py  Where does a training step's time go? Forward, backward, optimizer per step (07's annotations,
+                 or torch.optim's and autograd's own spans), backward's GEMM FLOPs over forward's, the optimizer's
+                 ops and kernels, the slowest backward ops with their forward op (fwdbwd flows); expectations.
+    memory_timeline.py  Where does the memory go, by category? torch's memory timeline read back, each
+                 category's peak, the stacked picture (07_train_step.py --memory).
     modules.py   Where does a model's time go? Annotations named by module path (model.layers.3.mlp) per
                  module type and per decoder layer: GPU time, kernels, CPU time (06_model.py).
 """
