@@ -61,21 +61,23 @@ def as_raw(units) -> list[dict]:
 def training(tmp_path_factory):
     """One tiny MLP trained with an MSE loss and AdamW, once with its for-loop update and once with foreach."""
     out = tmp_path_factory.mktemp("train")
-    paths = {}
-    for foreach in (False, True):
-        torch.manual_seed(0)
-        model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=foreach)
-        x, y = torch.randn(4, 8), torch.randn(4, 4)
+    return {name: record(training_step(foreach), out / f"{name}.json")
+            for name, foreach in (("loop", False), ("foreach", True))}
 
-        def step():
-            opt.zero_grad()
-            nn.functional.mse_loss(model(x), y).backward()
-            opt.step()
 
-        step()  # the optimizer's state exists before the trace
-        paths["foreach" if foreach else "loop"] = record(step, out / f"{'foreach' if foreach else 'loop'}.json")
-    return paths
+def training_step(foreach: bool):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 4))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=foreach)
+    x, y = torch.randn(4, 8), torch.randn(4, 4)
+
+    def step():
+        opt.zero_grad()
+        nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+    step()  # the optimizer's state exists before the trace
+    return step
 
 
 # what computes in this step, each op at the bottom of its call chain: every one must lie in exactly one unit
@@ -200,7 +202,8 @@ def test_threads_get_their_own_lanes(threaded):
         lanes = cpu_lanes(st)
         assert lanes[0][0] in main and [e.name for e in lanes[0][1]] == ["aten::tanh", "aten::mul"]
         assert {tid for tid, _ in lanes[1:]} <= workers
-        assert sorted(e.name for _, evs in lanes[1:] for e in evs) == sorted(["aten::mm", "aten::relu", "aten::sum"] * 2)
+        pool_work = sorted(e.name for _, evs in lanes[1:] for e in evs)
+        assert pool_work == sorted(["aten::mm", "aten::relu", "aten::sum"] * 2)
     d = it.report_data(t)
     assert d["cpu_work_steps"] == 3  # lane by lane, every step has the same sequence however the threads interleave
     assert [w["lane"] for w in d["cpu_work"]][:2] == [0, 0] and all(w["lane"] > 0 for w in d["cpu_work"][2:])
@@ -250,7 +253,7 @@ def test_graph_break_is_named(compiled):
     assert inside(inner, outer)
     f_out, f_in = (int(r["name"].split(": ")[1].split("/")[0]) for r in (outer, inner))
     d = compiled_regions(it.load_trace(compiled["break"]))
-    assert d["graph_breaks"] == [(f_out, f_in)] and d["recompiled"] == []
+    assert d["graph_breaks"] == [[f_out, f_in]] and d["recompiled"] == []
     assert d["frames"] == {f_out: [0], f_in: [0]}
     text = it.report(it.load_trace(compiled["break"]))
     assert f"graph break: frame {f_in} runs inside frame {f_out}'s region" in text
@@ -363,11 +366,11 @@ def region(rid, ts, dur, tid=1):
 
 def test_compiled_regions_nested_side_by_side_and_odd_ids():
     nested = compiled_regions(one_step(region("0/0", 10, 100), region("1/0", 50, 40)))
-    assert nested["graph_breaks"] == [(0, 1)] and nested["per_step"][0]["regions"] == ["0/0", "1/0 inside 0/0"]
+    assert nested["graph_breaks"] == [[0, 1]] and nested["per_step"][0]["regions"] == ["0/0", "1/0 inside 0/0"]
     apart = compiled_regions(one_step(region("0/0", 10, 30), region("1/0", 50, 40)))
     assert apart["graph_breaks"] == [] and apart["frames"] == {0: [0], 1: [0]}
-    assert describe(apart) == ["Compiled regions (Torch-Compiled Region: frame/version): 2 compiled frames, 0/0, 1/0 "
-                               "in every step: no graph break, no recompile"]
+    assert describe(apart) == [("Compiled regions (Torch-Compiled Region: frame/version): 2 compiled frames, 0/0, "
+                                "1/0 in every step: no graph break, no recompile")]
     same_frame = compiled_regions(one_step(region("0/0", 10, 100), region("0/1", 20, 10)))
     assert same_frame["graph_breaks"] == [] and same_frame["recompiled"] == [0]
     odd = compiled_regions(one_step(region("Unknown", 10, 10), region("!0/2/1", 30, 10), region("!3", 50, 5)))

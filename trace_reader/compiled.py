@@ -17,7 +17,7 @@ STEPS_LISTED = 4
 def compiled_regions(trace: Trace) -> dict | None:
     """The compiled regions of the active steps as data; None when nothing compiled ran.
 
-    frames: {frame: its compiled versions seen}; graph_breaks: [(frame, frame resumed inside it)], from the
+    frames: {frame: its compiled versions seen}; graph_breaks: [[frame, frame resumed inside it]], from the
     nesting: after a graph break Dynamo compiles the rest of the function as a new frame, called from inside the
     first one's compiled code; recompiled: the frames whose version > 0 ran (the C-th compile of frame F, after a
     guard failed: a new shape, dtype or Python value); per_step: each step's region ids in time order, an
@@ -40,7 +40,7 @@ def compiled_regions(trace: Trace) -> dict | None:
     if not any(s["regions"] for s in per_step):
         return None
     return {"frames": {f: sorted(v) for f, v in sorted(frames.items())},
-            "graph_breaks": sorted(breaks),
+            "graph_breaks": [list(b) for b in sorted(breaks)],
             "recompiled": sorted(f for f, v in frames.items() if max(v) > 0),
             "per_step": per_step, "other_ids": sorted(other)}
 

@@ -221,7 +221,7 @@ def _calls_gemm(step: Step) -> set[int]:
 
 
 def units(trace: Trace, step: Step) -> list[tuple[str, float]]:
-    """(name, µs) of the step's units of work in launch order: GPU kernels, or the CPU's kernels."""
+    """(name, µs) of the step's units of work in launch order: GPU kernels, or the CPU's kernels thread by thread."""
     if trace.device == "cuda":
         return [(k.name, k.dur) for k in step.kernels]
     return [(e.name, e.dur) for e in cpu_kernels(step)]

@@ -10,8 +10,8 @@ import statistics
 from collections import Counter, defaultdict
 
 from .compiled import compiled_regions, describe
-from .kernels import (CPP_KERNEL_RE, VIEW_OPS, _view_cuda_time, cpu_lanes, gemm_flops, is_gemm, is_pointwise, op_dtype,
-                      most_common, pointwise_bytes, short)
+from .kernels import (CPP_KERNEL_RE, VIEW_OPS, _view_cuda_time, cpu_lanes, gemm_flops, is_gemm, is_pointwise,
+                      most_common, op_dtype, pointwise_bytes, short)
 from .peaks import device_peak
 from .read import MAX_US, OCCUPANCY, STEP_RE, Kernel, Step, Trace, TraceError, _no_gc
 
@@ -580,8 +580,8 @@ def _text_annotations(d: dict, full: bool, gpu: bool) -> list[str]:
         return [f"{which} per annotation: no record_function annotation in this trace"]
     zeros = [0.0] * len(d["steps"])
     if gpu:
-        out = ["GPU and CPU time per annotation (record_function; GPU: work launched inside it, CPU: its spans; "
-               "µs per step):"]
+        out = [("GPU and CPU time per annotation (record_function; GPU: work launched inside it, CPU: its spans; "
+                "µs per step):")]
         rows = [[short(k, full, 48), _us(statistics.median(gpu_ann.get(k, zeros))), _spread(gpu_ann.get(k, zeros)),
                  _us(statistics.median(cpu.get(k, zeros)))] for k in names[:TOP_ANNOTATIONS]]
         out.append(_table(["annotation", "GPU median", "GPU min–max", "CPU median"], rows, right={1, 2, 3}))
@@ -639,8 +639,8 @@ def _text_cpu_work(d: dict, full: bool) -> list[str]:
     n = len(d["steps"])
     if not d["cpu_work"]:
         if d["compiled"] is not None:
-            return ["Work in order: none seen. The compiled code runs inside its Torch-Compiled Region, its C++ "
-                    "kernels not in the trace: profile with torch._inductor.config.cpp.enable_kernel_profile = True"]
+            return [("Work in order: none seen. The compiled code runs inside its Torch-Compiled Region, its C++ "
+                     "kernels not in the trace: profile with torch._inductor.config.cpp.enable_kernel_profile = True")]
         return ["Work in order: none (no computing aten op or C++ kernel in the active steps)"]
     threads = any(w["lane"] for w in d["cpu_work"])
     used = f"mean over {d['cpu_work_steps']} of {n} steps, those in the typical order"
