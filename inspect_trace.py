@@ -11,13 +11,13 @@
 One trace: device and versions; per active ProfilerStep, the GPU kernels in launch order with the CPU op
 that launched each (via the "External id" / "correlation" links), calls per step, duration over the steps,
 share of GPU time, achieved TFLOP/s (GEMMs, 2*M*K*N from the op's "Input Dims") or GB/s (pointwise, bytes
-of inputs and outputs), against the device's datasheet peak; GPU busy vs step time (overhead- or
-compute-bound), judged per step, with the typical (median) step's verdict; how far the GPU lags the CPU
-(launch to kernel start) and why it idles (waiting on the host, or after the launch); GPU time per
-record_function annotation; CPU self time of the top ops and runtime calls; the view ops and their (zero)
+of inputs and outputs), against the device's datasheet peak; GPU busy vs step time (overhead-, partly overhead-
+or compute-bound), judged per step, with the typical (median) step's verdict; how far the GPU lags the CPU
+(launch to kernel start) and why it idles (waiting on the host, or after the launch); GPU and CPU time per
+record_function annotation; compiled regions (graph breaks, recompiles); CPU self time of the top ops and runtime calls; the view ops and their (zero)
 CUDA time; the occupancy queries before launches. A long trace shows its first and last steps and quantiles
 (--all-steps: every step). A CPU-only trace gets the CPU side instead: ops by self time, the CPU's kernels in
-order (Inductor's fused C++ kernels, GEMMs, computing aten ops).
+order, thread by thread (Inductor's fused C++ kernels, GEMMs, computing aten ops).
 
 A trace is untrusted input: reading it is capped (1 GiB of JSON, after gzip), and the files it names (an
 Inductor kernel's source, for exact bytes of its in/out buffers) are read only with --kernel-files.

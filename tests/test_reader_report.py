@@ -81,7 +81,7 @@ def test_idle_split_and_lag_per_step():
     text = it.report(t)
     assert "\n   GPU idle per step (median): 60.0 µs waiting on the host (work not yet launched), 10.0 µs after the " \
            "launch (launch latency, earlier work)\n" in text
-    assert "\n#2          2      30.0     100.0  100.0    30%  overhead         5.0      5.0\n" in text
+    assert "\n#2          2      30.0     100.0  100.0    30%    60%  overhead         5.0      5.0\n" in text
 
 
 def test_a_kernel_launched_before_the_window_is_in_no_step():
@@ -162,6 +162,39 @@ def test_verdict_is_the_typical_step_not_the_pool():
     text = it.report(t)
     assert f"=> typical step (median, #{d['typical_step']['number']}): compute-bound, GPU busy " \
            f"{100 * statistics.median_low(fracs):.0f}% of the step (2 compute-bound, 1 overhead-bound)" in text
+
+
+def one_kernel_step(busy: int, host: int) -> dict:
+    """One 100 µs step launching one kernel of `busy` µs at 1 µs, which starts at 101 - busy - host: the GPU waits
+    1 µs on the host before the launch, 100 - busy - host after it, and host - 1 µs on the host again after the
+    kernel, while the CPU span runs on. busy + host + after = 100, the step's window."""
+    start = 101 - busy - host
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 100), x("aten::a", "cpu_op", 0.5, 2, **{"External id": 1}),
+          x("cudaLaunchKernel", "cuda_runtime", 1, 1, **{"External id": 1, "correlation": 11}),
+          x("kernel_a", "kernel", start, busy, pid=0, tid=7, correlation=11)]
+    return {"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}
+
+
+@pytest.mark.parametrize("busy, host, bound", [
+    (50, 19, "compute"), (50, 20, "partly overhead"), (49, 19, "overhead"), (49, 20, "overhead"),
+    (63, 32, "partly overhead"), (80, 19, "compute"), (80, 20, "partly overhead")])
+def test_verdict_rule_at_its_edges(busy, host, bound):
+    """busy fraction < 0.5: overhead-bound; >= 0.5: compute-bound unless the GPU waited on the host >= 20% of the
+    step's window, then partly overhead-bound (an eager step busy 63% that waits 32% on the host is not
+    "compute-bound, launch overhead does not help")."""
+    t = parse(one_kernel_step(busy, host))
+    [step] = it.report_data(t)["steps"]
+    window = 100
+    assert step["idle_us"]["waiting_on_host"] == pytest.approx(host)
+    assert step["busy_fraction"] == pytest.approx(busy / window)
+    assert step["host_wait_fraction"] == pytest.approx(host / window)
+    assert step["bound"] == bound and it.bound_of(t) == (bound, pytest.approx(busy / window))
+    line = next(ln for ln in it.report(t).splitlines() if ln.startswith("=> typical step"))
+    assert f": {bound}-bound, GPU busy {busy}% of the step (1 {bound}-bound); " in line
+    if bound == "partly overhead":
+        assert f"it also waits {host:.1f} µs ({host}%) on the host: faster kernels and fewer launches both help" in line
+    else:
+        assert "on the host" not in line
 
 
 # --------------------------------------------------------------------------------------------- long traces
@@ -371,6 +404,23 @@ def test_readme_quotes_the_step_table_of_the_h200_trace():
     quoted = re.search(r"```\n(Step time \(µs\).*?)```", text, flags=re.S).group(1)
     report = it.report(it.load_trace(DATA / "h200_mlp_eager.json.gz"))
     assert quoted.count("\n") == 9 and "\n" + quoted in report
+
+
+def test_readme_states_the_verdict_rule_the_reader_applies():
+    """The rule paragraph under that block: its thresholds are the reader's, its example is step #2 of the trace."""
+    import re
+
+    from trace_reader import report
+
+    text = " ".join((ROOT / "README.md").read_text().split())
+    rule = re.search(r"busy less than (\d+)% of its window .*? less than (\d+)% of the window \(host%\)", text)
+    assert rule and (int(rule.group(1)) / 100, int(rule.group(2)) / 100) == (report.COMPUTE_BUSY,
+                                                                             report.HOST_WAIT_LARGE)
+    example = re.search(r"Step #2 above, the cold first step, is one: busy (\d+)%, yet (\d+)% of it", text)
+    step = it.report_data(it.load_trace(DATA / "h200_mlp_eager.json.gz"))["steps"][0]
+    assert step["number"] == 2 and step["bound"] == "partly overhead"
+    assert example and [int(example.group(1)), int(example.group(2))] == [
+        round(100 * step["busy_fraction"]), round(100 * step["host_wait_fraction"])]
 
 
 def test_memory_peaks_show_when_the_memory_reader_gives_them(monkeypatch):

@@ -6,11 +6,13 @@ Which file answers which question:
                  gzip (capped: a trace is untrusted input), the CPU call tree, which op launched which
                  kernel, which step each belongs to; the kernel sources a trace names, only on request.
     kernels.py   What is this kernel or op? GEMM or pointwise, its FLOPs and bytes, its dtype, a short
-                 name, the CPU's "kernels", a step's units of work in launch order.
+                 name, the CPU's "kernels" (each op that computes, once) thread by thread, a step's units
+                 of work in launch order.
     peaks.py     What could this device do? Datasheet TFLOP/s and GB/s: torch's table, then ours.
     report.py    What does one trace say? report_data() (the report as data, --json) and report(); each
                  step's verdict and the typical step's (bound_of), launch-to-start lag, why the GPU idles,
-                 gpu_time_by_annotation(), cpu_self_times().
+                 gpu_time_by_annotation(), cpu_time_by_annotation(), cpu_self_times().
+    compiled.py  What did torch.compile run? Its compiled regions per step: frames, graph breaks, recompiles.
     compare.py   What changed between two traces? Same, gone, new kernels (calls per step, time per call),
                  which replaced which (paired by what they do), CPU ops; comparison_data() for --json.
     lag.py       How far behind is the GPU? Per step: launch-to-GPU-start lag, record_function-to-first-op gap.

@@ -20,7 +20,11 @@ VIEW_OPS = {
 BOOKKEEPING_OPS = VIEW_OPS | {
     "aten::resolve_conj", "aten::resolve_neg", "aten::empty", "aten::empty_strided", "aten::empty_like",
     "aten::lift_fresh", "aten::result_type", "aten::is_nonzero", "aten::item", "aten::_local_scalar_dense",
+    "aten::resize_", "aten::broadcast_tensors", "aten::detach_", "aten::split", "aten::split_with_sizes",
+    "aten::chunk", "aten::unbind", "aten::flatten", "aten::unflatten", "aten::set_",
 }
+# Conversions that are a no-op when the tensor already fits: they compute only when they call something.
+NO_OP_ALONE = {"aten::to", "aten::contiguous"}
 GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation"}
 GEMM_NAME_RE = re.compile(r"gemm|nvjet|cutlass|xmma|cublas|_mm_|^triton_tem_fused_mm|matmul", re.I)
 POINTWISE_NAME_RE = re.compile(r"elementwise|triton_poi_|pointwise|_geglu_|_swiglu_", re.I)
@@ -202,32 +206,56 @@ def is_pointwise(k: Kernel) -> bool:
 
 
 def cpu_kernels(step: Step) -> list[Event]:
-    """The CPU's "kernels": Inductor's fused C++ kernels, GEMM ops, and aten ops that compute without a
-    computing child. A GEMM is one unit with what it calls: aten::addmm first copies the bias into its output
-    (an aten::copy_ child), and that copy must not hide the GEMM."""
-    out = []
+    """The CPU's "kernels" of the step, thread by thread (cpu_lanes): every op that computes, once."""
+    return [e for _, lane in cpu_lanes(step) for e in lane]
+
+
+def cpu_lanes(step: Step) -> list[tuple[object, list[Event]]]:
+    """(thread id, its units of work in time order) per thread that computed in the step: the thread running
+    the step loop first, then the others by their first unit.
+
+    A unit is the outermost op that computes (an aten op other than bookkeeping, or an Inductor C++ kernel):
+    what it calls is part of it (aten::div's aten::to, addmm's bias copy, mse_loss's mean, relu's clamp_min),
+    so nothing is counted twice and no computing op is dropped. One exception: an op that calls a GEMM
+    (aten::linear, aten::matmul, einsum, attention's math path) only routes to it, so its GEMMs and its other
+    computing children are the units instead."""
+    calls_gemm = _calls_gemm(step)
+    lanes: dict[object, list[Event]] = {}
+    todo = [e for e in reversed(step.spans) if e.parent is None or e.parent.step is not step]  # the step's roots
+    while todo:  # depth first, in time order; a stack, not recursion: a trace may nest deeper than Python does
+        e = todo.pop()
+        if _computes(e) and id(e) not in calls_gemm:
+            lanes.setdefault(e.tid, []).append(e)
+        else:
+            todo.extend(c for c in reversed(e.children) if c.step is step)
+    for lane in lanes.values():
+        lane.sort(key=lambda e: e.ts)
+    main = step.span.tid
+    return sorted(lanes.items(), key=lambda kv: (kv[0] != main, kv[1][0].ts))
+
+
+def _computes(e: Event) -> bool:
+    if CPP_KERNEL_RE.search(e.name):
+        return True
+    if e.cat != "cpu_op" or not e.name.startswith("aten::") or e.name in BOOKKEEPING_OPS:
+        return False
+    return bool(e.children) or e.name not in NO_OP_ALONE
+
+
+def _calls_gemm(step: Step) -> set[int]:
+    """ids of the step's spans with a GEMM op below them."""
+    out: set[int] = set()
     for e in step.spans:
-        if _inside_gemm(e):
-            continue
-        if CPP_KERNEL_RE.search(e.name) or (e.cat == "cpu_op" and e.name in GEMM_OPS):
-            out.append(e)
-        elif (e.cat == "cpu_op" and e.name.startswith("aten::") and e.name not in BOOKKEEPING_OPS
-              and all(c.name in BOOKKEEPING_OPS for c in e.children)):
-            out.append(e)
+        if e.cat == "cpu_op" and e.name in GEMM_OPS:
+            p = e.parent
+            while p is not None and id(p) not in out:
+                out.add(id(p))
+                p = p.parent
     return out
 
 
-def _inside_gemm(e: Event) -> bool:
-    p = e.parent
-    while p is not None:
-        if p.cat == "cpu_op" and p.name in GEMM_OPS:
-            return True
-        p = p.parent
-    return False
-
-
 def units(trace: Trace, step: Step) -> list[tuple[str, float]]:
-    """(name, µs) of the step's units of work in launch order: GPU kernels, or the CPU's kernels."""
+    """(name, µs) of the step's units of work in launch order: GPU kernels, or the CPU's kernels thread by thread."""
     if trace.device == "cuda":
         return [(k.name, k.dur) for k in step.kernels]
     return [(e.name, e.dur) for e in cpu_kernels(step)]
@@ -235,7 +263,12 @@ def units(trace: Trace, step: Step) -> list[tuple[str, float]]:
 
 def typical_sequence(trace: Trace) -> list[str]:
     """The most common launch order of the steps (a warm-up straggler does not decide the structure)."""
-    seqs = Counter(tuple(n for n, _ in units(trace, st)) for st in trace.steps)
+    return most_common([tuple(n for n, _ in units(trace, st)) for st in trace.steps])
+
+
+def most_common(sequences: list[tuple[str, ...]]) -> list[str]:
+    """The sequence most steps have (the first step's of those tied)."""
+    seqs = Counter(sequences)
     return list(seqs.most_common(1)[0][0]) if seqs else []
 
 

@@ -15,7 +15,7 @@ import statistics
 
 from .expect import Expect, NotApplicable, _need_steps
 from .read import STEP_RE, Trace
-from .report import _table, annotations_around, gpu_time_by_annotation
+from .report import _table, annotations_around, cpu_time_by_annotation, gpu_time_by_annotation
 
 # A decoder layer is an item of a module list: model.layers.3 (Gemma, Llama), transformer.h.3 (GPT-2); its parts
 # are its children: model.layers.3.mlp.
@@ -35,7 +35,8 @@ def layer_index(path: str) -> int | None:
 
 def per_annotation(trace: Trace) -> dict[str, dict[str, list]]:
     """{annotation: {"gpu_us", "kernels", "cpu_us", "calls": one number per active step}}: GPU time from
-    report.gpu_time_by_annotation, kernels launched inside it (nested ones included), CPU time of its spans."""
+    report.gpu_time_by_annotation, kernels launched inside it (nested ones included), CPU time of its spans
+    (report.cpu_time_by_annotation)."""
     n = len(trace.steps)
     rows: dict[str, dict[str, list]] = {}
 
@@ -45,14 +46,14 @@ def per_annotation(trace: Trace) -> dict[str, dict[str, list]]:
     for i, st in enumerate(trace.steps):
         for e in st.spans:
             if e.cat == "user_annotation" and not STEP_RE.match(e.name):
-                r = row(e.name)
-                r["cpu_us"][i] += e.dur
-                r["calls"][i] += 1
+                row(e.name)["calls"][i] += 1
         for k in st.kernels:
             for name in annotations_around(k, st):
                 row(name)["kernels"][i] += 1
     for name, per_step in gpu_time_by_annotation(trace).items():
         row(name)["gpu_us"] = per_step
+    for name, per_step in cpu_time_by_annotation(trace).items():
+        row(name)["cpu_us"] = per_step
     return rows
 
 

@@ -1,5 +1,6 @@
-"""The one-trace report: GPU work per step, each step's time and verdict (overhead- or compute-bound), why the
-GPU idles, GPU time per annotation, CPU self time, views, occupancy queries. report_data() is the report as data
+"""The one-trace report: GPU work per step, each step's time and verdict (overhead-, partly overhead- or
+compute-bound), why the GPU idles, GPU and CPU time per annotation, CPU self time, the CPU's work per thread,
+compiled regions, views, occupancy queries. report_data() is the report as data
 (what --json writes); report() prints it, short at any trace length."""
 
 from __future__ import annotations
@@ -8,8 +9,9 @@ import bisect
 import statistics
 from collections import Counter, defaultdict
 
-from .kernels import (CPP_KERNEL_RE, VIEW_OPS, _view_cuda_time, cpu_kernels, gemm_flops, is_gemm, is_pointwise,
-                      op_dtype, pointwise_bytes, short, typical_sequence)
+from .compiled import compiled_regions, describe
+from .kernels import (CPP_KERNEL_RE, VIEW_OPS, _view_cuda_time, cpu_lanes, gemm_flops, is_gemm, is_pointwise,
+                      most_common, op_dtype, pointwise_bytes, short)
 from .peaks import device_peak
 from .read import MAX_US, OCCUPANCY, STEP_RE, Kernel, Step, Trace, TraceError, _no_gc
 
@@ -19,6 +21,11 @@ EDGE = 3
 TOP_OPS = 8  # CPU ops by self time on a GPU trace
 TOP_ANNOTATIONS = 8
 RECORD_SHAPES = "profile with torch.profiler.profile(..., record_shapes=True) to record them"
+# The verdict (README, "Guess first, then look"): overhead-bound below COMPUTE_BUSY of GPU busy time; at or above
+# it, compute-bound only while the GPU waits on the host less than HOST_WAIT_LARGE of the step: a step that busy
+# which still waits that long for launches is "partly overhead"-bound (launching sooner would shorten it too).
+COMPUTE_BUSY = 0.5
+HOST_WAIT_LARGE = 0.2
 
 
 def _table(headers: list[str], rows: list[list], right: set[int] = frozenset()) -> str:
@@ -163,15 +170,23 @@ def _free(merged: list[list[float]], starts: list[float], a: float, b: float) ->
     return b - a - covered
 
 
+def verdict(busy_fraction: float, host_wait_fraction: float) -> str:
+    """"overhead", "partly overhead" or "compute": the rule at COMPUTE_BUSY and HOST_WAIT_LARGE."""
+    if busy_fraction < COMPUTE_BUSY:
+        return "overhead"
+    return "partly overhead" if host_wait_fraction >= HOST_WAIT_LARGE else "compute"
+
+
 def _step_facts(st: Step, idle: tuple[float, float] | None) -> dict:
     busy, wall, lags = st.gpu_busy, st.wall, st.lags()
     host, after = idle if idle is not None and st.gpu else (None, None)
     window = busy + host + after if host is not None else 0.0
     frac = busy / window if window > 0 else None
+    host_frac = host / window if window > 0 else None
     return {
         "number": st.number, "kernels": len(st.kernels), "gpu_work": len(st.gpu),
         "cpu_us": st.cpu_time, "gpu_busy_us": busy, "wall_us": wall, "busy_fraction": frac,
-        "bound": None if frac is None else "compute" if frac >= 0.5 else "overhead",
+        "host_wait_fraction": host_frac, "bound": None if frac is None else verdict(frac, host_frac),
         "lag_us": {"median": statistics.median(lags), "max": max(lags)} if lags else None,
         "idle_us": None if host is None else {"waiting_on_host": host, "after_launch": after},
     }
@@ -182,21 +197,23 @@ def _steps_facts(trace: Trace) -> list[dict]:
 
 
 def bound_of(trace: Trace) -> tuple[str, float] | None:
-    """("overhead"|"compute", GPU busy fraction) of the typical step: the median step by GPU busy fraction,
-    busy / (busy + the GPU idle time the step is answerable for, see _idle).
+    """("overhead"|"partly overhead"|"compute", GPU busy fraction) of the typical step: the median step by GPU
+    busy fraction, busy / (busy + the GPU idle time the step is answerable for, see _idle).
 
-    Each step is judged on its own (overhead-bound: the GPU idles more than half the time because the CPU cannot
-    launch work fast enough); pooling steps would let one cold step decide. With an even count the lower median
-    is taken."""
-    return _typical(_steps_facts(trace))
+    Each step is judged on its own (see verdict: overhead-bound when the GPU idles more than half the time
+    because the CPU cannot launch work fast enough); pooling steps would let one cold step decide. With an even
+    count the lower median is taken."""
+    f = _typical(_steps_facts(trace))
+    return None if f is None else (f["bound"], f["busy_fraction"])
 
 
-def _typical(steps: list[dict]) -> tuple[str, float] | None:
-    fracs = [f["busy_fraction"] for f in steps if f["busy_fraction"] is not None]
-    if not fracs:
+def _typical(steps: list[dict]) -> dict | None:
+    """The median step by GPU busy fraction (the lower one for an even count), None without GPU work."""
+    judged = [f for f in steps if f["busy_fraction"] is not None]
+    if not judged:
         return None
-    frac = statistics.median_low(fracs)
-    return ("compute" if frac >= 0.5 else "overhead"), frac
+    frac = statistics.median_low(f["busy_fraction"] for f in judged)
+    return next(f for f in judged if f["busy_fraction"] == frac)
 
 
 def gpu_time_by_annotation(trace: Trace) -> dict[str, list[float]]:
@@ -208,6 +225,24 @@ def gpu_time_by_annotation(trace: Trace) -> dict[str, list[float]]:
         for k in st.gpu:
             for name in annotations_around(k, st):
                 per.setdefault(name, [0.0] * len(trace.steps))[i] += k.dur
+    return per
+
+
+def cpu_time_by_annotation(trace: Trace) -> dict[str, list[float]]:
+    """{record_function name: CPU time (µs) per active step}: the durations of its spans, on every thread, an
+    instance inside another of the same name on its thread counted once. ProfilerStep#k is not an annotation
+    here; an annotation absent from a step counts 0."""
+    per: dict[str, list[float]] = {}
+    for i, st in enumerate(trace.steps):
+        open_until: dict[tuple, float] = {}  # (name, thread) -> end of the instance counted last
+        for e in st.spans:  # in time order: an enclosing instance comes first
+            if e.cat != "user_annotation" or STEP_RE.match(e.name):
+                continue
+            key = (e.name, e.pid, e.tid)
+            if e.ts < open_until.get(key, float("-inf")):
+                continue
+            open_until[key] = e.end
+            per.setdefault(e.name, [0.0] * len(trace.steps))[i] += e.dur
     return per
 
 
@@ -258,19 +293,20 @@ def _memory(trace: Trace) -> dict[int, float] | None:
 def report_data(trace: Trace) -> dict:
     """The whole one-trace report as plain data (str, int, float, None, lists, dicts): what --json writes.
 
-    Keys: trace, whole_trace (no ProfilerStep#N spans: one step spans the whole trace), device, device_name, versions, skipped_events, shapes_recorded, peak, steps (one dict per step:
-    kernels, cpu_us, gpu_busy_us, wall_us, busy_fraction, bound, lag_us, idle_us), typical_step (the median
-    step's number, bound and busy_fraction), kernels (GPU: one dict per kernel and launching op), same_order,
-    cpu_work (CPU traces: the CPU's kernels in order), cpu_ops, annotations (GPU µs per step), views,
-    occupancy, memory_peak_bytes (per step, when recorded), training (a training step's phases, see training.py;
-    None without a backward)."""
+    Keys: trace, whole_trace (no ProfilerStep#N spans: one step spans the whole trace), device, device_name,
+    versions, skipped_events, shapes_recorded, peak, steps (one dict per step: kernels, cpu_us, gpu_busy_us,
+    wall_us, busy_fraction, host_wait_fraction, bound, lag_us, idle_us), typical_step (the median step's
+    number, bound, busy_fraction, host_wait_fraction and idle_us), kernels (GPU: one dict per kernel and
+    launching op), same_order and step_orders (the steps grouped by their sequence of units: GPU kernels, or the
+    CPU's kernels), cpu_work (CPU traces: the CPU's kernels in order, thread by thread) and cpu_work_steps (the
+    steps it is the mean of), cpu_ops, annotations (GPU µs per step), annotations_cpu (CPU µs per step),
+    compiled (torch.compile's regions, see compiled.py), views, occupancy, memory_peak_bytes (per step, when
+    recorded), training (a training step's phases, see training.py; None without a backward)."""
     peak = device_peak(trace.device_name)
     steps = _steps_facts(trace)
-    b = _typical(steps)
-    typical = None
-    if b is not None:
-        typical = next({"number": f["number"], "bound": b[0], "busy_fraction": f["busy_fraction"]}
-                       for f in steps if f["busy_fraction"] == b[1])
+    t = _typical(steps)
+    typical = None if t is None else {k: t[k] for k in ("number", "bound", "busy_fraction", "host_wait_fraction",
+                                                          "idle_us")}
     n = max(len(trace.steps), 1)
     total = sum(k.dur for st in trace.steps for k in st.gpu) or 1.0
     kernels = []
@@ -296,26 +332,19 @@ def report_data(trace: Trace) -> dict:
         if sel:
             occupancy.append({"kernels": label, "with_query": sum(k.occupancy_query for k in sel), "launches": len(sel),
                               "launch_calls": sorted({k.launch.name for k in sel})})
-    cpu_work = []
-    if trace.device == "cpu":
-        seq = typical_sequence(trace)
-        durs: list[list[float]] = [[] for _ in seq]
-        for st in trace.steps:  # per position over the steps in the typical order: two calls of one op stay apart
-            work = cpu_kernels(st)
-            if [e.name for e in work] == seq:
-                for i, e in enumerate(work):
-                    durs[i].append(e.dur)
-        cpu_work = [{"name": name, "mean_us": statistics.mean(d), "min_us": min(d), "max_us": max(d)}
-                    for name, d in zip(seq, durs)]
-    orders = Counter(tuple(k.name for k in st.kernels) for st in trace.steps)
+    lanes = [cpu_lanes(st) for st in trace.steps] if trace.device == "cpu" else None
+    seqs = [tuple(e.name for _, evs in ls for e in evs) for ls in lanes] if lanes is not None else \
+        [tuple(k.name for k in st.kernels) for st in trace.steps]
+    cpu_work, cpu_work_steps = _cpu_work(lanes, most_common(seqs)) if lanes is not None else ([], 0)
     return {
         "trace": trace.path, "whole_trace": trace.whole, "device": trace.device, "device_name": trace.device_name,
         "versions": _versions(trace), "skipped_events": trace.skipped, "shapes_recorded": shapes_recorded(trace),
         "peak": None if peak is None else {"source": peak.source, "tflops": peak.tflops, "gbs": peak.gbs},
-        "steps": steps, "typical_step": typical, "kernels": kernels, "same_order": len(orders) <= 1,
-        "cpu_work": cpu_work,
+        "steps": steps, "typical_step": typical, "kernels": kernels, **_orders(trace, seqs),
+        "cpu_work": cpu_work, "cpu_work_steps": cpu_work_steps,
         "cpu_ops": [{k: v for k, v in r.items() if k != "per_step_us"} for r in cpu_self_times(trace)],
-        "annotations": gpu_time_by_annotation(trace),
+        "annotations": gpu_time_by_annotation(trace), "annotations_cpu": cpu_time_by_annotation(trace),
+        "compiled": compiled_regions(trace),
         "views": [{"op": k, "calls_per_step": v[0] / n, "kernels": v[1], "cuda_us": v[2]}
                   for k, v in sorted(views.items())],
         "occupancy": occupancy,
@@ -329,6 +358,39 @@ def _training(trace: Trace) -> dict | None:
     from . import training  # training.py builds on expect.py, which imports this file
 
     return training.analyze(trace)
+
+
+def _orders(trace: Trace, seqs: list[tuple[str, ...]]) -> dict:
+    """same_order, and step_orders: the steps grouped by their sequence of units (seqs, one per step; most common
+    first), each group with its step numbers and unit count."""
+    groups: dict[tuple, list[int]] = {}
+    for st, seq in zip(trace.steps, seqs):
+        groups.setdefault(seq, []).append(st.number)
+    ranked = sorted(groups.items(), key=lambda kv: -len(kv[1]))  # stable: ties keep the first step's order
+    return {"same_order": len(groups) <= 1,
+            "step_orders": [{"steps": nums, "units": len(seq)} for seq, nums in ranked]}
+
+
+def _cpu_work(lanes_per_step: list[list[tuple]], seq: list[str]) -> tuple[list[dict], int]:
+    """The CPU's kernels of the typical sequence seq, thread by thread (kernels.cpu_lanes of each step), each timed
+    over the steps in that sequence, per position (two calls of one op stay apart); and how many steps that is.
+    lane 0 is the thread running the step loop; tids: the thread ids seen at that position."""
+    durs: list[list[float]] = [[] for _ in seq]
+    lanes: list[int] = [0] * len(seq)
+    tids: list[set] = [set() for _ in seq]
+    used = 0
+    for step_lanes in lanes_per_step:
+        work = [(lane, tid, e) for lane, (tid, evs) in enumerate(step_lanes) for e in evs]
+        if [e.name for _, _, e in work] != seq:
+            continue
+        used += 1
+        for i, (lane, tid, e) in enumerate(work):
+            durs[i].append(e.dur)
+            tids[i].add(tid)
+            lanes[i] = lane if used == 1 else lanes[i]
+    work = [{"name": name, "mean_us": statistics.mean(d), "min_us": min(d), "max_us": max(d), "lane": lane,
+             "tids": sorted(ts, key=str)} for name, d, lane, ts in zip(seq, durs, lanes, tids)]
+    return work, used
 
 
 # -------------------------------------------------------------------------------------------------- the text
@@ -400,15 +462,30 @@ def _step_rows(steps: list[dict], cols: list, all_steps: bool) -> list[list]:
     return rows
 
 
-def _differ_line(steps: list[dict]) -> str:
-    by_count: dict[int, list[int]] = defaultdict(list)
-    for f in steps:
-        by_count[f["kernels"]].append(f["number"])
-    parts = []
-    for count, nums in sorted(by_count.items(), key=lambda kv: -len(kv[1])):
+def _order_line(d: dict, what: str, verb: str) -> str:
+    """Whether every step has the same sequence of units (what: "kernels", "units of work"), else its groups."""
+    orders = d["step_orders"]
+    if d["same_order"]:
+        return f"every step {verb} the same {orders[0]['units'] if orders else 0} {what} in the same order"
+    parts, counts = [], set()
+    for g in orders:
+        nums = g["steps"]
         where = ", ".join(f"#{x}" for x in nums[:4]) + (", ..." if len(nums) > 4 else "")
-        parts.append(f"{len(nums)} step{'s' if len(nums) != 1 else ''} with {count} kernels ({where})")
+        again = " in another order" if g["units"] in counts else ""
+        counts.add(g["units"])
+        parts.append(f"{len(nums)} step{'s' if len(nums) != 1 else ''} with {g['units']} {what}{again} ({where})")
     return "steps differ: " + "; ".join(parts)
+
+
+def _why(t: dict) -> str:
+    """The typical step's verdict in words, with the numbers that decided it (see verdict)."""
+    if t["bound"] == "overhead":
+        return "the GPU waits on the CPU to launch work: fewer, bigger kernels (or CUDA graphs) help"
+    if t["bound"] == "partly overhead":
+        host = t["idle_us"]["waiting_on_host"] if t["idle_us"] else 0.0
+        return (f"it also waits {_us(host)} µs ({_pct(t['host_wait_fraction'])}) on the host: faster kernels and "
+                "fewer launches both help")
+    return "the GPU is the bottleneck: faster kernels help, launch overhead does not"
 
 
 def _lag(step: dict, which: str) -> float | None:
@@ -440,14 +517,11 @@ def _text_gpu(d: dict, full: bool, all_steps: bool) -> list[str]:
                    "writes (in_out_ptr) counted once")
     src = d["peak"]["source"] if d["peak"] else "unknown (device not in torch's datasheet table)"
     out.append(f"peak: {d['device_name'] or '?'}: {src}")
-    if d["same_order"]:
-        out.append(f"every step launches the same {d['steps'][0]['kernels']} kernels in the same order")
-    else:
-        out.append(_differ_line(d["steps"]))
+    out.append(_order_line(d, "kernels", "launches"))
 
     out.append("")
     out.append("Step time (µs): wall = from step start until its last GPU work ends; "
-               "busy% = GPU busy / (busy + GPU idle the step caused)")
+               "busy% = GPU busy / (busy + GPU idle the step caused); host% = its GPU idle waiting on the host")
     out.append("lag = launch call to kernel start: it grows when the CPU runs ahead of the GPU")
     cols = [
         ("kernels", lambda f: f["kernels"], lambda f: f["kernels"]),
@@ -455,41 +529,30 @@ def _text_gpu(d: dict, full: bool, all_steps: bool) -> list[str]:
         ("CPU span", lambda f: _us(f["cpu_us"]), lambda f: f["cpu_us"]),
         ("wall", lambda f: _us(f["wall_us"]), lambda f: f["wall_us"]),
         ("busy%", lambda f: _pct(f["busy_fraction"]), lambda f: f["busy_fraction"]),
+        ("host%", lambda f: _pct(f["host_wait_fraction"]), lambda f: f["host_wait_fraction"]),
         ("verdict", lambda f: f["bound"] or "-", None),
         ("lag median", lambda f: _us(_lag(f, "median")), lambda f: _lag(f, "median")),
         ("lag max", lambda f: _us(_lag(f, "max")), lambda f: _lag(f, "max")),
     ]
     out.append(_table(["step"] + [c[0] for c in cols], _step_rows(d["steps"], cols, all_steps),
-                      right=set(range(1, len(cols) + 1)) - {6}))
+                      right=set(range(1, len(cols) + 1)) - {7}))
     if n > STEP_ROWS and not all_steps:
         out.append(f"({n} steps: the first and last {EDGE}, then each column's quantiles; --all-steps lists all)")
     t = d["typical_step"]
     if t is not None:
         kinds = Counter(f["bound"] for f in d["steps"] if f["bound"])
         tally = ", ".join(f"{c} {k}-bound" for k, c in kinds.most_common())
-        why = ("the GPU waits on the CPU to launch work: fewer, bigger kernels (or CUDA graphs) help"
-               if t["bound"] == "overhead" else
-               "the GPU is the bottleneck: faster kernels help, launch overhead does not")
         out.append(f"=> typical step (median, #{t['number']}): {t['bound']}-bound, GPU busy {_pct(t['busy_fraction'])} "
-                   f"of the step ({tally}); {why}")
+                   f"of the step ({tally}); {_why(t)}")
         idle = [f["idle_us"] for f in d["steps"] if f["idle_us"]]
         host = statistics.median(i["waiting_on_host"] for i in idle)
         after = statistics.median(i["after_launch"] for i in idle)
         out.append(f"   GPU idle per step (median): {_us(host)} µs waiting on the host (work not yet launched), "
                    f"{_us(after)} µs after the launch (launch latency, earlier work)")
 
-    ann = sorted(d["annotations"].items(), key=lambda kv: -statistics.median(kv[1]))
     out.append("")
-    if ann:
-        out.append("GPU time per annotation (record_function; work launched inside it, µs per step):")
-        out.append(_table(["annotation", "median", "min–max"],
-                          [[short(k, full, 48), _us(statistics.median(v)), _spread(v)]
-                           for k, v in ann[:TOP_ANNOTATIONS]],
-                          right={1, 2}))
-        if len(ann) > TOP_ANNOTATIONS:
-            out.append(f"({len(ann) - TOP_ANNOTATIONS} more in --json)")
-    else:
-        out.append("GPU time per annotation: no record_function annotation in this trace")
+    out += _text_annotations(d, full, gpu=True)
+    out += _text_compiled(d)
 
     ops = d["cpu_ops"][:TOP_OPS]
     out.append("")
@@ -516,6 +579,37 @@ def _text_gpu(d: dict, full: bool, all_steps: bool) -> list[str]:
     return out
 
 
+def _text_annotations(d: dict, full: bool, gpu: bool) -> list[str]:
+    """Time per record_function annotation, µs per step: GPU (work launched inside it) and CPU (its spans) on a
+    GPU trace, largest GPU time first; CPU only on a CPU trace."""
+    cpu = d["annotations_cpu"]
+    gpu_ann = d["annotations"] if gpu else {}
+    names = sorted(set(cpu) | set(gpu_ann), key=lambda k: (-statistics.median(gpu_ann.get(k, [0.0])),
+                                                            -statistics.median(cpu.get(k, [0.0]))))
+    which = "GPU time" if gpu else "CPU time"
+    if not names:
+        return [f"{which} per annotation: no record_function annotation in this trace"]
+    zeros = [0.0] * len(d["steps"])
+    if gpu:
+        out = [("GPU and CPU time per annotation (record_function; GPU: work launched inside it, CPU: its spans; "
+                "µs per step):")]
+        rows = [[short(k, full, 48), _us(statistics.median(gpu_ann.get(k, zeros))), _spread(gpu_ann.get(k, zeros)),
+                 _us(statistics.median(cpu.get(k, zeros)))] for k in names[:TOP_ANNOTATIONS]]
+        out.append(_table(["annotation", "GPU median", "GPU min–max", "CPU median"], rows, right={1, 2, 3}))
+    else:
+        out = ["CPU time per annotation (record_function; its spans, µs per step):"]
+        rows = [[short(k, full, 48), _us(statistics.median(cpu[k])), _spread(cpu[k])] for k in names[:TOP_ANNOTATIONS]]
+        out.append(_table(["annotation", "median", "min–max"], rows, right={1, 2}))
+    if len(names) > TOP_ANNOTATIONS:
+        out.append(f"({len(names) - TOP_ANNOTATIONS} more in --json)")
+    return out
+
+
+def _text_compiled(d: dict) -> list[str]:
+    lines = describe(d["compiled"])
+    return [""] + lines if lines else []
+
+
 def _text_memory(d: dict) -> list[str]:
     peaks = d["memory_peak_bytes"]
     if not peaks:
@@ -534,18 +628,45 @@ def _text_cpu(d: dict, full: bool, all_steps: bool) -> list[str]:
     out = [f"CPU ops by self time per step (mean over {n} steps; top {len(rows)} of {len(ranked)}):"]
     out.append(_table(["op", "calls/step", "self µs/step", "share"], rows, right={1, 2, 3}))
     out.append("")
-    out.append("Work in order (the CPU's kernels: fused C++ kernels, GEMMs and other computing aten ops):")
-    out.append(_table(["#", "kernel", "mean µs", "min–max"],
-                      [[i + 1, short(w["name"], full), _us(w["mean_us"]),
-                        _spread([w["min_us"], w["max_us"]]) if n > 1 else "-"] for i, w in enumerate(d["cpu_work"])],
-                      right={0, 2, 3}))
+    out += _text_cpu_work(d, full)
     fused = [w["name"] for w in d["cpu_work"] if CPP_KERNEL_RE.search(w["name"])]
-    out.append("Inductor C++ kernels: " + (", ".join(dict.fromkeys(fused)) if fused else
-                                           "none (eager, or compiled without cpp.enable_kernel_profile)"))
+    if d["cpu_work"]:
+        out.append("Inductor C++ kernels: " + (", ".join(dict.fromkeys(fused)) if fused else
+                                               "none (eager, or compiled without cpp.enable_kernel_profile)"))
     out.append("")
     cols = [("CPU span µs", lambda f: _us(f["cpu_us"]), lambda f: f["cpu_us"])]
     out.append(_table(["step", "CPU span µs"], _step_rows(d["steps"], cols, all_steps), right={1}))
     if n > STEP_ROWS and not all_steps:
         out.append(f"({n} steps: the first and last {EDGE}, then the quantiles; --all-steps lists all)")
+    out.append("")
+    out += _text_annotations(d, full, gpu=False)
+    out += _text_compiled(d)
     out += _text_memory(d)
     return out
+
+
+def _text_cpu_work(d: dict, full: bool) -> list[str]:
+    """The CPU's kernels in order, with a thread column where more than one thread computed."""
+    n = len(d["steps"])
+    if not d["cpu_work"]:
+        if d["compiled"] is not None:
+            return [("Work in order: none seen. The compiled code runs inside its Torch-Compiled Region, its C++ "
+                     "kernels not in the trace: profile with torch._inductor.config.cpp.enable_kernel_profile = True")]
+        return ["Work in order: none (no computing aten op or C++ kernel in the active steps)"]
+    threads = any(w["lane"] for w in d["cpu_work"])
+    used = f"mean over {d['cpu_work_steps']} of {n} steps, those in the typical order"
+    out = ["Work in order (the CPU's kernels: fused C++ kernels, GEMMs and other computing aten ops, each with what "
+           f"it calls; {used}" + ("; thread by thread, main = the one running the step loop):" if threads else "):")]
+    rows = [[i + 1] + ([_thread(w)] if threads else []) +
+            [short(w["name"], full), _us(w["mean_us"]), _spread([w["min_us"], w["max_us"]]) if n > 1 else "-"]
+            for i, w in enumerate(d["cpu_work"])]
+    out.append(_table(["#"] + (["thread"] if threads else []) + ["kernel", "mean µs", "min–max"], rows,
+                      right={0, 3, 4} if threads else {0, 2, 3}))
+    out.append(_order_line(d, "units of work", "runs"))
+    return out
+
+
+def _thread(w: dict) -> str:
+    """A CPU unit's thread: its lane (main: the thread running the step loop) and the thread ids seen there."""
+    tids = "/".join(str(t)[:12] for t in w["tids"][:3]) + ("/…" if len(w["tids"]) > 3 else "")
+    return f"main {tids}" if w["lane"] == 0 else tids
