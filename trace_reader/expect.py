@@ -41,6 +41,8 @@ def has_annotations(t: Trace) -> bool:
 
 def steps(n: int, annotation: str) -> Expect:
     def run(t: Trace):
+        if (miss := _need_steps(t)):  # "each step has one" says nothing about a trace with none
+            return miss
         if len(t.steps) != n:
             return f"{len(t.steps)} active steps"
         if t.steps and not has_annotations(t):
@@ -53,12 +55,30 @@ def steps(n: int, annotation: str) -> Expect:
     return Expect(f"{n} active ProfilerStep#k spans, each around a '{annotation}' record_function", run)
 
 
+# The reduce kernel cuBLAS (or CUTLASS) launches after a GEMM it split along K: cublasLt::splitKreduce_kernel on
+# Hopper (after nvjet_..._splitK_...), splitKreduce_kernel in older cuBLAS, cutlass::reduction::kernel::ReduceSplitK.
+SPLIT_K_REDUCE_RE = re.compile(r"splitK_?reduce|ReduceSplitK|reduce_?split_?k", re.I)
+
+
+def splitk_reduces(step) -> list:
+    """The step's split-K reduce kernels: named so, and launched right after a GEMM kernel by the same op (the
+    GEMM's own second half, which cuBLAS adds at shapes where K is long next to M x N; not a kernel of its own)."""
+    ks = step.kernels
+    return [k for prev, k in zip(ks, ks[1:]) if SPLIT_K_REDUCE_RE.search(k.name) and is_gemm(prev)
+            and not SPLIT_K_REDUCE_RE.search(prev.name) and prev.op is k.op]
+
+
 def kernels_per_step(n: int, what: str = "") -> Expect:
+    """n kernels in every step, a GEMM counted once: the reduce kernel of a split-K GEMM is not counted."""
     def run(t: Trace):
         if (miss := _need_steps(t)):
             return miss
         counts = [len(st.kernels) for st in t.steps]
-        return True if all(c == n for c in counts) else f"kernels per step: {counts}"
+        reduces = [len(splitk_reduces(st)) for st in t.steps]
+        launches = [c - r for c, r in zip(counts, reduces)]
+        if all(c == n for c in launches):
+            return True
+        return f"kernels per step: {counts}" + (f", less split-K reduces {reduces}: {launches}" if any(reduces) else "")
     return Expect(f"{n} GPU kernel{'s' if n != 1 else ''} per step" + (f" ({what})" if what else ""), run, "cuda")
 
 
@@ -83,6 +103,8 @@ def cpu_op(name: str, present: bool = True, per_step: int | None = None) -> Expe
         if (miss := _need_steps(t)):
             return miss
         counts = [sum(1 for e in st.spans if e.cat == "cpu_op" and e.name == name) for st in t.steps]
+        if not present and not any(e.cat == "cpu_op" for st in t.steps for e in st.spans):
+            return NotApplicable(f"no CPU ops recorded in the active steps: no '{name}' among none says nothing")
         if not present:
             return True if not any(counts) else f"'{name}' per step: {counts}"
         ok = all(c == per_step for c in counts) if per_step is not None else all(c > 0 for c in counts)
@@ -109,7 +131,9 @@ def occupancy_before_gemms() -> Expect:
     def run(t: Trace):
         if (miss := _need_steps(t)):
             return miss
-        launched = [k for st in t.steps for k in st.kernels]
+        # a split-K reduce is the GEMM's second half: neither a GEMM launch nor a pointwise one
+        reduces = {id(k) for st in t.steps for k in splitk_reduces(st)}
+        launched = [k for st in t.steps for k in st.kernels if id(k) not in reduces]
         gemms = [k for k in launched if is_gemm(k)]
         if not gemms:
             return "no GEMM kernels in the active steps"
