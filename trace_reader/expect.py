@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .kernels import GEMM_OPS, VIEW_OPS, _shape, _view_cuda_time, is_gemm, short
+from .kernels import GEMM_OPS, VIEW_OPS, _view_cuda_time, gemm_operands, is_gemm, op_dtype, short
 from .read import OCCUPANCY, STEP_RE, Trace, TraceError, real_steps
 from .report import bound_of
 
@@ -259,14 +259,18 @@ def cold_start_gap(annotation: str, cold: bool, ratio: float = 3.0) -> Expect:
 
 def gpu_lag_grows(grows: bool) -> Expect:
     """Without a sync per step and with more GPU work per step than CPU work, the GPU starts each step's
-    work later after its launch than the step before (launch_lag); with a sync per step it does not."""
+    work later after its launch than the step before (launch_lag), from the step where it lagged least on;
+    with a sync per step it does not."""
     from .lag import launch_lag
 
     def run(t: Trace):
         lags = [launch_lag(st) for st in t.steps]
         if len(lags) < 3 or None in lags:
             return f"launch -> GPU start per step (µs): {lags}; needs 3+ steps with linked launches"
-        growing = all(b > a for a, b in zip(lags, lags[1:])) and lags[-1] > 2 * lags[0] + 50
+        # from its lowest on: a cold first step's slow CPU lets the GPU catch up once, before it falls behind
+        low = lags.index(min(lags[:-1]))
+        tail = lags[low:]
+        growing = all(b > a for a, b in zip(tail, tail[1:])) and tail[-1] > 2 * tail[0] + 50
         return growing == grows or f"launch -> GPU start per step: {', '.join(f'{x:.0f}' for x in lags)} µs"
     if grows:
         text = "no sync per step, compute-bound: the GPU falls further behind the CPU each step (launch -> start lag grows)"
@@ -318,7 +322,8 @@ class _ArgsFromTrace(argparse.Namespace):
 def args_from_trace(script: str, trace: Trace) -> _ArgsFromTrace:
     """The flags a script's run had, read from its trace: --compile from a 'Torch-Compiled Region', --active
     from the steps, --wait/--profiler-warmup from the first step's number, --sync-each-step from a
-    cudaDeviceSynchronize in every step; sizes, dtype and cold/warm from the file name the suite writes."""
+    cudaDeviceSynchronize in every step; sizes, dtype and cold/warm from the file name the suite writes (the dtype
+    from a GEMM's inputs when the name does not say)."""
     trace = real_steps(trace)
     spans = [e for st in trace.steps for e in st.spans]
     first = trace.steps[0].number if trace.steps else 0
@@ -330,18 +335,24 @@ def args_from_trace(script: str, trace: Trace) -> _ArgsFromTrace:
                            for st in trace.steps))
     words = Path(trace.path).name.split(".")[0].split("_")
     a.warmup = 1 if "warm" in words else 0
-    if (dtype := next((w for w in words if w in ("bf16", "fp16", "fp32")), None)) is not None:
+    if (dtype := next((w for w in words if w in ("bf16", "fp16", "fp32")), None)) is None:  # a renamed file
+        gemm = next((e for e in spans if e.cat == "cpu_op" and e.name in GEMM_OPS and op_dtype(e)), None)
+        dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(op_dtype(gemm))
+    if dtype is not None:
         a.dtype = dtype
     dims = words[0].split("x") if words and all(d.isdigit() for d in words[0].split("x")) else []
     names = SCRIPTS[script]
+    # a renamed file: the sizes from the first GEMM's second operand, [(B,) K, N] (the weight for 01 and 02)
+    shapes = [gemm_operands(e)[1] for e in spans if e.cat == "cpu_op" and e.name in GEMM_OPS]
+    b = next((s for s in shapes if s and len(s) in (2, 3)), None)
     if script == "01_matmul_add" and len(dims) in (1, 2):
         a.size, a.batched = int(dims[-1]), int(dims[0]) if len(dims) == 2 else None
-    elif script == "01_matmul_add":  # a renamed file: Part 1's square matrices, from the first GEMM's shapes
-        shapes = [_shape(e.args["Input Dims"][-1]) for e in spans if e.cat == "cpu_op" and e.name in GEMM_OPS
-                  and isinstance(e.args.get("Input Dims"), list) and e.args["Input Dims"]]
-        b = next((s for s in shapes if s and len(s) in (2, 3)), None)  # the second operand: [(B,) size, size]
+    elif script == "01_matmul_add":  # Part 1's square matrices: [(B,) size, size]
         if b is not None:
             a.size, a.batched = b[-1], (b[0] if len(b) == 3 else None)
+    elif script == "02_linear" and len(dims) != len(names):  # the layer's weight, transposed: [in_dim, out_dim]
+        if b is not None and len(b) == 2:
+            a.in_dim, a.out_dim = b
     elif script == "06_model":
         from .modules import model_flags  # modules.py builds on this file
 
