@@ -138,10 +138,10 @@ def scores(present, others=(0, "")):
 
 def test_the_scores_passed_from_one_op_to_the_next_are_found(tmp_path):
     t = alloc_trace(tmp_path, MATH_OPS, [(11.5, S, 1000), (35, -S, 1000)])
-    assert memory.handed_on(t, S) == {2: [(S, "aten::bmm")], 3: [(S, "aten::bmm")]}
-    assert memory.handed_on(t, S + 1) == {2: [], 3: []}
+    assert memory.temporaries(t, S) == {2: [(S, "aten::bmm")], 3: [(S, "aten::bmm")]}
+    assert memory.temporaries(t, S + 1) == {2: [], 3: []}
     assert [v for v, _ in verdicts(t, [scores(True), scores(False)])] == ["confirmed", "broken"]
-    assert verdicts(t, [scores(False)])[0][1] == ("allocations of >= 1.0 MiB passed between ops, per step: "
+    assert verdicts(t, [scores(False)])[0][1] == ("allocations passed between ops of >= 1.0 MiB per step: "
                                                   "#2 1: 1.0 MiB from aten::bmm; #3 1: 1.0 MiB from aten::bmm")
     # one byte short of the scores is no score matrix
     small = alloc_trace(tmp_path, MATH_OPS, [(11.5, S - 1, 1000), (35, -(S - 1), 1000)], name="small.json")
@@ -151,25 +151,41 @@ def test_the_scores_passed_from_one_op_to_the_next_are_found(tmp_path):
 def test_a_kernels_scratch_freed_inside_its_op_is_no_score_matrix(tmp_path):
     scratch = [(11.5, 4 * S, 1000), (39, -4 * S, 1000)]  # freed at 39, the op ends at 40
     t = alloc_trace(tmp_path, FUSED_OPS, scratch)
-    assert memory.handed_on(t, S) == {2: [], 3: []}
-    assert [v for v, _ in verdicts(t, [scores(True), scores(False)])] == ["broken", "confirmed"]
+    assert memory.temporaries(t, S) == {2: [], 3: []}
+    assert memory.temporaries(t, S, between_ops=False) == {2: [(4 * S, "aten::_flash_attention_forward")]} | {
+        3: [(4 * S, "aten::_flash_attention_forward")]}
+    # "never allocates" asks about what passes between ops; "allocates", of any temporary that big
+    assert [v for v, _ in verdicts(t, [scores(False), scores(True)])] == ["confirmed", "confirmed"]
     # freed one µs after the op returned: handed on, whatever made it
     late = alloc_trace(tmp_path, FUSED_OPS, [(11.5, 4 * S, 1000), (41, -4 * S, 1000)], name="late.json")
-    assert memory.handed_on(late, S) == {2: [(4 * S, "aten::_flash_attention_forward")]} | {
+    assert memory.temporaries(late, S) == {2: [(4 * S, "aten::_flash_attention_forward")]} | {
         3: [(4 * S, "aten::_flash_attention_forward")]}
 
 
 def test_a_block_kept_past_the_step_is_no_temporary_and_without_addr_all_count(tmp_path):
     kept = alloc_trace(tmp_path, MATH_OPS, [(11.5, 32 * S, 1000)])  # cuBLAS's workspace: never freed
-    assert memory.handed_on(kept, S) == {2: [], 3: []} and verdicts(kept, [scores(False)]) == [("confirmed", "")]
+    assert memory.temporaries(kept, S) == {2: [], 3: []} and verdicts(kept, [scores(False)]) == [("confirmed", "")]
     no_addr = alloc_trace(tmp_path, FUSED_OPS, [(11.5, 4 * S, None), (39, -4 * S, None)], name="noaddr.json")
     assert verdicts(no_addr, [scores(False)])[0][0] == "broken"  # cannot be paired with its free: it counts
 
 
-def test_outside_any_aten_op_an_allocation_counts(tmp_path):
-    # a compiled graph's buffers: allocated under "Torch-Compiled Region", no aten op around them
-    t = alloc_trace(tmp_path, [("Torch-Compiled Region: 0/0", 5, 60)], [(11.5, S, 1000), (30, -S, 1000)])
-    assert memory.handed_on(t, S) == {2: [(S, "no aten op")], 3: [(S, "no aten op")]}
+def test_a_compiled_region_is_one_op_and_outside_any_op_an_allocation_counts(tmp_path):
+    # Inductor's buffers live and die inside "Torch-Compiled Region": its own (flex decoding's split accumulators)
+    region = [("Torch-Compiled Region: 0/0", 5, 60), ("aten::empty", 11, 1)]
+    t = alloc_trace(tmp_path, region, [(11.5, S, 1000), (30, -S, 1000)])
+    assert memory.temporaries(t, S) == {2: [], 3: []}
+    assert memory.temporaries(t, S, between_ops=False) == {2: [(S, "Torch-Compiled Region: 0/0")]} | {
+        3: [(S, "Torch-Compiled Region: 0/0")]}
+    # "allocates" asks for any temporary that big (compiled math's scores live inside its region); "never" for none
+    # passed between ops
+    assert [v for v, _ in verdicts(t, [scores(True), scores(False)])] == ["confirmed", "confirmed"]
+    # freed after the region returned: passed on
+    out = alloc_trace(tmp_path, region, [(11.5, S, 1000), (70, -S, 1000)], name="out.json")
+    assert memory.temporaries(out, S) == {2: [(S, "Torch-Compiled Region: 0/0")]} | {
+        3: [(S, "Torch-Compiled Region: 0/0")]}
+    # no op around it: nothing can hold it as its own
+    bare = alloc_trace(tmp_path, [("user code", 5, 60)], [(11.5, S, 1000), (30, -S, 1000)], name="bare.json")
+    assert memory.temporaries(bare, S) == {2: [(S, "no op")], 3: [(S, "no op")]}
 
 
 def test_where_another_tensor_can_be_as_big_only_a_bigger_one_tells(tmp_path):

@@ -16,6 +16,9 @@ from .read import OCCUPANCY, STEP_RE, Trace, TraceError, real_steps
 from .report import bound_of
 
 
+COMPILED_REGION = "Torch-Compiled Region"  # the CPU span around a torch.compile'd call: "Torch-Compiled Region: 0/0"
+
+
 class NotApplicable(str):
     """What a check returns when the trace cannot answer it (e.g. no annotations): "not applicable", not broken."""
 
@@ -328,7 +331,7 @@ def args_from_trace(script: str, trace: Trace) -> _ArgsFromTrace:
     spans = [e for st in trace.steps for e in st.spans]
     first = trace.steps[0].number if trace.steps else 0
     a = _ArgsFromTrace(_script=script, active=len(trace.steps), device=trace.device,
-                       compile=any(e.name.startswith("Torch-Compiled Region") for e in spans),
+                       compile=any(e.name.startswith(COMPILED_REGION) for e in spans),
                        profiler_warmup=min(first, 1), wait=first - min(first, 1),
                        sync_each_step=bool(trace.steps) and all(
                            any(c.name == "cudaDeviceSynchronize" for o in [st.span, *st.spans] for c in o.calls)

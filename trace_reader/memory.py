@@ -25,7 +25,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from .expect import Expect, NotApplicable, _need_steps
+from .expect import COMPILED_REGION, Expect, NotApplicable, _need_steps
 from .kernels import BOOKKEEPING_OPS
 from .peaks import device_peak
 from .read import Event, Step, Trace, _read_json
@@ -134,24 +134,25 @@ def largest_block(nbytes: float, device: str) -> float:
 
 
 def _maker(step: Step, a: Alloc) -> Event | None:
-    """The op that made the allocation: the innermost aten op around it on its thread that computes something
-    (not aten::empty and kin, which only ask the allocator). None outside any such op (a compiled graph's buffers)."""
+    """The op that made the allocation: the innermost span around it on its thread that is an aten op computing
+    something (not aten::empty and kin, which only ask the allocator) or a compiled region (Inductor's graph is one
+    op: its buffers are its own). None outside any."""
     around = [e for e in step.spans if (e.pid, e.tid) == a.thread and e.ts <= a.ts <= e.end]
     node = max(around, key=lambda e: (e.ts, -e.dur), default=None)  # nested spans: the innermost starts last
-    while node is not None and not (node.cat == "cpu_op" and node.name.startswith("aten::")
-                                    and node.name not in BOOKKEEPING_OPS):
+    while node is not None and not (node.cat == "cpu_op" and (node.name.startswith(COMPILED_REGION) or (
+            node.name.startswith("aten::") and node.name not in BOOKKEEPING_OPS))):
         node = node.parent
     return node
 
 
-def handed_on(trace: Trace, min_bytes: float) -> dict[int, list[tuple[float, str]] | None] | None:
+def temporaries(trace: Trace, min_bytes: float, between_ops: bool = True) -> dict[int, list | None] | None:
     """{ProfilerStep number: [(bytes, the op that made it)]} for each allocation of >= min_bytes on the trace's
-    device that a step hands from one op to the next, as a materialised score matrix is: allocated in the step,
-    freed in it, and alive after the op that made it returned. Not counted: a kernel's own scratch, freed before its
-    op returns (flash's split-KV accumulators, cuDNN's workspace, the CPU flash kernel's per-thread buffers), and
-    blocks kept across steps (cuBLAS's workspace). Without "Addr" an allocation cannot be paired with its free and
-    counts. A step with no allocation at all maps to None; the whole answer is None when the trace has no memory
-    events for its device."""
+    device that lives and dies in the step (the step's output and blocks kept across steps, such as cuBLAS's
+    workspace, are not temporaries). between_ops: only those still alive after the op that made them returned,
+    passed from one op to the next as a materialised score matrix is; not a kernel's own scratch, freed before its
+    op returns (flash's split-KV accumulators, cuDNN's workspace, the CPU flash kernel's per-thread buffers, a
+    compiled region's buffers). Without "Addr" an allocation cannot be paired with its free and counts. A step with
+    no allocation at all maps to None; the whole answer is None when the trace has no memory events for its device."""
     want = DEVICE_TYPE[trace.device]
     allocs = [a for a in read_allocs(trace.path) if a.device[0] == want]
     if not allocs:
@@ -161,7 +162,7 @@ def handed_on(trace: Trace, min_bytes: float) -> dict[int, list[tuple[float, str
         if a.nbytes < 0 and a.addr is not None:
             frees.setdefault((a.device, a.addr), []).append(a.ts)  # allocs is in time order
     times = [a.ts for a in allocs]
-    out: dict[int, list[tuple[float, str]] | None] = {}
+    out: dict[int, list | None] = {}
     for st in trace.steps:
         inside = allocs[bisect.bisect_left(times, st.span.ts):bisect.bisect_right(times, st.span.end)]
         if not any(a.nbytes > 0 for a in inside):
@@ -177,25 +178,25 @@ def handed_on(trace: Trace, min_bytes: float) -> dict[int, list[tuple[float, str
                 i = bisect.bisect_right(later, a.ts)
                 freed = later[i] if i < len(later) else None
                 if freed is None or freed > st.span.end:
-                    continue  # kept past the step: a workspace or the step's output, not a temporary
-                if maker is not None and freed <= maker.end:
+                    continue  # kept past the step
+                if between_ops and maker is not None and freed <= maker.end:
                     continue  # the op's own scratch
-            found.append((a.nbytes, maker.name if maker is not None else "no aten op"))
+            found.append((a.nbytes, maker.name if maker is not None else "no op"))
         out[st.number] = found
     return out
 
 
 def allocates(nbytes: float, what: str, present: bool = True, others: tuple[float, str] = (0.0, "")) -> Expect:
-    """Does every step (present) or no step (not present) allocate a tensor of `nbytes`, one op handing it to the
-    next (see handed_on)? `others` is the largest other tensor the step hands on (bytes, what it is). Where that
-    can show as big, only an allocation bigger than it still tells: without one the answer is "not applicable";
-    no allocation of `nbytes` or more at all is an answer either way."""
+    """Does every step allocate a temporary of `nbytes` (present), or does no step pass one from an op to the next
+    (not present; see temporaries)? `others` is the largest other temporary the step makes (bytes, what it is).
+    Where that can show as big, only an allocation bigger than it still tells: without one the answer is "not
+    applicable"; no allocation of `nbytes` or more at all is an answer either way."""
     other_bytes, other_what = others
 
     def run(t: Trace):
         if (miss := _need_steps(t)):
             return miss
-        found = handed_on(t, nbytes)
+        found = temporaries(t, nbytes, between_ops=not present)
         if found is None:
             return f"no [memory] events for the {t.device}: profile with profile_memory=True"
         if (empty := [n for n, f in found.items() if f is None]):
@@ -203,17 +204,18 @@ def allocates(nbytes: float, what: str, present: bool = True, others: tuple[floa
         seen = "; ".join(f"#{n} " + (f"{len(f)}: " + ", ".join(f"{_size(b)} from {op}" for b, op in f[:2])
                                      + (", ..." if len(f) > 2 else "") if f else "none")
                          for n, f in sorted(found.items()))
-        seen = f"allocations of >= {_size(nbytes)} passed between ops, per step: {seen}"
+        kind = "temporaries" if present else "allocations passed between ops"
+        seen = f"{kind} of >= {_size(nbytes)} per step: {seen}"
         other = largest_block(other_bytes, t.device)
         have = [bool(f) for f in found.values()]  # at least nbytes
         bigger = [any(b > other for b, _ in f) for f in found.values()]  # ... and more than any other tensor
         unclear = NotApplicable(f"{other_what} ({_size(other_bytes)}) can show as big as {what}, and nothing bigger "
-                                "passed between ops: an allocation's size cannot tell them apart at this shape")
+                                f"{'was allocated' if present else 'passed between ops'}: an allocation's size cannot "
+                                "tell them apart at this shape")
         if present:
             return True if all(bigger) else unclear if all(have) and other >= nbytes else seen
         return True if not any(have) else seen if any(bigger) else unclear
-    text = (f"allocates {what} ({_size(nbytes)}): an allocation of at least that size passes from one op to the "
-            "next in every step" if present else
+    text = (f"allocates {what} ({_size(nbytes)}): a temporary of at least that size in every step" if present else
             f"never allocates {what} ({_size(nbytes)}): no allocation of that size passes between ops in any step")
     return Expect(text, run)
 
