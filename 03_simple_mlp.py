@@ -7,6 +7,7 @@ What to look for in the trace (Perfetto, or the report printed below):
 - eager: 5 GPU kernels per forward: 3 GEMMs (gate, up, down) + GeLU + mul. Each GEMM launch is preceded by
   cudaOccupancyMaxActiveBlocksPerMultiprocessor (cuBLAS sizing its grid); the pointwise kernels launch bare.
   aten::t / transpose / reshape / view / _unsafe_view show 0 µs of CUDA time: views only rewrite strides.
+  At some shapes cuBLAS splits a GEMM along K and adds a reduce kernel after it: part of that GEMM, not counted.
 - gate/up and down have the same FLOPs (2*8192*768*3072 = 38.7 GFLOP each) but may get different cuBLAS tiles.
 - compiled: three bare aten::mm with the same GEMM kernels; GeLU + mul + reshape become one Triton kernel,
   triton_poi_fused__unsafe_view_gelu_mul_0, so the [8192, 3072] GeLU output (50 MB in bf16) never goes to HBM.

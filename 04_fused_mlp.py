@@ -5,7 +5,9 @@
 What to look for in the trace (Perfetto, or the report printed below):
 - two GPU kernels per forward: `_geglu_tma_kernel` (Hopper; `_geglu_pointer_kernel` on older GPUs), which
   computes gelu_tanh(x @ Wg^T) * (x @ Wu^T) tile by tile, and the cuBLAS GEMM of down_proj. With few tokens
-  (--batch 1 --seq 1: a decode step) they are `_geglu_small_m_kernel` and `_linear_small_m_kernel`.
+  (--batch 1 --seq 1: a decode step) they are `_geglu_small_m_kernel` and `_linear_small_m_kernel`. Where K is
+  long next to M x N, cuBLAS splits down_proj along K and adds a reduce kernel (cublasLt::splitKreduce_kernel):
+  the GEMM's second half, not counted as a kernel of its own.
 - no aten::gelu, no aten::mul, no fused pointwise kernel: the gate and up projections (2 x 50 MB in bf16
   at the post's shape) never go to HBM, so nothing has to read them back. Compare with 03_simple_mlp's
   compiled trace: `uv run inspect_trace.py A B` names what replaced what.

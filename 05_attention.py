@@ -37,9 +37,11 @@ from trace_reader import memory
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
             "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}
 # The attention kernel's name says which backend ran: cudnn_generated_..._sdpa_..._flash_fprop_... (cuDNN),
-# pytorch_flash::flash_fwd_kernel (flash), fmha_cutlassF_... (memory-efficient).
-SDPA_KERNEL = {"cudnn": r"cudnn", "flash": r"flash_fwd", "efficient": r"fmha|efficient_attention",
-               "auto": r"cudnn|flash_fwd|fmha|efficient_attention"}
+# pytorch_flash::flash_fwd_kernel (flash), fmha_cutlassF_... (memory-efficient). Whenever batch x heads leaves SMs
+# idle (at prefill too) flash splits the KV sequence: flash_fwd_splitkv_kernel, then a combine kernel that merges.
+FLASH_KERNEL, FLASH_COMBINE = r"flash_fwd_(splitkv_)?kernel", r"flash_fwd_splitkv_combine"
+SDPA_KERNEL = {"cudnn": r"cudnn", "flash": FLASH_KERNEL, "efficient": r"fmha|efficient_attention",
+               "auto": rf"cudnn|{FLASH_KERNEL}|fmha|efficient_attention"}
 
 
 # FlexAttention is meant to be compiled (its docs): eager flex_attention runs a slow reference that
@@ -120,14 +122,28 @@ def rope_tables(positions, head_dim, device, dtype, base=10000.0):
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
+def other_tensors(args, elt):
+    """(bytes, what) of the largest tensor besides the scores that one op hands to the next at prefill: q, k, v and
+    the output with RoPE's temporaries and GQA's expanded k, v ([batch, seq, heads * head_dim]), the fused kernels'
+    fp32 [batch, heads, seq] log-sum-exp, and the math path's [seq, seq] causal mask (fp32 at most)."""
+    b, s, h, d = args.batch, args.seq, args.heads, args.head_dim
+    sizes = {"the [batch, seq, heads * head_dim] activations": b * s * h * d * elt,
+             "the fp32 [batch, heads, seq] log-sum-exp": b * h * s * 4}
+    if args.impl == "math" or args.backend == "math":
+        sizes["the fp32 [seq, seq] causal mask"] = s * s * 4
+    what = max(sizes, key=sizes.get)
+    return sizes[what], what
+
+
 # Guess first, then look: what each variant's trace should hold. Checked against the trace after the run.
-def expectations(args, score_bytes, kv_bytes):
+def expectations(args, score_bytes, kv_bytes, others=(0, "")):
     impl, backend, compiled, decode = args.impl, args.backend, args.compile, args.decode
-    exp = [it.steps(3, "attention_fwd")]
-    # At prefill the [b, h, s, s] scores outweigh every other activation; at decode the KV cache does.
+    exp = [it.steps(args.active, "attention_fwd")]
+    # At prefill the [b, h, s, s] scores outweigh the other activations once seq > head_dim (else the check says
+    # it cannot tell); at decode the KV cache outweighs them.
     what = "the [batch, heads, seq, seq] score matrix"
-    scores = [] if decode else [memory.allocates(score_bytes, what)]
-    no_scores = [] if decode else [memory.allocates(score_bytes, what, present=False)]
+    scores = [] if decode else [memory.allocates(score_bytes, what, others=others)]
+    no_scores = [] if decode else [memory.allocates(score_bytes, what, present=False, others=others)]
     if not compiled:
         exp += [it.cpu_op("aten::linear", per_step=4), it.views_launch_nothing()]
     if impl == "math" and not compiled:
@@ -147,7 +163,7 @@ def expectations(args, score_bytes, kv_bytes):
                 it.kernel(SDPA_KERNEL[backend], per_step=None if decode else 1, what=f"the {backend} attention kernel"),
                 it.cpu_event(r"^aten::_scaled_dot_product_flash_attention_for_cpu$")]
         if decode:
-            exp.append(memory.streams(SDPA_KERNEL[backend], kv_bytes, "the KV cache"))
+            exp.append(memory.streams(rf"{SDPA_KERNEL[backend]}|{FLASH_COMBINE}", kv_bytes, "the KV cache"))
         if decode and backend == "flash":
             exp += [it.kernel(r"splitkv", what="flash splits the KV sequence at one query token"),
                     it.kernel(r"combine", per_step=1, what="and merges the splits")]
@@ -224,8 +240,8 @@ def main():
     name += "_decode" if args.decode else ""
     score_bytes = b * h * s_q * s * run.dtype.itemsize
     kv_bytes = 2 * b * kv * s * d * run.dtype.itemsize
-    trace, _ = common.record(run, step, "attention_fwd", name, expectations(args, score_bytes, kv_bytes),
-                             profile_memory=True)
+    guesses = expectations(args, score_bytes, kv_bytes, other_tensors(args, run.dtype.itemsize))
+    trace, _ = common.record(run, step, "attention_fwd", name, guesses, profile_memory=True)
     print(memory.describe_peaks(it.load_trace(trace), score_bytes, "the score matrix"))
 
 

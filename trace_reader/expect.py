@@ -11,9 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .kernels import GEMM_OPS, VIEW_OPS, _shape, _view_cuda_time, is_gemm, short
+from .kernels import GEMM_OPS, VIEW_OPS, _view_cuda_time, gemm_operands, is_gemm, op_dtype, short
 from .read import OCCUPANCY, STEP_RE, Trace, TraceError, real_steps
 from .report import bound_of
+
+
+COMPILED_REGION = "Torch-Compiled Region"  # the CPU span around a torch.compile'd call: "Torch-Compiled Region: 0/0"
 
 
 class NotApplicable(str):
@@ -41,6 +44,8 @@ def has_annotations(t: Trace) -> bool:
 
 def steps(n: int, annotation: str) -> Expect:
     def run(t: Trace):
+        if (miss := _need_steps(t)):  # "each step has one" says nothing about a trace with none
+            return miss
         if len(t.steps) != n:
             return f"{len(t.steps)} active steps"
         if t.steps and not has_annotations(t):
@@ -53,12 +58,30 @@ def steps(n: int, annotation: str) -> Expect:
     return Expect(f"{n} active ProfilerStep#k spans, each around a '{annotation}' record_function", run)
 
 
+# The reduce kernel cuBLAS (or CUTLASS) launches after a GEMM it split along K: cublasLt::splitKreduce_kernel on
+# Hopper (after nvjet_..._splitK_...), splitKreduce_kernel in older cuBLAS, cutlass::reduction::kernel::ReduceSplitK.
+SPLIT_K_REDUCE_RE = re.compile(r"splitK_?reduce|ReduceSplitK|reduce_?split_?k", re.I)
+
+
+def splitk_reduces(step) -> list:
+    """The step's split-K reduce kernels: named so, and launched right after a GEMM kernel by the same op (the
+    GEMM's own second half, which cuBLAS adds at shapes where K is long next to M x N; not a kernel of its own)."""
+    ks = step.kernels
+    return [k for prev, k in zip(ks, ks[1:]) if SPLIT_K_REDUCE_RE.search(k.name) and is_gemm(prev)
+            and not SPLIT_K_REDUCE_RE.search(prev.name) and prev.op is k.op]
+
+
 def kernels_per_step(n: int, what: str = "") -> Expect:
+    """n kernels in every step, a GEMM counted once: the reduce kernel of a split-K GEMM is not counted."""
     def run(t: Trace):
         if (miss := _need_steps(t)):
             return miss
         counts = [len(st.kernels) for st in t.steps]
-        return True if all(c == n for c in counts) else f"kernels per step: {counts}"
+        reduces = [len(splitk_reduces(st)) for st in t.steps]
+        launches = [c - r for c, r in zip(counts, reduces)]
+        if all(c == n for c in launches):
+            return True
+        return f"kernels per step: {counts}" + (f", less split-K reduces {reduces}: {launches}" if any(reduces) else "")
     return Expect(f"{n} GPU kernel{'s' if n != 1 else ''} per step" + (f" ({what})" if what else ""), run, "cuda")
 
 
@@ -83,6 +106,8 @@ def cpu_op(name: str, present: bool = True, per_step: int | None = None) -> Expe
         if (miss := _need_steps(t)):
             return miss
         counts = [sum(1 for e in st.spans if e.cat == "cpu_op" and e.name == name) for st in t.steps]
+        if not present and not any(e.cat == "cpu_op" for st in t.steps for e in st.spans):
+            return NotApplicable(f"no CPU ops recorded in the active steps: no '{name}' among none says nothing")
         if not present:
             return True if not any(counts) else f"'{name}' per step: {counts}"
         ok = all(c == per_step for c in counts) if per_step is not None else all(c > 0 for c in counts)
@@ -109,7 +134,9 @@ def occupancy_before_gemms() -> Expect:
     def run(t: Trace):
         if (miss := _need_steps(t)):
             return miss
-        launched = [k for st in t.steps for k in st.kernels]
+        # a split-K reduce is the GEMM's second half: neither a GEMM launch nor a pointwise one
+        reduces = {id(k) for st in t.steps for k in splitk_reduces(st)}
+        launched = [k for st in t.steps for k in st.kernels if id(k) not in reduces]
         gemms = [k for k in launched if is_gemm(k)]
         if not gemms:
             return "no GEMM kernels in the active steps"
@@ -235,14 +262,18 @@ def cold_start_gap(annotation: str, cold: bool, ratio: float = 3.0) -> Expect:
 
 def gpu_lag_grows(grows: bool) -> Expect:
     """Without a sync per step and with more GPU work per step than CPU work, the GPU starts each step's
-    work later after its launch than the step before (launch_lag); with a sync per step it does not."""
+    work later after its launch than the step before (launch_lag), from the step where it lagged least on;
+    with a sync per step it does not."""
     from .lag import launch_lag
 
     def run(t: Trace):
         lags = [launch_lag(st) for st in t.steps]
         if len(lags) < 3 or None in lags:
             return f"launch -> GPU start per step (µs): {lags}; needs 3+ steps with linked launches"
-        growing = all(b > a for a, b in zip(lags, lags[1:])) and lags[-1] > 2 * lags[0] + 50
+        # from its lowest on: a cold first step's slow CPU lets the GPU catch up once, before it falls behind
+        low = lags.index(min(lags[:-1]))
+        tail = lags[low:]
+        growing = all(b > a for a, b in zip(tail, tail[1:])) and tail[-1] > 2 * tail[0] + 50
         return growing == grows or f"launch -> GPU start per step: {', '.join(f'{x:.0f}' for x in lags)} µs"
     if grows:
         text = "no sync per step, compute-bound: the GPU falls further behind the CPU each step (launch -> start lag grows)"
@@ -294,30 +325,37 @@ class _ArgsFromTrace(argparse.Namespace):
 def args_from_trace(script: str, trace: Trace) -> _ArgsFromTrace:
     """The flags a script's run had, read from its trace: --compile from a 'Torch-Compiled Region', --active
     from the steps, --wait/--profiler-warmup from the first step's number, --sync-each-step from a
-    cudaDeviceSynchronize in every step; sizes, dtype and cold/warm from the file name the suite writes."""
+    cudaDeviceSynchronize in every step; sizes, dtype and cold/warm from the file name the suite writes (the dtype
+    from a GEMM's inputs when the name does not say)."""
     trace = real_steps(trace)
     spans = [e for st in trace.steps for e in st.spans]
     first = trace.steps[0].number if trace.steps else 0
     a = _ArgsFromTrace(_script=script, active=len(trace.steps), device=trace.device,
-                       compile=any(e.name.startswith("Torch-Compiled Region") for e in spans),
+                       compile=any(e.name.startswith(COMPILED_REGION) for e in spans),
                        profiler_warmup=min(first, 1), wait=first - min(first, 1),
                        sync_each_step=bool(trace.steps) and all(
                            any(c.name == "cudaDeviceSynchronize" for o in [st.span, *st.spans] for c in o.calls)
                            for st in trace.steps))
     words = Path(trace.path).name.split(".")[0].split("_")
     a.warmup = 1 if "warm" in words else 0
-    if (dtype := next((w for w in words if w in ("bf16", "fp16", "fp32")), None)) is not None:
+    if (dtype := next((w for w in words if w in ("bf16", "fp16", "fp32")), None)) is None:  # a renamed file
+        gemm = next((e for e in spans if e.cat == "cpu_op" and e.name in GEMM_OPS and op_dtype(e)), None)
+        dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(op_dtype(gemm))
+    if dtype is not None:
         a.dtype = dtype
     dims = words[0].split("x") if words and all(d.isdigit() for d in words[0].split("x")) else []
     names = SCRIPTS[script]
+    # a renamed file: the sizes from the first GEMM's second operand, [(B,) K, N] (the weight for 01 and 02)
+    shapes = [gemm_operands(e)[1] for e in spans if e.cat == "cpu_op" and e.name in GEMM_OPS]
+    b = next((s for s in shapes if s and len(s) in (2, 3)), None)
     if script == "01_matmul_add" and len(dims) in (1, 2):
         a.size, a.batched = int(dims[-1]), int(dims[0]) if len(dims) == 2 else None
-    elif script == "01_matmul_add":  # a renamed file: Part 1's square matrices, from the first GEMM's shapes
-        shapes = [_shape(e.args["Input Dims"][-1]) for e in spans if e.cat == "cpu_op" and e.name in GEMM_OPS
-                  and isinstance(e.args.get("Input Dims"), list) and e.args["Input Dims"]]
-        b = next((s for s in shapes if s and len(s) in (2, 3)), None)  # the second operand: [(B,) size, size]
+    elif script == "01_matmul_add":  # Part 1's square matrices: [(B,) size, size]
         if b is not None:
             a.size, a.batched = b[-1], (b[0] if len(b) == 3 else None)
+    elif script == "02_linear" and len(dims) != len(names):  # the layer's weight, transposed: [in_dim, out_dim]
+        if b is not None and len(b) == 2:
+            a.in_dim, a.out_dim = b
     elif script == "06_model":
         from .modules import model_flags  # modules.py builds on this file
 

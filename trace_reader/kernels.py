@@ -57,6 +57,13 @@ def _types(op: Event) -> list:
     return types if isinstance(types, list) else []
 
 
+def gemm_operands(op: Event) -> tuple[list[int] | None, list[int] | None]:
+    """The recorded shapes of a matmul op's two operands (after addmm's bias); (None, None) when not recorded."""
+    first = 1 if op.name in ("aten::addmm", "aten::baddbmm", "aten::_addmm_activation") else 0
+    dims = _dims(op)
+    return (_shape(dims[first]), _shape(dims[first + 1])) if len(dims) >= first + 2 else (None, None)
+
+
 def gemm_flops(op: Event | None) -> float | None:
     """2*M*K*N (times the batch) from a matmul op's recorded input shapes; None when not a GEMM or no shapes."""
     if op is None or op.name not in GEMM_OPS:

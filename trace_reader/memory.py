@@ -10,6 +10,10 @@ CPU, 1 CUDA.) A step's peak is the highest running total inside its ProfilerStep
 before the step's first event: what the step itself allocated at its worst moment, weights and inputs
 excluded. The events are read from the trace file the Trace was loaded from; each field is checked, and
 an event with odd types is skipped, never trusted.
+
+Whether a step allocates a given tensor (attention's score matrix) is asked of the allocations themselves, not of
+the peak: the peak also holds every other live tensor. "Addr" pairs an allocation with its free, and the CPU span
+around it on its thread says which op made it.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ import os
 import re
 from dataclasses import dataclass
 
-from .expect import Expect, _need_steps
+from .expect import COMPILED_REGION, Expect, NotApplicable, _need_steps
+from .kernels import BOOKKEEPING_OPS
 from .peaks import device_peak
-from .read import Trace, _read_json
+from .read import Event, Step, Trace, _read_json
 
 DEVICE_TYPE = {"cpu": 0, "cuda": 1}  # c10::DeviceType
 
@@ -34,6 +39,8 @@ class Alloc:
     nbytes: float  # > 0 allocated, < 0 freed
     total: float  # the allocator's running total after this event
     device: tuple[int, int]  # (device type, device id)
+    addr: int | None = None  # the block's address: pairs an allocation with its free (None: not recorded)
+    thread: tuple = (None, None)  # (pid, tid) of the CPU thread that asked for it
 
 
 def _number(value) -> float | None:
@@ -64,10 +71,12 @@ def _read_allocs(path: str, mtime_ns: int, size: int) -> tuple[Alloc, ...]:  # c
         if not isinstance(args, dict):
             continue
         ts, nbytes, total = _number(raw.get("ts")), _number(args.get("Bytes")), _number(args.get("Total Allocated"))
-        dtype, did = args.get("Device Type"), args.get("Device Id", 0)
+        dtype, did, addr = args.get("Device Type"), args.get("Device Id", 0), args.get("Addr")
         if None in (ts, nbytes, total) or type(dtype) is not int or type(did) is not int:
             continue
-        allocs.append(Alloc(ts, nbytes, total, (dtype, did)))  # no more of these than the file has events
+        thread = tuple(x if isinstance(x, (int, str)) else None for x in (raw.get("pid"), raw.get("tid")))
+        # no more of these than the file has events
+        allocs.append(Alloc(ts, nbytes, total, (dtype, did), addr if type(addr) is int else None, thread))
     allocs.sort(key=lambda a: a.ts)
     return tuple(allocs)
 
@@ -111,19 +120,103 @@ def describe_peaks(trace: Trace, reference_bytes: float | None = None, what: str
     return line
 
 
-def allocates(nbytes: float, what: str, present: bool = True) -> Expect:
-    """Every step's peak allocation is at least `nbytes` (present) or below it (not present)."""
+# The CUDA caching allocator reports the block it hands out: the request rounded up to 512 B, and, from its large
+# pool (requests over 1 MiB), a cached block up to 1 MiB bigger that it did not split (CUDACachingAllocator.cpp).
+ROUND_BYTES, LARGE_POOL_BYTES, UNSPLIT_SLACK = 512, 1 << 20, 1 << 20
+
+
+def largest_block(nbytes: float, device: str) -> float:
+    """The largest allocation the trace may show for a request of `nbytes` (the CPU's allocator reports it as is)."""
+    if device != "cuda":
+        return nbytes
+    rounded = math.ceil(nbytes / ROUND_BYTES) * ROUND_BYTES
+    return rounded + (UNSPLIT_SLACK if rounded > LARGE_POOL_BYTES else 0)
+
+
+def _maker(step: Step, a: Alloc) -> Event | None:
+    """The op that made the allocation: the innermost span around it on its thread that is an aten op computing
+    something (not aten::empty and kin, which only ask the allocator) or a compiled region (Inductor's graph is one
+    op: its buffers are its own). None outside any."""
+    around = [e for e in step.spans if (e.pid, e.tid) == a.thread and e.ts <= a.ts <= e.end]
+    node = max(around, key=lambda e: (e.ts, -e.dur), default=None)  # nested spans: the innermost starts last
+    while node is not None and not (node.cat == "cpu_op" and (node.name.startswith(COMPILED_REGION) or (
+            node.name.startswith("aten::") and node.name not in BOOKKEEPING_OPS))):
+        node = node.parent
+    return node
+
+
+def temporaries(trace: Trace, min_bytes: float, between_ops: bool = True) -> dict[int, list | None] | None:
+    """{ProfilerStep number: [(bytes, the op that made it)]} for each allocation of >= min_bytes on the trace's
+    device that lives and dies in the step (the step's output and blocks kept across steps, such as cuBLAS's
+    workspace, are not temporaries). between_ops: only those still alive after the op that made them returned,
+    passed from one op to the next as a materialised score matrix is; not a kernel's own scratch, freed before its
+    op returns (flash's split-KV accumulators, cuDNN's workspace, the CPU flash kernel's per-thread buffers, a
+    compiled region's buffers). Without "Addr" an allocation cannot be paired with its free and counts. A step with
+    no allocation at all maps to None; the whole answer is None when the trace has no memory events for its device."""
+    want = DEVICE_TYPE[trace.device]
+    allocs = [a for a in read_allocs(trace.path) if a.device[0] == want]
+    if not allocs:
+        return None
+    frees: dict[tuple, list[float]] = {}
+    for a in allocs:
+        if a.nbytes < 0 and a.addr is not None:
+            frees.setdefault((a.device, a.addr), []).append(a.ts)  # allocs is in time order
+    times = [a.ts for a in allocs]
+    out: dict[int, list | None] = {}
+    for st in trace.steps:
+        inside = allocs[bisect.bisect_left(times, st.span.ts):bisect.bisect_right(times, st.span.end)]
+        if not any(a.nbytes > 0 for a in inside):
+            out[st.number] = None  # a step that allocated nothing at all is no evidence either way
+            continue
+        found = []
+        for a in inside:
+            if a.nbytes < min_bytes:
+                continue
+            maker = _maker(st, a)
+            if a.addr is not None:
+                later = frees.get((a.device, a.addr), [])
+                i = bisect.bisect_right(later, a.ts)
+                freed = later[i] if i < len(later) else None
+                if freed is None or freed > st.span.end:
+                    continue  # kept past the step
+                if between_ops and maker is not None and freed <= maker.end:
+                    continue  # the op's own scratch
+            found.append((a.nbytes, maker.name if maker is not None else "no op"))
+        out[st.number] = found
+    return out
+
+
+def allocates(nbytes: float, what: str, present: bool = True, others: tuple[float, str] = (0.0, "")) -> Expect:
+    """Does every step allocate a temporary of `nbytes` (present), or does no step pass one from an op to the next
+    (not present; see temporaries)? `others` is the largest other temporary the step makes (bytes, what it is).
+    Where that can show as big, only an allocation bigger than it still tells: without one the answer is "not
+    applicable"; no allocation of `nbytes` or more at all is an answer either way."""
+    other_bytes, other_what = others
+
     def run(t: Trace):
         if (miss := _need_steps(t)):
             return miss
-        peaks = step_peaks(t)
-        if peaks is None:
+        found = temporaries(t, nbytes, between_ops=not present)
+        if found is None:
             return f"no [memory] events for the {t.device}: profile with profile_memory=True"
-        seen = ", ".join(f"#{n} {_size(p)}" for n, p in sorted(peaks.items()))
-        ok = all((p >= nbytes) == present for p in peaks.values())
-        return True if ok else f"peak allocation per step: {seen}"
-    text = (f"allocates {what} ({_size(nbytes)}): each step's peak allocation >= that" if present else
-            f"never allocates {what} ({_size(nbytes)}): each step's peak allocation stays below it")
+        if (empty := [n for n, f in found.items() if f is None]):
+            return NotApplicable(f"ProfilerStep#{empty[0]} has no [memory] event for the {t.device}: nothing to look at")
+        seen = "; ".join(f"#{n} " + (f"{len(f)}: " + ", ".join(f"{_size(b)} from {op}" for b, op in f[:2])
+                                     + (", ..." if len(f) > 2 else "") if f else "none")
+                         for n, f in sorted(found.items()))
+        kind = "temporaries" if present else "allocations passed between ops"
+        seen = f"{kind} of >= {_size(nbytes)} per step: {seen}"
+        other = largest_block(other_bytes, t.device)
+        have = [bool(f) for f in found.values()]  # at least nbytes
+        bigger = [any(b > other for b, _ in f) for f in found.values()]  # ... and more than any other tensor
+        unclear = NotApplicable(f"{other_what} ({_size(other_bytes)}) can show as big as {what}, and nothing bigger "
+                                f"{'was allocated' if present else 'passed between ops'}: an allocation's size cannot "
+                                "tell them apart at this shape")
+        if present:
+            return True if all(bigger) else unclear if all(have) and other >= nbytes else seen
+        return True if not any(have) else seen if any(bigger) else unclear
+    text = (f"allocates {what} ({_size(nbytes)}): a temporary of at least that size in every step" if present else
+            f"never allocates {what} ({_size(nbytes)}): no allocation of that size passes between ops in any step")
     return Expect(text, run)
 
 

@@ -203,6 +203,8 @@ def kernels_between(low: int, high: int | None, what: str) -> Expect:
         if (miss := _need_steps(t)):
             return miss
         counts = [len(st.kernels) for st in t.steps]
+        if low <= 0 and 0 in counts:  # "at most N" of nothing says nothing
+            return NotApplicable(f"ProfilerStep#{t.steps[counts.index(0)].number} launched no kernel: nothing to count")
         ok = all(c >= low and (high is None or c <= high) for c in counts)
         return True if ok else f"kernels per step: {counts}"
     span = f"at least {low}" if high is None else f"at most {high}" if low <= 0 else f"{low} to {high}"
