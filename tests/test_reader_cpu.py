@@ -229,17 +229,21 @@ def compiled(tmp_path_factory):
     def gelu_mul(x):
         return nn.functional.gelu(x) * x
 
-    torch._dynamo.reset()
-    f = torch.compile(broken)
-    x = torch.randn(16)
-    f(x)
-    paths = {"break": record(lambda: f(x), out / "break.json")}
-    g = torch.compile(gelu_mul, dynamic=False)
-    xs = [torch.randn(16), torch.randn(17)]
-    g(xs[0]), g(xs[1])  # both versions compiled before the trace
-    calls = iter(range(100))
-    paths["recompile"] = record(lambda: g(xs[next(calls) % 2]), out / "recompile.json", steps=6, active=4)
-    torch._dynamo.reset()
+    import torch._inductor.config as inductor_config
+
+    # Without C++ kernel profiling, whatever an earlier test in this process set (common.setup turns it on).
+    with inductor_config.patch({"cpp.enable_kernel_profile": False}):
+        torch._dynamo.reset()
+        f = torch.compile(broken)
+        x = torch.randn(16)
+        f(x)
+        paths = {"break": record(lambda: f(x), out / "break.json")}
+        g = torch.compile(gelu_mul, dynamic=False)
+        xs = [torch.randn(16), torch.randn(17)]
+        g(xs[0]), g(xs[1])  # both versions compiled before the trace
+        calls = iter(range(100))
+        paths["recompile"] = record(lambda: g(xs[next(calls) % 2]), out / "recompile.json", steps=6, active=4)
+        torch._dynamo.reset()
     return paths
 
 

@@ -451,3 +451,23 @@ def test_the_offline_snapshot_viewer_exists():
     import torch.cuda._memory_viz as viz
 
     assert callable(viz.trace_plot)
+
+
+def test_backward_annotation_holds_the_autograd_threads_kernels():
+    """`with record_function("backward"): loss.backward()` runs on the step's thread while the autograd engine
+    launches the kernels from its own: the annotation's GPU time is the work launched during it, on any thread
+    (checked against the raw JSON: launches inside the span's window, joined to GPU work by correlation id)."""
+    path = Path(__file__).parent / "data" / "train" / "h200_train_mlp_foreach.json.gz"
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    ev = data["traceEvents"]
+    gpu = {e["args"]["correlation"]: e["dur"] for e in ev
+           if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy") and "correlation" in e.get("args", {})}
+    launches = [e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                and e.get("args", {}).get("correlation") in gpu]
+    spans = sorted((e for e in ev if e.get("cat") == "user_annotation" and e["name"] == "backward"),
+                   key=lambda e: e["ts"])
+    truth = [sum(gpu[e["args"]["correlation"]] for e in launches if s["ts"] <= e["ts"] <= s["ts"] + s["dur"])
+             for s in spans]
+    assert len(truth) == 3 and min(truth) > 400  # the MLP's backward: six GEMMs and the pointwise grads
+    per = it.gpu_time_by_annotation(it.load_trace(path))
+    assert per["backward"] == pytest.approx(truth, rel=1e-9)

@@ -22,6 +22,8 @@ CPU_SPAN_CATS = {"cpu_op", "user_annotation"}
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+# The autograd engine runs each backward node as one of these, on its own thread on a GPU.
+BACKWARD_RE = re.compile(r"^autograd::engine::evaluate_function: ")
 WHOLE_TRACE = "(the whole trace: no ProfilerStep#N spans)"  # the one step of a trace recorded without steps
 OCCUPANCY = "cudaOccupancyMaxActiveBlocksPerMultiprocessor"
 

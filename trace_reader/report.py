@@ -13,7 +13,7 @@ from .compiled import compiled_regions, describe
 from .kernels import (CPP_KERNEL_RE, VIEW_OPS, _view_cuda_time, cpu_lanes, gemm_flops, is_gemm, is_pointwise,
                       most_common, op_dtype, pointwise_bytes, short)
 from .peaks import device_peak
-from .read import MAX_US, OCCUPANCY, STEP_RE, Kernel, Step, Trace, TraceError, _no_gc
+from .read import BACKWARD_RE, MAX_US, OCCUPANCY, STEP_RE, Event, Kernel, Step, Trace, TraceError, _no_gc
 
 # Steps shown one per row; a longer trace shows its first and last EDGE steps and quantiles (--all-steps: all).
 STEP_ROWS = 8
@@ -219,7 +219,9 @@ def _typical(steps: list[dict]) -> dict | None:
 def gpu_time_by_annotation(trace: Trace) -> dict[str, list[float]]:
     """{record_function name: GPU time (µs) per active step} of the work launched inside each annotation,
     nested ones included (a module's time holds its submodules'). Kernels on overlapping streams count each
-    their own time. ProfilerStep#k is not an annotation here; an annotation absent from a step counts 0."""
+    their own time. ProfilerStep#k is not an annotation here; an annotation absent from a step counts 0.
+    Backward work launched on the autograd engine's thread counts for the annotations open on the step's own
+    thread at its launch (`with record_function("backward"): loss.backward()`), see annotations_around."""
     per: dict[str, list[float]] = {}
     for i, st in enumerate(trace.steps):
         for k in st.gpu:
@@ -247,13 +249,28 @@ def cpu_time_by_annotation(trace: Trace) -> dict[str, list[float]]:
 
 
 def annotations_around(k: Kernel, st: Step) -> set[str]:
-    """The record_function names (ProfilerStep#k aside) around the CPU call that launched k in step st."""
-    names, node = set(), k.op
+    """The record_function names (ProfilerStep#k aside) around the CPU call that launched k in step st.
+
+    A kernel launched by the autograd engine (its call's outermost op an `autograd::engine::evaluate_function`,
+    on a thread that holds no step span) also counts for the annotations open on the step's thread when it was
+    launched: the thread that called backward() waits inside them while the engine works for it."""
+    names, node, top = set(), k.op, None
     while node is not None and node is not st.span:
         if node.cat == "user_annotation" and not STEP_RE.match(node.name):
             names.add(node.name)
-        node = node.parent
+        top, node = node, node.parent
+    if node is None and top is not None and BACKWARD_RE.match(top.name) and k.launch is not None:
+        names |= _open_on_step_thread(st, top, k.launch.ts)
     return names
+
+
+def _open_on_step_thread(st: Step, engine_op: Event, ts: float) -> set[str]:
+    """Annotations open at ts on the step's thread (the thread of its ProfilerStep span; without one, any thread
+    but the engine's)."""
+    same = (lambda e: (e.pid, e.tid) == (st.span.pid, st.span.tid)) if st.span.tid is not None else \
+        (lambda e: (e.pid, e.tid) != (engine_op.pid, engine_op.tid))
+    return {e.name for e in st.spans
+            if e.cat == "user_annotation" and not STEP_RE.match(e.name) and e.ts <= ts <= e.end and same(e)}
 
 
 def cpu_self_times(trace: Trace) -> list[dict]:

@@ -27,10 +27,9 @@ from collections import defaultdict
 from .expect import Expect, NotApplicable, _need_steps
 from .kernels import BOOKKEEPING_OPS, GEMM_OPS, _dims, _shape, gemm_flops, is_gemm, short
 from .memory import DEVICE_TYPE, read_allocs
-from .read import STEP_RE, Event, Step, Trace, _read_json
+from .read import BACKWARD_RE, STEP_RE, Event, Step, Trace, _read_json
 
 PHASES = ("forward", "backward", "optimizer")
-BACKWARD_RE = re.compile(r"^autograd::engine::evaluate_function: ")
 ACCUMULATE_GRAD = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
 OPTIMIZER_STEP_RE = re.compile(r"^Optimizer\.step#(\w+)\.step$")
 ZERO_GRAD_RE = re.compile(r"^Optimizer\.zero_grad#")
