@@ -116,6 +116,39 @@ def test_sizes_and_defaults():
     assert quoted(r"or after (\d+) minutes\)") == [serve_default / 60]
 
 
+def test_setup_cost():
+    """README: the first command 'downloads about 3.1 GB of wheels (3.0 GB of them torch, Triton and NVIDIA's CUDA
+    libraries), and `.venv` then holds about 5.8 GB': for each package installed here, the wheel uv.lock pins that
+    fits this interpreter best (the installer's rule), and the files under .venv."""
+    import os
+    import platform
+    import sys
+    from importlib import metadata
+
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.11+ reads TOML")
+    from packaging.tags import sys_tags
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+
+    if (sys.platform, platform.machine()) != ("linux", "x86_64") or Path(sys.prefix).resolve() != (ROOT / ".venv").resolve():
+        pytest.skip("the README's figures are for the project's own environment on Linux x86_64")
+    rank = {tag: i for i, tag in enumerate(sys_tags())}
+    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions()}
+    wheels, cuda = 0, 0
+    for package in tomllib.loads((ROOT / "uv.lock").read_text())["package"]:
+        if installed.get(canonicalize_name(package["name"])) != package.get("version"):
+            continue
+        fits = [(min(rank[t] for t in tags if t in rank), w["size"]) for w in package.get("wheels", [])
+                for tags in [parse_wheel_filename(w["url"].rsplit("/", 1)[1])[3]] if any(t in rank for t in tags)]
+        size = min(fits)[1]  # a package installed here has a wheel that fits (none is built from source)
+        wheels += size
+        cuda += size if package["name"] in ("torch", "triton") or package["name"].startswith(("nvidia-", "cuda-")) else 0
+    venv = sum(os.lstat(os.path.join(d, f)).st_size for d, _, files in os.walk(ROOT / ".venv") for f in files)
+    said = r"downloads about (\d\.\d) GB of wheels \((\d\.\d) GB of them torch, Triton and NVIDIA's CUDA libraries\), " \
+           r"and `\.venv` then holds about (\d\.\d) GB"
+    assert quoted(said.replace(" ", r"\s+")) == [
+        round(wheels / 1e9, 1), round(cuda / 1e9, 1), round(venv / 1e9, 1)]
+
+
 def test_gzip_is_about_ten_times_smaller():
     ratios = [len(gzip.decompress(p.read_bytes())) / p.stat().st_size for p in (ROOT / "tests/data").glob("*.json.gz")]
     assert len(ratios) >= 10
