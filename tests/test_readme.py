@@ -186,7 +186,7 @@ class Runs:
             if local.exists():
                 break
             self.run(argv)
-        assert local.exists(), f"no README command of {script} writes {path}"
+        assert local.exists(), f"no command of the README or a docs page runs {script} to write {path}"
         return local
 
 
