@@ -16,6 +16,7 @@ import torch
 
 import common
 import inspect_trace as it
+from doc_pages import page
 from test_scripts import load, steps
 from trace_reader import memory
 
@@ -206,14 +207,13 @@ def test_gpu_attention_kernels(monkeypatch, capsys, tmp_path, args, kernel):
 
 
 def test_readme_score_matrix_size_is_the_defaults(monkeypatch, capsys, tmp_path):
-    """The README's "1 GiB in bf16 at the defaults": [batch, heads, seq, seq] x 2 bytes, from --help's defaults."""
+    """The attention page's "1 GiB in bf16 at the defaults": [batch, heads, seq, seq] x 2 bytes, from --help's defaults."""
     code, out, _, _ = run(monkeypatch, capsys, tmp_path, "--help")
     assert code == 0
     default = {f: int(re.search(rf"^ +--{f} {f.upper()} .*?\(default: (\d+)\)", out, flags=re.M).group(1))
                for f in ("batch", "heads", "seq")}
     gib = default["batch"] * default["heads"] * default["seq"] ** 2 * 2 / 2**30
-    readme = (DATA.parent.parent / "README.md").read_text()
-    assert f"{gib:g} GiB in bf16 at the defaults" in readme
+    assert f"{gib:g} GiB in bf16 at the defaults" in page("docs/05_attention.md")
 
 
 # ---- the committed H200 traces (tests/data/record_h200_attention.sh), once they exist ----------------------

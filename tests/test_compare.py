@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import inspect_trace as it
+from doc_pages import all_text, page
 from test_inspect_trace import record
 from trace_reader import compare as cmp
 
@@ -400,12 +401,12 @@ def test_cli_json_on_two_h200_traces_and_bad_input():
 
 @needs_h200
 def test_readme_comparisons_are_what_the_committed_traces_give(monkeypatch):
-    """Each output block quoted in the README that starts with `A  tests/data/...` and `B  tests/data/...`:
+    """Each output block quoted in the README or a docs page that starts with `A  tests/data/...` and `B  tests/data/...`:
     its pieces (cut at `…` lines) are, in order, pieces of what compare() prints for those two traces."""
     import re
 
     monkeypatch.chdir(ROOT)  # the README's paths, as its commands give them
-    text = (ROOT / "README.md").read_text()
+    text = all_text()
     blocks = re.findall(r"```\n(A  tests/data/.*?)```", text, flags=re.S)
     pairs = []
     for block in blocks:
@@ -429,10 +430,10 @@ def test_readme_fused_mlp_figures_are_what_the_committed_traces_give():
     """The 04_fused_mlp section's prose: compiled vs the fused kernel, figures re-derived from the committed traces."""
     import re
 
-    text = " ".join((ROOT / "README.md").read_text().split())
+    text = " ".join(page("docs/04_fused_mlp.md").split())
     m = re.search(r"\(([\d.]+) µs per step\) replaced by `_geglu_tma_kernel` \(([\d.]+) µs\), `down_proj` unchanged "
                   r"\(([\d.]+) µs\)", text)
-    assert m, "the README's 04_fused_mlp paragraph no longer quotes the comparison"
+    assert m, "the 04_fused_mlp page no longer quotes the comparison"
     d = it.comparison_data(it.load_trace(DATA / "h200_mlp_compile.json.gz"),
                            it.load_trace(DATA / "h200_fused_eager.json.gz"))
     (r,) = d["replaced"]

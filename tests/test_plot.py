@@ -16,6 +16,7 @@ pytest.importorskip("matplotlib", reason="the pictures need matplotlib (a depend
 from PIL import Image  # noqa: E402 - comes with matplotlib
 
 import inspect_trace as it
+from doc_pages import all_text
 from trace_reader import plot
 from trace_reader.read import parse_trace
 from trace_reader.report import _num
@@ -235,10 +236,11 @@ def test_bench_chart_takes_a_memory_floor_and_any_benchmarks_shapes(tmp_path):
 # ------------------------------------------------------------------------------------------ README's images
 
 def readme_images():
-    """(image path, the README command that makes it) for each results/*.png the README shows."""
-    text = (ROOT / "README.md").read_text().replace("\\\n", " ")
+    """(image path, the command that makes it) for each results/*.png the README or a docs page shows (a page under
+    docs/ links it as ../results/; its commands run from the repository's root)."""
+    text = all_text().replace("\\\n", " ")
     out = []
-    for image in re.findall(r"!\[[^\]]*\]\((results/[^)]+\.png)\)", text):
+    for image in re.findall(r"!\[[^\]]*\]\((?:\.\./)?(results/[^)]+\.png)\)", text):
         commands = [shlex.split(line.split("#", 1)[0]) for line in text.splitlines()
                     if line.strip().startswith("uv run") and image in line]
         assert len(commands) == 1, f"README shows {image}: one `uv run` command must make it"

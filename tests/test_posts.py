@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import fused_cpp
+from doc_pages import pages, section
 
 # as_run_here: --device cpu and --out under a temp folder
 from test_readme import ROOT, SMALLER, as_run_here, command, smaller
@@ -177,10 +178,10 @@ def test_part1_schedule_experiments_as_flags(runs):
 
 
 def no_gpu_rows():
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## No GPU?"):]
-    section = section[:section.index("\n## ", 1)]
-    return [line for line in section.splitlines() if line.startswith("| Part")]
+    """The rows of every page's "## No GPU?" table (Part 1's page and Part 2's each have one)."""
+    sections = [section(p.read_text(), "## No GPU?") for p in pages() if "\n## No GPU?\n" in p.read_text()]
+    assert len(sections) == 2
+    return [line for s in sections for line in s.splitlines() if line.startswith("| Part")]
 
 
 def test_readme_no_gpu_section_covers_every_figure():

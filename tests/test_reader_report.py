@@ -20,6 +20,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 import bench_inspect
 import inspect_trace as it
+from doc_pages import page
 from test_inspect_trace import GELU, MUL, gpu_trace, parse
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -397,10 +398,10 @@ def test_cpu_work_in_order_shows_the_addmm(tmp_path):
 # ------------------------------------------------------------------------------------------------- README
 
 def test_readme_quotes_the_step_table_of_the_h200_trace():
-    """The step table and verdict quoted in the README's reader section, re-derived from the committed trace."""
+    """The step table and verdict quoted in the reader's page, re-derived from the committed trace."""
     import re
 
-    text = (ROOT / "README.md").read_text()
+    text = page("docs/reading_traces.md")
     quoted = re.search(r"```\n(Step time \(µs\).*?)```", text, flags=re.S).group(1)
     report = it.report(it.load_trace(DATA / "h200_mlp_eager.json.gz"))
     assert quoted.count("\n") == 9 and "\n" + quoted in report

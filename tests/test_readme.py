@@ -1,4 +1,5 @@
-"""Every `uv run` command in README.md works as written (on the CPU lane, output redirected to a temp folder)."""
+"""Every `uv run` command in README.md and in every docs/*.md page works as written (on the CPU lane, output
+redirected to a temp folder); the pages are linked from the README and their links resolve."""
 
 import importlib.util
 import os
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import interpreter_cannot_loop
+from doc_pages import all_text, links, page, pages, slug
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = {"01_matmul_add.py", "02_linear.py", "03_simple_mlp.py", "03_kernels_mlp.py", "04_fused_mlp.py",
@@ -25,21 +27,30 @@ CPU_SHAPE = {"05_attention.py": ["--batch", "1", "--seq", "512", "--heads", "2",
              "06_model.py": ["--preset", "tiny", "--seq", "32"]}  # 4 Gemma-2B layers: 1 GB of weights, slow on a CPU
 
 
-def readme_commands():
-    """`[VAR=value ...] uv run ...` lines from the README's code blocks, continuations joined, comments dropped.
-
-    Returns (env, argv-after-`uv run`) pairs."""
-    text = (ROOT / "README.md").read_text()
-    commands = []
+def command_lines(text):
+    """(command, comment) for each line of the code blocks in `text`, continuations joined."""
     for block in re.findall(r"```(?:bash)?\n(.*?)```", text, flags=re.S):
         for line in block.replace("\\\n", " ").splitlines():
-            words = shlex.split(line.split("#", 1)[0])
-            env = {}
-            while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
-                key, value = words.pop(0).split("=", 1)
-                env[key] = value
-            if words[:2] == ["uv", "run"]:
-                commands.append((env, words[2:]))
+            code, _, comment = line.partition("#")
+            yield code, comment.strip()
+
+
+def readme_commands():
+    """`[VAR=value ...] uv run ...` lines from the code blocks of the README and every docs page, comments dropped,
+    each command once (in the order a reader meets them).
+
+    Returns (env, argv-after-`uv run`) pairs."""
+    commands = []
+    for code, _ in command_lines(all_text()):
+        if not re.match(r"\s*(?:[A-Z_]+=\S*\s+)*uv run\s", code):
+            continue  # output quoted in a block, not a command
+        words = shlex.split(code)
+        env = {}
+        while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
+            key, value = words.pop(0).split("=", 1)
+            env[key] = value
+        if words[:2] == ["uv", "run"] and (env, words[2:]) not in commands:
+            commands.append((env, words[2:]))
     return commands
 
 
@@ -48,8 +59,37 @@ COMMANDS = [argv for _, argv in readme_commands()]
 
 
 def test_readme_has_the_two_setup_commands():
-    assert ["03_simple_mlp.py", "--compile"] in COMMANDS
-    assert ["pytest"] in COMMANDS
+    first = [shlex.split(code)[2:] for code, _ in command_lines(page("README.md")) if code.startswith("uv run")]
+    assert first[:2] == [["03_simple_mlp.py", "--compile"], ["pytest"]]
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    linked = {(ROOT / target.split("#")[0]).resolve() for target in links(page("README.md"))}
+    unlinked = [p.name for p in pages()[1:] if p.resolve() not in linked]
+    assert len(pages()) > 1 and not unlinked, unlinked
+
+
+def test_every_relative_link_resolves():
+    """A link to a file names one that exists; a link to `#anchor` (here or in another page) names a heading there."""
+    checked = 0
+    for source in pages():
+        for target in links(source.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue  # https://..., not this repository's
+            path, _, anchor = target.partition("#")
+            dest = (source.parent / path).resolve() if path else source
+            assert dest.is_file(), f"{source.name}: {target} names no file"
+            if anchor:
+                headings = re.findall(r"^#+ (.*)$", re.sub(r"```.*?```", "", dest.read_text(), flags=re.S), flags=re.M)
+                assert anchor in [slug(h) for h in headings], f"{source.name}: {target} names no heading"
+            checked += 1
+    assert checked >= 20
+
+
+def test_slug_is_githubs():
+    assert slug("`02_linear.py` — one `nn.Linear`, one kernel") == "02_linearpy--one-nnlinear-one-kernel"
+    assert slug("No GPU?") == "no-gpu"
+    assert slug("Guess first, then look: `inspect_trace.py`") == "guess-first-then-look-inspect_tracepy"
 
 
 def test_readme_commands_run_through_uv_under_uv_run():
@@ -88,10 +128,18 @@ def smaller(argv, table=SMALLER):
     return argv
 
 
+def smaller_name(path, table=SMALLER):
+    """A trace's path or file name as the smaller run here writes it: `--size N` is the name's leading shape."""
+    for (flag, value), (here, _) in table.items():
+        if flag == "--size":
+            path = re.sub(rf"(^|/){value}_", rf"\g<1>{here}_", path)
+    return path
+
+
 def as_run_here(argv, out):
     """The README command on the CPU lane (at a CPU-sized size), writing under `out`, not traces/ or bench_results/."""
     argv = smaller(argv)
-    argv = [str(out / a[len("traces/"):]) if a.startswith("traces/") else a for a in argv]
+    argv = [str(out / smaller_name(a[len("traces/"):])) if a.startswith("traces/") else a for a in argv]
     # Pictures the README shows are re-made elsewhere: tests/test_plot.py compares them with the committed ones.
     argv = [str(out / a[len("results/"):]) if a.startswith("results/") and a.endswith(".png") else a for a in argv]
     if argv[0] in SCRIPTS:
@@ -132,13 +180,13 @@ class Runs:
 
     def trace(self, path):
         """The README's traces/<script>/<file>: made by that script's README commands (run as needed)."""
-        local = self.out / path[len("traces/"):]
+        local = self.out / smaller_name(path[len("traces/"):])
         script = path.split("/")[1] + ".py"
         for argv in (c for c in COMMANDS if c[0] == script and "--open" not in c):
             if local.exists():
                 break
             self.run(argv)
-        assert local.exists(), f"no README command of {script} writes {path}"
+        assert local.exists(), f"no command of the README or a docs page runs {script} to write {path}"
         return local
 
 
@@ -185,6 +233,73 @@ def test_readme_command_runs(argv, runs):
                 assert "BROKEN" not in proc.stdout, proc.stdout[-3000:]
 
 
+def named_traces():
+    """(argv, file name) for each script command whose comment starts with the name of the trace it writes."""
+    named = []
+    for code, comment in command_lines(all_text()):
+        words = shlex.split(code) if code.lstrip().startswith("uv run ") else []
+        m = re.match(r"(?:traces/\w+/)?([\w.-]+_(?:eager|compile))(?:\.json)?\b", comment)
+        if words[:2] == ["uv", "run"] and words[2] in SCRIPTS and m:
+            named.append((words[2:], m.group(1)))
+    return named
+
+
+NAMED = named_traces()
+
+
+@pytest.mark.parametrize("argv,name", NAMED, ids=[" ".join(c) for c, _ in NAMED])
+def test_a_trace_named_beside_a_command_is_what_it_writes(argv, name, runs):
+    """`uv run 01_matmul_add.py --size 4096 --active 20   # 4096_bf16_cold_active20_eager: ...`: the name is the
+    file that command writes (here at the smaller size), so each of a page's runs can be found, and compared."""
+    proc = runs.run(argv)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    written = re.search(r"^wrote (\S+)\.json$", proc.stdout, flags=re.M).group(1)
+    assert Path(written).name == smaller_name(name)
+
+
+def test_trace_names_are_read_from_the_comments():
+    assert len(NAMED) >= 9  # Part 1's commands name their files
+    assert (["01_matmul_add.py", "--size", "64"], "64_bf16_cold_eager") in NAMED
+    assert smaller_name("4096_bf16_cold_eager") == "1024_bf16_cold_eager"
+    assert smaller_name("01_matmul_add/4096_bf16_cold_eager.json") == "01_matmul_add/1024_bf16_cold_eager.json"
+    assert smaller_name("05_attention/4x4096_x.json") == "05_attention/4x4096_x.json"  # not a leading size
+
+
+def unvarying(text, out=None):
+    """What a run prints that does not vary from run to run: the output folder read as traces/, the torch version,
+    timings (numbers with a thousands separator or a decimal point) and the column widths they set all masked."""
+    if out is not None:
+        text = text.replace(f"{Path(out).resolve()}/", "traces/")
+    text = re.sub(r"\btorch [^,\s]+,", "torch <version>,", text)
+    text = re.sub(r"\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+", "#", text)
+    text = re.sub(r"-{2,}", "--", text)
+    return re.sub(r"[ \t]+", " ", text)
+
+
+def test_unvarying_masks_timings_only():
+    assert unvarying("1  aten::mm   16,556,008  8,111,178–18,896,617") == "1 aten::mm # #–#"
+    assert unvarying("op  ----------  334.3   0.9%") == "op -- # #%"
+    assert unvarying("torch 2.15.0+cu132, bf16") == "torch <version>, bf16"
+    assert unvarying("3 active ProfilerStep (#2, #3, #4); 5 confirmed") == "3 active ProfilerStep (#2, #3, #4); 5 confirmed"
+    assert unvarying("wrote /x/y/03_simple_mlp/a.json", out=Path("/x/y")) == "wrote traces/03_simple_mlp/a.json"
+
+
+def test_readme_shows_what_the_first_command_prints(runs):
+    """The output quoted under the set-up commands is what `uv run 03_simple_mlp.py --compile` prints on a CPU:
+    its pieces (cut at `…` lines) in order, timings and the torch version aside."""
+    text = page("README.md")
+    quoted = re.search(r"```\n(03_simple_mlp: CPU, .*?)```", text, flags=re.S).group(1)
+    assert "torch 2.15.0" in quoted  # as printed, with the torch uv.lock pins
+    proc = runs.run(["03_simple_mlp.py", "--compile"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed, pos = unvarying(proc.stdout, runs.out), 0
+    for piece in unvarying(quoted).split("\n…\n"):
+        found = printed.find(piece, pos)
+        assert found >= 0, f"the README quotes:\n{piece}\n\nbut the run printed:\n{proc.stdout}"
+        pos = found + len(piece)
+    assert quoted.count("\n…\n") == 3 and quoted.rstrip().endswith("5 confirmed, 0 broken, 2 not applicable")
+
+
 OPEN = [c for c in COMMANDS if "--open" in c]
 
 
@@ -221,14 +336,18 @@ def test_readme_open_command_serves_the_trace_once(argv, runs):
 
 
 def test_readme_example_output_is_what_the_h200_trace_gives():
-    """The expectations block quoted in the README, re-derived from the committed H200 trace."""
+    """The H200 expectations block quoted in the Part 2 page, re-derived from the committed H200 trace; the command
+    it is shown under is the one that recorded that trace (tests/data/record_h200.sh)."""
     import importlib
     import io
 
     import inspect_trace as it
 
-    text = (ROOT / "README.md").read_text()
+    text = page("docs/02_03_mlp.md")
     quoted = re.search(r"```\n(Expectations \(guess first, then look\):\n.*?)```", text, flags=re.S).group(1)
+    shown_under = re.findall(r"```bash\n(.*?)\n", text[:text.index(quoted)])[-1]  # the first line of the last block
+    recorded = re.search(r"^ *rec mlp_eager (.*)$", (ROOT / "tests/data/record_h200.sh").read_text(), flags=re.M)
+    assert shown_under == f"uv run {recorded.group(1)}"
     import argparse
 
     # The recorded run: eager, 3 active steps (the post's command, as in tests/data/record_h200.sh).
@@ -245,7 +364,7 @@ def test_readme_bench_table_is_the_committed_h200_record():
     import bench
 
     record = json.loads((ROOT / "results/bench_h200.json").read_text())
-    assert bench.markdown_table(record) in (ROOT / "README.md").read_text()
+    assert bench.markdown_table(record) in page("docs/04_fused_mlp.md")
 
 
 def test_readme_attention_table_is_the_committed_h200_record():
@@ -254,8 +373,7 @@ def test_readme_attention_table_is_the_committed_h200_record():
 
     import bench_attention
 
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("### `05_attention.py`"):text.index("### `06_model.py`")]
+    section = page("docs/05_attention.md")
     path = ROOT / "results/bench_attention_h200.json"
     if not path.exists():
         assert "TODO(H200)" in section  # the placeholder stays until the record is committed
@@ -292,7 +410,7 @@ def test_readme_attention_breakages_are_the_committed_traces():
 
     import inspect_trace as it
 
-    text = " ".join((ROOT / "README.md").read_text().split())
+    text = " ".join(page("docs/05_attention.md").split())
     t = it.load_trace(ROOT / "tests/data/h200_attention_decode_flash.json.gz")
     kv = 2 * 4 * 8 * 2048 * 128 * 2  # K and V, batch 4, 8 KV heads, 2048 entries, head_dim 128, bf16
     assert f"cache: {kv // 2**20} MiB of KV" in text

@@ -1,4 +1,4 @@
-"""Every number README.md quotes, re-derived from committed data: the H200 traces in tests/data/ and the
+"""Every number README.md and the docs/*.md pages quote, re-derived from committed data: the H200 traces in tests/data/ and the
 benchmark record in results/bench_h200.json (or, for sizes and defaults, from the code that sets them).
 The benchmark table and the line above it are bench.markdown_table(results/bench_h200.json): test_readme.py;
 06_model's benchmark table is bench_model.markdown(results/bench_model_h200.json), checked here.
@@ -14,9 +14,10 @@ import re
 from pathlib import Path
 
 import pytest
+from doc_pages import all_text, page, section
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text()
+README = all_text()  # the README and every docs page: a number is checked wherever it is quoted
 
 
 def kernel_us(trace: str, pattern: str) -> float:
@@ -30,7 +31,7 @@ def kernel_us(trace: str, pattern: str) -> float:
 
 def one(pattern: str, text: str = README) -> re.Match:
     found = list(re.finditer(pattern, text, flags=re.M))
-    assert len(found) == 1, f"{pattern!r} found {len(found)} times in the README"
+    assert len(found) == 1, f"{pattern!r} found {len(found)} times in the README and docs pages"
     return found[0]
 
 
@@ -115,6 +116,39 @@ def test_sizes_and_defaults():
     assert quoted(r"or after (\d+) minutes\)") == [serve_default / 60]
 
 
+def test_setup_cost():
+    """README: the first command 'downloads about 3.1 GB of wheels (3.0 GB of them torch, Triton and NVIDIA's CUDA
+    libraries), and `.venv` then holds about 5.8 GB': for each package installed here, the wheel uv.lock pins that
+    fits this interpreter best (the installer's rule), and the files under .venv."""
+    import os
+    import platform
+    import sys
+    from importlib import metadata
+
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.11+ reads TOML")
+    from packaging.tags import sys_tags
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+
+    if (sys.platform, platform.machine()) != ("linux", "x86_64") or Path(sys.prefix).resolve() != (ROOT / ".venv").resolve():
+        pytest.skip("the README's figures are for the project's own environment on Linux x86_64")
+    rank = {tag: i for i, tag in enumerate(sys_tags())}
+    installed = {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions()}
+    wheels, cuda = 0, 0
+    for package in tomllib.loads((ROOT / "uv.lock").read_text())["package"]:
+        if installed.get(canonicalize_name(package["name"])) != package.get("version"):
+            continue
+        fits = [(min(rank[t] for t in tags if t in rank), w["size"]) for w in package.get("wheels", [])
+                for tags in [parse_wheel_filename(w["url"].rsplit("/", 1)[1])[3]] if any(t in rank for t in tags)]
+        size = min(fits)[1]  # a package installed here has a wheel that fits (none is built from source)
+        wheels += size
+        cuda += size if package["name"] in ("torch", "triton") or package["name"].startswith(("nvidia-", "cuda-")) else 0
+    venv = sum(os.lstat(os.path.join(d, f)).st_size for d, _, files in os.walk(ROOT / ".venv") for f in files)
+    said = r"downloads about (\d\.\d) GB of wheels \((\d\.\d) GB of them torch, Triton and NVIDIA's CUDA libraries\), " \
+           r"and `\.venv` then holds about (\d\.\d) GB"
+    assert quoted(said.replace(" ", r"\s+")) == [
+        round(wheels / 1e9, 1), round(cuda / 1e9, 1), round(venv / 1e9, 1)]
+
+
 def test_gzip_is_about_ten_times_smaller():
     ratios = [len(gzip.decompress(p.read_bytes())) / p.stat().st_size for p in (ROOT / "tests/data").glob("*.json.gz")]
     assert len(ratios) >= 10
@@ -185,14 +219,14 @@ def test_model_prose_numbers():
 def test_model_benchmark_table_is_the_committed_h200_record():
     import bench_model
 
-    section = README[README.index("### `06_model.py`"):README.index("### Output layout")]
+    model_page = page("docs/06_model.md")
     path = ROOT / "results/bench_model_h200.json"
     if not path.exists():
-        assert bench_model.TABLE_HEADER not in section, "a model benchmark table in the README, but no record behind it"
+        assert bench_model.TABLE_HEADER not in model_page, "a model benchmark table in the page, but no record behind it"
         pytest.skip("no committed H200 record yet")
     record = json.loads(path.read_text())
-    assert bench_model.markdown(record) in section, "the README's table is not bench_model.markdown() of the record"
-    assert "results/bench_model_h200.json" in section  # where a reader finds the whole record
+    assert bench_model.markdown(record) in model_page, "the page's table is not bench_model.markdown() of the record"
+    assert "results/bench_model_h200.json" in model_page  # where a reader finds the whole record
 
 
 def test_model_benchmark_prose():
@@ -258,7 +292,7 @@ def test_mlp_benchmark_prose():
     """The sentences under the MLP benchmark table, from results/bench_h200.json."""
     record = json.loads((ROOT / "results/bench_h200.json").read_text())
     shapes = {(r["M"], r["dim"], r["hidden"]): r for r in record["shapes"]}
-    section = README[README.index("## Benchmark: every GeGLU MLP"):README.index("## Tests")]
+    bench_section = section(page("docs/04_fused_mlp.md"), "## Benchmark: every GeGLU MLP side by side")
 
     def best_other(r, column="median_us"):
         others = {k: v[column] for k, v in r["variants"].items() if k != "fused" and column in v}
@@ -279,20 +313,20 @@ def test_mlp_benchmark_prose():
                 / r["variants"]["fused"][column] for r in decode}
         assert min(lead, key=lead.get) == (1, 4096, 11008), lead
     assert quoted(r"\((\d+\.\d) vs (\d+\.\d) µs from Python, (\d+\.\d) vs (\d+\.\d) on the GPU alone\)",
-                  section) == [round(one_token[k][c], 1) for c in ("median_us", "graph_median_us")
+                  bench_section) == [round(one_token[k][c], 1) for c in ("median_us", "graph_median_us")
                                for k in ("fused", "max-autotune")]
     # "no faster than plain torch.compile: level at 4096x4096->11008, 7% slower at the post's shape"
     ratio = {shape: shapes[shape]["variants"]["max-autotune"]["median_us"] / shapes[shape]["variants"]["compile"][
         "median_us"] for shape in [(8192, 768, 3072), (4096, 4096, 11008)]}
     assert abs(ratio[(4096, 4096, 11008)] - 1) < 0.01
-    assert quoted(r"level at 4096×4096→11008, (\d+)% slower at the post's shape", section) == [
+    assert quoted(r"level at 4096×4096→11008, (\d+)% slower at the post's shape", bench_section) == [
         round(100 * (ratio[(8192, 768, 3072)] - 1))]
     quarter = shapes[(2048, 768, 3072)]["variants"]
     assert best_other(shapes[(2048, 768, 3072)]) == "compile"
-    assert quoted(r"\((\d+\.\d) µs against compile's (\d+\.\d)\)", section) == [
+    assert quoted(r"\((\d+\.\d) µs against compile's (\d+\.\d)\)", bench_section) == [
         round(quarter["fused"]["median_us"], 1), round(quarter["compile"]["median_us"], 1)]
     sizes = [(1, 4096, 11008), (1, 2048, 16384), (1, 4096, 14336)]  # Llama-2-7B, Gemma-2B, Llama-3-8B
-    assert quoted(r"reaches (0\.\d\d),\s+(0\.\d\d) and (0\.\d\d) of the floor", section) == [
+    assert quoted(r"reaches (0\.\d\d),\s+(0\.\d\d) and (0\.\d\d) of the floor", bench_section) == [
         round(shapes[s]["floor_us"] / shapes[s]["variants"]["fused"]["median_us"], 2) for s in sizes]
     llama = [r for r in record["shapes"] if r["dim"] == 4096 and "host_us" in r["variants"]["fused"]]
     assert len(llama) == 4  # "the four Llama-sized decode rows"
@@ -303,4 +337,4 @@ def test_mlp_benchmark_prose():
         return [round(f(r["variants"][name]["host_us"] for r in llama), 1) for f in (min, max)]
 
     assert quoted(r"cost\s+the host (\d+\.\d)–(\d+\.\d) µs for the fused MLP and (\d+\.\d)–(\d+\.\d) µs for eager",
-                  section) == span("fused") + span("eager")
+                  bench_section) == span("fused") + span("eager")
