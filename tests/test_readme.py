@@ -18,13 +18,15 @@ from doc_pages import all_text, links, page, pages, slug
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = {"01_matmul_add.py", "02_linear.py", "03_simple_mlp.py", "03_kernels_mlp.py", "04_fused_mlp.py",
-           "05_attention.py", "06_model.py"}
+           "05_attention.py", "06_model.py", "07_train_step.py"}
 BENCHES = {"bench.py", "bench_attention.py", "bench_model.py"}
 # 05_attention.py's defaults are Llama-3-8B's attention (4 x 2048 tokens, 32 heads): minutes and gigabytes on a
 # CPU. On the CPU, its commands that give no shape run at this one (the scores still outweigh every other
 # activation, so the memory expectations mean the same); with --device cuda they run as written.
 CPU_SHAPE = {"05_attention.py": ["--batch", "1", "--seq", "512", "--heads", "2", "--kv_heads", "1", "--head_dim", "16"],
-             "06_model.py": ["--preset", "tiny", "--seq", "32"]}  # 4 Gemma-2B layers: 1 GB of weights, slow on a CPU
+             "06_model.py": ["--preset", "tiny", "--seq", "32"],  # 4 Gemma-2B layers: 1 GB of weights, slow on a CPU
+             # a training step of the post's MLP is three forwards' work: seconds per step at these sizes
+             "07_train_step.py": ["--batch", "2", "--seq", "32", "--dim", "64", "--hidden", "256"]}
 
 
 def command_lines(text):
@@ -116,7 +118,10 @@ def command(argv):
 
 # Part 1's 4096 runs do 4096³ bf16 GEMMs: about a second per call on 2 CPU cores, and up to 25 calls per run.
 # Here they run at 1024 (64× less work), every other flag as written; the GPU runs them at full size.
-SMALLER = {("--size", "4096"): ("1024", "a 4096³ bf16 GEMM takes a second or more per call on 2 CPU cores")}
+SMALLER = {("--size", "4096"): ("1024", "a 4096³ bf16 GEMM takes a second or more per call on 2 CPU cores"),
+           # 07_train_step.py's decoder: the same architecture at 06's tiny preset (2 Gemma-2B layers train at
+           # minutes per step on a CPU)
+           ("--model", "gemma-2b"): ("tiny", "two Gemma-2B-shaped layers train at minutes per step on 2 CPU cores")}
 
 
 def smaller(argv, table=SMALLER):

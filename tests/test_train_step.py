@@ -471,3 +471,44 @@ def test_backward_annotation_holds_the_autograd_threads_kernels():
     assert len(truth) == 3 and min(truth) > 400  # the MLP's backward: six GEMMs and the pointwise grads
     per = it.gpu_time_by_annotation(it.load_trace(path))
     assert per["backward"] == pytest.approx(truth, rel=1e-9)
+
+
+def _phase_gpu(name: str) -> dict[str, tuple[float, float]]:
+    """Per phase of a committed H200 training trace: (median GPU µs, median kernels) over its steps, from the raw
+    JSON: GPU work whose launch falls inside the phase's record_function span (any thread)."""
+    data = json.loads(gzip.decompress((TRAIN / f"h200_train_{name}.json.gz").read_bytes()))
+    ev = data["traceEvents"]
+    gpu = {e["args"]["correlation"]: e for e in ev
+           if e.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy") and "correlation" in e.get("args", {})}
+    launches = [e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")
+                and e.get("args", {}).get("correlation") in gpu]
+    out = {}
+    for phase in ("forward", "backward", "optimizer"):
+        per_step = []
+        for s in (e for e in ev if e.get("cat") == "user_annotation" and e["name"] == phase):
+            inside = [gpu[e["args"]["correlation"]] for e in launches if s["ts"] <= e["ts"] <= s["ts"] + s["dur"]]
+            per_step.append((sum(g["dur"] for g in inside), sum(g["cat"] == "kernel" for g in inside)))
+        out[phase] = (sorted(u for u, _ in per_step)[len(per_step) // 2],
+                      sorted(k for _, k in per_step)[len(per_step) // 2])
+    return out
+
+
+TRAIN = Path(__file__).parent / "data" / "train"
+
+
+def test_docs_h200_numbers_are_the_committed_traces():
+    """docs/07_train_step.md's H200 table and memory peaks, re-derived from tests/data/train."""
+    page = " ".join((Path(__file__).parent.parent / "docs" / "07_train_step.md").read_text().split())
+    for impl, name in (("for-loop", "mlp_forloop"), ("foreach", "mlp_foreach"), ("fused", "mlp_fused")):
+        p = _phase_gpu(name)
+        row = (f"| {impl} | {p['forward'][0]:.1f} | {p['backward'][0]:.1f} | {p['optimizer'][0]:.1f} | "
+               f"{p['optimizer'][1]} |")
+        assert row in page, row
+    fl, fe = _phase_gpu("mlp_forloop")["optimizer"], _phase_gpu("mlp_foreach")["optimizer"]
+    assert fe[0] > fl[0] and fe[1] < fl[1]  # the mismatch the page points at
+    assert f"({fe[0]:.1f} against {fl[0]:.1f} µs)" in page
+    for name, label in (("mlp4_memory", "peaks at"), ("mlp4_ckpt_memory", "`--checkpoint` at")):
+        t = json.loads((TRAIN / f"h200_train_{name}.memory.json").read_text())
+        total = max(sum(v[i] for v in t["bytes"].values()) for i in range(len(t["times_us"])))
+        act = max(t["bytes"]["activation"])
+        assert f"{label} {total / 2**20:,.1f} MiB" in page and f"activations {act / 2**20:,.1f} MiB" in page
