@@ -49,7 +49,8 @@ class FakeProfile:
 
 
 def make_run(out, gzip_=False, cuda=False):
-    args = argparse.Namespace(out=out, gzip=gzip_, dtype="bf16", warmup=0, compile=False, open=False)
+    args = argparse.Namespace(out=out, gzip=gzip_, dtype="bf16", warmup=0, compile=False, open=False,
+                              sync_each_step=False, **common.SCHEDULE)
     return common.Run("02_linear", args, torch.device("cuda" if cuda else "cpu"), torch.bfloat16)
 
 

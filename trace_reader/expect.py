@@ -310,8 +310,9 @@ def args_from_trace(script: str, trace: Trace) -> _ArgsFromTrace:
         a.dtype = dtype
     dims = words[0].split("x") if words and all(d.isdigit() for d in words[0].split("x")) else []
     names = SCRIPTS[script]
-    if script == "01_matmul_add" and len(dims) in (1, 2):
-        a.size, a.batched = int(dims[-1]), int(dims[0]) if len(dims) == 2 else None
+    bmm = next((int(w[3:]) for w in words if re.fullmatch(r"bmm\d+", w)), None)  # 01's --batched B: _bmmB
+    if script == "01_matmul_add" and len(dims) in (1, 2):  # BxN: the name 01 gave a --batched run before _bmmB
+        a.size, a.batched = int(dims[-1]), bmm or (int(dims[0]) if len(dims) == 2 else None)
     elif script == "01_matmul_add":  # a renamed file: Part 1's square matrices, from the first GEMM's shapes
         shapes = [_shape(e.args["Input Dims"][-1]) for e in spans if e.cat == "cpu_op" and e.name in GEMM_OPS
                   and isinstance(e.args.get("Input Dims"), list) and e.args["Input Dims"]]
