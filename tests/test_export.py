@@ -538,6 +538,21 @@ def test_open_with_a_busy_port_fails_before_the_run(tmp_path):
     assert "wrote" not in proc.stdout and not (tmp_path / "out").exists()
 
 
+def test_inspect_trace_open_with_a_busy_port_fails_before_the_report(capsys):
+    import socket
+
+    import inspect_trace
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        code = inspect_trace.main(["--open", "--port", str(port), str(ROOT / "tests/data/h200_linear_eager.json.gz")])
+    said = capsys.readouterr()
+    assert code == 2 and said.out == ""  # no report first
+    assert said.err.startswith(f"inspect_trace.py: error: port {port} is in use") and said.err.count("\n") == 1
+
+
 @pytest.mark.subprocess
 def test_ctrl_c_while_serving_after_the_run(tmp_path):
     proc = subprocess.Popen([sys.executable, str(ROOT / "02_linear.py"), *LINEAR, "--open", "--port", "0",
