@@ -151,9 +151,9 @@ def test_warm_fp32_gzip_and_active(tmp_path):
     proc = run("02_linear.py", *LINEAR, "--warmup", "2", "--dtype", "fp32", "--gzip", "--active", "5",
                "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    trace = tmp_path / "02_linear/16x8x12_fp32_warm_eager.json.gz"
+    trace = tmp_path / "02_linear/16x8x12_fp32_warm_active5_eager.json.gz"
     assert sorted(steps(load(trace))) == [f"ProfilerStep#{k}" for k in range(2, 7)]
-    assert (tmp_path / "02_linear/16x8x12_fp32_warm_eager.txt").exists()
+    assert (tmp_path / "02_linear/16x8x12_fp32_warm_active5_eager.txt").exists()
 
 
 @pytest.mark.parametrize("args,says", [
@@ -184,11 +184,13 @@ def test_device_cuda_without_gpu(tmp_path):
 
 def test_interrupted_run_keeps_the_previous_trace(tmp_path):
     big = ["--batch", "4096", "--in_dim", "1024", "--out_dim", "1024", "--out", str(tmp_path)]
-    first = run("02_linear.py", *big, "--active", "1")
-    assert first.returncode == 0, first.stderr
-    trace = tmp_path / "02_linear/4096x1024x1024_bf16_cold_eager.json"
+    # An earlier run's pair, under the name this run writes (its flags: --active 1000)
+    trace = tmp_path / "02_linear/4096x1024x1024_bf16_cold_active1000_eager.json"
+    trace.parent.mkdir(parents=True)
+    trace.write_text('{"traceEvents": []}')
+    trace.with_suffix(".txt").write_text("the earlier table\n")
     before = trace.read_bytes()
-    # The same run made long (1000 steps of ~0.1 s), interrupted while it profiles: the earlier trace survives.
+    # A long run (1000 steps of ~0.1 s), interrupted while it profiles: the earlier trace survives.
     proc = subprocess.Popen([sys.executable, str(ROOT / "02_linear.py"), *big, "--active", "1000", "--device", "cpu"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
