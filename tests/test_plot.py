@@ -237,7 +237,7 @@ def test_bench_chart_takes_a_memory_floor_and_any_benchmarks_shapes(tmp_path):
 
 def test_rates_keep_three_figures_in_a_unit_that_fits():
     assert [plot.flop_rate(x) for x in (707.3, 1.0, 0.999, 0.0523)] == [
-        "707 TFLOP/s", "1.0 TFLOP/s", "999 GFLOP/s", "52.3 GFLOP/s"]
+        "707 TFLOP/s", "1 TFLOP/s", "999 GFLOP/s", "52.3 GFLOP/s"]
     assert [plot.byte_rate(x) for x in (4.2512, 1.0, 0.999, 0.0091)] == ["4.25 TB/s", "1.00 TB/s", "999 GB/s", "9.1 GB/s"]
 
 
