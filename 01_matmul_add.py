@@ -100,7 +100,7 @@ def main():
     def step():
         return forward(x, w, bias)
 
-    common.record(run, step, "matmul_add", f"{args.batched}x{n}" if args.batched else f"{n}", expectations(args))
+    common.record(run, step, "matmul_add", f"{n}", expectations(args), flags=f"_bmm{b}" if args.batched else "")
 
 
 if __name__ == "__main__":

@@ -82,11 +82,11 @@ def liger_layers():
         return geglu, "liger-kernel package"
 
 
-LIGER_H200_TRACE = "tests/data/h200_liger.json.gz"  # this script's trace, recorded on an H200
+LIGER_H200_TRACE = common.ROOT / "tests/data/h200_liger.json.gz"  # this script's trace, recorded on an H200
 ON_CPU = (f"Liger's Triton kernel needs a CUDA GPU (Triton's CPU interpreter cannot run its libdevice tanh), so the "
           f"script stops at once with exit code 2, before reaching for the Hub. Open the H200 trace instead: "
-          f"uv run inspect_trace.py --open {LIGER_H200_TRACE}; or see the same fusion on the CPU: "
-          "uv run 03_simple_mlp.py --compile")
+          f"{common.uv_run('inspect_trace.py', '--open', LIGER_H200_TRACE)}; or see the same fusion on the CPU: "
+          f"{common.uv_run('03_simple_mlp.py', '--compile')}")
 
 
 def main():
@@ -97,10 +97,10 @@ def main():
     no_triton = importlib.util.find_spec("triton") is None  # Triton has Linux wheels only (see pyproject.toml)
     if not run.cuda or no_triton:  # before the Hub: no point waiting up to HUB_TIMEOUT for a kernel that cannot run
         raise common.Fail("Liger's Triton kernel needs a CUDA GPU" + (" and Triton, which installs on Linux only"
-                          if no_triton else "") + f". Read the run it makes on an H200: uv run inspect_trace.py "
-                          f"{LIGER_H200_TRACE}, or in Perfetto: uv run inspect_trace.py --open {LIGER_H200_TRACE}; "
-                          "the same fusion on this machine: uv run 03_simple_mlp.py --compile (the fused C++ kernel, "
-                          "the CPU twin)")
+                          if no_triton else "") + ". Read the run it makes on an H200: "
+                          f"{common.uv_run('inspect_trace.py', LIGER_H200_TRACE)}, or in Perfetto: "
+                          f"{common.uv_run('inspect_trace.py', '--open', LIGER_H200_TRACE)}; the same fusion on this "
+                          f"machine: {common.uv_run('03_simple_mlp.py', '--compile')} (the fused C++ kernel, the CPU twin)")
     common.describe(run)
 
     layers, source = liger_layers()

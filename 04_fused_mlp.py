@@ -15,6 +15,8 @@ What to look for in the trace (Perfetto, or the report printed below):
 Triton's kernels need a CUDA GPU. On a CPU, TRITON_INTERPRET=1 runs the same kernel in Triton's
 interpreter (numpy, slow: use tiny shapes), e.g.
     TRITON_INTERPRET=1 uv run 04_fused_mlp.py --batch 2 --seq 8 --dim 32 --hidden 64
+There each launch is a CPU span named after the kernel (_geglu_pointer_kernel or _geglu_small_m_kernel),
+around the interpreter's own ops (aten::new_empty, set_, copy_: its tensors, not the kernel's math).
 """
 
 import common  # first: its Ctrl-C handler must be in place before torch's slow import
@@ -41,13 +43,15 @@ def expectations(args):
         it.cpu_op("aten::mul", present=False),
         it.kernels_per_step(2, "the fused gate/up GEMM with the GeGLU epilogue + down_proj"),
         it.kernel(r"^_geglu_(tma|pointer|small_m)_kernel$", per_step=1),
+        it.cpu_event(r"^_geglu_(tma|pointer|small_m)_kernel$"),  # Triton's interpreter on a CPU: a span per launch
     ]
 
 
+H200_TRACE = common.ROOT / "tests/data/h200_fused_eager.json.gz"  # this script's trace, recorded on an H200
 ON_CPU = ("the Triton kernel needs a CUDA GPU, so a plain CPU run stops at once with exit code 2. With "
           "TRITON_INTERPRET=1, Triton's interpreter runs the same kernel on the CPU (slowly: tiny shapes only, e.g. "
           "--batch 2 --seq 8 --dim 32 --hidden 64), and the trace shows its CPU ops. The H200 trace: "
-          "uv run inspect_trace.py --open tests/data/h200_fused_eager.json.gz")
+          f"{common.uv_run('inspect_trace.py', '--open', H200_TRACE)}")
 
 
 def main():
@@ -57,14 +61,15 @@ def main():
     common.describe(run)
     if importlib.util.find_spec("triton") is None:  # Triton has Linux wheels only (see pyproject.toml)
         raise common.Fail("the fused kernel needs a CUDA GPU and Triton, which installs on Linux only; here run "
-                          "uv run 03_simple_mlp.py --compile (the CPU twin), or read the H200 run: "
-                          "uv run inspect_trace.py tests/data/h200_fused_eager.json.gz")
+                          f"{common.uv_run('03_simple_mlp.py', '--compile')} (the CPU twin), or read the H200 run: "
+                          f"{common.uv_run('inspect_trace.py', H200_TRACE)}")
     import fused_geglu  # imports Triton, so only once we know it is there
     from fused_geglu import FusedGeGLUMLP
 
     if not run.cuda and not fused_geglu.INTERPRET:
         raise common.Fail("the fused Triton kernel needs a CUDA GPU; on a CPU run it in Triton's interpreter at a tiny "
-                          "shape: TRITON_INTERPRET=1 uv run 04_fused_mlp.py --batch 2 --seq 8 --dim 32 --hidden 64")
+                          "shape: TRITON_INTERPRET=1 "
+                          f"{common.uv_run('04_fused_mlp.py', '--batch 2 --seq 8 --dim 32 --hidden 64')}")
     if fused_geglu.INTERPRET and tokens * d * h > 1 << 24:
         raise common.Fail(f"Triton's interpreter is far too slow for {tokens}x{d}x{h}; use a tiny shape, "
                           "e.g. --batch 2 --seq 8 --dim 32 --hidden 64")

@@ -42,6 +42,7 @@ BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIE
 FLASH_KERNEL, FLASH_COMBINE = r"flash_fwd_(splitkv_)?kernel", r"flash_fwd_splitkv_combine"
 SDPA_KERNEL = {"cudnn": r"cudnn", "flash": FLASH_KERNEL, "efficient": r"fmha|efficient_attention",
                "auto": rf"cudnn|{FLASH_KERNEL}|fmha|efficient_attention"}
+CUDA_ONLY = {"cudnn", "efficient"}  # sdpa's CPU kernels: flash (aten::_scaled_dot_product_flash_attention_for_cpu), math
 
 
 # FlexAttention is meant to be compiled (its docs): eager flex_attention runs a slow reference that
@@ -200,7 +201,10 @@ def main():
     dim = h * d
     # weights, activations, the KV cache; math's scores in the dtype, their fp32 softmax, and the fp32 reference's
     elements = 4 * dim * dim + 8 * b * s * dim + (5 * b * h * s_q * s if args.impl == "math" else 0)
-    run = common.setup(__file__, args, elements=elements + 4 * b * h * s_q * s)
+    # FlexAttention is always compiled (compiled_flex_attention): its runs are named _compile, and set up as such.
+    run = common.setup(__file__, args, elements=elements + 4 * b * h * s_q * s, compiled=args.impl == "flex")
+    if args.backend in CUDA_ONLY and not run.cuda:
+        raise common.Fail(f"--backend {args.backend} is CUDA-only; on a CPU, sdpa runs --backend flash or math (or auto)")
     common.describe(run)
 
     model = Attention(h, kv, d, args.impl).to(run.device, run.dtype).eval()
@@ -238,10 +242,12 @@ def main():
 
     name = f"{b}x{s}x{h}x{kv}x{d}_{args.impl}" + (f"_{args.backend}" if args.impl == "sdpa" else "")
     name += "_decode" if args.decode else ""
+    # flex is compiled either way; --compile compiles the whole block around it too: a trace of its own.
+    flags = "_block" if args.impl == "flex" and args.compile else ""
     score_bytes = b * h * s_q * s * run.dtype.itemsize
     kv_bytes = 2 * b * kv * s * d * run.dtype.itemsize
     guesses = expectations(args, score_bytes, kv_bytes, other_tensors(args, run.dtype.itemsize))
-    trace, _ = common.record(run, step, "attention_fwd", name, guesses, profile_memory=True)
+    trace, _ = common.record(run, step, "attention_fwd", name, guesses, profile_memory=True, flags=flags)
     print(memory.describe_peaks(it.load_trace(trace), score_bytes, "the score matrix"))
 
 

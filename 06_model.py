@@ -123,9 +123,9 @@ def is_geglu(config):
     return "gelu_pytorch_tanh" in (getattr(config, "hidden_act", None), getattr(config, "hidden_activation", None))
 
 
-def swap_mlps(model, kind, run):
-    """Replace every decoder layer's MLP by Liger's LigerGEGLUMLP or this suite's FusedGeGLUMLP, weights copied."""
-    config = model.config
+def mlp_maker(kind, config, run):
+    """make(config) -> --mlp KIND's MLP module; one line (Fail) when it cannot run here: checked before the model
+    is built, so a refusal costs nothing."""
     if not is_geglu(config):
         raise common.Fail(f"--mlp {kind} replaces a GeGLU MLP (gelu_pytorch_tanh); this config's is "
                           f"{getattr(config, 'hidden_act', '?')}")
@@ -141,9 +141,15 @@ def swap_mlps(model, kind, run):
                 return FusedGeGLUMLP(c.hidden_size, c.intermediate_size)
     except ImportError as e:
         raise common.Fail(f"--mlp {kind} needs the {e.name or '?'} package, which is not installed here") from None
+    return make
+
+
+def swap_mlps(model, kind, run):
+    """Replace every decoder layer's MLP by Liger's LigerGEGLUMLP or this suite's FusedGeGLUMLP, weights copied."""
+    make = mlp_maker(kind, model.config, run)
     for layer in decoder_layers(model)[1]:
         with run.device:  # built where it runs: no CPU initialisation of 100M parameters per layer
-            new = make(config).to(run.dtype).eval()
+            new = make(model.config).to(run.dtype).eval()
         try:
             new.load_state_dict(layer.mlp.state_dict())  # same names: gate_proj, up_proj, down_proj
         except RuntimeError as e:
@@ -236,9 +242,11 @@ def main():
     weights = L * (3 * d * h + 2 * d * (config.num_attention_heads + kv) * head_dim) + 2 * config.vocab_size * d
     activations = b * s * (4 * d + 3 * h + config.num_attention_heads * s)  # prefill's largest at once, scores too
     run = common.setup(__file__, args, elements=weights + 2 * L * b * kv * s * head_dim + activations)
-    common.describe(run)
     if args.cuda_graphs and not run.cuda:
         raise common.Fail("--cuda-graphs replays a CUDA graph, which needs a CUDA GPU; on this machine try --compile")
+    if args.mlp != "eager":
+        mlp_maker(args.mlp, config, run)  # a refusal now, not after building the model
+    common.describe(run)
     variant = "cudagraphs" if args.cuda_graphs else run.mode
     print(f"model: {config_name} ({type(config).__name__}), {L} layers, hidden {d}, intermediate {h}, "
           f"{config.num_attention_heads} heads / {kv} KV, head_dim {head_dim}, vocab {config.vocab_size}; "
@@ -271,11 +279,12 @@ def main():
             return forward(input_ids=token, use_cache=True, **{cache_kw: cache}).logits
 
     shape = f"{config_name}-{L}L_{args.phase}_{b}x{s}_mlp-{args.mlp}" + ("_cudagraphs" if args.cuda_graphs else "")
+    vocab = f"_vocab{args.vocab}" if args.vocab else ""  # the only size not already in the shape
     if args.compile:
         print("module spans: off under --compile (a record_function in a module hook splits Dynamo's graph)")
     else:
         print(f"module spans: {annotated} modules annotated by path (model.layers.0.mlp, ...)")
-    trace, _ = common.record(run, step, args.phase, shape, expectations(args, L, is_geglu(config)))
+    trace, _ = common.record(run, step, args.phase, shape, expectations(args, L, is_geglu(config)), flags=vocab)
     if not args.compile:
         print()
         print(modules.breakdown_text(modules.breakdown(it.load_trace(trace), args.phase)))

@@ -163,9 +163,12 @@ def cpu_median_us(fn, reps=5):
     return statistics.median(times)
 
 
+CPU_CEILINGS = "a 512^3 matmul and a 16 MiB copy on this CPU"  # what cpu_ceilings measures, for the printed line
+
+
 def cpu_ceilings(dtype):
-    """The CPU's small stand-ins for the ceilings, (TFLOP/s of a 512^3 matmul, GB/s of a 16 MiB copy read +
-    written): they only show a CPU smoke run's code path works, they are no yardstick."""
+    """The CPU's own ceilings, measured now: (TFLOP/s of a 512^3 matmul, GB/s of a 16 MiB copy read + written).
+    A CPU smoke run's floors and fractions are of this CPU at these small sizes: nothing to set beside a GPU's."""
     a, w = (torch.randn(512, 512, dtype=dtype) for _ in range(2))
     src = torch.empty(1 << 24, dtype=torch.uint8).random_()
     dst = torch.empty_like(src)

@@ -30,6 +30,7 @@ from torch.nn.attention.flex_attention import create_block_mask
 
 import bench
 import common
+from trace_reader.plot import byte_rate, flop_rate
 
 attention = importlib.import_module("05_attention")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -135,11 +136,12 @@ def bench_shape(shape, decode, dtype, device, ceiling, bandwidth, compiled_math)
 def format_shape(r):
     kind = "decode, 1 query token per sequence" if r["decode"] else "prefill, causal"
     lines = [f"\n{r['shape']} (BxSxHxKVxD, {kind}): {r['flops'] / 1e9:.2f} GFLOP, KV cache {r['kv_bytes'] / 1e6:.1f} MB"]
-    yard = "GB/s of KV  of copy bw" if r["decode"] else "TFLOP/s  of ceiling"
+    yard = "    KV read  of copy bw" if r["decode"] else "attention FLOP/s  of ceiling"
     lines.append(f"  {'variant':<16}{'µs':>10}{'spread':>8}  {yard}{'rel err':>10}")
     for name, v in r["variants"].items():
         spread = (max(v["rounds_us"]) - min(v["rounds_us"])) / v["median_us"]  # across rounds: the noise to beat
-        rate = f"{v['gbs']:10.0f}{v['of_bandwidth']:13.2f}" if r["decode"] else f"{v['tflops']:7.0f}{v['of_ceiling']:12.2f}"
+        rate = (f"{byte_rate(v['gbs'] / 1e3):>11}{v['of_bandwidth']:12.2f}" if r["decode"]
+                else f"{flop_rate(v['tflops']):>16}{v['of_ceiling']:12.2f}")
         mark = "  <- fastest" if name == r["fastest"] else ""
         lines.append(f"  {name:<16}{v['median_us']:10.1f}{spread:8.1%}  {rate}{v['rel_err']:10.1e}{mark}")
     lines += [f"  skipped: {name}: {why}" for name, why in r["skipped"].items()]
@@ -174,11 +176,12 @@ def main(argv=None):
     if device == "cuda":
         ceiling = bench.gemm_ceiling_tflops(dtype)
         bandwidth = 1e3 * bench.copy_bandwidth_tbps()  # GB/s
-    else:  # a small stand-in: the CPU numbers only show the code path works
+    else:  # the CPU's own, smaller yardsticks: its fractions are of this CPU, nothing to quote
         ceiling, bandwidth = bench.cpu_ceilings(dtype)
     compiled_math = torch.compile(attention.math_attention, dynamic=False)
     record = bench.versions(device)
-    table = [f"{record['device']}: {args.dtype} GEMM ceiling {ceiling:.0f} TFLOP/s, device copy {bandwidth:.0f} GB/s (measured now)"]
+    table = [f"{record['device']}: {args.dtype} GEMM ceiling {flop_rate(ceiling)}, device copy {byte_rate(bandwidth / 1e3)} "
+             f"(measured now{'' if device == 'cuda' else ': ' + bench.CPU_CEILINGS})"]
     print(table[0])
     results = []
     try:

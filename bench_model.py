@@ -48,7 +48,7 @@ import transformers
 
 import bench
 import common
-from trace_reader.plot import bench_chart_next_to
+from trace_reader.plot import bench_chart_next_to, byte_rate, flop_rate
 
 model_script = importlib.import_module("06_model")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -255,8 +255,8 @@ def markdown(record):
             rows.append(f"| {execution} | {mlp} | " + " | ".join(cells) + " |")
     m = record["model"]
     rows += ["", (f"Floors: prefill {prefill['floor_us'] / 1e3:.3f} ms ({prefill['flops'] / 1e9:.0f} GFLOP at "
-             f"{record['ceiling_tflops']:.0f} TFLOP/s), decode {decode['floor_us'] / 1e3:.3f} ms "
-             f"({decode['bytes'] / 1e6:.0f} MB at {record['copy_tbps']:.2f} TB/s); {m['preset']}, {m['layers']} "
+             f"{flop_rate(record['ceiling_tflops'])}), decode {decode['floor_us'] / 1e3:.3f} ms "
+             f"({decode['bytes'] / 1e6:.0f} MB at {byte_rate(record['copy_tbps'])}); {m['preset']}, {m['layers']} "
              f"layers, batch {m['batch']}, prompt {m['seq']}, {record['dtype']}, {record['device']}, "
              f"torch {record['torch']}, transformers {record['transformers']}.")]
     return "\n".join(rows)
@@ -279,12 +279,12 @@ def main(argv=None):
     torch.manual_seed(0)
     if cuda:
         ceiling, bandwidth = bench.gemm_ceiling_tflops(dtype), bench.copy_bandwidth_tbps()
-    else:  # small stand-ins: the CPU numbers only show the code path works
+    else:  # the CPU's own, smaller yardsticks: its floors and fractions are of this CPU, nothing to quote
         ceiling, bandwidth = bench.cpu_ceilings(dtype)
         bandwidth /= 1e3  # TB/s
     record = bench.versions(args.device)
-    table = [(f"{record['device']}: {args.dtype} GEMM ceiling {ceiling:.0f} TFLOP/s, device copy {bandwidth:.2f} "
-              "TB/s (measured now)"),
+    table = [(f"{record['device']}: {args.dtype} GEMM ceiling {flop_rate(ceiling)}, device copy {byte_rate(bandwidth)} "
+              f"(measured now{'' if cuda else ': ' + bench.CPU_CEILINGS})"),
              (f"model: {args.preset}, {args.layers} layers, hidden {config.hidden_size}, intermediate "
               f"{config.intermediate_size}, {config.num_attention_heads} heads / {config.num_key_value_heads} KV, "
               f"head_dim {config.head_dim}, vocab {config.vocab_size}; batch {args.batch}, seq {args.seq}")]

@@ -40,6 +40,7 @@ import errno  # noqa: E402
 import gzip  # noqa: E402
 import logging  # noqa: E402
 import re  # noqa: E402
+import shlex  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
@@ -66,12 +67,13 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile as _profile, record_function, schedule  # noqa: E402
 
 import inspect_trace  # noqa: E402
-from trace_reader.plot import plot_next_to  # noqa: E402 - imports matplotlib only when it draws
+from trace_reader.plot import CPU_HAS_NO_ROOFLINE, plot_next_to  # noqa: E402 - imports matplotlib only when it draws
 
 ROOT = Path(__file__).resolve().parent
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 MAX_DIM = 1 << 20  # a single size above a million is a typo, not an experiment
 MAX_ACTIVE = 1000
+SCHEDULE = {"wait": 1, "profiler_warmup": 1, "active": 3}  # the post's schedule(wait=1, warmup=1, active=3)
 WARMUP_CALLS = 3  # a bare --warmup: enough calls for cuBLAS heuristics, lazy loading and compilation to be done
 
 
@@ -117,12 +119,12 @@ def parser(doc: str, on_cpu: str | None = None, **sizes: int) -> argparse.Argume
                         "as in the post's `--warmup`); 0 = a cold run")
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
                    help="auto = CUDA when available, else the CPU")
-    p.add_argument("--wait", type=int_arg(0, MAX_ACTIVE), default=1, metavar="N",
+    p.add_argument("--wait", type=int_arg(0, MAX_ACTIVE), default=SCHEDULE["wait"], metavar="N",
                    help="profiler schedule: steps run without the profiler first (Part 1: wait=1, and wait=0 to see "
                         "the Activity Buffer Request)")
-    p.add_argument("--profiler-warmup", type=int_arg(0, MAX_ACTIVE), default=1, metavar="N",
+    p.add_argument("--profiler-warmup", type=int_arg(0, MAX_ACTIVE), default=SCHEDULE["profiler_warmup"], metavar="N",
                    help="profiler schedule: steps traced and thrown away before the active ones (Part 1: 1, and 0)")
-    p.add_argument("--active", type=int_arg(1, MAX_ACTIVE), default=3, metavar="N",
+    p.add_argument("--active", type=int_arg(1, MAX_ACTIVE), default=SCHEDULE["active"], metavar="N",
                    help="profiler schedule: steps kept in the trace (Part 1: 3, and 20 to see kernel times vary)")
     p.add_argument("--sync-each-step", action="store_true",
                    help="torch.cuda.synchronize() after every step; by default, as in the post, the profiler syncs once "
@@ -131,7 +133,8 @@ def parser(doc: str, on_cpu: str | None = None, **sizes: int) -> argparse.Argume
     p.add_argument("--gzip", action="store_true", help="write the trace as .json.gz (smaller; for long --active runs)")
     p.add_argument("--open", action="store_true", help="serve the new trace to ui.perfetto.dev from 127.0.0.1 and open it")
     p.add_argument("--port", type=int_arg(0, 65535), default=9001, help="port for --open (ui.perfetto.dev fetches from 9001 only)")
-    p.add_argument("--plot", action="store_true", help="also draw the roofline next to the trace (<stem>.png)")
+    p.add_argument("--plot", action="store_true",
+                   help="also draw the roofline next to the trace (<stem>.png); GPU runs only: a CPU run has no roofline")
     return p
 
 
@@ -143,6 +146,7 @@ class Run:
     args: argparse.Namespace
     device: torch.device
     dtype: torch.dtype
+    compiled: bool = False  # the script compiles part of its model even without --compile (FlexAttention)
 
     @property
     def cuda(self) -> bool:
@@ -150,22 +154,33 @@ class Run:
 
     @property
     def mode(self) -> str:
-        return "compile" if self.args.compile else "eager"
+        return "compile" if self.args.compile or self.compiled else "eager"
 
-    def stem(self, shape: str) -> str:
-        temp = "warm" if self.args.warmup else "cold"
-        return f"{shape}_{self.args.dtype}_{temp}_{self.mode}"  # e.g. 64x128x768x3072_bf16_cold_eager
+    def stem(self, shape: str, flags: str = "") -> str:
+        """{shape}_{dtype}_{cold|warm}{schedule, sync}{flags}_{mode}: every flag that changes the trace is in the
+        name, so no two runs overwrite each other; a default run keeps the post's name (64_bf16_cold_eager).
+
+        The schedule and --sync-each-step appear only when not the post's (_wait0, _pwarmup0, _active20, _sync);
+        `flags` are the script's own, already written as tags (01_matmul_add's --batched 4: "_bmm4")."""
+        a = self.args
+        temp = "warm" if a.warmup else "cold"
+        tags = {"wait": "wait", "profiler_warmup": "pwarmup", "active": "active"}
+        schedule = "".join(f"_{tag}{getattr(a, key)}" for key, tag in tags.items() if getattr(a, key) != SCHEDULE[key])
+        return f"{shape}_{a.dtype}_{temp}{schedule}{'_sync' if a.sync_each_step else ''}{flags}_{self.mode}"
 
 
-def setup(script_file: str, args: argparse.Namespace, elements: int = 0) -> Run:
+def setup(script_file: str, args: argparse.Namespace, elements: int = 0, compiled: bool = False) -> Run:
     """Resolve device and dtype and check the run can succeed before any work starts.
 
     `elements`: about how many tensor elements the run holds at once (weights + activations),
     so an impossible shape fails here in one line instead of deep inside an allocation.
+    `compiled`: the script compiles part of its model whatever the flags (FlexAttention): named `_compile`.
     """
     if args.device == "cuda" and not torch.cuda.is_available():
         raise Fail("--device cuda, but this machine has no CUDA GPU that PyTorch can use; try --device cpu")
     device = torch.device("cuda" if args.device != "cpu" and torch.cuda.is_available() else "cpu")
+    if getattr(args, "plot", False) and device.type != "cuda":  # as inspect_trace.py --plot says of a CPU trace
+        raise Fail(f"--plot on the CPU: {CPU_HAS_NO_ROOFLINE}; run without --plot")
     need_bytes = elements * DTYPES[args.dtype].itemsize
     if need_bytes:
         free = _free_bytes(device)
@@ -187,13 +202,13 @@ def setup(script_file: str, args: argparse.Namespace, elements: int = 0) -> Run:
             serve_trace.check_port(args.port)
         except serve_trace.ServeError as e:
             raise Fail(str(e)) from None
-    if args.compile and device.type == "cpu":
+    if (args.compile or compiled) and device.type == "cpu":
         _check_cpp_compiler()
         # Name each C++ kernel Inductor generates in the trace: the CPU twin of the post's Triton kernel.
         import torch._inductor.config as inductor_config
 
         inductor_config.cpp.enable_kernel_profile = True
-    return Run(Path(script_file).stem, args, device, DTYPES[args.dtype])
+    return Run(Path(script_file).stem, args, device, DTYPES[args.dtype], compiled)
 
 
 def _check_cpp_compiler() -> None:
@@ -313,14 +328,14 @@ def profile(run: Run, step, annotation: str, profile_memory: bool = False, with_
     return prof
 
 
-def export(run: Run, prof: _profile, shape: str) -> tuple[Path, Path]:
-    """Write <out>/<stem>.json[.gz] and <stem>.txt as a pair: both new files land, or neither does.
+def export(run: Run, prof: _profile, shape: str, flags: str = "") -> tuple[Path, Path]:
+    """Write <out>/<stem>.json[.gz] and <stem>.txt as a pair (Run.stem), both new files landing or neither.
 
     Both are written into a temporary folder beside them, then moved into place; if the second move fails
     the old table is put back. Any failure is one line (Fail), with the previous pair untouched.
     """
     global _written
-    stem = run.stem(shape)
+    stem = run.stem(shape, flags)
     out = run.args.out
     trace = out / (stem + (".json.gz" if run.args.gzip else ".json"))
     table = out / (stem + ".txt")
@@ -431,17 +446,27 @@ def check_same_output(run: Run, name: str, model, reference, x: torch.Tensor) ->
         return check_close(run, name, model(x), reference(x))
 
 
+def typed(path: Path) -> str:
+    """A path as the reader types it where they stand: relative under the current folder, else absolute; quoted
+    for the shell when it needs quoting."""
+    p = Path(path).resolve()
+    here = Path.cwd()
+    return shlex.quote(str(p.relative_to(here)) if p.is_relative_to(here) else str(p))
+
+
+def uv_run(script: str, *args) -> str:
+    """`uv run SCRIPT ARGS` as the reader can paste it where they stand: the suite's script and every Path typed
+    for the current folder (uv finds the project from the script's own folder)."""
+    return " ".join(["uv run", typed(ROOT / script), *(typed(a) if isinstance(a, Path) else str(a) for a in args)])
+
+
 def show(run: Run, trace: Path, table: Path, expectations=()) -> None:
     """Print what was written, how to open it, then read the trace back and check the post's expectations."""
-    def rel(p: Path) -> str:  # paths as the reader would type them
-        p = Path(p).resolve()
-        return str(p.relative_to(Path.cwd())) if p.is_relative_to(Path.cwd()) else str(p)
-
-    print(f"\nwrote {rel(trace)}\n      {rel(table)}")
-    print(f"open:  uv run inspect_trace.py --open {rel(trace)}   (local, private)")
+    print(f"\nwrote {typed(trace)}\n      {typed(table)}")
+    print(f"open:  {uv_run('inspect_trace.py', '--open', Path(trace))}   (local, private)")
     print("       or drag the file into https://ui.perfetto.dev")
     # trace-util 0.2.0 needs Python >= 3.12; without --python, uvx on an older Python resolves 0.1.0 (no -f).
-    print(f"share: uvx --python 3.12 trace-util -b BUCKET -f {rel(run.args.out.parent)}   (after `hf auth login`; "
+    print(f"share: uvx --python 3.12 trace-util -b BUCKET -f {typed(run.args.out.parent)}   (after `hf auth login`; "
           "the bucket is public; it mirrors the folder: bucket files not in it are deleted unless --no-delete)")
     loaded = inspect_trace.load_trace(trace)
     print()
@@ -462,10 +487,12 @@ def show(run: Run, trace: Path, table: Path, expectations=()) -> None:
 
 
 def record(run: Run, step, annotation: str, shape: str, expectations=(),
-           profile_memory: bool = False) -> tuple[Path, Path]:
-    """What every script ends with: profile `step`, write the trace and the table, read them back."""
+           profile_memory: bool = False, flags: str = "") -> tuple[Path, Path]:
+    """What every script ends with: profile `step`, write the trace and the table, read them back.
+
+    `shape` and `flags` (the script's own trace-changing flags as tags) name the files: see Run.stem."""
     prof = profile(run, step, annotation, profile_memory)
-    trace, table = export(run, prof, shape)
+    trace, table = export(run, prof, shape, flags)
     show(run, trace, table, expectations)
     return trace, table
 

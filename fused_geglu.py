@@ -375,8 +375,9 @@ def _launch(kernel, grid, args, **meta):
     specialisation from every argument in Python on each call (about 25 µs on the H200 machine's CPU, and a
     decode step waits on the host); here the compiled kernel is looked up once per argument signature and
     launched directly. args are the non-constexpr arguments in order; meta holds constexprs and options."""
-    if INTERPRET:
-        return kernel[grid](*args, **meta)
+    if INTERPRET:  # the kernel runs as CPU ops (new_empty, set_, copy_...): a span named after it says whose
+        with torch.profiler.record_function(kernel.fn.__name__):
+            return kernel[grid](*args, **meta)
     device = _driver().get_current_device()
     key = (kernel, device, *[_spec(a) if isinstance(a, _SPEC_TYPES) else a for a in args],
            *meta.items())

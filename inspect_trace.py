@@ -81,7 +81,19 @@ def main(argv: list[str] | None = None) -> int:
             raise TraceError(f"give one trace or two, got {len(args.traces)}")
         if len(args.traces) == 2 and args.expect:
             raise TraceError("--expect takes one trace")
+        port = {} if args.port is None else {"port": args.port}
+        if args.open:  # a busy port is one line now, not after the whole report
+            import serve_trace  # the suite's one-file server; only needed here
+
+            try:
+                serve_trace.check_port(port.get("port", serve_trace.DEFAULT_PORT))
+            except serve_trace.ServeError as e:
+                raise TraceError(str(e)) from None
         traces = [load_trace(t, kernel_files=args.kernel_files) for t in args.traces]
+        if args.plot:
+            from trace_reader.plot import check_drawable  # matplotlib loads only when a picture is drawn
+
+            check_drawable(traces, args.plot)  # a CPU trace or a bad file name: one line, before the report
         broken = 0
         if len(traces) == 1:
             results = None
@@ -108,11 +120,8 @@ def main(argv: list[str] | None = None) -> int:
 
             print(plot_traces(traces, args.plot), file=sys.stderr if args.json else sys.stdout)  # JSON stays clean
         if args.open:
-            import serve_trace  # the suite's one-file server; only needed here
-
-            kw = {} if args.port is None else {"port": args.port}
             try:
-                serve_trace.serve(args.traces[-1], **kw)
+                serve_trace.serve(args.traces[-1], **port)
             except serve_trace.ServeError as e:
                 raise TraceError(str(e)) from None
     except TraceError as e:

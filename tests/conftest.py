@@ -2,6 +2,8 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # Inductor's C++ kernel for the MLP's GeLU * up on a CPU: graph_0_cpp_fused__unsafe_view_gelu_mul_0 in a fresh
@@ -25,6 +27,15 @@ def interpreter_cannot_loop() -> bool:
 
     version = lambda text: tuple(int(part) for part in text.split(".")[:2])  # noqa: E731
     return version(triton.__version__) < (3, 7) and version(numpy.__version__) >= (2, 5)
+
+
+def assert_ceilings_said(line, tflops, gbs):
+    """The measured ceilings as printed, read back to within their three figures: a CPU's are no '0 TFLOP/s'."""
+    m = re.search(r"GEMM ceiling ([\d.,]+) ([TG])FLOP/s, device copy ([\d.,]+) ([TG])B/s \(measured now", line)
+    assert m, line
+    said_tflops = float(m[1].replace(",", "")) * (1 if m[2] == "T" else 1e-3)
+    said_gbs = float(m[3].replace(",", "")) * (1e3 if m[4] == "T" else 1)
+    assert said_tflops == pytest.approx(tflops, rel=0.05) and said_gbs == pytest.approx(gbs, rel=0.05), line
 
 
 def pytest_configure(config):

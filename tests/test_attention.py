@@ -103,6 +103,8 @@ def test_flex_compiled_on_the_cpu(monkeypatch, capsys, tmp_path):
         pytest.skip(err.strip())
     assert code == 0, err
     assert "check: flex attention vs fp32 math attention" in out and "BROKEN" not in out
+    assert trace.name == "1x512x2x1x16_flex_bf16_cold_compile.json"  # always compiled, and named so
+    assert out.startswith("05_attention: CPU, ") and ", bf16, compile, cold, " in out.splitlines()[0]
     for names in steps(load(trace)).values():
         assert any(n.startswith("Torch-Compiled Region") for n in names) and "aten::bmm" not in names
     assert all(p < SCORE_BYTES for p in memory_peaks(trace).values())
@@ -117,8 +119,8 @@ def test_math_compiled_fuses_the_softmax_chain(monkeypatch, capsys, tmp_path):
 
 
 @pytest.mark.parametrize("args,says", [
-    (["--impl", "sdpa", "--backend", "efficient"], "sdpa --backend efficient cannot run this input on the cpu: "),
-    (["--impl", "sdpa", "--backend", "cudnn"], "sdpa --backend cudnn cannot run this input on the cpu: "),
+    (["--impl", "sdpa", "--backend", "efficient"], "--backend efficient is CUDA-only; on a CPU, sdpa runs"),
+    (["--impl", "sdpa", "--backend", "cudnn"], "--backend cudnn is CUDA-only; on a CPU, sdpa runs"),
     (["--heads", "3", "--kv_heads", "2"], "--heads 3 is not a multiple of --kv_heads 2"),
     (["--head_dim", "15"], "--head_dim 15 is odd"),
     (["--impl", "math", "--backend", "flash"], "--backend picks sdpa's kernel"),
@@ -131,7 +133,7 @@ def test_bad_input_is_one_line_exit_2(monkeypatch, capsys, tmp_path, args, says)
     code, out, err, trace = run(monkeypatch, capsys, tmp_path, *[w for kv in base.items() for w in kv])
     assert code == 2 and trace is None
     assert err.startswith("05_attention.py: error: ") and says in err and len(err.strip().splitlines()) == 1
-    assert "Traceback" not in err
+    assert "Traceback" not in err and out == ""  # refused before the run: no model built, nothing checked
 
 
 # ---- trace_reader.memory on hand-built traces: other harnesses, hostile fields ---------------------------

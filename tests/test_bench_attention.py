@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from conftest import assert_ceilings_said
 
 import bench_attention
 
@@ -30,6 +31,7 @@ def test_cpu_run_checks_times_and_records(tmp_path, capsys):
             assert v["tflops"] == pytest.approx(shape["flops"] / v["median_us"] / 1e6)
         assert shape["fastest"] == min(shape["variants"], key=lambda n: shape["variants"][n]["median_us"])
     assert (tmp_path / "b.txt").read_text().splitlines()[0] in printed
+    assert_ceilings_said(printed.splitlines()[0], record["ceiling_tflops"], record["copy_gbs"])
     assert printed.count("<- fastest") == 2
 
 

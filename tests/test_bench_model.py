@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 import transformers
+from conftest import assert_ceilings_said
 
 import bench_model
 import common
@@ -49,6 +50,7 @@ def test_cpu_run_checks_times_and_records(smoke):
         assert v["ms_per_token"] == pytest.approx(v["median_us"] / 1e3)
     table = out.with_suffix(".txt").read_text()
     assert table.splitlines()[0] in printed and "compile      eager" in table
+    assert_ceilings_said(printed.splitlines()[0], record["ceiling_tflops"], record["copy_tbps"] * 1e3)
     assert out.with_suffix(".png").stat().st_size > 0
 
 

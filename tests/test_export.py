@@ -49,7 +49,8 @@ class FakeProfile:
 
 
 def make_run(out, gzip_=False, cuda=False):
-    args = argparse.Namespace(out=out, gzip=gzip_, dtype="bf16", warmup=0, compile=False, open=False)
+    args = argparse.Namespace(out=out, gzip=gzip_, dtype="bf16", warmup=0, compile=False, open=False,
+                              sync_each_step=False, **common.SCHEDULE)
     return common.Run("02_linear", args, torch.device("cuda" if cuda else "cpu"), torch.bfloat16)
 
 
@@ -535,6 +536,21 @@ def test_open_with_a_busy_port_fails_before_the_run(tmp_path):
         proc = script(*LINEAR, "--open", "--port", str(port), "--out", str(tmp_path / "out"), env={"BROWSER": "true"})
     assert proc.returncode == 2 and f"port {port} is in use" in proc.stderr and proc.stderr.count("\n") == 1
     assert "wrote" not in proc.stdout and not (tmp_path / "out").exists()
+
+
+def test_inspect_trace_open_with_a_busy_port_fails_before_the_report(capsys):
+    import socket
+
+    import inspect_trace
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        code = inspect_trace.main(["--open", "--port", str(port), str(ROOT / "tests/data/h200_linear_eager.json.gz")])
+    said = capsys.readouterr()
+    assert code == 2 and said.out == ""  # no report first
+    assert said.err.startswith(f"inspect_trace.py: error: port {port} is in use") and said.err.count("\n") == 1
 
 
 @pytest.mark.subprocess

@@ -158,6 +158,16 @@ def test_bad_input_is_one_line_exit_2(tmp_path, args, says):
     code, out, err, trace = run(tmp_path, *[a.replace("{tmp}", str(tmp_path)) for a in args])
     assert code == 2 and trace is None
     assert err.startswith("06_model.py: error: ") and says in err and len(err.strip().splitlines()) == 1
+    assert out == ""  # refused before the run: nothing described, no model built
+
+
+@pytest.mark.parametrize("mlp", ["liger", "fused"])
+def test_triton_mlp_on_a_cpu_is_refused_before_the_model_is_built(tmp_path, monkeypatch, mlp):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setattr(model06, "build_model", lambda *a: pytest.fail("built the model before refusing"))
+    code, out, err, trace = run(tmp_path, *TINY, "--mlp", mlp)
+    assert (code, out, trace) == (2, "", None)
+    assert err == f"06_model.py: error: --mlp {mlp} runs a Triton kernel, which needs a CUDA GPU; on this machine use --mlp eager\n"
 
 
 def test_offline_hub_id_falls_back_to_the_preset(monkeypatch, capsys):

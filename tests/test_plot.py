@@ -4,6 +4,7 @@ the README's images are re-made from committed data; bad input is one line, neve
 import copy
 import gzip
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -147,10 +148,11 @@ def test_cpu_trace_has_no_roofline(tmp_path, capsys):
     path = tmp_path / "cpu.json"
     path.write_text(json.dumps(CPU_TRACE))
     out = tmp_path / "cpu.png"
-    assert it.main(["--plot", str(out), str(path)]) != 0
-    err = capsys.readouterr().err
-    assert "CPU trace has no roofline" in err and len(err.strip().splitlines()) == 1 and not out.exists()
-    # A script's --plot: the run succeeded, so one line and no failure
+    assert it.main(["--plot", str(out), str(path)]) == 2
+    said = capsys.readouterr()
+    assert said.err == f"inspect_trace.py: error: {path}: a CPU trace has no roofline (no GPU kernels, no device peaks)\n"
+    assert said.out == "" and not out.exists()  # refused before the report, not after it
+    # plot_next_to after a run that got that far: one line, no picture (a script refuses --plot on a CPU first)
     assert "no roofline" in plot.plot_next_to(it.load_trace(path), path) and not (tmp_path / "cpu.png").exists()
 
 
@@ -158,7 +160,8 @@ def test_bad_picture_paths_are_one_line_and_keep_the_old_file(tmp_path, capsys, 
     trace = str(DATA / "h200_linear_eager.json.gz")
     for bad in (tmp_path / "r.svg", tmp_path / "missing" / "r.png", tmp_path):
         assert it.main(["--plot", str(bad), trace]) != 0
-        assert len(capsys.readouterr().err.strip().splitlines()) == 1
+        said = capsys.readouterr()
+        assert len(said.err.strip().splitlines()) == 1 and said.out == ""  # before the report
     old = tmp_path / "old.png"
     old.write_bytes(b"earlier picture")
 
@@ -231,6 +234,48 @@ def test_bench_chart_takes_a_memory_floor_and_any_benchmarks_shapes(tmp_path):
         with pytest.raises(it.TraceError):
             plot.bench_chart(hostile, tmp_path / "none.png")
     assert plot.main(["--bench", str(tmp_path / "missing.json")]) == 2
+
+
+def test_rates_keep_three_figures_in_a_unit_that_fits():
+    assert [plot.flop_rate(x) for x in (707.3, 1.0, 0.999, 0.0523)] == [
+        "707 TFLOP/s", "1 TFLOP/s", "999 GFLOP/s", "52.3 GFLOP/s"]
+    assert [plot.byte_rate(x) for x in (4.2512, 1.0, 0.999, 0.0091)] == ["4.25 TB/s", "1.00 TB/s", "999 GB/s", "9.1 GB/s"]
+
+
+@pytest.mark.parametrize("umask,mode", [(0o022, 0o644), (0o077, 0o600)])
+def test_pictures_get_the_mode_a_new_file_gets(tmp_path, umask, mode):
+    """The umask's mode, as the traces beside them (0644 as a rule), not a temporary file's 0600."""
+    old = os.umask(umask)
+    try:
+        plot.bench_chart(record(), tmp_path / "b.png")
+        plot.plot_roofline([it.load_trace(DATA / "h200_linear_eager.json.gz")], tmp_path / "r.png")
+    finally:
+        os.umask(old)
+    assert {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()} == {"b.png": mode, "r.png": mode}
+
+
+@pytest.mark.parametrize("name,what", [("bench_model_h200", "gemma-2b decoder, 4 layers"),
+                                       ("bench_h200", "GeGLU MLP forward")])
+def test_bench_chart_keeps_every_label_inside_the_picture(name, what):
+    """Every legend entry (10 at bench_model's: the floor and 9 variants), every shape label and the title lie
+    inside the figure, and neither the legend nor the title covers the bars."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    rec = json.loads((ROOT / "results" / f"{name}.json").read_text())
+    fig, bars = plot.bench_figure(rec, what)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()  # every text where the saved picture has it
+    renderer = canvas.get_renderer()
+    (legend,), (ax,) = fig.legends, fig.axes
+    entries = [t.get_text() for t in legend.get_texts()]
+    assert entries[0] == "the floor (1.0)" and sorted(entries[1:]) == sorted({n for b in bars for n in b["variants"]})
+    inside = fig.bbox
+    texts = [*legend.get_texts(), *ax.get_yticklabels(), *fig.texts]
+    for t in texts:
+        box = t.get_window_extent(renderer)
+        assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1, t
+    axes = ax.get_window_extent(renderer)
+    assert legend.get_window_extent(renderer).y0 >= axes.y1 and fig.texts[0].get_window_extent(renderer).y0 >= axes.y1
 
 
 # ------------------------------------------------------------------------------------------ README's images

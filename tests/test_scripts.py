@@ -9,6 +9,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import fused_cpp, interpreter_cannot_loop
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,9 +151,9 @@ def test_warm_fp32_gzip_and_active(tmp_path):
     proc = run("02_linear.py", *LINEAR, "--warmup", "2", "--dtype", "fp32", "--gzip", "--active", "5",
                "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    trace = tmp_path / "02_linear/16x8x12_fp32_warm_eager.json.gz"
+    trace = tmp_path / "02_linear/16x8x12_fp32_warm_active5_eager.json.gz"
     assert sorted(steps(load(trace))) == [f"ProfilerStep#{k}" for k in range(2, 7)]
-    assert (tmp_path / "02_linear/16x8x12_fp32_warm_eager.txt").exists()
+    assert (tmp_path / "02_linear/16x8x12_fp32_warm_active5_eager.txt").exists()
 
 
 @pytest.mark.parametrize("args,says", [
@@ -182,11 +184,13 @@ def test_device_cuda_without_gpu(tmp_path):
 
 def test_interrupted_run_keeps_the_previous_trace(tmp_path):
     big = ["--batch", "4096", "--in_dim", "1024", "--out_dim", "1024", "--out", str(tmp_path)]
-    first = run("02_linear.py", *big, "--active", "1")
-    assert first.returncode == 0, first.stderr
-    trace = tmp_path / "02_linear/4096x1024x1024_bf16_cold_eager.json"
+    # An earlier run's pair, under the name this run writes (its flags: --active 1000)
+    trace = tmp_path / "02_linear/4096x1024x1024_bf16_cold_active1000_eager.json"
+    trace.parent.mkdir(parents=True)
+    trace.write_text('{"traceEvents": []}')
+    trace.with_suffix(".txt").write_text("the earlier table\n")
     before = trace.read_bytes()
-    # The same run made long (1000 steps of ~0.1 s), interrupted while it profiles: the earlier trace survives.
+    # A long run (1000 steps of ~0.1 s), interrupted while it profiles: the earlier trace survives.
     proc = subprocess.Popen([sys.executable, str(ROOT / "02_linear.py"), *big, "--active", "1000", "--device", "cpu"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -278,6 +282,8 @@ def test_fused_mlp_in_the_triton_interpreter(tmp_path):
         assert names.count("mlp_fwd") == 1
         assert "aten::gelu" not in names and "aten::mul" not in names  # GeGLU happens inside the kernel
         assert "aten::mm" in names  # down_proj, a plain GEMM
+        assert names.count("_geglu_small_m_kernel") == 1  # 16 tokens: the small-M kernel, a CPU span per launch
+    assert "ok      a CPU event matching /^_geglu_(tma|pointer|small_m)_kernel$/ in every step" in proc.stdout
 
 
 @NEEDS_TRITON
@@ -287,19 +293,25 @@ def test_fused_mlp_refuses_big_shapes_in_the_interpreter(tmp_path):
 
 
 def test_part1_matmul_add(tmp_path):
-    for extra in ([], ["--batched", "3"], ["--compile"]):
+    experiments = ([], ["--batched", "3"], ["--compile"], ["--wait", "0", "--profiler-warmup", "0"], ["--active", "20"],
+                   ["--active", "20", "--sync-each-step"])
+    for extra in experiments:
         proc = run("01_matmul_add.py", "--size", "16", *extra, "--out", str(tmp_path))
         assert proc.returncode == 0, proc.stderr
     folder = tmp_path / "01_matmul_add"
-    assert sorted(p.name for p in folder.iterdir()) == [
-        "16_bf16_cold_compile.json", "16_bf16_cold_compile.txt", "16_bf16_cold_eager.json", "16_bf16_cold_eager.txt",
-        "3x16_bf16_cold_eager.json", "3x16_bf16_cold_eager.txt"]
+    stems = ["16_bf16_cold_compile", "16_bf16_cold_eager", "16_bf16_cold_bmm3_eager", "16_bf16_cold_wait0_pwarmup0_eager",
+             "16_bf16_cold_active20_eager", "16_bf16_cold_active20_sync_eager"]
+    assert sorted(p.name for p in folder.iterdir()) == sorted(s + ext for s in stems for ext in (".json", ".txt"))
     for names in step_names(folder / "16_bf16_cold_eager.json"):
         assert names.count("matmul_add") == 1
         assert names.index("aten::matmul") < names.index("aten::mm")  # matmul dispatches mm
         assert names.count("aten::add") == 1 and "aten::bmm" not in names
-    for names in step_names(folder / "3x16_bf16_cold_eager.json"):
+    for names in step_names(folder / "16_bf16_cold_bmm3_eager.json"):
         assert names.index("aten::matmul") < names.index("aten::bmm") and "aten::mm" not in names
+    # each file is its own run: the schedule it names is the schedule it holds
+    assert sorted(steps(load(folder / "16_bf16_cold_wait0_pwarmup0_eager.json"))) == [f"ProfilerStep#{k}" for k in range(3)]
+    for stem in ("16_bf16_cold_active20_eager", "16_bf16_cold_active20_sync_eager"):
+        assert len(step_names(folder / f"{stem}.json", active=20)) == 20
     for names in step_names(folder / "16_bf16_cold_compile.json"):
         assert names.count("aten::addmm") == 1  # one dispatch: the add rides in the GEMM
         assert "aten::add" not in names and "aten::matmul" not in names
@@ -310,6 +322,137 @@ def test_part1_default_name_is_the_posts(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "01_matmul_add/64_bf16_cold_eager.json").exists()
     assert (tmp_path / "01_matmul_add/64_bf16_cold_eager.txt").exists()
+
+
+# ---- file names: one per trace-changing flag ------------------------------------------------------------
+
+class Named(Exception):
+    """Raised by the stand-in for common.record: the stem the run would write, before any profiling."""
+
+
+def stems(monkeypatch, tmp_path, script, commands):
+    """{command: the stem its run writes}, the script's own main() run in this process with common.record replaced
+    (the model is built, nothing is profiled). `commands` are argv lists after the script's name."""
+    import common
+
+    module = importlib.import_module(script)
+
+    def record(run, step, annotation, shape, expectations=(), profile_memory=False, flags=""):
+        raise Named(run.stem(shape, flags))
+
+    monkeypatch.setattr(common, "record", record)
+    out = {}
+    for argv in commands:
+        monkeypatch.setattr(sys, "argv", [f"{script}.py", *argv, "--device", "cpu", "--out", str(tmp_path)])
+        with pytest.raises(Named) as named:
+            module.main()
+        out[" ".join(argv)] = str(named.value)
+    return out
+
+
+def docstring_commands(script):
+    """The `uv run SCRIPT ...` commands the script's docstring lists (the post's, and its experiments)."""
+    doc = importlib.import_module(script).__doc__
+    return [shlex.split(line.split("#")[0])[3:] for line in doc.splitlines() if line.strip().startswith(f"uv run {script}.py")]
+
+
+def test_part1_experiments_write_a_file_each(monkeypatch, tmp_path):
+    """Every command of Part 1 (01's docstring, as the post and its experiments print them) writes its own file; the
+    post's own names are kept."""
+    commands = docstring_commands("01_matmul_add")
+    assert len(commands) == 9 and ["--wait", "0", "--profiler-warmup", "0"] in commands
+    named = stems(monkeypatch, tmp_path, "01_matmul_add", commands)
+    assert len(set(named.values())) == len(commands), named
+    assert {k: named[k] for k in ("--size 64", "--size 4096", "--warmup", "--size 4096 --warmup --compile",
+                                  "--wait 0 --profiler-warmup 0", "--size 4096 --active 20",
+                                  "--size 4096 --active 20 --sync-each-step", "--batched 4")} == {
+        "--size 64": "64_bf16_cold_eager", "--size 4096": "4096_bf16_cold_eager", "--warmup": "64_bf16_warm_eager",
+        "--size 4096 --warmup --compile": "4096_bf16_warm_compile",
+        "--wait 0 --profiler-warmup 0": "64_bf16_cold_wait0_pwarmup0_eager",
+        "--size 4096 --active 20": "4096_bf16_cold_active20_eager",
+        "--size 4096 --active 20 --sync-each-step": "4096_bf16_cold_active20_sync_eager",
+        "--batched 4": "64_bf16_cold_bmm4_eager"}
+
+
+def test_attention_variants_write_a_file_each(monkeypatch, tmp_path):
+    small = "--batch 1 --seq 16 --heads 2 --kv_heads 1 --head_dim 8".split()
+    commands = [c + small for c in docstring_commands("05_attention") if "flex" not in c]  # flex: test_attention.py
+    commands += [["--impl", "sdpa", "--backend", "math", *small], ["--impl", "sdpa", "--active", "4", *small]]
+    named = stems(monkeypatch, tmp_path, "05_attention", commands)
+    assert sorted(named.values()) == sorted([
+        "1x16x2x1x8_math_bf16_cold_eager", "1x16x2x1x8_sdpa_auto_bf16_cold_eager",
+        "1x16x2x1x8_sdpa_flash_decode_bf16_cold_eager", "1x16x2x1x8_sdpa_math_bf16_cold_eager",
+        "1x16x2x1x8_sdpa_auto_bf16_cold_active4_eager"])
+
+
+def test_model_variants_write_a_file_each(monkeypatch, tmp_path):
+    tiny = ["--preset", "tiny", "--seq", "32"]
+    commands = [tiny, tiny + ["--phase", "prefill"], tiny + ["--compile"], tiny + ["--vocab", "500"],
+                tiny + ["--layers", "1"], tiny + ["--sync-each-step"], tiny + ["--wait", "2", "--vocab", "500"]]
+    named = stems(monkeypatch, tmp_path, "06_model", commands)
+    assert list(named.values()) == [
+        "tiny-2L_decode_1x32_mlp-eager_bf16_cold_eager", "tiny-2L_prefill_1x32_mlp-eager_bf16_cold_eager",
+        "tiny-2L_decode_1x32_mlp-eager_bf16_cold_compile", "tiny-2L_decode_1x32_mlp-eager_bf16_cold_vocab500_eager",
+        "tiny-1L_decode_1x32_mlp-eager_bf16_cold_eager", "tiny-2L_decode_1x32_mlp-eager_bf16_cold_sync_eager",
+        "tiny-2L_decode_1x32_mlp-eager_bf16_cold_wait2_vocab500_eager"]
+
+
+@pytest.mark.parametrize("argv,compiled,flags,stem", [
+    ([], False, "", "64_bf16_cold_eager"),  # the post's
+    (["--wait", "1", "--profiler-warmup", "1", "--active", "3"], False, "", "64_bf16_cold_eager"),  # the defaults, said
+    (["--wait", "0"], False, "", "64_bf16_cold_wait0_eager"),
+    (["--wait", "2"], False, "", "64_bf16_cold_wait2_eager"),
+    (["--profiler-warmup", "0"], False, "", "64_bf16_cold_pwarmup0_eager"),
+    (["--profiler-warmup", "2"], False, "", "64_bf16_cold_pwarmup2_eager"),
+    (["--active", "2"], False, "", "64_bf16_cold_active2_eager"),
+    (["--active", "4"], False, "", "64_bf16_cold_active4_eager"),
+    (["--sync-each-step"], False, "", "64_bf16_cold_sync_eager"),
+    (["--active", "20", "--wait", "0", "--sync-each-step", "--profiler-warmup", "0", "--warmup", "--dtype", "fp32"],
+     False, "_bmm2", "64_fp32_warm_wait0_pwarmup0_active20_sync_bmm2_eager"),  # the rule's order, whatever the flags'
+    (["--compile"], False, "", "64_bf16_cold_compile"),
+    ([], True, "", "64_bf16_cold_compile"),  # compiled whatever the flags (FlexAttention)
+    (["--compile"], True, "_block", "64_bf16_cold_block_compile"),
+])
+def test_stem_names_every_flag_that_changes_the_trace(argv, compiled, flags, stem):
+    import common
+
+    args = common.parser("x", size=64).parse_args(argv)
+    run = common.Run("01_matmul_add", args, torch.device("cpu"), common.DTYPES[args.dtype], compiled)
+    assert run.stem("64", flags) == stem and run.mode == stem.rsplit("_", 1)[1]
+
+
+def test_expect_reads_a_batched_run_from_its_name(tmp_path):
+    """--expect 01_matmul_add takes --batched from the _bmmB of the name (and from BxN, the name it had before)."""
+    import inspect_trace as it
+
+    data = (ROOT / "tests/data/h200_matmul_add_bmm_eager.json.gz").read_bytes()
+    for name, batched in (("64_bf16_cold_bmm4_eager.json.gz", True), ("4x64_bf16_cold_eager.json.gz", True),
+                          ("64_bf16_cold_eager.json.gz", False)):
+        (tmp_path / name).write_bytes(data)
+        guesses = [e.text for e in it.expectations_for("01_matmul_add", it.load_trace(tmp_path / name))[0]]
+        assert ("'aten::bmm' 1x per step" in guesses) is batched and ("'aten::mm' 1x per step" in guesses) is not batched
+
+
+def test_open_hint_works_from_another_folder(tmp_path):
+    """Run from elsewhere, the printed `open:` command names inspect_trace.py and the trace as typed from there."""
+    here = tmp_path / "elsewhere"
+    here.mkdir()
+    proc = subprocess.run([sys.executable, str(ROOT / "02_linear.py"), *LINEAR, "--device", "cpu", "--out", "t"],
+                          capture_output=True, text=True, cwd=here)
+    assert proc.returncode == 0, proc.stderr
+    hint = re.search(r"^open: +uv run (\S+) --open (\S+) ", proc.stdout, flags=re.M)
+    assert hint and hint.group(1) == str(ROOT / "inspect_trace.py"), proc.stdout[:1500]
+    assert hint.group(2) == "t/02_linear/16x8x12_bf16_cold_eager.json"  # under the current folder: relative
+    shown = subprocess.run([sys.executable, hint.group(1), hint.group(2)], capture_output=True, text=True, cwd=here)
+    assert shown.returncode == 0 and shown.stdout.startswith("trace   t/02_linear/"), shown.stderr
+
+
+def test_plot_on_a_cpu_is_refused_before_the_run(tmp_path):
+    proc = run("02_linear.py", *LINEAR, "--plot", "--out", str(tmp_path))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == ("02_linear.py: error: --plot on the CPU: a CPU trace has no roofline (no GPU kernels, "
+                           "no device peaks); run without --plot\n")
+    assert not list(tmp_path.iterdir())
 
 
 def gpu_kernels(trace):

@@ -348,8 +348,9 @@ def args_from_trace(script: str, trace: Trace) -> _ArgsFromTrace:
     # a renamed file: the sizes from the first GEMM's second operand, [(B,) K, N] (the weight for 01 and 02)
     shapes = [gemm_operands(e)[1] for e in spans if e.cat == "cpu_op" and e.name in GEMM_OPS]
     b = next((s for s in shapes if s and len(s) in (2, 3)), None)
-    if script == "01_matmul_add" and len(dims) in (1, 2):
-        a.size, a.batched = int(dims[-1]), int(dims[0]) if len(dims) == 2 else None
+    bmm = next((int(w[3:]) for w in words if re.fullmatch(r"bmm\d+", w)), None)  # 01's --batched B: _bmmB
+    if script == "01_matmul_add" and len(dims) in (1, 2):  # BxN: the name 01 gave a --batched run before _bmmB
+        a.size, a.batched = int(dims[-1]), bmm or (int(dims[0]) if len(dims) == 2 else None)
     elif script == "01_matmul_add":  # Part 1's square matrices: [(B,) size, size]
         if b is not None:
             a.size, a.batched = b[-1], (b[0] if len(b) == 3 else None)

@@ -28,7 +28,9 @@ NO_OP_ALONE = {"aten::to", "aten::contiguous"}
 GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation"}
 GEMM_NAME_RE = re.compile(r"gemm|nvjet|cutlass|xmma|cublas|_mm_|^triton_tem_fused_mm|matmul", re.I)
 POINTWISE_NAME_RE = re.compile(r"elementwise|triton_poi_|pointwise|_geglu_|_swiglu_", re.I)
-CPP_KERNEL_RE = re.compile(r"cpp_fused")
+# Inductor's C++ kernels under cpp.enable_kernel_profile: cpp_fused_* (generated loops), graph_<id>_..kernel
+# (its C++ templates: the CPU's FlexAttention, max-autotune's GEMMs).
+CPP_KERNEL_RE = re.compile(r"cpp_fused|^graph_\d+_\w*kernel$")
 # Bytes per element of the dtypes the profiler writes in "Input type".
 DTYPE_BYTES = {
     "c10::BFloat16": 2, "c10::Half": 2, "float": 4, "double": 8, "long int": 8, "int": 4, "short int": 2,

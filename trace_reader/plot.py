@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -106,10 +107,13 @@ def _versions(trace: Trace) -> str:
     return ", ".join(out)
 
 
+CPU_HAS_NO_ROOFLINE = "a CPU trace has no roofline (no GPU kernels, no device peaks)"
+
+
 def roofline_points(trace: Trace) -> Roofline:
     """The kernels of a typical step, as the report counts them, placed at (FLOPs per byte, FLOP/s)."""
     if trace.device != "cuda":
-        raise NoRoofline(f"{trace.path}: a CPU trace has no roofline (no GPU kernels, no device peaks)")
+        raise NoRoofline(f"{trace.path}: {CPU_HAS_NO_ROOFLINE}")
     groups = _group(trace)
     total = sum(sum(g["durs"]) for g in groups) or 1.0
     # A representative launch of each group, to read its op's shapes (the same in every step).
@@ -195,26 +199,42 @@ def _figure(size: tuple[float, float]):
     return Figure(figsize=size, dpi=DPI)
 
 
-def _save(fig, path: str | Path, data) -> Path:
-    """Write the PNG atomically (a failed write leaves any earlier file intact), with `data` inside it."""
-    path = Path(path)
+def check_drawable(traces: list[Trace], path: str | Path) -> None:
+    """Raise TraceError (NoRoofline for a CPU trace) now if plot_roofline(traces, path) could not draw: so a
+    command can refuse in one line before its report instead of after it."""
+    for t in traces:
+        if t.device != "cuda":
+            raise NoRoofline(f"{t.path}: {CPU_HAS_NO_ROOFLINE}")
+    _check_png_path(Path(path))
+
+
+def _check_png_path(path: Path) -> None:
     if path.suffix.lower() != ".png":
         raise TraceError(f"{path}: the picture is a PNG; give a file name ending in .png")
     if not path.parent.is_dir():
         raise TraceError(f"{path.parent}: no such folder for the picture")
+
+
+def _save(fig, path: str | Path, data) -> Path:
+    """Write the PNG atomically (a failed write leaves any earlier file intact), with `data` inside it.
+
+    Drawn into a temporary folder beside it, then moved into place: a file made there by open() gets the
+    umask's mode (0644 as a rule), like the traces beside it, where mkstemp's would keep 0600."""
+    path = Path(path)
+    _check_png_path(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".png.tmp", dir=path.parent)
-        os.close(fd)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.stem}-", dir=path.parent))
     except OSError as e:
         raise TraceError(f"cannot write in {path.parent}: {e.strerror or e}") from None
     try:
         # No "Software" line and no date: the same data gives the same file.
-        fig.savefig(tmp, format="png", metadata={"Software": None, "Description": json.dumps(data, sort_keys=True)})
-        os.replace(tmp, path)  # atomic: the old picture or the new one, never half of one
+        fig.savefig(tmp / "picture.png", format="png",
+                    metadata={"Software": None, "Description": json.dumps(data, sort_keys=True)})
+        os.replace(tmp / "picture.png", path)  # atomic: the old picture or the new one, never half of one
     except OSError as e:
         raise TraceError(f"cannot write {path}: {e.strerror or e}") from None
     finally:
-        Path(tmp).unlink(missing_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
     return path
 
 
@@ -359,15 +379,23 @@ def plot_traces(traces: list[Trace], path: str | Path) -> str:
 def plot_next_to(trace: Trace, trace_path: str | Path) -> str:
     """A script's --plot: the roofline next to the trace it wrote (<stem>.png); a line either way."""
     name = Path(trace_path).name.removesuffix(".gz").removesuffix(".json")
-    try:
+    try:  # a CPU run with --plot was refused before it started (common.setup)
         return f"wrote {plot_roofline([trace], Path(trace_path).with_name(name + '.png'))}"
-    except NoRoofline:
-        return "plot: no roofline for a CPU trace (no GPU kernels, no device peaks); nothing drawn"
     except TraceError as e:  # the run itself succeeded: say why there is no picture, keep the exit code
         return f"plot: not drawn: {e}"
 
 
 # ---- benchmark chart -----------------------------------------------------------------------------------
+
+def flop_rate(tflops: float) -> str:
+    """A measured rate as a reader reads it: TFLOP/s from 1 up, GFLOP/s below (a CPU's 0.05 TFLOP/s is no "0")."""
+    return f"{_num(tflops)} TFLOP/s" if tflops >= 1 else f"{_num(tflops * 1e3)} GFLOP/s"
+
+
+def byte_rate(tbps: float) -> str:
+    """Bandwidth likewise: TB/s from 1 up (4.25 TB/s), GB/s below (a CPU's copy: 9.1 GB/s, no "0.00 TB/s")."""
+    return f"{tbps:.2f} TB/s" if tbps >= 1 else f"{_num(tbps * 1e3)} GB/s"
+
 
 def _floor_us(shape: dict) -> float | None:
     """The floor of one shape: the largest of its floor*_us fields (floor_us, floor_compute_us, floor_memory_us)."""
@@ -417,13 +445,18 @@ def bench_chart(record: dict, path: str | Path, what: str = "forward") -> Path:
     Any benchmark's record works: {"device", "dtype", "torch", ..., "shapes": [{"label" (or M, dim, hidden),
     "floor_us" (or several floor*_us: the largest binds), "bound", "variants": {name: {"median_us": ...}}}]}.
     """
+    fig, bars = bench_figure(record, what)
+    return _save(fig, path, bars)
+
+
+def bench_figure(record: dict, what: str):
+    """(the chart's matplotlib Figure, the bars it draws): bench_chart before it is saved."""
     bars = bench_bars(record)
     if not bars:
         raise TraceError("the benchmark record has no shape with a floor and a timed variant: nothing to draw")
     width, height = bench_size(bars)
     fig = _figure((width, height))
-    top, bottom = 1.15 / height, 0.85 / height  # inches kept for the title and legend, the axis and the note
-    ax = fig.add_axes((0.2, bottom, 0.77, 1 - top - bottom))
+    ax = fig.add_axes((0.2, 0.85 / height, 0.77, 0.5))  # placed by _fit_bench_axes once the labels are measured
     names = list(dict.fromkeys(n for b in bars for n in b["variants"]))
     ticks, y = [], 0.0
     for b in bars:  # top to bottom, one group of bars per shape
@@ -442,22 +475,49 @@ def bench_chart(record: dict, path: str | Path, what: str = "forward") -> Path:
     ax.axvline(1.0, color="black", lw=1.5, label="the floor (1.0)")
     ax.set_xlim(0, max([1.3] + [v["of_floor"] + 0.3 for b in bars for v in b["variants"].values()]))
     ax.set_xlabel("fraction of the floor (floor / median time): higher is better, 1.0 would be at the floor")
-    handles = {label: h for h, label in zip(*ax.get_legend_handles_labels())}  # one entry per variant
-    ax.legend(handles.values(), handles.keys(), loc="lower center", bbox_to_anchor=(0.5, 1.0), ncols=len(handles),
-              fontsize=9, frameon=False)
     ax.grid(True, axis="x", alpha=0.3)
     versions = ", ".join(f"{label} {record[k]}" for k, label in (("torch", "torch"), ("triton", "triton"),
                          ("cuda", "CUDA"), ("liger_kernel", "liger-kernel")) if record.get(k))
-    ceilings = [f"{record[k]:.0f} TFLOP/s" if unit == "gemm" else f"{record[k]:.2f} TB/s"
+    ceilings = [flop_rate(record[k]) if unit == "gemm" else byte_rate(record[k])
                 for k, unit in (("ceiling_tflops", "gemm"), ("copy_tbps", "copy"))
-                if isinstance(record.get(k), (int, float))]
+                if isinstance(record.get(k), (int, float)) and record[k] > 0]
     ceilings_text = f"; ceilings {' and '.join(ceilings)} measured in the same run" if ceilings else ""
-    fig.suptitle(f"{what} vs its floor: {record.get('device', 'device?')}, {record.get('dtype', 'dtype?')}\n"
-                 f"{versions}{ceilings_text}; {str(record.get('date', ''))[:10]}", fontsize=11,
-                 y=1 - 0.12 / height, va="top")
+    title = fig.suptitle(f"{what} vs its floor: {record.get('device', 'device?')}, {record.get('dtype', 'dtype?')}\n"
+                         f"{versions}{ceilings_text}; {str(record.get('date', ''))[:10]}", fontsize=11,
+                         y=1 - 0.12 / height, va="top")
     fig.text(0.02, 0.12 / height, "The same numbers are in the JSON record and the benchmark's printed table.",
              fontsize=9)
-    return _save(fig, path, bars)
+    _fit_bench_axes(fig, ax, title, bottom=0.85 / height)
+    return fig, bars
+
+
+def _fit_bench_axes(fig, ax, title, bottom: float) -> None:
+    """Room for what lies outside the bars, measured rather than guessed: the shape labels on the left, and above,
+    the title and under it a legend of as many rows as its entries need (one per variant, and the floor)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    width, height = fig.bbox.width, fig.bbox.height  # pixels
+    gap = 0.1 * DPI
+    under_title = (title.get_window_extent(renderer).y0 - gap) / height
+    handles = {label: h for h, label in zip(*ax.get_legend_handles_labels())}
+
+    def legend(ncols):
+        return fig.legend(handles.values(), handles.keys(), loc="upper center", bbox_to_anchor=(0.5, under_title),
+                          ncols=ncols, fontsize=9, frameon=False)
+
+    for ncols in range(len(handles), 0, -1):  # the fewest rows that fit the figure's width
+        drawn = legend(ncols)
+        if drawn.get_window_extent(renderer).width <= width - 2 * gap:
+            break
+        drawn.remove()
+    rows = -(-len(handles) // ncols)
+    if -(-len(handles) // rows) < ncols:  # as many rows, evenly filled: 10 entries make 2 rows of 5, not 7 and 3
+        drawn.remove()
+        drawn = legend(-(-len(handles) // rows))
+    left = max(t.get_window_extent(renderer).width for t in ax.get_yticklabels()) + 2 * gap  # and the tick marks
+    top = (drawn.get_window_extent(renderer).y0 - gap) / height
+    ax.set_position((left / width, bottom, 1 - left / width - 0.03, top - bottom))
 
 
 def bench_chart_next_to(record: dict, record_path: str | Path, what: str) -> str:

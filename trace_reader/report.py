@@ -636,6 +636,21 @@ def _text_memory(d: dict) -> list[str]:
                 f"median {statistics.median(vals) / 2**20:,.1f}, max {max(vals) / 2**20:,.1f}"]
 
 
+def _cpp_kernels(d: dict) -> str:
+    """The C++ kernels Inductor generated, or which of the reasons for none holds."""
+    fused = [w["name"] for w in d["cpu_work"] if CPP_KERNEL_RE.search(w["name"])]
+    if fused:
+        return ", ".join(dict.fromkeys(fused))
+    if not any(r["name"].startswith("Torch-Compiled Region") for r in d["cpu_ops"]):
+        return "none: an eager run (no Torch-Compiled Region in the trace)"
+    calls = list(dict.fromkeys(w["name"] for w in d["cpu_work"]))
+    if calls:  # e.g. a lone matmul + add: Inductor calls the library's GEMM with the add folded in (aten::addmm)
+        return (f"none: compiled, and Inductor generated no C++ kernel for this graph: it calls {', '.join(calls)} "
+                "instead (cpp.enable_kernel_profile on, as the suite's scripts set it, would show any)")
+    return ("none: compiled, but nothing ran inside the compiled region that the trace names: recorded without "
+            "cpp.enable_kernel_profile (the suite's scripts set it)")
+
+
 def _text_cpu(d: dict, full: bool, all_steps: bool) -> list[str]:
     n = len(d["steps"])
     ranked = d["cpu_ops"]
@@ -646,10 +661,7 @@ def _text_cpu(d: dict, full: bool, all_steps: bool) -> list[str]:
     out.append(_table(["op", "calls/step", "self µs/step", "share"], rows, right={1, 2, 3}))
     out.append("")
     out += _text_cpu_work(d, full)
-    fused = [w["name"] for w in d["cpu_work"] if CPP_KERNEL_RE.search(w["name"])]
-    if d["cpu_work"]:
-        out.append("Inductor C++ kernels: " + (", ".join(dict.fromkeys(fused)) if fused else
-                                               "none (eager, or compiled without cpp.enable_kernel_profile)"))
+    out.append("Inductor C++ kernels: " + _cpp_kernels(d))
     out.append("")
     cols = [("CPU span µs", lambda f: _us(f["cpu_us"]), lambda f: f["cpu_us"])]
     out.append(_table(["step", "CPU span µs"], _step_rows(d["steps"], cols, all_steps), right={1}))
