@@ -1,7 +1,6 @@
 """The pictures: the roofline draws the numbers the report prints; the benchmark chart draws the record's;
 the README's images are re-made from committed data; bad input is one line, never a half-written PNG."""
 
-import copy
 import gzip
 import json
 import os
