@@ -120,18 +120,17 @@ def test_align_long_steps_exactly_in_seconds():
 def gpt2_layer(sdpa: bool) -> list[tuple]:
     """One GPT-2 block on a GPU as eager PyTorch launches it (eager or sdpa attention): many pointwise kernels
     with one name (the GeLU-tanh chain of mul/add/pow/tanh), GEMMs by shape."""
+    def pw(name):  # a pointwise kernel, 2 µs, launched by aten::<name>
+        return (f"elementwise_{name}", 2.0, f"aten::{name}")
+
     attn = [("flash_fwd_kernel", 20.0, "aten::_scaled_dot_product_flash_attention")] if sdpa else [
         ("gemm_bmm", 9.0, "aten::bmm"), ("elementwise_div", 3.0, "aten::div"), ("elementwise_where", 3.0, "aten::where"),
         ("softmax_kernel", 6.0, "aten::_softmax"), ("gemm_bmm", 9.0, "aten::bmm")]
-    gelu = [("elementwise_mul", 2.0, "aten::mul"), ("elementwise_pow", 2.0, "aten::pow"), ("elementwise_mul", 2.0, "aten::mul"),
-            ("elementwise_add", 2.0, "aten::add"), ("elementwise_mul", 2.0, "aten::mul"), ("elementwise_tanh", 2.0, "aten::tanh"),
-            ("elementwise_add", 2.0, "aten::add"), ("elementwise_mul", 2.0, "aten::mul")]
-    return ([("layer_norm", 4.0, "aten::native_layer_norm"), ("gemm_qkv", 30.0, "aten::addmm"),
-             ("elementwise_copy", 2.0, "aten::copy_")] + attn
-            + [("elementwise_copy", 2.0, "aten::copy_"), ("gemm_proj", 12.0, "aten::addmm"),
-               ("elementwise_add", 2.0, "aten::add"), ("layer_norm", 4.0, "aten::native_layer_norm"),
-               ("gemm_fc", 40.0, "aten::addmm")] + gelu + [("gemm_proj", 40.0, "aten::addmm"),
-                                                           ("elementwise_add", 2.0, "aten::add")])
+    gelu = [pw("mul"), pw("pow"), pw("mul"), pw("add"), pw("mul"), pw("tanh"), pw("add"), pw("mul")]
+    norm = ("layer_norm", 4.0, "aten::native_layer_norm")
+    return ([norm, ("gemm_qkv", 30.0, "aten::addmm"), pw("copy_")] + attn
+            + [pw("copy_"), ("gemm_proj", 12.0, "aten::addmm"), pw("add"), norm, ("gemm_fc", 40.0, "aten::addmm")]
+            + gelu + [("gemm_proj", 40.0, "aten::addmm"), pw("add")])
 
 
 def test_a_long_gpt2_step_keeps_every_unchanged_kernel():
@@ -319,7 +318,8 @@ def test_no_reason_without_a_compiled_region_or_with_its_kernels(b_ops, compiled
     d = it.comparison_data(a, it.parse_trace(cpu_trace([b_ops] * 3, compiled=compiled)))
     assert d["hidden"] == {"a": None, "b": None}
     if compiled:
-        assert [(r["old"], r["new"]) for r in d["replaced"]] == [(["aten::gelu", "aten::mul"], ["cpp_fused_gelu_mul_0"])]
+        fused = ["cpp_fused_gelu_mul_0"]
+        assert [(r["old"], r["new"]) for r in d["replaced"]] == [(["aten::gelu", "aten::mul"], fused)]
     else:
         assert d["replaced"] == [] and [r["name"] for r in d["only_a"]] == ["aten::gelu", "aten::mul"]
     assert "(nothing)" not in cmp.render(d)

@@ -533,7 +533,8 @@ def render(d: dict, full_names: bool = False) -> str:
         return (t["device_name"] or "GPU") if t["device"] == "cuda" else "CPU"
 
     def steps(t):  # a trace without ProfilerStep#N spans: its "per step" is the whole trace
-        return "no ProfilerStep spans: one step, the whole trace" if t.get("whole_trace") else f"{len(t['steps'])} steps"
+        return ("no ProfilerStep spans: one step, the whole trace" if t.get("whole_trace")
+                else f"{len(t['steps'])} steps")
 
     out = [f"A  {da['path']}  ({where(da)}, {steps(da)})",
            f"B  {db['path']}  ({where(db)}, {steps(db)})", ""]
