@@ -323,3 +323,49 @@ def test_no_reason_without_a_compiled_region_or_with_its_kernels(b_ops, compiled
     else:
         assert d["replaced"] == [] and [r["name"] for r in d["only_a"]] == ["aten::gelu", "aten::mul"]
     assert "(nothing)" not in cmp.render(d)
+
+
+# ------------------------------------------------------------------- recorded: a transformers GPT-2 on the CPU
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory):
+    """A GPT-2 of 2 tiny layers from its config (random weights, no Hub), eager vs sdpa attention, recorded once."""
+    transformers = pytest.importorskip("transformers")
+    import torch
+    from test_inspect_trace import record
+
+    out, traces = tmp_path_factory.mktemp("gpt2"), {}
+    for impl in ("eager", "sdpa"):
+        torch.manual_seed(0)
+        config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=16,
+                                         bos_token_id=0, eos_token_id=0, attn_implementation=impl)
+        model = transformers.GPT2LMHeadModel(config).eval()
+        x = torch.randint(0, 64, (1, 8))
+        with torch.no_grad():
+            traces[impl] = it.load_trace(record(lambda: model(x), out / f"{impl}.json"))
+    return traces
+
+
+def typical_units(trace) -> tuple[list[str], float]:
+    """The most common launch order of the CPU's kernels, and their µs per step over the steps with it."""
+    orders = [[e.name for e in it.cpu_kernels(st)] for st in trace.steps]
+    common = max(orders, key=orders.count)
+    steps = [st for st, names in zip(trace.steps, orders) if names == common]
+    return common, sum(e.dur for st in steps for e in it.cpu_kernels(st)) / len(steps)
+
+
+def test_gpt2_eager_vs_sdpa_on_the_cpu(gpt2):
+    """Each layer's eager attention (two bmm, softmax, ...) became one sdpa kernel; every other op stayed, in the
+    same-name table, as many as a longest common subsequence; no op is "replaced" by itself; sums add up."""
+    (names_a, us_a), (names_b, us_b) = typical_units(gpt2["eager"]), typical_units(gpt2["sdpa"])
+    d = it.comparison_data(gpt2["eager"], gpt2["sdpa"])
+    assert sum(s["a"]["calls"] for s in d["same"]) == lcs_length(names_a, names_b)
+    assert all(not set(r["old"]) & set(r["new"]) for r in d["replaced"])
+    (attention,) = [r for r in d["replaced"] if "aten::_softmax" in r["old"]]
+    assert attention["new"] == ["aten::_scaled_dot_product_flash_attention_for_cpu"] and attention["times"] == 2
+    assert attention["old_calls"]["aten::bmm"] == 4
+    for op in ("aten::addmm", "aten::native_layer_norm", "aten::tanh"):
+        (row,) = [s for s in d["same"] if s["name"] == op]
+        assert row["a"]["calls"] == names_a.count(op) == names_b.count(op) and row["elsewhere"] == {"a": 0, "b": 0}
+    assert_sums_cpu(d)
+    assert (d["kernel_us"]["a"], d["kernel_us"]["b"]) == (pytest.approx(us_a), pytest.approx(us_b))

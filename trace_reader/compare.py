@@ -14,9 +14,11 @@ and B's to B's:
                names (triton_poi_fused__unsafe_view_gelu_mul_0 -> unsafe, view, gelu, mul): each kernel joins
                the nearest kernel of the other trace sharing the most words, at most MAX_GAP kept kernels away;
                pointwise work joins pointwise work before a GEMM (whose name may carry an op it fused);
-            c. the tensor sizes the launching ops recorded, for what nothing above paired;
-            d. place: what is still alone joins the nearest lone kernels of the other trace (REST), replaced
-               as a whole rather than paired by a guess.
+            c. what is still alone: its words against any group (a GEMM template's name carries the epilogue
+               it fused), then the tensor sizes the launching ops recorded;
+            d. place: the nearest kernels of the other trace, grouped or not (eager attention's softmax joins
+               bmm + bmm -> flash; kernels nothing else tells apart are replaced as a whole, REST, rather than
+               paired by a guess).
             Kernels launched by one CPU op (a GEMM and its split-K reduce) always stay together.
             What nothing in the other trace took the place of is "only in A" (or B), by its calls.
 3. A name can so appear in several places: its calls that stayed in the same-name table, another call of it in a
@@ -84,7 +86,7 @@ class Replaced:
         return {n: c * self.times for n, c in Counter(self.old if side == "old" else self.new).items()}
 
 
-REST = "nothing tells them apart: the kernels left between the same kept kernels, replaced as a whole"
+REST = "nothing tells them apart: the nearest kernels left, replaced as a whole"
 GEMM_SIZES = "GEMM for GEMM, the same tensor sizes"
 GEMM_ORDER = "GEMM for GEMM, in launch order"
 SIZES = "tensor sizes"
@@ -174,6 +176,7 @@ INDUCTOR_RE = re.compile(r"(?:triton|cpp)_\w*?fused_(\w+?)(?:_\d+)?$")
 STOP_WORDS = {"aten", "fused", "kernel", "function", "forward", "backward", "triton", "poi", "per", "red", "tem",
               "cpp", "graph", "call", "compiled", "fx", "torch", "region", "default", "out", "impl", "autograd"}
 MM_WORDS = {"mm", "addmm", "bmm", "baddbmm"}  # an Inductor template fusing one of these is a GEMM
+GEMM_RANKS = 8  # a GEMM pairs with one at most this many GEMMs earlier or later in its gap (linear time)
 
 
 def _inductor(name: str) -> re.Match | None:
@@ -322,16 +325,20 @@ def _distance(x: _Atom, y: _Atom) -> tuple[int, int]:
     return abs(x.gap - y.gap), abs(x.offset - y.offset)
 
 
-def _link(uf: _Union, side_a: list[_Atom], side_b: list[_Atom], keys, why) -> None:
-    """Join each atom to the atom of the other side sharing the most keys (tags, sizes), the nearest of those,
+def _link(uf: _Union, mine: list[_Atom], theirs: list[_Atom], keys, why) -> None:
+    """Join each atom of `mine` to the atom of `theirs` sharing the most keys (tags, sizes), the nearest of those,
     at most MAX_GAP kept kernels away. why(x, y): the evidence, written down for the group."""
-    for mine, theirs in ((side_a, side_b), (side_b, side_a)):
-        idx = _index(theirs, keys)
-        for x in mine:
-            cands = {id(y): y for k in keys(x) for y in _near(idx, k, x)}.values()
-            if cands:
-                y = min(cands, key=lambda y: (-len(keys(x) & keys(y)),) + _distance(x, y))
-                uf.union(x, y, why(x, y))
+    idx = _index(theirs, keys)
+    for x in mine:
+        cands = {id(y): y for k in keys(x) for y in _near(idx, k, x)}.values()
+        if cands:
+            y = min(cands, key=lambda y: (-len(keys(x) & keys(y)),) + _distance(x, y))
+            uf.union(x, y, why(x, y))
+
+
+def _link_both(uf: _Union, side_a: list[_Atom], side_b: list[_Atom], keys, why) -> None:
+    _link(uf, side_a, side_b, keys, why)
+    _link(uf, side_b, side_a, keys, why)
 
 
 def _pair_gemms(uf: _Union, side_a: list[_Atom], side_b: list[_Atom]) -> None:
@@ -350,8 +357,8 @@ def _pair_gemms(uf: _Union, side_a: list[_Atom], side_b: list[_Atom]) -> None:
         by_gap[y.gap].append((y, r))
     taken: set[int] = set()
     for x, rx in ranked(side_a):
-        cands = [(y, r) for g in range(x.gap - MAX_GAP, x.gap + MAX_GAP + 1) for y, r in by_gap.get(g, ())
-                 if id(y) not in taken]
+        cands = [(y, r) for g in range(x.gap - MAX_GAP, x.gap + MAX_GAP + 1)
+                 for y, r in by_gap.get(g, [])[max(rx - GEMM_RANKS, 0): rx + GEMM_RANKS + 1] if id(y) not in taken]
         if cands:
             y, _ = min(cands, key=lambda c: (-len(x.sizes & c[0].sizes), abs(x.gap - c[0].gap), abs(rx - c[1])))
             taken.add(id(y))
@@ -386,12 +393,15 @@ def _group(ua: list[Unit], ub: list[Unit], pairs: list[tuple[int, int]], hidden=
     _pair_gemms(uf, atoms_a, atoms_b)
     # pointwise work with pointwise work (and GEMMs no GEMM took), before a GEMM whose name carries its op
     paired = uf.paired(every)
-    _link(uf, [x for x in atoms_a if id(x) not in paired], [y for y in atoms_b if id(y) not in paired],
-          lambda x: x.tags, words)
+    _link_both(uf, [x for x in atoms_a if id(x) not in paired], [y for y in atoms_b if id(y) not in paired],
+               lambda x: x.tags, words)
+    # what is still alone: by words with any group (an epilogue a GEMM template fused), by tensor sizes, then by
+    # place: the nearest kernels of the other trace, grouped or not
     _link(uf, alone(atoms_a), atoms_b, lambda x: x.tags, words)
-    _link(uf, atoms_a, alone(atoms_b), lambda x: x.tags, words)
-    _link(uf, alone(atoms_a), alone(atoms_b), lambda x: x.sizes, lambda x, y: SIZES)
-    _link(uf, alone(atoms_a), alone(atoms_b), lambda x: {"*"}, lambda x, y: REST)
+    _link(uf, alone(atoms_b), atoms_a, lambda x: x.tags, words)
+    _link_both(uf, alone(atoms_a), alone(atoms_b), lambda x: x.sizes, lambda x, y: SIZES)
+    _link(uf, alone(atoms_a), atoms_b, lambda x: {"*"}, lambda x, y: REST)
+    _link(uf, alone(atoms_b), atoms_a, lambda x: {"*"}, lambda x, y: REST)
 
     comps: dict[int, tuple[list[int], list[int], set[str], set[str], _Atom]] = {}
     for x in every:
