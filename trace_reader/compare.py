@@ -139,8 +139,8 @@ def launch_order(trace: Trace) -> tuple[list[Unit], int]:
     steps = [u for u in (_step_units(trace, st) for st in trace.steps) if [n for n, _, _ in u] == seq]
     if not steps:
         return [], 0
-    return [Unit(name, statistics.fmean(s[i][1] for s in steps), steps[0][i][2])
-            for i, name in enumerate(seq)], len(steps)
+    means = [math.fsum(col) / len(steps) for col in zip(*([dur for _, dur, _ in s] for s in steps))]
+    return [Unit(name, us, op) for (name, _, op), us in zip(steps[0], means)], len(steps)
 
 
 def _op_calls(trace: Trace) -> dict[str, float]:
@@ -243,11 +243,12 @@ class _Atom:
 
 
 class _Union:
-    """Groups of atoms, each with the evidence that joined it."""
+    """Groups of atoms, each with the evidence that joined it and the traces it holds atoms of."""
 
     def __init__(self):
         self.parent: dict = {}
         self.why: dict = defaultdict(set)
+        self.sides: dict = {}  # root -> {"a", "b"} or one of them; a root never joined holds its own side
 
     def find(self, x):
         self.parent.setdefault(x, x)
@@ -261,14 +262,12 @@ class _Union:
         if rx is not ry:
             self.parent[rx] = ry
             self.why[ry] |= self.why.pop(rx, set())
+            self.sides[ry] = self.sides.pop(rx, {rx.side}) | self.sides.get(ry, {ry.side})
         self.why[ry].add(why)
 
-    def paired(self, atoms: list[_Atom]) -> set[int]:
-        """ids of the atoms whose group holds atoms of both traces."""
-        sides: dict = defaultdict(set)
-        for x in atoms:
-            sides[id(self.find(x))].add(x.side)
-        return {id(x) for x in atoms if len(sides[id(self.find(x))]) == 2}
+    def alone(self, atoms: list[_Atom]) -> list[_Atom]:
+        """The atoms whose group holds atoms of one trace only."""
+        return [x for x in atoms if len(self.sides.get(self.find(x), ())) < 2]
 
 
 def _atoms(side: str, units: list[Unit], free: list[int], gap: list[int], tags: dict, sizes) -> list[_Atom]:
@@ -382,19 +381,14 @@ def _group(ua: list[Unit], ub: list[Unit], pairs: list[tuple[int, int]], hidden=
     atoms_b = _atoms("b", ub, free_b, gap_b, {j: _tags(ub[j], shared_b) for j in free_b}, _sizes)
     every = atoms_a + atoms_b
 
-    def alone(atoms):
-        paired = uf.paired(every)
-        return [x for x in atoms if id(x) not in paired]
-
     def words(x, y):
         return ", ".join(sorted(x.tags & y.tags))
 
     uf = _Union()
     _pair_gemms(uf, atoms_a, atoms_b)
+    alone = uf.alone
     # pointwise work with pointwise work (and GEMMs no GEMM took), before a GEMM whose name carries its op
-    paired = uf.paired(every)
-    _link_both(uf, [x for x in atoms_a if id(x) not in paired], [y for y in atoms_b if id(y) not in paired],
-               lambda x: x.tags, words)
+    _link_both(uf, alone(atoms_a), alone(atoms_b), lambda x: x.tags, words)
     # what is still alone: by words with any group (an epilogue a GEMM template fused), by tensor sizes, then by
     # place: the nearest kernels of the other trace, grouped or not
     _link(uf, alone(atoms_a), atoms_b, lambda x: x.tags, words)
