@@ -369,3 +369,16 @@ def test_gpt2_eager_vs_sdpa_on_the_cpu(gpt2):
         assert row["a"]["calls"] == names_a.count(op) == names_b.count(op) and row["elsewhere"] == {"a": 0, "b": 0}
     assert_sums_cpu(d)
     assert (d["kernel_us"]["a"], d["kernel_us"]["b"]) == (pytest.approx(us_a), pytest.approx(us_b))
+
+
+def test_a_step_too_long_to_align_is_one_line_and_a_long_similar_one_is_not(monkeypatch):
+    """A trace is untrusted input: past MAX_CELLS, alignment refuses in one line (exit 2 from the CLI); a pair
+    nearly alike still aligns past it (Myers' diff), as does one whose common head and tail leave it under."""
+    monkeypatch.setattr(al, "MAX_CELLS", 10_000)
+    far = [f"k{i % 5}" for i in range(200)], [f"k{4 - i % 5}" for i in range(200)]
+    with pytest.raises(it.TraceError, match=r"^steps of 200 and 200 launches left to align, far apart: more than"):
+        al.align(*far)
+    monkeypatch.setattr(al, "LARGE", 0)
+    near = [f"k{i % 7}" for i in range(300)]
+    assert len(al.align(near, near[:100] + near[101:])) == 299
+    assert len(al.align(["x"] * 1000 + ["a", "b"] * 20, ["x"] * 1000 + ["b", "a"] * 20)) == 1039

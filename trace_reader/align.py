@@ -5,15 +5,19 @@ alignments with that many, it prefers pairs whose keys agree (the launching op a
 with one kernel name, the projection stays paired with the projection, not with the attention's matmul) and, of
 two same-name launches, the one at the same offset since the last kernel that stayed.
 
-How, exactly and in O(n*m/64) word operations at worst:
+How, exactly, in O(n*m/64) word operations at worst:
 1. A name only one side has can never pair: such launches are dropped first, so kernels that were replaced
    cost nothing; a common head and tail pair at once.
-2. Bit-parallel LCS (Allison & Dix 1986, Hyyroe 2004): one row of the LCS table is one Python int, bit j set
-   where the row's LCS does not grow at column j; a row costs a few big-int operations, one bit per column.
-3. A block too large to keep its rows (ROWS_BITS) is cut Hirschberg's way: the last row of its top half and the
+2. A large block (LARGE cells) nearly alike (at most FEW launches unpaired) takes Myers' greedy diff (1986),
+   O((n + m) * D): a step of 200,000 launches with three changes takes under a second here.
+3. Otherwise bit-parallel LCS (Allison & Dix 1986, Hyyroe 2004): one row of the LCS table is one Python int, bit
+   j set where the row's LCS does not grow at column j; a row costs a few big-int operations, one bit a column.
+4. A block too large to keep its rows (ROWS_BITS) is cut Hirschberg's way: the last row of its top half and the
    last row of its bottom half run backwards give the column where an optimal alignment crosses the middle.
-4. A traceback from the end takes a match where the names agree, unless their keys differ and skipping keeps the
-   length; then each pair slides within the launches around it to a same-name launch at the same offset.
+5. A traceback from the end takes a match where the names agree, unless their keys differ and skipping keeps the
+   length; then each pair slides within the launches around it to a same-name launch whose key agrees, at the
+   same offset (after Myers' diff, the slide alone applies the keys).
+A trace is untrusted input: past MAX_CELLS (what is left to align after 1. and 2., n*m) it is refused in one line.
 """
 
 from __future__ import annotations
@@ -21,9 +25,12 @@ from __future__ import annotations
 import bisect
 from itertools import accumulate
 
+from .read import TraceError
+
 ROWS_BITS = 1 << 27  # a block whose rows hold more bits than this (16 MiB) is halved rather than kept
 FEW = 64  # a large block first tries Myers' O((n + m) * D) diff, for up to this many launches unpaired
 LARGE = 1 << 20  # cells (n * m) from which a block is large
+MAX_CELLS = 1 << 34  # ~130,000 launches a side left to align: about a minute here; more is refused
 
 
 def align(a: list[str], b: list[str], keys: tuple[list, list] | None = None) -> list[tuple[int, int]]:
@@ -40,7 +47,7 @@ def align(a: list[str], b: list[str], keys: tuple[list, list] | None = None) -> 
     if keys is not None:
         ka, kb = [keys[0][i] for i in ia], [keys[1][j] for j in ib]
     out: list[tuple[int, int]] = []
-    _lcs(xa, xb, ka, kb, 0, len(xa), 0, len(xb), out)
+    _lcs(xa, xb, ka, kb, 0, len(xa), 0, len(xb), out, top=True)
     pairs = [(ia[i], ib[j]) for i, j in out]
     return _slide(a, b, keys, pairs)
 
@@ -49,8 +56,8 @@ def _agree(x, y) -> bool:
     return x is None or y is None or x == y
 
 
-def _lcs(a, b, ka, kb, a0: int, a1: int, b0: int, b1: int, out: list) -> None:
-    """Appends to out an LCS of a[a0:a1] and b[b0:b1], in order."""
+def _lcs(a, b, ka, kb, a0: int, a1: int, b0: int, b1: int, out: list, top: bool = False) -> None:
+    """Appends to out an LCS of a[a0:a1] and b[b0:b1], in order; top: the whole problem, checked for size."""
     while a0 < a1 and b0 < b1 and a[a0] == b[b0] and (ka is None or _agree(ka[a0], kb[b0])):
         out.append((a0, b0))
         a0, b0 = a0 + 1, b0 + 1
@@ -63,6 +70,9 @@ def _lcs(a, b, ka, kb, a0: int, a1: int, b0: int, b1: int, out: list) -> None:
         few = _myers(a, b, a0, a1, b0, b1, FEW) if n * m > LARGE else None
         if few is not None:
             out += few
+        elif top and n * m > MAX_CELLS:
+            raise TraceError(f"steps of {n:,} and {m:,} launches left to align, far apart: more than this "
+                             f"comparison aligns exactly ({MAX_CELLS:.1e} pairs); compare shorter steps")
         elif n * m <= ROWS_BITS or n == 1:
             out += _traceback(a, b, ka, kb, a0, a1, b0, b1)
         else:
