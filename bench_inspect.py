@@ -1,12 +1,15 @@
-"""How fast does inspect_trace.py read a long trace? Build one by replicating a real step, then time it.
+"""How fast does inspect_trace.py read a long trace, and compare two long steps? Build them, then time it.
 
-    uv run bench_inspect.py tests/data/h200_mlp_eager.json.gz                        # 100 steps, 5 runs
+    uv run bench_inspect.py                                                          # the eager H200 MLP, 100 steps
     uv run bench_inspect.py tests/data/h200_mlp_eager.json.gz tests/data/h200_mlp_compile.json.gz --steps 2000
 
 The first active step of each trace (every event from its ProfilerStep#k start until the next step starts:
 CPU ops, runtime calls, kernels, flow arrows) is copied --steps times with shifted timestamps and fresh
 ids, so the long trace has the same structure as the real one. Timed in this process, median of --runs:
-load+report of A, and load A + load B + compare (B defaults to A). Nothing is written outside a temp dir.
+load+report of A, and load A + load B + compare (B defaults to A). Then a long step, --launches kernels of
+decoder layers whose GEMMs all share one kernel name, compared with the same layers fused (attention, GeGLU)
+and with as many launches of fused layers (compare() alone: the traces are parsed before the clock starts).
+Nothing is written outside a temp dir.
 """
 
 from __future__ import annotations
@@ -64,6 +67,41 @@ def replicate(src: Path, steps: int, dst: Path) -> int:
     return len(raw)
 
 
+def decoder_layer(fused: bool) -> list[tuple[str, float, str]]:
+    """One decoder layer's kernels (name, µs, launching op), every GEMM one kernel name; fused, the attention
+    (bmm, softmax, bmm) is one kernel and GeLU, mul one: which GEMMs stayed is for the alignment to find."""
+    attention = [("flash_fwd", 25.0, "aten::_scaled_dot_product_flash_attention")] if fused else [
+        ("nvjet", 11.0, "aten::bmm"), ("softmax", 7.0, "aten::_softmax"), ("nvjet", 11.0, "aten::bmm")]
+    geglu = [("triton_poi_fused_gelu_mul_0", 5.0, "triton_poi_fused_gelu_mul_0")] if fused else [
+        ("gelu", 4.0, "aten::gelu"), ("mul", 4.0, "aten::mul")]
+    return ([("rms", 3.0, "aten::mul"), ("nvjet", 20.0, "aten::mm"), ("nvjet", 6.0, "aten::mm"),
+             ("nvjet", 6.0, "aten::mm"), ("rope", 2.0, "aten::add")] + attention
+            + [("nvjet", 20.0, "aten::mm"), ("residual", 2.0, "aten::add"), ("rms", 3.0, "aten::mul"),
+               ("nvjet", 60.0, "aten::mm"), ("nvjet", 60.0, "aten::mm")] + geglu
+            + [("nvjet", 60.0, "aten::mm"), ("residual", 2.0, "aten::add")])
+
+
+def decoder_steps(kernels: list[tuple[str, float, str]], steps: int = 2) -> dict:
+    """A trace in kineto's format (CPU op, its launch, the kernel): `steps` steps launching these kernels."""
+    events, t, corr = [], 0.0, 0
+    for number in range(steps):
+        start = t
+        for name, dur, op in kernels:
+            corr += 1
+            events += [
+                {"ph": "X", "cat": "cpu_op", "name": op, "ts": t, "dur": 4, "pid": 1, "tid": 1,
+                 "args": {"External id": corr}},
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": t + 1, "dur": 2, "pid": 1,
+                 "tid": 1, "args": {"External id": corr, "correlation": corr}},
+                {"ph": "X", "cat": "kernel", "name": name, "ts": t + 3, "dur": dur, "pid": 0, "tid": 7,
+                 "args": {"External id": corr, "correlation": corr}}]
+            t += max(dur, 5) + 1
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{number}", "ts": start,
+                       "dur": t - start, "pid": 1, "tid": 1, "args": {}})
+        t += 10
+    return {"traceEvents": events}
+
+
 def timed(fn, runs: int) -> float:
     times = []
     for _ in range(runs):
@@ -75,13 +113,15 @@ def timed(fn, runs: int) -> float:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("a", type=Path, help="a real trace (.json or .json.gz) with at least one active step")
+    p.add_argument("a", type=Path, nargs="?", default=Path(__file__).parent / "tests/data/h200_mlp_eager.json.gz",
+                   help="a real trace (.json or .json.gz) with at least one active step (default: the eager H200 MLP)")
     p.add_argument("b", type=Path, nargs="?", help="a second trace for the comparison (default: A)")
     p.add_argument("--steps", type=int, default=100, help="active steps in the long trace (default 100)")
     p.add_argument("--runs", type=int, default=5, help="timed runs; the median is shown (default 5)")
+    p.add_argument("--launches", type=int, default=2000, help="kernels a step in the compared long steps (2000)")
     args = p.parse_args()
-    if args.steps < 1 or args.runs < 1:
-        print("bench_inspect.py: error: --steps and --runs must be >= 1", file=sys.stderr)
+    if args.steps < 1 or args.runs < 1 or args.launches < 1:
+        print("bench_inspect.py: error: --steps, --runs and --launches must be >= 1", file=sys.stderr)
         return 1
     with tempfile.TemporaryDirectory() as tmp:
         try:
@@ -109,6 +149,15 @@ def main() -> int:
         print(f"median of {args.runs} runs: load {t_load:.2f} s, load+report {t_report:.2f} s, "
               f"load A+B+compare {t_compare:.2f} s")
         print(f"whole CLI, one run (process start, imports, datasheet lookup): {t_cli:.2f} s, exit {cli.returncode}")
+    # Two long steps: the same layers eager and fused (fewer launches fused); then as many launches each, so the
+    # fused step holds more layers and some of it pairs with nothing.
+    layers = -(-args.launches // len(decoder_layer(False)))
+    eager = it.parse_trace(decoder_steps((decoder_layer(False) * layers)[:args.launches]), "<eager>")
+    for kernels in (decoder_layer(True) * layers, (decoder_layer(True) * args.launches)[:args.launches]):
+        fused = it.parse_trace(decoder_steps(kernels), "<fused>")
+        t_long = timed(lambda: it.compare(eager, fused), args.runs)
+        print(f"compare a step of {len(eager.steps[0].kernels)} launches with one of {len(fused.steps[0].kernels)} "
+              f"(decoder layers, eager vs fused), median of {args.runs} runs: {t_long:.2f} s")
     return 0
 
 

@@ -13,8 +13,10 @@ Which file answers which question:
                  step's verdict and the typical step's (bound_of), launch-to-start lag, why the GPU idles,
                  gpu_time_by_annotation(), cpu_time_by_annotation(), cpu_self_times().
     compiled.py  What did torch.compile run? Its compiled regions per step: frames, graph breaks, recompiles.
-    compare.py   What changed between two traces? Same, gone, new kernels (calls per step, time per call),
-                 which replaced which (paired by what they do), CPU ops; comparison_data() for --json.
+    align.py     Which kernels stayed? An exact longest common subsequence of two launch orders, any length.
+    compare.py   What changed between two traces? Kept, gone, new kernels (calls per step, time per call),
+                 which replaced which (paired by what they do), CPU ops, each call counted once;
+                 comparison_data() for --json.
     lag.py       How far behind is the GPU? Per step: launch-to-GPU-start lag, record_function-to-first-op gap.
     plot.py      What does it look like? The roofline of one or two traces, a benchmark's bars against its
                  floor (matplotlib, imported only when drawing).

@@ -1,16 +1,29 @@
-"""Comparing two traces: which kernels stayed, which are gone or new, which replaced which; CPU ops; step times.
+"""Comparing two traces: which kernels stayed, which replaced which, which are gone or new; CPU ops; step times.
 
-How a replacement is found, on one typical step of each trace (its most common launch order):
-1. align()   pairs the kernels that stayed (same name, same order: the anchors), in near-linear time.
-2. _group()  pairs the rest by what the kernels do, not by where they sit: the words of the CPU op that
-             launched each kernel (aten::gelu -> gelu), of the annotation or autograd Function around it up to
-             the first span that also holds an anchor (LigerGELUMulFunction -> liger, gelu, mul), the op names
-             Inductor writes into its kernel names (triton_poi_fused__unsafe_view_gelu_mul_0 -> unsafe, view,
-             gelu, mul); failing those, the tensor sizes the launching op recorded. A kernel is paired with the
-             nearest kernels of the other trace sharing a word, at most two anchors away. What nothing pairs is
-             one group: the step's remaining kernels, replaced as a whole, rather than a guess by position.
-3. Times are per position (a kernel that stayed is never counted in a replaced group, even if a kernel of the
-   same name was replaced), averaged over the steps with that launch order; calls and per-call time per name.
+On one typical step of each trace (its most common launch order), every unit (GPU kernel; on a CPU trace, one
+of the CPU's kernels) is counted in exactly one place, so A's figures add up to A's own kernel time per step,
+and B's to B's:
+1. align()  (align.py) pairs the kernels that stayed: same name, same order, as many as any alignment can pair
+            (an exact longest common subsequence); the "same name in both" table counts only these calls.
+2. _group() puts the rest into the smallest groups the evidence supports, strongest evidence first:
+            a. kind: a GEMM that left is paired with a GEMM that came (cuBLAS -> Triton template), one for one,
+               preferring the one whose launching op recorded the same tensor sizes, then the nearest;
+            b. what the kernels do: the words of the CPU op that launched each kernel (aten::gelu -> gelu), of
+               the annotation or autograd Function around it up to the first span that also holds a kernel that
+               stayed (LigerGELUMulFunction -> liger, gelu, mul), the op names Inductor writes into its kernel
+               names (triton_poi_fused__unsafe_view_gelu_mul_0 -> unsafe, view, gelu, mul): each kernel joins
+               the nearest kernel of the other trace sharing the most words, at most MAX_GAP kept kernels away;
+               pointwise work joins pointwise work before a GEMM (whose name may carry an op it fused);
+            c. what is still alone: its words against any group (a GEMM template's name carries the epilogue
+               it fused), then the tensor sizes the launching ops recorded;
+            d. place: the nearest kernels of the other trace, grouped or not (eager attention's softmax joins
+               bmm + bmm -> flash; kernels nothing else tells apart are replaced as a whole, REST, rather than
+               paired by a guess).
+            Kernels launched by one CPU op (a GEMM and its split-K reduce) always stay together.
+            What nothing in the other trace took the place of is "only in A" (or B), by its calls.
+3. A name can so appear in several places: its calls that stayed in the same-name table, another call of it in a
+   group or an "only in" list (two calls becoming one: one stayed, one is gone). Each call is counted once; the
+   table marks such a name. Times are per position, averaged over the steps with the typical launch order.
 """
 
 from __future__ import annotations
@@ -22,7 +35,8 @@ import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
-from .kernels import _dims, cpu_kernels, short, typical_sequence
+from .align import align  # re-exported: bench_inspect.py and the tests call compare.align
+from .kernels import CPP_KERNEL_RE, _dims, cpu_kernels, is_gemm, short, typical_sequence
 from .read import STEP_RE, Event, Trace, _no_gc
 from .report import _table, _us
 
@@ -37,6 +51,18 @@ class Unit:
 
 
 @dataclass
+class Tally:
+    """Calls per step of one name, and their µs per step."""
+
+    calls: int = 0
+    us: float = 0.0
+
+    def add(self, u: Unit) -> None:
+        self.calls += 1
+        self.us += u.us
+
+
+@dataclass
 class Replaced:
     """A's kernels `old` (launch order) became B's `new`, `times` times per step; µs per step over all times."""
 
@@ -45,7 +71,7 @@ class Replaced:
     old_name_us: dict[str, float]  # µs per step of each name, over all `times`
     new_name_us: dict[str, float]
     times: int
-    by: str  # what paired them: "gelu, mul", "tensor sizes", or REST
+    by: str  # what paired them: "gelu, mul", "GEMM for GEMM, ...", "tensor sizes", or REST
 
     @property
     def old_us(self) -> float:
@@ -60,18 +86,39 @@ class Replaced:
         return {n: c * self.times for n, c in Counter(self.old if side == "old" else self.new).items()}
 
 
-REST = "nothing tells them apart: the step's remaining kernels"
+REST = "nothing tells them apart: the nearest kernels left, replaced as a whole"
+GEMM_SIZES = "GEMM for GEMM, the same tensor sizes"
+GEMM_ORDER = "GEMM for GEMM, in launch order"
+SIZES = "tensor sizes"
+UNSEEN = "nothing: the other trace does not record this work"
+# A compiled CPU run records its fused C++ kernels only when asked: its work is then in no span of the trace.
+HIDDEN_CPP = ("compiled C++ kernels are not in the trace: profile with "
+              "torch._inductor.config.cpp.enable_kernel_profile")
 
 
 @dataclass
 class Comparison:
-    same: list[str]  # names present in both, byte for byte
-    only_a: list[str]
-    only_b: list[str]
+    kept: dict[str, tuple[Tally, Tally]]  # name -> A's and B's calls that stayed (paired by align), A's order
+    lone_a: dict[str, Tally]  # A's calls that nothing in B took the place of
+    lone_b: dict[str, Tally]
     groups: list[Replaced]
     ops_gone: dict[str, float]  # CPU op -> calls per step in A, absent from B
     ops_new: dict[str, float]
     steps_used: tuple[int, int]  # steps of A and B with the typical launch order (the per-position times)
+    total_us: tuple[float, float]  # each trace's units, µs per step: kept + groups + lone, nothing twice
+    hidden: tuple[str | None, str | None]  # why a trace's own work may be missing from it, if it may
+
+    @property
+    def same(self) -> list[str]:
+        return list(self.kept)
+
+    @property
+    def only_a(self) -> list[str]:
+        return list(self.lone_a)
+
+    @property
+    def only_b(self) -> list[str]:
+        return list(self.lone_b)
 
     @property
     def replaced(self) -> list[tuple[list[str], list[str]]]:
@@ -92,20 +139,8 @@ def launch_order(trace: Trace) -> tuple[list[Unit], int]:
     steps = [u for u in (_step_units(trace, st) for st in trace.steps) if [n for n, _, _ in u] == seq]
     if not steps:
         return [], 0
-    return [Unit(name, statistics.fmean(s[i][1] for s in steps), steps[0][i][2])
-            for i, name in enumerate(seq)], len(steps)
-
-
-def per_name(trace: Trace) -> dict[str, tuple[float, float]]:
-    """name -> (calls per step, µs per call), over every step."""
-    n = max(len(trace.steps), 1)
-    calls: Counter = Counter()
-    total: dict[str, float] = defaultdict(float)
-    for st in trace.steps:
-        for name, dur, _ in _step_units(trace, st):
-            calls[name] += 1
-            total[name] += dur
-    return {k: (c / n, total[k] / c) for k, c in calls.items()}
+    means = [math.fsum(col) / len(steps) for col in zip(*([dur for _, dur, _ in s] for s in steps))]
+    return [Unit(name, us, op) for (name, _, op), us in zip(steps[0], means)], len(steps)
 
 
 def _op_calls(trace: Trace) -> dict[str, float]:
@@ -114,105 +149,34 @@ def _op_calls(trace: Trace) -> dict[str, float]:
     return {k: v / n for k, v in c.items()}
 
 
-# ---------------------------------------------------------------------------------------------- alignment
-
-SMALL = 64 * 64  # gaps up to this many name pairs are aligned exactly (quadratic, but small)
-WINDOW = 32  # launches looked ahead on each side to resynchronise in a long gap
-
-
-def align(a: list[str], b: list[str]) -> list[tuple[int, int]]:
-    """Pairs (i, j) with a[i] == b[j], increasing in both: the kernels that stayed. Near-linear in len(a) + len(b).
-
-    Names that occur once on each side anchor first (the longest run of them in the same order); each gap
-    between anchors is aligned exactly when small, else by a walk that, where the names differ, resumes at
-    the nearest name the two sides share within WINDOW launches.
-    """
-    pairs: list[tuple[int, int]] = []
-    i0 = j0 = 0
-    for i, j in _unique_anchors(a, b) + [(len(a), len(b))]:
-        pairs += _align_gap(a, b, i0, i, j0, j)
-        if i < len(a):
-            pairs.append((i, j))
-        i0, j0 = i + 1, j + 1
-    return pairs
+def _hidden(trace: Trace) -> str | None:
+    """Why some of this trace's work is in no span: a compiled CPU run without Inductor's kernel profiling."""
+    if trace.device != "cpu":
+        return None
+    names = {e.name for st in trace.steps for e in st.spans}
+    compiled = any(n.startswith("Torch-Compiled Region") or "CompiledFxGraph" in n for n in names)
+    return HIDDEN_CPP if compiled and not any(CPP_KERNEL_RE.search(n) for n in names) else None
 
 
-def _unique_anchors(a: list[str], b: list[str]) -> list[tuple[int, int]]:
-    ca, cb = Counter(a), Counter(b)
-    in_b = {n: j for j, n in enumerate(b) if cb[n] == 1}
-    cand = [(i, in_b[n]) for i, n in enumerate(a) if ca[n] == 1 and n in in_b]
-    # Longest increasing subsequence of the j's (patience sorting), O(k log k).
-    tails: list[int] = []  # tails[L] = j of the smallest tail of an increasing run of length L+1
-    at: list[int] = []  # index into cand of that tail
-    back = [-1] * len(cand)
-    for k, (_, j) in enumerate(cand):
-        pos = bisect.bisect_left(tails, j)
-        back[k] = at[pos - 1] if pos else -1
-        if pos == len(tails):
-            tails.append(j)
-            at.append(k)
-        else:
-            tails[pos], at[pos] = j, k
-    out, k = [], at[-1] if at else -1
-    while k >= 0:
-        out.append(cand[k])
-        k = back[k]
-    return out[::-1]
+def _op(u: Unit) -> Event | None:
+    """The CPU op that launched the unit, if the trace says: not a ProfilerStep span around bare launches."""
+    return u.op if u.op is not None and not STEP_RE.match(u.op.name) else None
 
 
-def _align_gap(a, b, i0: int, i1: int, j0: int, j1: int) -> list[tuple[int, int]]:
-    if (i1 - i0) * (j1 - j0) <= SMALL:
-        return _lcs(a, b, i0, i1, j0, j1)
-    pairs, i, j = [], i0, j0
-    while i < i1 and j < j1:
-        if a[i] == b[j]:
-            pairs.append((i, j))
-            i, j = i + 1, j + 1
-            continue
-        fa, fb = _first(a, i, min(i1, i + WINDOW)), _first(b, j, min(j1, j + WINDOW))
-        best = min(((fa[n] + fb[n], fa[n], fb[n]) for n in fa if n in fb), default=None)
-        if best is None:  # nothing in common nearby: both launches are unmatched
-            i, j = i + 1, j + 1
-        else:
-            i, j = i + best[1], j + best[2]
-    return pairs
-
-
-def _lcs(a, b, i0: int, i1: int, j0: int, j1: int) -> list[tuple[int, int]]:
-    """Exact: the most pairs, and of those the nearest to the same offset into the gap (of two same-name GEMMs,
-    the one in the same place stayed)."""
-    n, m = i1 - i0, j1 - j0
-    best = [[(0, 0)] * (m + 1) for _ in range(n + 1)]  # (pairs, -displacement) for a[i0 + i:], b[j0 + j:]
-    for i in range(n - 1, -1, -1):
-        row, below = best[i], best[i + 1]
-        for j in range(m - 1, -1, -1):
-            row[j] = max(below[j], row[j + 1])
-            if a[i0 + i] == b[j0 + j]:
-                row[j] = max(row[j], (below[j + 1][0] + 1, below[j + 1][1] - abs(i - j)))
-    pairs, i, j = [], 0, 0
-    while i < n and j < m:
-        if a[i0 + i] == b[j0 + j] and best[i][j] == (best[i + 1][j + 1][0] + 1, best[i + 1][j + 1][1] - abs(i - j)):
-            pairs.append((i0 + i, j0 + j))
-            i, j = i + 1, j + 1
-        elif best[i][j] == best[i + 1][j]:
-            i += 1
-        else:
-            j += 1
-    return pairs
-
-
-def _first(seq, lo: int, hi: int) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for k in range(lo, hi):
-        out.setdefault(seq[k], k - lo)
-    return out
+def _key(u: Unit):
+    """What align() prefers to agree between two same-name kernels: the launching op and its tensor sizes."""
+    op = _op(u)
+    return (op.name, repr(_dims(op))) if op is not None else None
 
 
 # ------------------------------------------------------------------------------ pairing the rest by meaning
 
+MAX_GAP = 2  # kernels that stayed, at most, between two kernels paired by words, sizes or place
 INDUCTOR_RE = re.compile(r"(?:triton|cpp)_\w*?fused_(\w+?)(?:_\d+)?$")
 STOP_WORDS = {"aten", "fused", "kernel", "function", "forward", "backward", "triton", "poi", "per", "red", "tem",
               "cpp", "graph", "call", "compiled", "fx", "torch", "region", "default", "out", "impl", "autograd"}
+MM_WORDS = {"mm", "addmm", "bmm", "baddbmm"}  # an Inductor template fusing one of these is a GEMM
+GEMM_RANKS = 8  # a GEMM pairs with one at most this many GEMMs earlier or later in its gap (linear time)
 
 
 def _inductor(name: str) -> re.Match | None:
@@ -226,6 +190,11 @@ def _words(name: str) -> set[str]:
     m = _inductor(name)
     name = m.group(1) if m else name.split("::")[-1]
     return {w.lower() for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+", name) if len(w) > 1} - STOP_WORDS
+
+
+def _is_gemm(u: Unit) -> bool:
+    """A GEMM by its op or name (kernels.is_gemm), or an Inductor template named after a matmul it runs."""
+    return is_gemm(u) or (u.name.startswith("triton_tem_") and bool(_words(u.name) & MM_WORDS))
 
 
 def _ancestors(units: list[Unit]) -> set[int]:
@@ -260,59 +229,145 @@ def _sizes(u: Unit) -> set[str]:
     return out
 
 
+@dataclass(eq=False)
+class _Atom:
+    """Unpaired units of one trace launched by one CPU op (or one unit): they are replaced together."""
+
+    side: str  # "a" or "b"
+    units: list[int]  # positions in the launch order
+    gap: int  # kernels that stayed before it
+    offset: int  # units before it since the last kernel that stayed
+    tags: set[str]
+    sizes: set[str]
+    gemm: bool
+
+
 class _Union:
+    """Groups of atoms, each with the evidence that joined it and the traces it holds atoms of."""
+
     def __init__(self):
         self.parent: dict = {}
+        self.why: dict = defaultdict(set)
+        self.sides: dict = {}  # root -> {"a", "b"} or one of them; a root never joined holds its own side
 
     def find(self, x):
         self.parent.setdefault(x, x)
-        while self.parent[x] != x:
+        while self.parent[x] is not x:
             self.parent[x] = self.parent[self.parent[x]]
             x = self.parent[x]
         return x
 
-    def union(self, x, y):
-        self.parent[self.find(x)] = self.find(y)
+    def union(self, x, y, why: str):
+        rx, ry = self.find(x), self.find(y)
+        if rx is not ry:
+            self.parent[rx] = ry
+            self.why[ry] |= self.why.pop(rx, set())
+            self.sides[ry] = self.sides.pop(rx, {rx.side}) | self.sides.get(ry, {ry.side})
+        self.why[ry].add(why)
+
+    def alone(self, atoms: list[_Atom]) -> list[_Atom]:
+        """The atoms whose group holds atoms of one trace only."""
+        return [x for x in atoms if len(self.sides.get(self.find(x), ())) < 2]
 
 
-def _link(uf: _Union, side_a: list, side_b: list, max_gap: int = 2) -> None:
-    """Join each unit to the nearest units of the other side sharing a tag (at most max_gap anchors away).
-
-    side_*: (node, gap, tags); a unit's gap is the number of anchors before it. The units of one side with the
-    same tag in the same gap are a bucket, joined together once, the first time a unit of the other side links
-    to it: the work stays linear in the number of tags.
-    """
-    def index(side):
-        idx: dict[str, dict[int, list]] = defaultdict(lambda: defaultdict(list))
-        for node, gap, tags in side:
-            for t in tags:
-                idx[t][gap].append(node)
-        return {t: (sorted(g), g) for t, g in idx.items()}
-
-    ia, ib = index(side_a), index(side_b)
-    joined: set[int] = set()
-    for side, other in ((side_a, ib), (side_b, ia)):
-        for node, gap, tags in side:
-            best, hits = max_gap + 1, []
-            for t in tags & other.keys():
-                gaps, buckets = other[t]
-                k = bisect.bisect_left(gaps, gap)
-                for g in gaps[max(k - 1, 0): k + 1]:  # the nearest gap below, and the nearest at or above
-                    d = abs(g - gap)
-                    if d < best:
-                        best, hits = d, [buckets[g]]
-                    elif d == best:
-                        hits.append(buckets[g])
-            for bucket in hits:
-                if id(bucket) not in joined:
-                    joined.add(id(bucket))
-                    for other_node in bucket[1:]:
-                        uf.union(bucket[0], other_node)
-                uf.union(node, bucket[0])
+def _atoms(side: str, units: list[Unit], free: list[int], gap: list[int], tags: dict, sizes) -> list[_Atom]:
+    out: list[_Atom] = []
+    by_op: dict[int, _Atom] = {}
+    offset, last_gap = 0, -1
+    for i in free:
+        offset = offset + 1 if gap[i] == last_gap else 0
+        last_gap = gap[i]
+        op = _op(units[i])
+        launcher = op is not None and op.cat == "cpu_op"
+        atom = by_op.get(id(op)) if launcher else None
+        if atom is None:
+            atom = _Atom(side, [], gap[i], offset, set(), set(), False)
+            out.append(atom)
+            if launcher:
+                by_op[id(op)] = atom
+        atom.units.append(i)
+        atom.tags |= tags[i]
+        atom.sizes |= sizes(units[i])
+        atom.gemm = atom.gemm or _is_gemm(units[i])
+    return out
 
 
-def _group(ua: list[Unit], ub: list[Unit], pairs: list[tuple[int, int]]) -> list[Replaced]:
-    """The unmatched units of one step, grouped by what they do (see the module's docstring)."""
+def _index(atoms: list[_Atom], keys) -> dict:
+    """key -> gap -> (offsets, atoms), sorted by offset."""
+    idx: dict = defaultdict(lambda: defaultdict(lambda: ([], [])))
+    for x in atoms:
+        for k in keys(x):
+            offs, xs = idx[k][x.gap]
+            offs.append(x.offset)
+            xs.append(x)
+    return idx
+
+
+def _near(idx: dict, key, x: _Atom) -> list[_Atom]:
+    """The atoms under `key` in the nearest gap to x's (at most MAX_GAP away), nearest x's offset first."""
+    by_gap = idx.get(key)
+    if not by_gap:
+        return []
+    for dist in range(MAX_GAP + 1):
+        found = []
+        for g in {x.gap - dist, x.gap + dist}:
+            if g in by_gap:
+                offs, xs = by_gap[g]
+                k = bisect.bisect_left(offs, x.offset)
+                found += xs[max(k - 1, 0): k + 1]
+        if found:
+            return sorted(found, key=lambda y: abs(y.offset - x.offset))
+    return []
+
+
+def _distance(x: _Atom, y: _Atom) -> tuple[int, int]:
+    return abs(x.gap - y.gap), abs(x.offset - y.offset)
+
+
+def _link(uf: _Union, mine: list[_Atom], theirs: list[_Atom], keys, why) -> None:
+    """Join each atom of `mine` to the atom of `theirs` sharing the most keys (tags, sizes), the nearest of those,
+    at most MAX_GAP kept kernels away. why(x, y): the evidence, written down for the group."""
+    idx = _index(theirs, keys)
+    for x in mine:
+        cands = {id(y): y for k in keys(x) for y in _near(idx, k, x)}.values()
+        if cands:
+            y = min(cands, key=lambda y: (-len(keys(x) & keys(y)),) + _distance(x, y))
+            uf.union(x, y, why(x, y))
+
+
+def _link_both(uf: _Union, side_a: list[_Atom], side_b: list[_Atom], keys, why) -> None:
+    _link(uf, side_a, side_b, keys, why)
+    _link(uf, side_b, side_a, keys, why)
+
+
+def _pair_gemms(uf: _Union, side_a: list[_Atom], side_b: list[_Atom]) -> None:
+    """One for one: each GEMM of A that left with a GEMM of B that came, at most MAX_GAP kept kernels away: the
+    same tensor sizes first, then the same rank among the GEMMs of its gap (the k-th that left, the k-th that came)."""
+    def ranked(side):
+        out, rank = [], Counter()
+        for x in side:
+            if x.gemm:
+                out.append((x, rank[x.gap]))
+                rank[x.gap] += 1
+        return out
+
+    by_gap: dict[int, list] = defaultdict(list)
+    for y, r in ranked(side_b):
+        by_gap[y.gap].append((y, r))
+    taken: set[int] = set()
+    for x, rx in ranked(side_a):
+        cands = [(y, r) for g in range(x.gap - MAX_GAP, x.gap + MAX_GAP + 1)
+                 for y, r in by_gap.get(g, [])[max(rx - GEMM_RANKS, 0): rx + GEMM_RANKS + 1] if id(y) not in taken]
+        if cands:
+            y, _ = min(cands, key=lambda c: (-len(x.sizes & c[0].sizes), abs(x.gap - c[0].gap), abs(rx - c[1])))
+            taken.add(id(y))
+            uf.union(x, y, GEMM_SIZES if x.sizes & y.sizes else GEMM_ORDER)
+
+
+def _group(ua: list[Unit], ub: list[Unit], pairs: list[tuple[int, int]], hidden=(None, None)):
+    """The units align() left unpaired, grouped (see the module's docstring): (groups, lone in A, lone in B),
+    the lone ones as positions. Where a trace's work may be missing from it (`hidden`), the other's lone units
+    are one group with an empty side, not "only in": what took their place is unknown, not nothing."""
     gap_a, gap_b = [0] * len(ua), [0] * len(ub)
     for k, (i, j) in enumerate(pairs + [(len(ua), len(ub))]):
         i0, j0 = (pairs[k - 1][0] + 1, pairs[k - 1][1] + 1) if k else (0, 0)
@@ -322,44 +377,63 @@ def _group(ua: list[Unit], ub: list[Unit], pairs: list[tuple[int, int]]) -> list
     free_b = [j for j in range(len(ub)) if j not in matched_b]
     shared_a = _ancestors([ua[i] for i in matched_a])
     shared_b = _ancestors([ub[j] for j in matched_b])
-    tags = {("a", i): _tags(ua[i], shared_a) for i in free_a} | {("b", j): _tags(ub[j], shared_b) for j in free_b}
+    atoms_a = _atoms("a", ua, free_a, gap_a, {i: _tags(ua[i], shared_a) for i in free_a}, _sizes)
+    atoms_b = _atoms("b", ub, free_b, gap_b, {j: _tags(ub[j], shared_b) for j in free_b}, _sizes)
+    every = atoms_a + atoms_b
+
+    def words(x, y):
+        return ", ".join(sorted(x.tags & y.tags))
 
     uf = _Union()
-    _link(uf, [(("a", i), gap_a[i], tags["a", i]) for i in free_a],
-          [(("b", j), gap_b[j], tags["b", j]) for j in free_b])
+    _pair_gemms(uf, atoms_a, atoms_b)
+    alone = uf.alone
+    # pointwise work with pointwise work (and GEMMs no GEMM took), before a GEMM whose name carries its op
+    _link_both(uf, alone(atoms_a), alone(atoms_b), lambda x: x.tags, words)
+    # what is still alone: by words with any group (an epilogue a GEMM template fused), by tensor sizes, then by
+    # place: the nearest kernels of the other trace, grouped or not
+    _link(uf, alone(atoms_a), atoms_b, lambda x: x.tags, words)
+    _link(uf, alone(atoms_b), atoms_a, lambda x: x.tags, words)
+    _link_both(uf, alone(atoms_a), alone(atoms_b), lambda x: x.sizes, lambda x, y: SIZES)
+    _link(uf, alone(atoms_a), atoms_b, lambda x: {"*"}, lambda x, y: REST)
+    _link(uf, alone(atoms_b), atoms_a, lambda x: {"*"}, lambda x, y: REST)
 
-    def components():
-        comp: dict = defaultdict(lambda: ([], []))
-        for i in free_a:
-            comp[uf.find(("a", i))][0].append(i)
-        for j in free_b:
-            comp[uf.find(("b", j))][1].append(j)
-        return list(comp.values())
-
-    # Units nothing paired yet: try the tensor sizes their launching ops recorded.
-    lone = [c for c in components() if not (c[0] and c[1])]
-    _link(uf, [(("a", i), gap_a[i], _sizes(ua[i])) for c in lone for i in c[0]],
-          [(("b", j), gap_b[j], _sizes(ub[j])) for c in lone for j in c[1]])
-
-    groups, rest_a, rest_b = [], [], []
-    for ia, jb in components():
+    comps: dict[int, tuple[list[int], list[int], set[str], set[str], _Atom]] = {}
+    for x in every:
+        root = uf.find(x)
+        c = comps.setdefault(id(root), ([], [], set(), set(), root))
+        c[0 if x.side == "a" else 1].extend(x.units)
+        c[2 if x.side == "a" else 3].update(x.tags)
+    groups, lone_a, lone_b = [], [], []
+    for ia, jb, tags_a, tags_b, root in comps.values():
         if ia and jb:
-            words = set().union(*(tags["a", i] for i in ia)) & set().union(*(tags["b", j] for j in jb))
-            groups.append((ia, jb, ", ".join(sorted(words)) or "tensor sizes"))
+            groups.append((ia, jb, ", ".join(sorted(tags_a & tags_b)) or _evidence(uf.why[root])))
         else:
-            rest_a += ia
-            rest_b += jb
-    if rest_a or rest_b:
-        groups.append((sorted(rest_a), sorted(rest_b), REST))
+            lone_a += ia
+            lone_b += jb
+    # the other trace does not show its work: what is left here is one group whose other side is unknown
+    if hidden[1] and lone_a:
+        groups, lone_a = groups + [(lone_a, [], UNSEEN)], []
+    if hidden[0] and lone_b:
+        groups, lone_b = groups + [([], lone_b, UNSEEN)], []
+    return _merge(ua, ub, groups), sorted(lone_a), sorted(lone_b)
 
-    # In launch order (of A, then of B for groups with nothing from A); the same replacement repeated (one per
-    # layer of a model) is one entry, `times` per step.
+
+def _evidence(why: set[str]) -> str:
+    for label in (GEMM_SIZES, GEMM_ORDER, SIZES, REST):
+        if label in why:
+            return label
+    return REST
+
+
+def _merge(ua: list[Unit], ub: list[Unit], groups: list[tuple[list[int], list[int], str]]) -> list[Replaced]:
+    """In launch order (of A, then of B for groups with nothing from A); the same replacement repeated (one per
+    layer of a model) is one entry, `times` per step."""
     merged: dict[tuple, Replaced] = {}
     for ia, jb, by in sorted(groups, key=lambda g: (0, min(g[0])) if g[0] else (1, min(g[1]))):
         old, new = [ua[i].name for i in sorted(ia)], [ub[j].name for j in sorted(jb)]
         r = merged.setdefault((tuple(old), tuple(new), by), Replaced(old, new, defaultdict(float),
                                                                      defaultdict(float), 0, by))
-        for i in ia:  # per position: only the kernels in this group, never a same-name anchor
+        for i in ia:  # per position: only the kernels in this group, never a same-name kernel that stayed
             r.old_name_us[ua[i].name] += ua[i].us
         for j in jb:
             r.new_name_us[ub[j].name] += ub[j].us
@@ -370,57 +444,75 @@ def _group(ua: list[Unit], ub: list[Unit], pairs: list[tuple[int, int]]) -> list
 # --------------------------------------------------------------------------------------------- the result
 
 def match(a: Trace, b: Trace) -> Comparison:
-    """Which kernels are the same, which are gone or new, which replaced which (see the module's docstring)."""
+    """Which kernels stayed, which replaced which, which are gone or new (see the module's docstring)."""
     with _no_gc():
         ua, na = launch_order(a)
         ub, nb = launch_order(b)
-        pairs = align([u.name for u in ua], [u.name for u in ub])
-        groups = _group(ua, ub, pairs)
-        names_a, names_b = per_name(a), per_name(b)
-        order_a = list(dict.fromkeys([u.name for u in ua] + sorted(names_a)))
-        order_b = list(dict.fromkeys([u.name for u in ub] + sorted(names_b)))
+        pairs = align([u.name for u in ua], [u.name for u in ub], keys=([_key(u) for u in ua], [_key(u) for u in ub]))
+        hidden = (_hidden(a), _hidden(b))
+        groups, lone_a, lone_b = _group(ua, ub, pairs, hidden)
+        kept: dict[str, tuple[Tally, Tally]] = {}
+        for i, j in pairs:
+            ta, tb = kept.setdefault(ua[i].name, (Tally(), Tally()))
+            ta.add(ua[i])
+            tb.add(ub[j])
         ca, cb = _op_calls(a), _op_calls(b)
     return Comparison(
-        same=[n for n in order_a if n in names_b],
-        only_a=[n for n in order_a if n not in names_b],
-        only_b=[n for n in order_b if n not in names_a],
-        groups=groups,
+        kept=kept, lone_a=_tally(ua, lone_a), lone_b=_tally(ub, lone_b), groups=groups,
         ops_gone={k: v for k, v in ca.items() if k not in cb},
         ops_new={k: v for k, v in cb.items() if k not in ca},
-        steps_used=(na, nb),
+        steps_used=(na, nb), total_us=(sum(u.us for u in ua), sum(u.us for u in ub)), hidden=hidden,
     )
+
+
+def _tally(units: list[Unit], positions: list[int]) -> dict[str, Tally]:
+    out: dict[str, Tally] = {}
+    for i in positions:
+        out.setdefault(units[i].name, Tally()).add(units[i])
+    return out
 
 
 def comparison_data(a: Trace, b: Trace) -> dict:
     """The comparison as plain data (what `inspect_trace.py --json A B` prints); compare() renders it as text.
 
-    µs are per step unless the key says per call; `replaced` entries: A's kernels `old` (one occurrence, in launch
-    order) became B's `new`, `times` times per step; `old_us`/`new_us` per step; `old_calls`/`new_calls` per step.
+    µs are per step unless the key says per call, over the steps in the typical launch order. Each unit is counted
+    once: `same` holds the calls that stayed (`elsewhere`: that name's other calls per step, counted under
+    `replaced` or `only_*`); `replaced` entries: A's kernels `old` (one occurrence, in launch order) became B's
+    `new`, `times` times per step, `old_us`/`new_us` and `old_calls`/`new_calls` per step; `only_*`: calls nothing
+    took the place of. So `kernel_us` = same + replaced + only, per side. `hidden`: why a side's work may be
+    missing from its trace (then a group's side is empty).
     """
     m = match(a, b)
-    sa, sb = per_name(a), per_name(b)
 
     def trace_info(t: Trace) -> dict:
         return {"path": str(t.path), "device": t.device, "device_name": t.device_name, "whole_trace": t.whole,
                 "steps": [{"step": st.number, "gpu_busy_us": st.gpu_busy if t.device == "cuda" else None,
                            "cpu_us": st.cpu_time} for st in t.steps]}
 
-    def one(s: dict, n: str) -> dict:
-        calls, per_call = s[n]
-        return {"name": n, "calls": calls, "us_per_call": per_call, "us": calls * per_call}
+    def one(n: str, t: Tally) -> dict:
+        return {"name": n, "calls": t.calls, "us_per_call": t.us / t.calls, "us": t.us}
 
+    elsewhere = {side: Counter() for side in "ab"}
+    for g in m.groups:
+        elsewhere["a"].update(g.calls("old"))
+        elsewhere["b"].update(g.calls("new"))
+    for side, lone in (("a", m.lone_a), ("b", m.lone_b)):
+        elsewhere[side].update({n: t.calls for n, t in lone.items()})
     return {
         "a": trace_info(a), "b": trace_info(b),
         "units": "GPU kernels" if a.device == "cuda" and b.device == "cuda" else "units of work (CPU kernels)",
         "launch_order_steps": {"a": m.steps_used[0], "b": m.steps_used[1]},
-        "same": [{"name": n, "a": one(sa, n), "b": one(sb, n)} for n in m.same],
+        "kernel_us": {"a": m.total_us[0], "b": m.total_us[1]},
+        "hidden": {"a": m.hidden[0], "b": m.hidden[1]},
+        "same": [{"name": n, "a": one(n, ta), "b": one(n, tb),
+                  "elsewhere": {"a": elsewhere["a"][n], "b": elsewhere["b"][n]}} for n, (ta, tb) in m.kept.items()],
         "replaced": [{"old": g.old, "new": g.new, "times": g.times, "old_us": g.old_us, "new_us": g.new_us,
                       "old_calls": g.calls("old"), "new_calls": g.calls("new"),
                       "old_us_per_call": {n: g.old_name_us[n] / c for n, c in g.calls("old").items()},
                       "new_us_per_call": {n: g.new_name_us[n] / c for n, c in g.calls("new").items()},
                       "by": g.by} for g in m.groups],
-        "only_a": [one(sa, n) for n in m.only_a],
-        "only_b": [one(sb, n) for n in m.only_b],
+        "only_a": [one(n, t) for n, t in m.lone_a.items()],
+        "only_b": [one(n, t) for n, t in m.lone_b.items()],
         "ops_gone": m.ops_gone, "ops_new": m.ops_new,
     }
 
@@ -437,40 +529,42 @@ def render(d: dict, full_names: bool = False) -> str:
     def nm(n):
         return short(n, full_names)
 
-    what = d["units"]
+    what = d["units"][0].upper() + d["units"][1:]
     da, db = d["a"], d["b"]
-    if da["device"] != db["device"]:
-        what += f" -- note: A is a {da['device']} trace, B a {db['device']} trace"
+    mixed = f" -- note: A is a {da['device']} trace, B a {db['device']} trace" if da["device"] != db["device"] else ""
 
     def where(t):
         return (t["device_name"] or "GPU") if t["device"] == "cuda" else "CPU"
 
     def steps(t):  # a trace without ProfilerStep#N spans: its "per step" is the whole trace
-        return "no ProfilerStep spans: one step, the whole trace" if t.get("whole_trace") else f"{len(t['steps'])} steps"
+        return ("no ProfilerStep spans: one step, the whole trace" if t.get("whole_trace")
+                else f"{len(t['steps'])} steps")
 
     out = [f"A  {da['path']}  ({where(da)}, {steps(da)})",
            f"B  {db['path']}  ({where(db)}, {steps(db)})", ""]
+    if bool(da.get("whole_trace")) != bool(db.get("whole_trace")):
+        whole = "A" if da.get("whole_trace") else "B"
+        out += [f"note: {whole} has no ProfilerStep spans, so its \"per step\" below is per trace; the other's is "
+                "per step", ""]
     out += _steps_table(da, db)
 
-    out += ["", f"{what[0].upper()}{what[1:]}, same name in both: calls per step, µs per call, µs per step"]
-    rows = [[nm(s["name"]), f"{s['a']['calls']:g}", f"{s['b']['calls']:g}", _us(s["a"]["us_per_call"]),
+    na, nb = d["launch_order_steps"]["a"], d["launch_order_steps"]["b"]
+    out += ["", f"{what}, time per step: A {_us(d['kernel_us']['a'])} µs, B {_us(d['kernel_us']['b'])} µs "
+                f"({na} + {nb} steps in the typical launch order): the sum of what follows, each call counted once"]
+    out += ["", f"{what}, same name in both: calls per step, µs per call, µs per step{mixed}"]
+    rows = [[nm(s["name"]) + (" *" if s["elsewhere"]["a"] or s["elsewhere"]["b"] else ""),
+             f"{s['a']['calls']:g}", f"{s['b']['calls']:g}", _us(s["a"]["us_per_call"]),
              _us(s["b"]["us_per_call"]), _change(s["a"]["us_per_call"], s["b"]["us_per_call"]),
              _us(s["a"]["us"]), _us(s["b"]["us"])] for s in d["same"]]
     headers = ["name", "calls A", "calls B", "µs/call A", "µs/call B", "per call", "µs/step A", "µs/step B"]
     out.append(_table(headers, rows, right=set(range(1, 8))) if rows else "(none)")
+    if any(r[0].endswith(" *") for r in rows):
+        out.append("* the calls that stayed; this name's other calls are counted below (Replaced, Only in), once")
 
-    na, nb = d["launch_order_steps"]["a"], d["launch_order_steps"]["b"]
     out += ["", f"Replaced, paired by what the kernels do (µs per step; {na} + {nb} steps in the typical "
                 "launch order):"]
     for r in d["replaced"]:
-        out.append(f"  {_names(r['old'], r['times'], nm) or '(nothing)'}")
-        out.append(f"    -> {_names(r['new'], r['times'], nm) or '(nothing)'}")
-        calls = "; ".join(f"{side} " + (" + ".join(f"{c} × {_us(r[f'{key}_us_per_call'][n])}"
-                                                   for n, c in r[f"{key}_calls"].items()) or "none")
-                          for side, key in (("A", "old"), ("B", "new")))
-        out.append(f"    {_us(r['old_us'])} -> {_us(r['new_us'])} µs per step ({_change(r['old_us'], r['new_us'])}),"
-                   f" calls × µs: {calls}")
-        out.append(f"    paired by: {r['by']}")
+        out += _replaced(r, d["hidden"], nm)
     if not d["replaced"]:
         out.append("  (none)")
     for label, rows_ in (("Only in A", d["only_a"]), ("Only in B", d["only_b"])):
@@ -481,6 +575,20 @@ def render(d: dict, full_names: bool = False) -> str:
         out += ["", f"{label}:" + ("" if ops else " (none)")]
         out += [f"  {calls:g}/step  {nm(name)}" for name, calls in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))]
     return "\n".join(out)
+
+
+def _replaced(r: dict, hidden: dict, nm) -> list[str]:
+    """One group: A's side, B's side (or why a side is missing from its trace), µs, calls, the evidence."""
+    sides = [_names(r["old"], r["times"], nm) or f"({hidden['a'] or 'nothing'})",
+             _names(r["new"], r["times"], nm) or f"({hidden['b'] or 'nothing'})"]
+    calls = "; ".join(f"{side} " + (" + ".join(f"{c} × {_us(r[f'{key}_us_per_call'][n])}"
+                                               for n, c in r[f"{key}_calls"].items()) or "none")
+                      for side, key in (("A", "old"), ("B", "new")))
+    if (not r["new"] and hidden["b"]) or (not r["old"] and hidden["a"]):  # no change to state: a side is unseen
+        time = f"{_us(r['old_us'])} -> ? µs per step" if r["old"] else f"? -> {_us(r['new_us'])} µs per step"
+    else:
+        time = f"{_us(r['old_us'])} -> {_us(r['new_us'])} µs per step ({_change(r['old_us'], r['new_us'])})"
+    return [f"  {sides[0]}", f"    -> {sides[1]}", f"    {time}, calls × µs: {calls}", f"    paired by: {r['by']}"]
 
 
 def _names(names: list[str], times: int, nm) -> str:
