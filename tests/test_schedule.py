@@ -84,6 +84,24 @@ def test_cold_first_step_waits_before_its_first_op():
     assert verdicts(warm, cold_start_gap("linear_fwd", cold=False)) == ["broken"]
 
 
+@pytest.mark.parametrize("gaps, cold", [
+    ((15.0, 5.0, 6.0), False),  # exactly 3x the later steps' median: not "longest"
+    ((15.5, 5.0, 6.0), True),
+    # 3 active steps (the scripts' schedule): the later steps' median is the lower of the two, 5; the median of
+    # all three steps (12) would make 30 look warm
+    ((30.0, 5.0, 12.0), True),
+    # 5 steps: the later steps' lower median is 6 (of 4, 6, 8, 100); 20 > 3 x 6, not > 3 x 7 (the mean of the
+    # middle two) nor > 3 x 8 (the median of all five)
+    ((20.0, 4.0, 6.0, 8.0, 100.0), True),
+    ((18.0, 4.0, 6.0, 8.0, 100.0), False),
+])
+def test_cold_start_is_the_first_gap_against_the_later_steps_median(gaps, cold):
+    t = it.parse_trace(matmul_add_trace(gemm_us=3.0, steps=len(gaps), gaps=gaps))
+    assert [dispatch_gap(st, "matmul_add") for st in t.steps] == list(gaps)
+    assert verdicts(t, cold_start_gap("matmul_add", cold=True), cold_start_gap("matmul_add", cold=False)) == \
+        (["confirmed", "broken"] if cold else ["broken", "confirmed"])
+
+
 def test_cold_gap_on_the_h200_cold_run():
     t = it.load_trace(DATA / "h200_matmul_add_64_eager.json.gz")  # 01_matmul_add.py --size 64, cold
     gaps = [dispatch_gap(st, "matmul_add") for st in t.steps]
