@@ -2,11 +2,15 @@
 wait before its first op, the profiler's Activity Buffer Request. On hand-built kineto-format traces where a
 case has to be forced, and on the committed H200 trace of Part 1's cold run."""
 
+import argparse
 import json
 from pathlib import Path
 
 import pytest
+import torch
+from torch.profiler import ProfilerAction
 
+import common
 import inspect_trace as it
 from trace_reader.expect import buffer_request, cold_start_gap, gpu_lag_grows
 from trace_reader.lag import dispatch_gap, launch_lag
@@ -122,3 +126,38 @@ def test_buffer_request_is_looked_up_in_the_file(tmp_path):
     cpu["traceEvents"] = [e for e in cpu["traceEvents"] if e["cat"] in ("cpu_op", "user_annotation")]
     (tmp_path / "cpu.json").write_text(json.dumps(cpu))
     assert verdicts(it.load_trace(tmp_path / "cpu.json"), buffer_request()) == ["not applicable"]
+
+
+# ----------------------------------------------------------------------------------- the harness's schedule
+
+class ActionsSeen(torch.profiler.profile):
+    """torch's profiler as common.profile() drives it, noting the action it takes in each step of the loop."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.actions: list[ProfilerAction] = []
+
+    def step(self):
+        self.actions.append(self.current_action)
+        super().step()
+
+
+N, W, R, S = ProfilerAction.NONE, ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE
+
+
+@pytest.mark.parametrize("wait, warmup, active, actions", [
+    (1, 1, 3, [N, W, R, R, S]),  # the post's schedule
+    (2, 0, 1, [N, N, S]),
+    (0, 2, 3, [W, W, R, R, S]),
+    (0, 0, 3, [R, R, S]),  # Part 1's experiment
+    (3, 1, 2, [N, N, N, W, R, S]),
+], ids=["post", "wait2-warmup0-active1", "wait0-warmup2-active3", "wait0-warmup0-active3", "wait3-warmup1-active2"])
+def test_profiler_waits_then_warms_up_then_records(monkeypatch, wait, warmup, active, actions):
+    """--wait, --profiler-warmup and --active, step by step: what the profiler does in each step of the loop."""
+    monkeypatch.setattr(common, "_profile", ActionsSeen)
+    args = argparse.Namespace(compile=False, warmup=0, wait=wait, profiler_warmup=warmup, active=active,
+                              sync_each_step=False)
+    calls = []
+    prof = common.profile(common.Run("01_matmul_add", args, torch.device("cpu"), torch.float32),
+                          lambda: calls.append(1), "matmul_add")
+    assert prof.actions == actions and len(calls) == len(actions)
