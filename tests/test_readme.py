@@ -22,7 +22,8 @@ BENCHES = {"bench.py", "bench_attention.py", "bench_model.py"}
 # CPU. On the CPU, its commands that give no shape run at this one (the scores still outweigh every other
 # activation, so the memory expectations mean the same); with --device cuda they run as written.
 CPU_SHAPE = {"05_attention.py": ["--batch", "1", "--seq", "512", "--heads", "2", "--kv_heads", "1", "--head_dim", "16"],
-             "06_model.py": ["--preset", "tiny", "--seq", "32"]}  # 4 Gemma-2B layers: 1 GB of weights, slow on a CPU
+             "06_model.py": ["--preset", "tiny", "--seq", "32"],  # 4 Gemma-2B layers: 1 GB of weights, slow on a CPU
+             "03_simple_mlp.py": ["--batch", "1"]}  # the post's 64 x 128 tokens: see SMALLER
 
 
 def readme_commands():
@@ -74,9 +75,14 @@ def command(argv):
     return start + (argv[1:] if start == [sys.executable] and argv[0] == "python" else argv)
 
 
-# Part 1's 4096 runs do 4096³ bf16 GEMMs: about a second per call on 2 CPU cores, and up to 25 calls per run.
-# Here they run at 1024 (64× less work), every other flag as written; the GPU runs them at full size.
-SMALLER = {("--size", "4096"): ("1024", "a 4096³ bf16 GEMM takes a second or more per call on 2 CPU cores")}
+# Part 1's 4096 runs do 4096³ bf16 GEMMs, up to 25 calls per run, and the post's MLP 116 GFLOP per step. A CPU
+# without native bf16 (this project's 2-core machines) does about 1 GFLOP/s in bf16: a 1024³ GEMM takes 3 s, one
+# MLP step at 8192 tokens a minute or more. Here they run smaller, every other flag as written; a GPU runs them
+# at full size.
+SMALLER = {("--size", "4096"): ("512", "a 4096³ bf16 GEMM takes minutes per call on 2 CPU cores; 512³ is 512× less"),
+           ("--batch", "64"): ("1", "8192 tokens through a 768→3072 MLP is 116 GFLOP per step; 128 tokens is 64× less")}
+# The README's traces of those runs, under the names the smaller runs give them.
+SMALLER_TRACES = {"03_simple_mlp/64x128x768x3072_": "03_simple_mlp/1x128x768x3072_"}
 
 
 def smaller(argv, table=SMALLER):
@@ -88,10 +94,18 @@ def smaller(argv, table=SMALLER):
     return argv
 
 
+def local_trace(path, out):
+    """Where the README's traces/<script>/<file> is written here: under `out`, named after the shape run here."""
+    name = path[len("traces/"):]
+    for big, small in SMALLER_TRACES.items():
+        name = small + name[len(big):] if name.startswith(big) else name
+    return out / name
+
+
 def as_run_here(argv, out):
     """The README command on the CPU lane (at a CPU-sized size), writing under `out`, not traces/ or bench_results/."""
     argv = smaller(argv)
-    argv = [str(out / a[len("traces/"):]) if a.startswith("traces/") else a for a in argv]
+    argv = [str(local_trace(a, out)) if a.startswith("traces/") else a for a in argv]
     # Pictures the README shows are re-made elsewhere: tests/test_plot.py compares them with the committed ones.
     argv = [str(out / a[len("results/"):]) if a.startswith("results/") and a.endswith(".png") else a for a in argv]
     if argv[0] in SCRIPTS:
@@ -132,7 +146,7 @@ class Runs:
 
     def trace(self, path):
         """The README's traces/<script>/<file>: made by that script's README commands (run as needed)."""
-        local = self.out / path[len("traces/"):]
+        local = local_trace(path, self.out)
         script = path.split("/")[1] + ".py"
         for argv in (c for c in COMMANDS if c[0] == script and "--open" not in c):
             if local.exists():
