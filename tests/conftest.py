@@ -1,10 +1,33 @@
+import importlib.util
+import os
 import re
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def _keep_bytecode() -> None:
+    """Where Python may not write bytecode (PYTHONDONTWRITEBYTECODE, set in many container images) and the
+    environment holds none (uv installs without it), every process of the suite (each xdist worker, each script
+    run as a subprocess: about a hundred) would compile torch's Python anew, about 10 s of CPU each. Keep the
+    bytecode under .pytest_cache/pycache instead, for this process and the ones it starts; the source folders
+    stay clean, as the setting wants."""
+    if not sys.flags.dont_write_bytecode or sys.pycache_prefix or "PYTHONPYCACHEPREFIX" in os.environ:
+        return
+    torch = importlib.util.find_spec("torch")  # finds, does not import
+    if torch is None or torch.origin is None or Path(importlib.util.cache_from_source(torch.origin)).exists():
+        return
+    prefix = str(ROOT / ".pytest_cache" / "pycache")
+    sys.pycache_prefix, sys.dont_write_bytecode = prefix, False
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+
+_keep_bytecode()
 
 # Inductor's C++ kernel for the MLP's GeLU * up on a CPU: graph_0_cpp_fused__unsafe_view_gelu_mul_0 in a fresh
 # process, graph_<N>_... after N earlier compiles in the same process (a test worker), no prefix on older torch.

@@ -63,13 +63,14 @@ def test_gpu_run_writes_record(tmp_path):
     assert str(out) in proc.stdout and not list(tmp_path.glob("*.partial"))
 
 
-def _record(M=8192, dim=768, hidden=3072, fused_us=190.0, fused_rounds=(1.0, 1.02, 0.99)):
-    # A record shaped like the GPU run's, numbers made up.
+def _record(M=8192, dim=768, hidden=3072, fused_us=190.0, fused_rounds=(1.0, 1.005, 0.995)):
+    # A record shaped like the GPU run's, numbers made up; each variant's rounds spread differently (liger 5%,
+    # fused 1%), so a rule that took the wrong spread shows.
     import bench
     variants = {name: {"median_us": us, "rounds_us": [us * f for f in rounds], "rel_err": 3e-3,
                        "graph_median_us": us - 5, "graph_rounds_us": [us - 5] * 3}
-                for name, us, rounds in [("eager", 250.0, (1.0, 1.02, 0.99)), ("compile", 240.0, (1.0, 1.02, 0.99)),
-                                         ("liger", 230.0, (1.0, 1.02, 0.99)), ("fused", fused_us, fused_rounds)]}
+                for name, us, rounds in [("eager", 250.0, (1.0, 1.02, 0.99)), ("compile", 240.0, (1.0, 1.01, 0.995)),
+                                         ("liger", 230.0, (1.0, 1.04, 0.99)), ("fused", fused_us, fused_rounds)]}
     del variants["compile"]["graph_median_us"]  # graph replays are optional per variant
     return {"M": M, "dim": dim, "hidden": hidden, **bench.roofline(M, dim, hidden, 2, 680.0, 4.0),
             "variants": variants, "skipped": ["max-autotune (not at this shape: --max-autotune all)"],
@@ -134,7 +135,7 @@ def test_roofline_picks_the_bound_that_applies():
 
 def test_summary_flags_a_slower_fused_only_beyond_the_spread():
     import bench
-    within = _record(M=1, dim=4096, hidden=11008, fused_us=232.0)  # 1% slower than Liger; rounds spread 3%
+    within = _record(M=1, dim=4096, hidden=11008, fused_us=240.0)  # Liger's time is 0.96x fused's; Liger spreads 5%
     beyond = _record(M=16, dim=4096, hidden=11008, fused_us=260.0)
     lines = "\n".join(bench.summary_lines([within, beyond])).splitlines()
     (row_within,) = [line for line in lines if line.startswith("1x4096x11008")]
@@ -142,6 +143,24 @@ def test_summary_flags_a_slower_fused_only_beyond_the_spread():
     assert "memory" in row_within and "SLOWER" not in row_within
     assert row_beyond.endswith("SLOWER than liger")
     assert " - " in f" {row_within} "  # no max-autotune column value
+
+
+def _variant(median, top):
+    """A variant timed in three rounds: twice its median, once `top` (spread = (top - median) / median)."""
+    return {"median_us": median, "rounds_us": [median, median, top], "rel_err": 0.0}
+
+
+@pytest.mark.parametrize("fused, slower", [
+    (_variant(100.0, 106.25), False),  # Liger / fused = 0.75 = 1 - 0.25 (Liger's spread, the larger): the edge
+    (_variant(101.0, 101.0), True),  # 0.743: beyond both spreads
+    (_variant(90.0, 91.0), False),  # 0.833: beyond fused's own spread (1.1%), within Liger's (25%)
+    (_variant(70.0, 100.0), False),  # fused faster
+], ids=["at the edge", "beyond both", "within the larger", "faster"])
+def test_fused_is_slower_only_beyond_the_larger_spread(fused, slower):
+    import bench
+    # Liger: 75 µs, one round at 93.75: spread 0.25; eager is slower than Liger, so Liger is the best other
+    r = {"variants": {"eager": _variant(200.0, 200.0), "liger": _variant(75.0, 93.75), "fused": fused}}
+    assert bench.fused_vs_best(r) == ("liger", pytest.approx(75.0 / fused["median_us"]), slower)
 
 
 def test_models_sweep_covers_how_models_run():

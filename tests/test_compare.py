@@ -328,6 +328,20 @@ def test_sizes_pair_what_no_word_does_and_the_rest_is_one_group():
     assert [(g.old_us, g.new_us) for g in m.groups] == [(3.0, 2.0), (5.0, 4.0), (1.0, 7.0)]
 
 
+def test_each_layers_replacement_pairs_with_its_own_even_when_the_next_is_nearer_above():
+    """Two layers of mm, mm, GeLU, mm; B launches its (other) GeLU kernel one GEMM earlier in each layer. A's first
+    GeLU sits after 2 of the 6 GEMMs that stayed, B's after 1 and 4: one below, two above. Each layer's GeLU is
+    replaced by that layer's, twice the same replacement; not both layers' GeLUs by both of B's."""
+    layer_a = [(GEMM_A, 50.0, "aten::mm"), (GEMM_A, 50.0, "aten::mm"), ("gelu_erf", 30.0, "aten::gelu"),
+               (GEMM_B, 40.0, "aten::mm")]
+    layer_b = [(GEMM_A, 50.0, "aten::mm"), ("gelu_tanh", 20.0, "aten::gelu"), (GEMM_A, 50.0, "aten::mm"),
+               (GEMM_B, 40.0, "aten::mm")]
+    a, b = it.parse_trace(kineto([layer_a * 2] * 2)), it.parse_trace(kineto([layer_b * 2] * 2))
+    d = it.comparison_data(a, b)
+    assert [(r["old"], r["new"], r["times"], r["by"]) for r in d["replaced"]] == [(["gelu_erf"], ["gelu_tanh"], 2, "gelu")]
+    assert (d["replaced"][0]["old_us"], d["replaced"][0]["new_us"]) == (60.0, 40.0)  # per step: 2 x 30 -> 2 x 20
+
+
 # -------------------------------------------------------------------- recorded: the one-expression MLP
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(

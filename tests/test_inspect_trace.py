@@ -706,15 +706,27 @@ def test_cpu_op_counts_ops_by_exact_name_per_step():
         ("broken", "'aten::gelu' per step: [0, 1, 1]"), ("broken", "'aten::gelu' per step: [0, 1, 1]")]
 
 
+def busy_share(data) -> float:
+    """Independent count on a trace whose steps each hold their own GPU work on one stream: kernel time over the
+    step's span, per step (all steps of gpu_trace are alike)."""
+    evs = data["traceEvents"]
+    shares = {round(sum(k["dur"] for k in evs if k["cat"] == "kernel" and s["ts"] <= k["ts"] <= s["ts"] + s["dur"])
+                    / s["dur"], 9) for s in evs if s["name"].startswith("ProfilerStep#")}
+    assert len(shares) == 1
+    return shares.pop()
+
+
 def test_bound_says_which_and_how_busy():
-    busy, idle = parse(gpu_trace()), parse(gpu_trace(idle=2000.0))
+    busy_data, idle_data = gpu_trace(), gpu_trace(idle=2000.0)
+    busy, idle = parse(busy_data), parse(idle_data)
     kinds = [it.bound("compute"), it.bound("overhead")]
-    frac = it.bound_of(idle)[1]
-    assert frac < 0.5 <= it.bound_of(busy)[1]
-    assert verdicts(busy, kinds) == [("confirmed", ""), ("broken", f"compute-bound: the typical step's GPU is busy "
-                                                                   f"{100 * it.bound_of(busy)[1]:.0f}%")]
-    assert verdicts(idle, kinds) == [("broken", f"overhead-bound: the typical step's GPU is busy {100 * frac:.0f}%"),
-                                     ("confirmed", "")]
+    # 237.9 µs of kernels a step (2 x 57.5 + 33 + 37 + 52.9, back to back) in a step of 271.9 µs (the first kernel
+    # starts 29 µs in, the step ends 5 µs after the last), or 2,271.9 µs with 2,000 µs more idle at its end
+    high, low = busy_share(busy_data), busy_share(idle_data)
+    assert (high, low) == (pytest.approx(237.9 / 271.9), pytest.approx(237.9 / 2271.9))
+    assert it.bound_of(busy) == ("compute", pytest.approx(high)) and it.bound_of(idle) == ("overhead", pytest.approx(low))
+    assert verdicts(busy, kinds) == [("confirmed", ""), ("broken", "compute-bound: the typical step's GPU is busy 87%")]
+    assert verdicts(idle, kinds) == [("broken", "overhead-bound: the typical step's GPU is busy 10%"), ("confirmed", "")]
     data = gpu_trace()
     no_gpu = {**data, "traceEvents": [e for e in data["traceEvents"] if e["cat"] != "kernel"]}
     assert verdicts(parse(no_gpu), kinds) == [("broken", "no GPU work in the active steps")] * 2

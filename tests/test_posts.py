@@ -6,7 +6,7 @@ Part 2: "Profiling in PyTorch (Part 2): From nn.Linear to a Fused MLP" (huggingf
 Each run is checked against what the post says about it: the file it writes and the ops it names. The trace is
 read with plain json (tests/test_scripts.py's helpers), not with inspect_trace.py. The posts' runs at sizes a
 GPU finishes in milliseconds take minutes on a 2-core CPU: those run with the post's flags and a smaller size,
-and SMALLER_HERE says why for each one.
+and test_readme's SMALLER says why for each one.
 """
 
 import os
@@ -38,20 +38,13 @@ PART2 = [
     "uv run 03_kernels_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072",
 ]
 
-# The post's flags, a smaller size: (flag, post's value) -> (value here, why). test_readme's SMALLER has --size 4096.
-SMALLER_HERE = {
-    **SMALLER,
-    ("--batch", "64"): ("1", "8192 tokens through a 768→3072 MLP is 116 GFLOP per step; 128 tokens is 64× less"),
-}
-
-
 def as_in_ci(command: str) -> list[str]:
-    """The post's command with the sizes of SMALLER_HERE swapped in (the script's own argv after `uv run`)."""
+    """The post's command with the sizes of test_readme's SMALLER swapped in (the script's own argv after `uv run`)."""
     words = shlex.split(command)
     assert words[:2] == ["uv", "run"]
     if words[2] == "03_kernels_mlp.py":
         return words[2:]  # stops before any work on a CPU: the post's size costs nothing
-    return smaller(words[2:], SMALLER_HERE)
+    return smaller(words[2:], SMALLER)
 
 
 SCHEDULE = "uv run 01_matmul_add.py --wait 0 --profiler-warmup 0 --active 20"  # Part 1's schedule diff, as flags
@@ -107,10 +100,10 @@ def test_post_command_runs_quietly_and_confirms_what_applies_on_a_cpu(command, r
 
 @pytest.mark.parametrize("command,name", [
     (PART1[0], "01_matmul_add/64_bf16_cold_eager"),  # the post's own example
-    (PART1[1], "01_matmul_add/1024_bf16_cold_eager"),
+    (PART1[1], "01_matmul_add/512_bf16_cold_eager"),
     (PART1[2], "01_matmul_add/64_bf16_warm_eager"),  # the post's Perfetto link: .../64_bf16_warm_eager.json
-    (PART1[3], "01_matmul_add/1024_bf16_warm_eager"),
-    (PART1[4], "01_matmul_add/1024_bf16_warm_compile"),
+    (PART1[3], "01_matmul_add/512_bf16_warm_eager"),
+    (PART1[4], "01_matmul_add/512_bf16_warm_compile"),
     (PART2[0], "02_linear/1024x32x64_bf16_cold_eager"),
     (PART2[1], "02_linear/1024x32x64_bf16_cold_compile"),
     (PART2[2], "03_simple_mlp/1x128x768x3072_bf16_cold_eager"),

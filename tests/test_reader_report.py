@@ -85,6 +85,47 @@ def test_idle_split_and_lag_per_step():
     assert "\n#2          2      30.0     100.0  100.0    30%    60%  overhead         5.0      5.0\n" in text
 
 
+def launched_at_the_step_start(kernels, span=100.0) -> dict:
+    """Steps 0..span, span + 10..2 * span + 10, ...: each a list of (start, dur, stream) kernels, all launched as the
+    step starts (one op, its launch calls 0.1 µs apart), so no GPU idle time is waiting on the host: every gap
+    is after the launch. Kernel times are relative to the step's start."""
+    ev, corr = [], 0
+    for s, step in enumerate(kernels):
+        t0 = s * (span + 10)
+        ev += [x(f"ProfilerStep#{s + 2}", "user_annotation", t0, span), x("aten::op", "cpu_op", t0, 1, **{"External id": s})]
+        for i, (start, dur, stream) in enumerate(step):
+            corr += 1
+            ev += [x("cudaLaunchKernel", "cuda_runtime", t0 + 0.1 * i, 0.1, **{"External id": s, "correlation": corr}),
+                   x(f"k{corr}", "kernel", t0 + start, dur, pid=0, tid=stream, correlation=corr)]
+    return {"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}
+
+
+def test_compute_bound_from_exactly_half_busy():
+    """The documented rule: GPU busy >= 50% of (busy + the idle the step caused) is compute-bound, below is
+    overhead-bound. Steps of 100 µs whose one kernel ends with the step: busy 49, 50 and 51 µs."""
+    d = it.report_data(parse(launched_at_the_step_start([[(51.0, 49.0, 7)], [(50.0, 50.0, 7)], [(49.0, 51.0, 7)]])))
+    assert [s["idle_us"] for s in d["steps"]] == [{"waiting_on_host": 0.0, "after_launch": a} for a in (51.0, 50.0, 49.0)]
+    assert [s["busy_fraction"] for s in d["steps"]] == [pytest.approx(f) for f in (0.49, 0.5, 0.51)]
+    assert [s["bound"] for s in d["steps"]] == ["overhead", "compute", "compute"]
+    # the typical step is the median one, exactly at the edge: compute-bound
+    assert d["typical_step"] == {"number": 3, "bound": "compute", "busy_fraction": 0.5}
+    for busy, want in ((50.0, "compute"), (49.0, "overhead")):
+        t = parse(launched_at_the_step_start([[(100 - busy, busy, 7)]] * 3))
+        assert it.bound_of(t) == (want, busy / 100)
+        assert [v for _, v, _ in it.check(t, [it.bound("compute"), it.bound("overhead")])] == \
+            (["confirmed", "broken"] if want == "compute" else ["broken", "confirmed"])
+
+
+def test_a_long_kernel_covering_others_leaves_no_gap_under_them():
+    """Stream 7 runs a long kernel 10..90 µs; two short ones on streams 8 and 9 (20..30, 40..50) run inside it;
+    the last kernel runs 95..100. The GPU idles 0..10 and 90..95 only: 15 µs after the launch, busy 85 of 100."""
+    t = parse(launched_at_the_step_start([[(10.0, 80.0, 7), (20.0, 10.0, 8), (40.0, 10.0, 9), (95.0, 5.0, 7)]]))
+    [step] = it.report_data(t)["steps"]
+    assert step["gpu_busy_us"] == 85.0
+    assert step["idle_us"] == {"waiting_on_host": 0.0, "after_launch": 15.0}
+    assert step["busy_fraction"] == pytest.approx(0.85)
+
+
 def test_a_kernel_launched_before_the_window_is_in_no_step():
     # Without a per-step sync the GPU runs the profiler's warm-up step's kernels inside the first active step's
     # span; their launches are not in the trace (only a correlation id is). Counting them by GPU time would
@@ -249,19 +290,21 @@ def test_long_trace_report_fits_two_screens(long_trace):
 
 
 def test_step_quantiles_are_real_steps():
-    data = bench_inspect_data(12)
-    t = parse(data)
-    text = it.report(t)
-    busy = sorted(st.gpu_busy for st in t.steps)
-    med = next(ln for ln in text.splitlines() if ln.startswith("median "))
-    assert med.split()[2] == f"{busy[round(0.5 * 11)]:.1f}"
+    t = parse(bench_inspect_data(12))
+    rows = {ln.split()[0]: ln.split()[2] for ln in it.report(t).splitlines()
+            if ln.split()[:1] in (["min"], ["median"], ["p90"], ["max"])}
+    # step k's GPU busy: 2 x 57.5 + (33 - k) + 37 + 52.9 = 237.9 - k, so 226.9 .. 237.9 over 12 steps; nearest rank
+    # of 11 gaps: the median is rank round(5.5) = 6 (232.9, a real step; the mean of the middle two, 232.4, is none),
+    # p90 rank round(9.9) = 10
+    assert rows == {"min": "226.9", "median": "232.9", "p90": "236.9", "max": "237.9"}
 
 
 def bench_inspect_data(n):
-    """The hand-built trace with n steps whose GeLU times grow step by step."""
+    """The hand-built trace with n steps whose GeLU kernel is 1 µs shorter each step (33, 32, ...): no kernel
+    moves, so each step's GPU busy time is 1 µs less than the step before."""
     data = gpu_trace(steps=n)
     for i, e in enumerate(e for e in data["traceEvents"] if e["name"] == GELU):
-        e["dur"] = 30.0 + i
+        e["dur"] = 33.0 - i
     return data
 
 

@@ -26,7 +26,8 @@ BENCHES = {"bench.py", "bench_attention.py", "bench_model.py"}
 CPU_SHAPE = {"05_attention.py": ["--batch", "1", "--seq", "512", "--heads", "2", "--kv_heads", "1", "--head_dim", "16"],
              "06_model.py": ["--preset", "tiny", "--seq", "32"],  # 4 Gemma-2B layers: 1 GB of weights, slow on a CPU
              # a training step of the post's MLP is three forwards' work: seconds per step at these sizes
-             "07_train_step.py": ["--batch", "2", "--seq", "32", "--dim", "64", "--hidden", "256"]}
+             "07_train_step.py": ["--batch", "2", "--seq", "32", "--dim", "64", "--hidden", "256"],
+             "03_simple_mlp.py": ["--batch", "1"]}  # the post's 64 x 128 tokens: see SMALLER
 
 
 def command_lines(text):
@@ -116,12 +117,16 @@ def command(argv):
     return start + (argv[1:] if start == [sys.executable] and argv[0] == "python" else argv)
 
 
-# Part 1's 4096 runs do 4096³ bf16 GEMMs: about a second per call on 2 CPU cores, and up to 25 calls per run.
-# Here they run at 1024 (64× less work), every other flag as written; the GPU runs them at full size.
-SMALLER = {("--size", "4096"): ("1024", "a 4096³ bf16 GEMM takes a second or more per call on 2 CPU cores"),
-           # 07_train_step.py's decoder: the same architecture at 06's tiny preset (2 Gemma-2B layers train at
-           # minutes per step on a CPU)
+# Part 1's 4096 runs do 4096³ bf16 GEMMs, up to 25 calls per run, and the post's MLP 116 GFLOP per step. A CPU
+# without native bf16 (this project's 2-core machines) does about 1 GFLOP/s in bf16: a 1024³ GEMM takes 3 s, one
+# MLP step at 8192 tokens a minute or more. Here they run smaller, every other flag as written; a GPU runs them
+# at full size.
+SMALLER = {("--size", "4096"): ("512", "a 4096³ bf16 GEMM takes minutes per call on 2 CPU cores; 512³ is 512× less"),
+           ("--batch", "64"): ("1", "8192 tokens through a 768→3072 MLP is 116 GFLOP per step; 128 tokens is 64× less"),
+           # 07_train_step.py's decoder: the same architecture at 06's tiny preset
            ("--model", "gemma-2b"): ("tiny", "two Gemma-2B-shaped layers train at minutes per step on 2 CPU cores")}
+# The README's traces of those runs, under the names the smaller runs give them.
+SMALLER_TRACES = {"03_simple_mlp/64x128x768x3072_": "03_simple_mlp/1x128x768x3072_"}
 
 
 def smaller(argv, table=SMALLER):
@@ -141,10 +146,18 @@ def smaller_name(path, table=SMALLER):
     return path
 
 
+def local_trace(path, out):
+    """Where the README's traces/<script>/<file> is written here: under `out`, named after the shape run here."""
+    name = smaller_name(path[len("traces/"):])
+    for big, small in SMALLER_TRACES.items():
+        name = small + name[len(big):] if name.startswith(big) else name
+    return out / name
+
+
 def as_run_here(argv, out):
     """The README command on the CPU lane (at a CPU-sized size), writing under `out`, not traces/ or bench_results/."""
     argv = smaller(argv)
-    argv = [str(out / smaller_name(a[len("traces/"):])) if a.startswith("traces/") else a for a in argv]
+    argv = [str(local_trace(a, out)) if a.startswith("traces/") else a for a in argv]
     # Pictures the README shows are re-made elsewhere: tests/test_plot.py compares them with the committed ones.
     argv = [str(out / a[len("results/"):]) if a.startswith("results/") and a.endswith(".png") else a for a in argv]
     if argv[0] in SCRIPTS:
@@ -185,7 +198,7 @@ class Runs:
 
     def trace(self, path):
         """The README's traces/<script>/<file>: made by that script's README commands (run as needed)."""
-        local = self.out / smaller_name(path[len("traces/"):])
+        local = local_trace(path, self.out)
         script = path.split("/")[1] + ".py"
         for argv in (c for c in COMMANDS if c[0] == script and "--open" not in c):
             if local.exists():
@@ -259,14 +272,14 @@ def test_a_trace_named_beside_a_command_is_what_it_writes(argv, name, runs):
     proc = runs.run(argv)
     assert proc.returncode == 0, proc.stderr[-3000:]
     written = re.search(r"^wrote (\S+)\.json$", proc.stdout, flags=re.M).group(1)
-    assert Path(written).name == smaller_name(name)
+    assert Path(written).name == local_trace(f"traces/{Path(written).parent.name}/{name}", Path()).name
 
 
 def test_trace_names_are_read_from_the_comments():
     assert len(NAMED) >= 9  # Part 1's commands name their files
     assert (["01_matmul_add.py", "--size", "64"], "64_bf16_cold_eager") in NAMED
-    assert smaller_name("4096_bf16_cold_eager") == "1024_bf16_cold_eager"
-    assert smaller_name("01_matmul_add/4096_bf16_cold_eager.json") == "01_matmul_add/1024_bf16_cold_eager.json"
+    assert smaller_name("4096_bf16_cold_eager") == "512_bf16_cold_eager"
+    assert smaller_name("01_matmul_add/4096_bf16_cold_eager.json") == "01_matmul_add/512_bf16_cold_eager.json"
     assert smaller_name("05_attention/4x4096_x.json") == "05_attention/4x4096_x.json"  # not a leading size
 
 

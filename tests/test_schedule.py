@@ -2,11 +2,15 @@
 wait before its first op, the profiler's Activity Buffer Request. On hand-built kineto-format traces where a
 case has to be forced, and on the committed H200 trace of Part 1's cold run."""
 
+import argparse
 import json
 from pathlib import Path
 
 import pytest
+import torch
+from torch.profiler import ProfilerAction
 
+import common
 import inspect_trace as it
 from trace_reader.expect import buffer_request, cold_start_gap, gpu_lag_grows
 from trace_reader.lag import dispatch_gap, launch_lag
@@ -84,6 +88,24 @@ def test_cold_first_step_waits_before_its_first_op():
     assert verdicts(warm, cold_start_gap("linear_fwd", cold=False)) == ["broken"]
 
 
+@pytest.mark.parametrize("gaps, cold", [
+    ((15.0, 5.0, 6.0), False),  # exactly 3x the later steps' median: not "longest"
+    ((15.5, 5.0, 6.0), True),
+    # 3 active steps (the scripts' schedule): the later steps' median is the lower of the two, 5; the median of
+    # all three steps (12) would make 30 look warm
+    ((30.0, 5.0, 12.0), True),
+    # 5 steps: the later steps' lower median is 6 (of 4, 6, 8, 100); 20 > 3 x 6, not > 3 x 7 (the mean of the
+    # middle two) nor > 3 x 8 (the median of all five)
+    ((20.0, 4.0, 6.0, 8.0, 100.0), True),
+    ((18.0, 4.0, 6.0, 8.0, 100.0), False),
+])
+def test_cold_start_is_the_first_gap_against_the_later_steps_median(gaps, cold):
+    t = it.parse_trace(matmul_add_trace(gemm_us=3.0, steps=len(gaps), gaps=gaps))
+    assert [dispatch_gap(st, "matmul_add") for st in t.steps] == list(gaps)
+    assert verdicts(t, cold_start_gap("matmul_add", cold=True), cold_start_gap("matmul_add", cold=False)) == \
+        (["confirmed", "broken"] if cold else ["broken", "confirmed"])
+
+
 def test_cold_gap_on_the_h200_cold_run():
     t = it.load_trace(DATA / "h200_matmul_add_64_eager.json.gz")  # 01_matmul_add.py --size 64, cold
     gaps = [dispatch_gap(st, "matmul_add") for st in t.steps]
@@ -104,3 +126,38 @@ def test_buffer_request_is_looked_up_in_the_file(tmp_path):
     cpu["traceEvents"] = [e for e in cpu["traceEvents"] if e["cat"] in ("cpu_op", "user_annotation")]
     (tmp_path / "cpu.json").write_text(json.dumps(cpu))
     assert verdicts(it.load_trace(tmp_path / "cpu.json"), buffer_request()) == ["not applicable"]
+
+
+# ----------------------------------------------------------------------------------- the harness's schedule
+
+class ActionsSeen(torch.profiler.profile):
+    """torch's profiler as common.profile() drives it, noting the action it takes in each step of the loop."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.actions: list[ProfilerAction] = []
+
+    def step(self):
+        self.actions.append(self.current_action)
+        super().step()
+
+
+N, W, R, S = ProfilerAction.NONE, ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE
+
+
+@pytest.mark.parametrize("wait, warmup, active, actions", [
+    (1, 1, 3, [N, W, R, R, S]),  # the post's schedule
+    (2, 0, 1, [N, N, S]),
+    (0, 2, 3, [W, W, R, R, S]),
+    (0, 0, 3, [R, R, S]),  # Part 1's experiment
+    (3, 1, 2, [N, N, N, W, R, S]),
+], ids=["post", "wait2-warmup0-active1", "wait0-warmup2-active3", "wait0-warmup0-active3", "wait3-warmup1-active2"])
+def test_profiler_waits_then_warms_up_then_records(monkeypatch, wait, warmup, active, actions):
+    """--wait, --profiler-warmup and --active, step by step: what the profiler does in each step of the loop."""
+    monkeypatch.setattr(common, "_profile", ActionsSeen)
+    args = argparse.Namespace(compile=False, warmup=0, wait=wait, profiler_warmup=warmup, active=active,
+                              sync_each_step=False)
+    calls = []
+    prof = common.profile(common.Run("01_matmul_add", args, torch.device("cpu"), torch.float32),
+                          lambda: calls.append(1), "matmul_add")
+    assert prof.actions == actions and len(calls) == len(actions)

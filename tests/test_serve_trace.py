@@ -1,5 +1,6 @@
 """serve_trace: one file, to the Perfetto origin, on loopback, then stop."""
 
+import contextlib
 import gzip
 import http.client
 import os
@@ -115,6 +116,20 @@ def test_refused_requests_do_not_stop_the_server(trace):
     resp, body = s.request("GET", headers={"Host": "localhost:9001"})
     assert body == TRACE_JSON
     assert s.finish() == "fetched"
+
+
+def test_host_must_be_loopback_by_name_exactly(trace):
+    """A rebinding name that only begins like loopback is refused; loopback itself, any case, any port, is served."""
+    s = Running(trace)
+    for host in ("localhost.evil.example", f"localhost.evil.example:{s.port}", "127.0.0.1.nip.io", "localhostx:80",
+                 "127.0.0.10", "evil.localhost", ""):
+        resp, body = s.request("GET", headers={"Host": host})
+        assert resp.status == 403 and TRACE_JSON not in body, host
+    for host in ("LOCALHOST", f"127.0.0.1:{s.port}", "localhost:9001"):
+        assert s.request("HEAD", headers={"Host": host})[0].status == 200, host  # a HEAD is not the fetch
+    assert s.thread.is_alive()
+    resp, body = s.request("GET", headers={"Host": "localhost"})
+    assert body == TRACE_JSON and s.finish() == "fetched"
 
 
 def test_preflight_is_answered(trace):
@@ -238,12 +253,36 @@ def test_bad_file(tmp_path, make_bad, words):
         serve(make_bad(tmp_path), port=0, timeout=1.0, open_browser=False, out=lambda s: None)
 
 
-def test_unreadable_file(trace):
-    if os.name == "nt" or os.geteuid() == 0:
-        pytest.skip("root (and Windows) can read a chmod 000 file")
+@contextlib.contextmanager
+def unprivileged():
+    """As root, act as `nobody` (effective uid only, given back after) so a chmod 000 file is unreadable, as it is
+    to anyone else; CI and containers run as root. Otherwise nothing changes."""
+    if os.geteuid() != 0:
+        yield
+        return
+    import pwd  # POSIX only, as geteuid
+
+    try:
+        nobody = pwd.getpwnam("nobody").pw_uid
+    except KeyError:
+        nobody = 65534
+    try:
+        os.seteuid(nobody)
+    except PermissionError:  # a container without CAP_SETUID
+        pytest.skip("root here cannot drop to another user (no CAP_SETUID), and root reads a chmod 000 file")
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+
+
+@pytest.mark.skipif(os.name == "nt", reason="Windows has no chmod 000")
+def test_unreadable_file(trace, monkeypatch):
     trace.chmod(0)
-    with pytest.raises(ServeError, match="cannot read"):
-        serve(trace, port=0, timeout=1.0, open_browser=False, out=lambda s: None)
+    trace.parent.chmod(0o711)  # nobody may look the file up in its folder, not read it
+    monkeypatch.chdir(trace.parent)  # a relative path: the folders above (root's 0700 tmp) need not be searchable
+    with unprivileged(), pytest.raises(ServeError, match=f"^cannot read {trace.name}: Permission denied$"):
+        serve(trace.name, port=0, timeout=1.0, open_browser=False, out=lambda s: None)
 
 
 def test_cli_ctrl_c_while_serving_exits_130(trace):
