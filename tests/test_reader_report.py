@@ -108,7 +108,9 @@ def test_compute_bound_from_exactly_half_busy():
     assert [s["busy_fraction"] for s in d["steps"]] == [pytest.approx(f) for f in (0.49, 0.5, 0.51)]
     assert [s["bound"] for s in d["steps"]] == ["overhead", "compute", "compute"]
     # the typical step is the median one, exactly at the edge: compute-bound
-    assert d["typical_step"] == {"number": 3, "bound": "compute", "busy_fraction": 0.5}
+    t = d["typical_step"]
+    assert {k: t[k] for k in ("number", "bound", "busy_fraction", "host_wait_fraction")} == {
+        "number": 3, "bound": "compute", "busy_fraction": 0.5, "host_wait_fraction": 0.0}
     for busy, want in ((50.0, "compute"), (49.0, "overhead")):
         t = parse(launched_at_the_step_start([[(100 - busy, busy, 7)]] * 3))
         assert it.bound_of(t) == (want, busy / 100)
@@ -456,7 +458,7 @@ def test_readme_states_the_verdict_rule_the_reader_applies():
 
     from trace_reader import report
 
-    text = " ".join((ROOT / "README.md").read_text().split())
+    text = " ".join((ROOT / "docs" / "reading_traces.md").read_text().split())
     rule = re.search(r"busy less than (\d+)% of its window .*? less than (\d+)% of the window \(host%\)", text)
     assert rule and (int(rule.group(1)) / 100, int(rule.group(2)) / 100) == (report.COMPUTE_BUSY,
                                                                              report.HOST_WAIT_LARGE)
