@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import inspect_trace as it
+from test_compare_align import lcs_length  # the textbook quadratic LCS, independent of align.py
 
 DATA = Path(__file__).resolve().parent / "data" / "foreign"
 
@@ -38,17 +39,6 @@ def typical(data: dict) -> list[str]:
     return list(seqs.most_common(1)[0][0])
 
 
-def lcs(a: list[str], b: list[str]) -> int:
-    """Length of the longest common subsequence, the plain quadratic way."""
-    prev = [0] * (len(b) + 1)
-    for x in a:
-        cur = [0]
-        for j, y in enumerate(b):
-            cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
-        prev = cur
-    return prev[-1]
-
-
 def trace(name: str):
     return it.load_trace(DATA / f"h200_foreign_{name}.json.gz")
 
@@ -64,7 +54,7 @@ def test_comparison_keeps_every_kernel_that_stayed(a, b):
     ta, tb = typical(ra), typical(rb)
     d = it.comparison_data(trace(a), trace(b))
     assert all(len(Counter(tuple(k["name"] for k in st) for st in steps_of(r))) == 1 for r in (ra, rb))
-    common = lcs(ta, tb)
+    common = lcs_length(ta, tb)
     for side in ("a", "b"):  # calls that stayed: the same-name table's kept calls per step
         assert sum(s[side]["calls"] for s in d["same"]) == common, (side, common)
     # every other call is replaced or only in one trace, never both
