@@ -77,3 +77,19 @@ def pytest_collection_modifyitems(config, items):
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [i for i in items if i not in slow]
+
+
+def run_script_main(script: str, main, out, *args, device="cpu"):
+    """(exit code, stdout, stderr) of `python SCRIPT ARGS --device DEVICE --out OUT`, run in this process through
+    common.main(main), as the command line would (SystemExit's code included)."""
+    import contextlib
+    import io
+
+    import common
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "argv", [script, *args, "--device", device, "--out", str(out)])
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), pytest.raises(SystemExit) as done:
+            common.main(main)
+    return done.value.code, stdout.getvalue(), stderr.getvalue()

@@ -7,18 +7,15 @@ cudaGraphLaunch, the fused MLP's two kernels.
 """
 
 import argparse
-import contextlib
 import importlib
-import io
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_script_main
 import torch
 
-import common
 import inspect_trace as it
 from test_inspect_trace import gpu_trace, parse
 from test_scripts import load
@@ -34,13 +31,9 @@ PARTS = ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")  # a
 
 def run(out, *args, device="cpu"):
     """(exit code, stdout, stderr, the trace written or None), as `python 06_model.py ARGS` would give."""
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sys, "argv", ["06_model.py", *args, "--device", device, "--out", str(out)])
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), pytest.raises(SystemExit) as done:
-            common.main(model06.main)
+    code, stdout, stderr = run_script_main("06_model.py", model06.main, out, *args, device=device)
     traces = sorted((out / "06_model").glob("*.json"))
-    return done.value.code, stdout.getvalue(), stderr.getvalue(), (traces[-1] if traces else None)
+    return code, stdout, stderr, (traces[-1] if traces else None)
 
 
 @pytest.fixture(scope="module")

@@ -6,21 +6,18 @@ GPU-only checks (kernel counts per optimizer implementation, the CUDA memory sna
 recipe, tests/data/record_h200_train.sh; their tests come with the fixtures.
 """
 
-import contextlib
 import gzip
 import importlib
-import io
 import json
 import stat
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_script_main
 import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile, record_function
 
-import common
 import inspect_trace as it
 from trace_reader import memory_timeline, training
 from trace_reader.plot import png_data
@@ -34,14 +31,10 @@ SMALL = ["--batch", "2", "--seq", "64", "--dim", "64", "--hidden", "256", "--dty
 
 def run(out, *args, device="cpu"):
     """(exit code, stdout, stderr, the trace written or None), as `python 07_train_step.py ARGS` would give."""
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sys, "argv", ["07_train_step.py", *args, "--device", device, "--out", str(out)])
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), pytest.raises(SystemExit) as done:
-            common.main(train07.main)
+    code, stdout, stderr = run_script_main("07_train_step.py", train07.main, out, *args, device=device)
     traces = sorted((out / "07_train_step").glob("*.json"))
     traces = [t for t in traces if not t.name.endswith(".memory.json")]
-    return done.value.code, stdout.getvalue(), stderr.getvalue(), (traces[-1] if traces else None)
+    return code, stdout, stderr, (traces[-1] if traces else None)
 
 
 @pytest.fixture(scope="module")
