@@ -75,6 +75,10 @@ def liger_layers():
         return layers, f"{HUB_REPO} (Hugging Face Hub, version 1)"
     except Exception as e:  # noqa: BLE001 - any failure to reach or load the Hub kernel means: fall back
         reason = (str(e).strip().split(". ")[0].splitlines() or ["no details"])[0][:160]
+        if importlib.util.find_spec("liger_kernel") is None:
+            raise common.Fail(f"Hugging Face Hub kernel not available ({type(e).__name__}: {reason}), and the "
+                              "liger-kernel package that stands in for it offline is not installed: `uv sync` "
+                              "installs it (Linux), or `pip install liger-kernel`") from None
         print(f"Hugging Face Hub kernel not available ({type(e).__name__}: {reason}); "
               "using LigerGEGLUMLP from the liger-kernel package (same Triton kernel)")
         from liger_kernel.transformers import geglu

@@ -180,8 +180,10 @@ def ran_on_cpu(argv):
 
 def run_env(argv):
     env = {**os.environ, "TRITON_INTERPRET": "0", **ENVS[tuple(argv)]}
-    if argv[0] in BENCHES:
-        env["CUDA_VISIBLE_DEVICES"] = ""  # the CPU answer; the real benchmarks are tests/test_bench*.py's job
+    if argv[0] in BENCHES or (argv[0] in SCRIPTS and "--device" not in argv):
+        # What a reader without a GPU sees, which is what the pages quote, on any machine. The real benchmarks are
+        # tests/test_bench*.py's job; the GPU runs of the scripts, test_scripts' and the pages' --device cuda lines.
+        env["CUDA_VISIBLE_DEVICES"] = ""
     return env
 
 

@@ -217,10 +217,26 @@ def test_kernels_mlp_on_a_cpu_stops_before_the_hub_and_points_to_the_h200_trace(
 @NEEDS_TRITON
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="the Hub fallback is reached only on a GPU")
 def test_kernels_mlp_offline_falls_back_to_the_liger_package(tmp_path):
+    pytest.importorskip("liger_kernel", reason="liger-kernel is not installed: the fallback has nothing to load")
     proc = run("03_kernels_mlp.py", *MLP, "--device", "cuda", "--out", str(tmp_path), env={"HF_HUB_OFFLINE": "1"})
     assert "Hugging Face Hub kernel not available" in proc.stdout
-    assert "LigerGEGLUMLP from liger-kernel package" in proc.stdout
+    assert "using LigerGEGLUMLP from the liger-kernel package" in proc.stdout
     assert proc.returncode == 0, proc.stderr
+    assert len(list(tmp_path.rglob("*.json"))) == 1
+
+
+@NEEDS_TRITON
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="the Hub fallback is reached only on a GPU")
+def test_kernels_mlp_offline_without_liger_says_what_to_install(tmp_path):
+    """Neither the Hub nor the package: one line naming what to install, exit 2, no trace (liger hidden here)."""
+    hide = ("import runpy, sys; sys.modules['liger_kernel'] = sys.modules['kernels'] = None; "
+            "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", hide, str(ROOT / "03_kernels_mlp.py"), *MLP, "--device", "cuda",
+                           "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "liger-kernel" in proc.stderr and "uv sync" in proc.stderr
+    assert not list(tmp_path.rglob("*.json"))
 
 
 @NEEDS_TRITON
