@@ -3,6 +3,7 @@ and small hand-built GPU traces (kineto's format) where a case has to be forced 
 that launches a kernel, a device torch's table does not know)."""
 
 import copy
+import dataclasses
 import gzip
 import importlib
 import io
@@ -327,9 +328,17 @@ def test_no_steps_never_confirms():
     results = it.check(t, [it.kernels_per_step(0), it.kernel("nvjet"), it.cpu_op("aten::t", present=False),
                            it.cpu_event("x", device="any"), it.occupancy_before_gemms(), it.views_launch_nothing(),
                            it.bound("compute"), it.steps(0, "mlp_fwd")])
-    assert [v for _, v, _ in results] == ["broken"] * 8  # "0 steps guessed, 0 seen" would pass on nothing
+    # "0 steps guessed, 0 seen" would pass on nothing: the steps guess breaks, every per-step count cannot apply
+    assert [v for _, v, _ in results] == ["not applicable"] * 7 + ["broken"]
+    assert {d for _, _, d in results[:7]} == {
+        "no ProfilerStep#N spans (recorded without prof.step()): nothing to count per step"}
     assert it.check(t, [it.steps(3, "mlp_fwd")])[0][1:] == (
         "broken", "no ProfilerStep#N spans (recorded without prof.step()): nothing to count per step")
+    assert it.steps(0, "mlp_fwd").text == "active ProfilerStep#k spans, each around a 'mlp_fwd' record_function"
+    # steps, but none of them active: the run recorded nothing it meant to; every count is broken, not n/a
+    idle = parse(gpu_trace())
+    idle = dataclasses.replace(idle, steps=[])
+    assert [v for _, v, _ in it.check(idle, [it.kernels_per_step(5), it.steps(3, "mlp_fwd")])] == ["broken"] * 2
 
 
 def test_compare_finds_replacement_by_structure():
@@ -1146,6 +1155,7 @@ def test_report_and_compare_say_the_trace_is_read_whole(tmp_path):
     proc = cli("--expect", "03_simple_mlp", path)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "seen: no ProfilerStep#N spans (recorded without prof.step()): nothing to count per step" in proc.stdout
+    assert "0 confirmed, 1 broken, 6 not applicable" in proc.stdout  # only the steps guess itself is broken
 
 
 def test_kernel_files_are_read_only_when_asked_and_only_small_regular_files(tmp_path, monkeypatch):

@@ -31,10 +31,13 @@ class Expect:
 
 
 def _need_steps(trace: Trace) -> str | None:
+    """None when the trace has steps to count per; else why not. A trace recorded without prof.step() cannot
+    answer a per-step guess (not applicable: steps() alone says the steps are missing); a trace with steps but
+    none active is a run that recorded nothing it meant to (broken)."""
     if trace.steps:
         return None
-    return ("no ProfilerStep#N spans (recorded without prof.step()): nothing to count per step" if trace.whole
-            else "no active steps in the trace")
+    return (NotApplicable("no ProfilerStep#N spans (recorded without prof.step()): nothing to count per step")
+            if trace.whole else "no active steps in the trace")
 
 
 def has_annotations(t: Trace) -> bool:
@@ -44,8 +47,8 @@ def has_annotations(t: Trace) -> bool:
 
 def steps(n: int, annotation: str) -> Expect:
     def run(t: Trace):
-        if (miss := _need_steps(t)):  # "each step has one" says nothing about a trace with none
-            return miss
+        if (miss := _need_steps(t)):  # "each step has one" says nothing about a trace with none: broken
+            return str(miss)
         if len(t.steps) != n:
             return f"{len(t.steps)} active steps"
         if t.steps and not has_annotations(t):
@@ -55,7 +58,8 @@ def steps(n: int, annotation: str) -> Expect:
             if not any(e.cat == "user_annotation" and e.name == annotation for e in st.spans):
                 return f"ProfilerStep#{st.number} has no '{annotation}' span"
         return True
-    return Expect(f"{n} active ProfilerStep#k spans, each around a '{annotation}' record_function", run)
+    many = f"{n} active" if n else "active"  # 0: read from a trace without steps, whose run's --active is unknown
+    return Expect(f"{many} ProfilerStep#k spans, each around a '{annotation}' record_function", run)
 
 
 # The reduce kernel cuBLAS (or CUTLASS) launches after a GEMM it split along K: cublasLt::splitKreduce_kernel on
