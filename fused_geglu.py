@@ -611,16 +611,17 @@ class FusedGeGLUMLP(nn.Module):
         return packed_gate_up(self.gate_proj.weight, self.up_proj.weight)
 
     def forward(self, x):
-        # Any leading shape: the kernel sees [tokens, dim].
-        x2d = x.reshape(-1, x.shape[-1])
+        # Any leading shape: the kernel sees [tokens, dim]; the output's last size is named, not -1, so that
+        # no tokens (M = 0) gives an empty output as nn.Linear does.
+        x2d, out_shape = x.reshape(-1, x.shape[-1]), (*x.shape[:-1], self.down_proj.weight.shape[0])
         w_gate, w_up, w_down = self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight
         if torch.is_grad_enabled() and (x2d.requires_grad or w_gate.requires_grad or w_up.requires_grad
                                         or w_down.requires_grad):
             # Training: the op's backward recomputes g and u; down_proj is autograd's GEMM.
-            return F.linear(geglu_op(x2d, w_gate, w_up), w_down).reshape(*x.shape[:-1], -1)
+            return F.linear(geglu_op(x2d, w_gate, w_up), w_down).reshape(out_shape)
         if torch.compiler.is_compiling():
-            return down_proj_op(geglu_op(x2d, w_gate, w_up), w_down).reshape(*x.shape[:-1], -1)
+            return down_proj_op(geglu_op(x2d, w_gate, w_up), w_down).reshape(out_shape)
         # Eager inference: the launchers themselves, and down_proj() rather than self.down_proj(m): the same
         # GEMM (the small-M kernel for few tokens) without nn.Module's call overhead.
         m = geglu_packed(x2d, packed_gate_up(w_gate, w_up))
-        return down_proj(m, w_down).reshape(*x.shape[:-1], -1)
+        return down_proj(m, w_down).reshape(out_shape)

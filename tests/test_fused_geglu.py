@@ -113,6 +113,14 @@ with torch.no_grad():
     fused.to(torch.bfloat16)                       # .to() swaps the parameters' storage
     emit("stale-to-bf16", err=rel(fused(x.bfloat16()), eager(x)))
 
+# No tokens: an empty output, as nn.Linear gives, through the kernels' launchers and the training path.
+fused = fg.FusedGeGLUMLP(40, 72)
+with torch.no_grad():
+    shapes = [list(fused(torch.empty(0, 40)).shape), list(fused(torch.empty(2, 0, 40)).shape)]
+x = torch.empty(0, 40, requires_grad=True)
+fused(x).sum().backward()
+emit("no-tokens", shapes=shapes, grad_shape=list(x.grad.shape), weight_grad_zero=bool((fused.gate_proj.weight.grad == 0).all()))
+
 # Gradients (the backward recomputes with PyTorch ops) against eager's.
 eager = SimpleGeGLUMLP(40, 72)
 fused = fg.FusedGeGLUMLP(40, 72)
@@ -195,6 +203,32 @@ def test_module_matches_eager(interpreted, dt, seq):
 @pytest.mark.parametrize("case", ["stale-load_state_dict", "stale-inplace", "stale-to-bf16"])
 def test_no_stale_packed_weights(interpreted, case):
     assert interpreted[case]["err"] < (2e-2 if "bf16" in case else 1e-5), interpreted[case]
+
+
+def test_no_tokens_give_an_empty_output_interpreted(interpreted):
+    r = interpreted["no-tokens"]
+    assert r["shapes"] == [[0, 40], [2, 0, 40]] and r["grad_shape"] == [0, 40] and r["weight_grad_zero"], r
+
+
+def _check_no_tokens(device):
+    """M = 0 gives an empty [0, dim] output, as nn.Linear does: inference, training, and the two custom ops."""
+    fused = fused_geglu.FusedGeGLUMLP(24, 40).to(device)
+    linear = torch.nn.Linear(24, 24, bias=False).to(device)
+    for x in (torch.empty(0, 24, device=device), torch.empty(3, 0, 24, device=device)):
+        with torch.no_grad():
+            assert fused(x).shape == linear(x).shape == (*x.shape[:-1], 24)
+    x = torch.empty(0, 24, device=device, requires_grad=True)
+    y = fused(x)
+    y.sum().backward()
+    assert y.shape == (0, 24) and x.grad.shape == (0, 24)
+    assert (fused.gate_proj.weight.grad == 0).all() and (fused.down_proj.weight.grad == 0).all()
+    w = fused.gate_proj.weight.detach()
+    m = fused_geglu.geglu_op(x.detach(), w, fused.up_proj.weight.detach())
+    assert m.shape == (0, 40) and fused_geglu.down_proj_op(m, fused.down_proj.weight.detach()).shape == (0, 24)
+
+
+def test_no_tokens_give_an_empty_output():
+    _check_no_tokens("cpu")
 
 
 def test_backward_matches_eager(interpreted):
@@ -303,6 +337,11 @@ def _check_gpu(M, K, N, dt, use_tma, tol):
 
 def _has_tma():
     return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+
+
+@cuda
+def test_gpu_no_tokens_give_an_empty_output():
+    _check_no_tokens("cuda")
 
 
 @cuda
