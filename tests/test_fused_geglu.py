@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,7 @@ for dt in ("bf16", "fp16", "fp32"):
         for use_tma in (False, True):
             case = f"kernel-{dt}-{M}x{K}x{N}-{'tma' if use_tma else 'pointer'}"
             try:
-                path = fg.kernel_path(x, fg.pack_gate_up(wg, wu), use_tma)
+                path = fg.kernel_path(x, wg, wu, use_tma)
             except ValueError:
                 emit(case, skipped="TMA needs bf16/fp16 and dim, hidden multiples of 8")
                 continue
@@ -75,7 +76,7 @@ for dt, shapes in [("bf16", [(1, 41, 57), (7, 40, 72), (18, 33, 8)]), ("fp32", [
             m = fg.geglu(x, wg, wu, config=cfg)
             again = fg.geglu(x, wg, wu, config=cfg)  # split-K counters must be back at zero
             y = fg.down_proj(x, wg, config=cfg)
-            emit(f"small-{dt}-{M}x{K}x{N}-{name}", path=fg.kernel_path(x, fg.pack_gate_up(wg, wu)),
+            emit(f"small-{dt}-{M}x{K}x{N}-{name}", path=fg.kernel_path(x, wg, wu),
                  err=rel(m, ref), same_twice=bool(torch.equal(m, again)), shape=list(m.shape),
                  down_err=rel(y, down_ref), down_shape=list(y.shape))
 
@@ -97,14 +98,14 @@ for dt in ("bf16", "fp32"):
         with torch.no_grad():
             y, y_eager = fused(x), eager(x)
         emit(f"module-{dt}-{seq}", err=rel(y, y_eager), shape=list(y.shape), want_shape=list(y_eager.shape),
-             path=fg.kernel_path(x.reshape(-1, 40), fused.packed_gate_up()))
+             path=fg.kernel_path(x.reshape(-1, 40), fused.gate_proj.weight, fused.up_proj.weight))
 
-# Stale weights: the packed copy must follow load_state_dict, in-place edits and dtype changes.
+# Changed weights: the kernels read the weights as they are after load_state_dict, in-place edits and .to().
 eager = SimpleGeGLUMLP(40, 72)
 fused = fg.FusedGeGLUMLP(40, 72)
 x = torch.randn(7, 40)
 with torch.no_grad():
-    fused(x)                                       # builds the packed weights from the initial values
+    fused(x)                                       # a first call with the initial values
     fused.load_state_dict(eager.state_dict())
     emit("stale-load_state_dict", err=rel(fused(x), eager(x)))
     fused.up_proj.weight.mul_(-2.0)                # an optimizer-style in-place write
@@ -201,7 +202,7 @@ def test_module_matches_eager(interpreted, dt, seq):
 
 
 @pytest.mark.parametrize("case", ["stale-load_state_dict", "stale-inplace", "stale-to-bf16"])
-def test_no_stale_packed_weights(interpreted, case):
+def test_follows_changed_weights(interpreted, case):
     assert interpreted[case]["err"] < (2e-2 if "bf16" in case else 1e-5), interpreted[case]
 
 
@@ -247,36 +248,25 @@ def test_cpu_fallback_matches_eager():
     eager, fused = SimpleGeGLUMLP(24, 40), fused_geglu.FusedGeGLUMLP(24, 40)
     fused.load_state_dict(eager.state_dict())
     x = torch.randn(3, 4, 24)
-    assert fused_geglu.kernel_path(x.reshape(-1, 24), fused.packed_gate_up()) == "torch"
+    assert fused_geglu.kernel_path(x.reshape(-1, 24), fused.gate_proj.weight, fused.up_proj.weight) == "torch"
     torch.testing.assert_close(fused(x), eager(x))
 
 
-@pytest.fixture
-def packs(monkeypatch):
-    """One entry per packed copy fused_geglu makes."""
-    made = []
-    pack = fused_geglu.pack_gate_up
-    monkeypatch.setattr(fused_geglu, "pack_gate_up", lambda wg, wu: made.append(1) or pack(wg, wu))
-    return made
-
-
-def test_compiles_without_graph_breaks_and_follows_weight_changes(packs):
-    """torch.compile(fullgraph=True) fails on any graph break: the module must be opaque ops to Dynamo. The packed
-    copy is made once, remade after an in-place write, and the compiled backward matches eager's."""
+def test_compiles_without_graph_breaks_and_follows_weight_changes():
+    """torch.compile(fullgraph=True) fails on any graph break: Dynamo must see the module as the two ops. The
+    compiled module follows an in-place change of a weight, and its backward matches eager's."""
     SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
     eager, fused = SimpleGeGLUMLP(16, 24), fused_geglu.FusedGeGLUMLP(16, 24)
     fused.load_state_dict(eager.state_dict())
-    compiled = torch.compile(fused, fullgraph=True, backend="aot_eager")  # Dynamo and AOTAutograd: the fakes
+    compiled = torch.compile(fused, fullgraph=True, backend="aot_eager")  # Dynamo and AOTAutograd: the ops traced
     x = torch.randn(2, 3, 16)
     with torch.inference_mode():
         for _ in range(3):
             torch.testing.assert_close(compiled(x), eager(x))
-    assert len(packs) == 1
     with torch.no_grad():
         for module in (eager, fused):
             module.up_proj.weight.mul_(-2.0)
         torch.testing.assert_close(compiled(x), eager(x))
-    assert len(packs) == 2
     xc, xe = x.clone().requires_grad_(), x.clone().requires_grad_()
     compiled(xc).square().sum().backward()
     eager(xe).square().sum().backward()
@@ -285,14 +275,16 @@ def test_compiles_without_graph_breaks_and_follows_weight_changes(packs):
         torch.testing.assert_close(pf.grad, pe.grad)
 
 
-def test_weights_made_in_inference_mode_are_repacked_every_call_and_say_so(packs):
-    with torch.inference_mode():
-        fused = fused_geglu.FusedGeGLUMLP(8, 16)
+def test_weights_made_in_inference_mode_work():
+    """Inference tensors have no version counter; nothing here needs one (no cached copy of the weights)."""
+    SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        eager, fused = SimpleGeGLUMLP(8, 16), fused_geglu.FusedGeGLUMLP(8, 16)
+        fused.load_state_dict(eager.state_dict())
         x = torch.randn(3, 8)
-        fused(x)
-        with pytest.warns(UserWarning, match="inference tensors .* rebuilt on every call"):
-            fused(x)
-    assert len(packs) == 2
+        for _ in range(2):
+            torch.testing.assert_close(fused(x), eager(x))
 
 
 def test_bad_shapes_are_one_clear_error():
@@ -309,7 +301,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 
 
 def _nan_outputs(monkeypatch):
-    """The kernel's output buffer (geglu_packed's torch.empty) starts as NaN: any element it fails to write shows.
+    """The kernel's output buffer (geglu's torch.empty) starts as NaN: any element it fails to write shows.
 
     Filling freed memory is not enough: outputs under 1 MB come from PyTorch's small-block pool, not from it."""
     empty = torch.empty
@@ -323,7 +315,7 @@ def _check_gpu(M, K, N, dt, use_tma, tol):
     with pytest.MonkeyPatch.context() as mp:
         _nan_outputs(mp)
         m = fused_geglu.geglu(x, wg, wu, use_tma=use_tma)
-    assert fused_geglu.kernel_path(x, fused_geglu.pack_gate_up(wg, wu), use_tma) == ("tma" if use_tma else "pointer")
+    assert fused_geglu.kernel_path(x, wg, wu, use_tma) == ("tma" if use_tma else "pointer")
     assert m.shape == (M, N) and torch.isfinite(m).all()
     err = ((m.float() - ref).norm() / ref.norm()).item()
     assert err < tol, err
@@ -384,19 +376,18 @@ def test_gpu_small_m_odd_shapes(M, dt):
     x = torch.randn(M, K, device="cuda").to(DTYPES[dt])
     wg, wu = (torch.randn(N, K, device="cuda").div(K ** 0.5).to(DTYPES[dt]) for _ in range(2))
     wd = torch.randn(K, N, device="cuda").div(N ** 0.5).to(DTYPES[dt])
-    packed = fused_geglu.pack_gate_up(wg, wu)
-    assert fused_geglu.kernel_path(x, packed) == "small"
+    assert fused_geglu.kernel_path(x, wg, wu) == "small"
     ref = F.gelu(x.float() @ wg.float().T, approximate="tanh") * (x.float() @ wu.float().T)
     with pytest.MonkeyPatch.context() as mp:
         _nan_outputs(mp)  # an element a kernel leaves unwritten stays NaN
-        m = fused_geglu.geglu_packed(x, packed)
+        m = fused_geglu.geglu(x, wg, wu)
         y = fused_geglu.down_proj(m, wd)
     y_ref = m.float() @ wd.float().T
     assert torch.isfinite(m).all() and torch.isfinite(y).all()
     assert ((m.float() - ref).norm() / ref.norm()).item() < TOL[dt]
     assert ((y.float() - y_ref).norm() / y_ref.norm()).item() < TOL[dt]
     # Split-K sums its partials in a fixed order: the same bits on every launch.
-    assert torch.equal(fused_geglu.down_proj(m, wd), y) and torch.equal(fused_geglu.geglu_packed(x, packed), m)
+    assert torch.equal(fused_geglu.down_proj(m, wd), y) and torch.equal(fused_geglu.geglu(x, wg, wu), m)
 
 
 def _stand_in_triton(monkeypatch, compiles, launches, max_shared=227 * 1024, stage_bytes=1024):
@@ -483,22 +474,28 @@ def test_small_m_config_by_tokens(monkeypatch):
     assert cfg(128)["BM"] == 128 and cfg(129) is None
     assert cfg(16, "down")["BM"] == 16 and cfg(64, "down")["BM"] == 64 and cfg(65, "down") is None
     # The decode bucket's gate/up tile: three programs per SM on a Hopper GPU (228 KB), each holding
-    # num_stages - 1 bf16 buffers of x and weight tiles (Triton's pipeline; 73,728 B measured on the H200).
+    # num_stages - 1 bf16 buffers of the x, gate and up tiles (Triton's pipeline).
     c = cfg(1)
-    stage_bytes = (c["BM"] + c["BN"]) * c["BK"] * 2
+    stage_bytes = (c["BM"] + 2 * c["BN"]) * c["BK"] * 2
     assert 3 * (c["num_stages"] - 1) * stage_bytes <= 228 * 1024
 
 
-def test_split_k_workspace_grows_and_keeps_what_a_graph_may_hold(monkeypatch):
+def test_split_k_workspace_keeps_little_and_what_a_graph_may_hold(monkeypatch):
     monkeypatch.setattr(fused_geglu, "_workspaces", {})
     monkeypatch.setattr(fused_geglu, "_outgrown", [])
-    cpu = torch.device("cpu")
-    first = fused_geglu._split_k_workspace(cpu, 7, 10, 10)
-    assert fused_geglu._split_k_workspace(cpu, 7, 1000, 100) is first  # room enough: the same tensors
-    assert fused_geglu._split_k_workspace(cpu, 8, 10, 10) is not first  # another stream: its own
-    bigger = fused_geglu._split_k_workspace(cpu, 7, first[0].numel() + 1, 10)
-    assert bigger[0].numel() > first[0].numel() and not bigger[1].any()
-    assert fused_geglu._outgrown == [first]  # still alive: a CUDA graph may have recorded its address
+    cpu, kept = torch.device("cpu"), fused_geglu.KEPT_PARTIALS
+    part, counters = fused_geglu._split_k_workspace(cpu, 7, 10, 10)
+    assert part.numel() == kept and not counters.any()
+    assert (part.numel() * 4 + counters.numel() * 4) < 1 << 20  # what stays held: under 1 MB
+    again = fused_geglu._split_k_workspace(cpu, 7, kept, 100)  # room enough: the same tensors
+    assert again[0] is part and again[1] is counters
+    assert fused_geglu._split_k_workspace(cpu, 8, 10, 10)[0] is not part  # another stream: its own
+    more = fused_geglu._split_k_workspace(cpu, 7, kept + 1, 10)  # more partials: for this call only
+    assert more[0].numel() == kept + 1 and more[1] is counters
+    assert fused_geglu._split_k_workspace(cpu, 7, 10, 10)[0] is part
+    grown = fused_geglu._split_k_workspace(cpu, 7, 10, counters.numel() + 1)  # more tiles: new counters
+    assert grown[1].numel() > counters.numel() and not grown[1].any()
+    assert fused_geglu._outgrown == [(part, counters)]  # still alive: a CUDA graph may have recorded their address
 
 
 @cuda
@@ -515,9 +512,9 @@ def test_gpu_epilogue_is_gelu_tanh_over_its_whole_range(M, use_tma, dt):
     x[:, 0], x[:, 1] = g, 1.0
     w_gate, w_up = torch.zeros(N, K, device="cuda"), torch.zeros(N, K, device="cuda")
     w_gate[:, 0], w_up[:, 1] = 1.0, 1.0  # every column: g = x[:, 0], u = 1
-    x, packed = x.to(DTYPES[dt]), fused_geglu.pack_gate_up(w_gate, w_up).to(DTYPES[dt])
+    x, w_gate, w_up = x.to(DTYPES[dt]), w_gate.to(DTYPES[dt]), w_up.to(DTYPES[dt])
     g = x[:, 0].float()[:, None]  # g as the kernel sees it
-    m = fused_geglu.geglu_packed(x, packed, use_tma=use_tma).float()
+    m = fused_geglu.geglu(x, w_gate, w_up, use_tma=use_tma).float()
     ref = F.gelu(g, approximate="tanh").expand(M, N)
     unit = 2.0 ** -8 if dt == "bf16" else 2.0 ** -11
     assert ((m - ref).abs() <= unit * ref.abs() + 2.0 ** -11 * g.abs()).all(), (m - ref).abs().max()
@@ -528,11 +525,10 @@ def test_gpu_misaligned_input_after_an_aligned_one():
     """The small-M kernels compiled for 16-byte aligned pointers must not serve a misaligned x of the same shape."""
     K, N = 4096, 1024
     wg, wu = (torch.randn(N, K, device="cuda").div(K ** 0.5).bfloat16() for _ in range(2))
-    packed = fused_geglu.pack_gate_up(wg, wu)
     buf = torch.randn(2 * K + 1, device="cuda").bfloat16()
     for x in (buf[:K].view(1, K), buf[1:K + 1].view(1, K)):  # the second one starts 2 bytes off
         ref = F.gelu(x.float() @ wg.float().T, approximate="tanh") * (x.float() @ wu.float().T)
-        m = fused_geglu.geglu_packed(x, packed)
+        m = fused_geglu.geglu(x, wg, wu)
         assert ((m.float() - ref).norm() / ref.norm()).item() < TOL["bf16"], x.data_ptr() % 16
 
 
@@ -581,7 +577,7 @@ def test_gpu_hopper_takes_the_tma_kernel():
     """No silent fall back: on sm_90 the module's default path is the TMA kernel, and the trace shows it run."""
     fused = fused_geglu.FusedGeGLUMLP(768, 3072).cuda().bfloat16()
     x = torch.randn(8192, 768, device="cuda", dtype=torch.bfloat16)
-    assert fused_geglu.kernel_path(x, fused.packed_gate_up()) == "tma"
+    assert fused_geglu.kernel_path(x, fused.gate_proj.weight, fused.up_proj.weight) == "tma"
     with torch.inference_mode():
         fused(x)  # compile outside the profiled call
         torch.cuda.synchronize()
@@ -590,3 +586,67 @@ def test_gpu_hopper_takes_the_tma_kernel():
             torch.cuda.synchronize()
     kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     assert "_geglu_tma_kernel" in kernels and "_geglu_pointer_kernel" not in kernels, kernels
+
+
+@cuda
+@pytest.mark.parametrize("M", [1, 64, 1000, 4096])
+def test_gpu_first_forward_holds_no_copy_of_the_weights(M):
+    """Gemma-2B's MLP (201 MB of weights): after the first forward, memory held beyond the parameters, the input
+    and the output is under 1 MB (no packed copy of the gate and up weights; the split-K workspace is small)."""
+    fused = fused_geglu.FusedGeGLUMLP(2048, 16384).cuda().bfloat16()
+    x = torch.randn(M, 2048, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    with torch.inference_mode():
+        y = fused(x)
+    torch.cuda.synchronize()
+    held = torch.cuda.memory_allocated() - before - y.numel() * y.element_size()
+    assert held < 1 << 20, f"{held / 1e6:.1f} MB held after the first forward at M = {M}"
+
+
+@cuda
+@pytest.mark.parametrize("M", [1, 4096])
+def test_gpu_compiled_model_launches_the_kernels_from_inductor(M, monkeypatch):
+    """Under torch.compile the kernels are in Inductor's graph (triton_op + wrap_triton): once compiled, a call runs
+    no Python of fused_geglu (no _launch), yet the trace shows the fused kernel."""
+    SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
+    eager = SimpleGeGLUMLP(2048, 8192).cuda().bfloat16()
+    fused = fused_geglu.FusedGeGLUMLP(2048, 8192).cuda().bfloat16()
+    fused.load_state_dict(eager.state_dict())
+    compiled = torch.compile(fused, fullgraph=True)
+    x = torch.randn(M, 2048, device="cuda", dtype=torch.bfloat16)
+    launches = []
+    launch = fused_geglu._launch
+    monkeypatch.setattr(fused_geglu, "_launch", lambda *a, **k: launches.append(a[0]) or launch(*a, **k))
+    with torch.inference_mode():
+        compiled(x)  # compiles: the ops' bodies are traced, which goes through _launch
+        torch.cuda.synchronize()
+        launches.clear()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            y = compiled(x)
+            torch.cuda.synchronize()
+        y_eager = eager(x)
+    assert launches == [], "the compiled call went through fused_geglu's Python launcher"
+    assert ((y.float() - y_eager.float()).norm() / y_eager.float().norm()).item() < 2e-2
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert any(k.startswith("_geglu_") for k in kernels), kernels
+
+
+@cuda
+def test_gpu_cuda_graph_capture_of_the_eager_module():
+    """The eager module captured in a CUDA graph by hand (torch.cuda.graph): replays give eager's output."""
+    SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
+    eager = SimpleGeGLUMLP(2048, 8192).cuda().bfloat16()
+    fused = fused_geglu.FusedGeGLUMLP(2048, 8192).cuda().bfloat16()
+    fused.load_state_dict(eager.state_dict())
+    x = torch.randn(4, 2048, device="cuda", dtype=torch.bfloat16)
+    with torch.inference_mode():
+        fused(x)  # compile the kernels and make the split-K workspace outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = fused(x)
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        y_eager = eager(x)
+    assert ((y.float() - y_eager.float()).norm() / y_eager.float().norm()).item() < 2e-2
