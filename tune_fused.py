@@ -54,9 +54,8 @@ def geglu_candidates(M):
         out += [("tma", tma(64, 128, 64, 4, 4, False)),
                 ("tma", tma(128, 128, 64, 8, 3, True)),
                 ("tma", tma(128, 128, 64, 8, 3, False)),
-                ("tma", tma(128, 64, 64, 4, 4, False))]
-        if M >= 1024:
-            out += [("tma", tma(128, 256, 64, 8, 2, False))]
+                ("tma", tma(128, 64, 64, 4, 4, False)),
+                ("tma", tma(64, 64, 64, 4, 5, False))]
     return out
 
 

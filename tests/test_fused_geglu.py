@@ -650,3 +650,58 @@ def test_gpu_cuda_graph_capture_of_the_eager_module():
         torch.cuda.synchronize()
         y_eager = eager(x)
     assert ((y.float() - y_eager.float()).norm() / y_eager.float().norm()).item() < 2e-2
+
+
+# ---- the tuned table: kernel and config by M bucket, read once --------------------------------------------
+
+TABLE = {"capability": "9.0",
+         "geglu": [{"max_m": 16, "kernel": "small", "config": {"BM": 16, "BN": 64, "BK": 128, "num_warps": 4,
+                                                                "num_stages": 3}},
+                   {"max_m": 256, "kernel": "torch", "config": None},
+                   {"max_m": None, "kernel": "tma", "config": {"BM": 128, "BN": 128, "BK": 64, "GROUP_M": 8,
+                                                               "num_warps": 8, "num_stages": 3, "FLATTEN": False}}],
+         "down": [{"max_m": 16, "kernel": "small", "config": {"BM": 16, "BN": 64, "BK": 128, "FILL": 2,
+                                                               "num_warps": 4, "num_stages": 4}},
+                  {"max_m": None, "kernel": "torch", "config": None}]}
+
+
+def _with_table(monkeypatch, tmp_path, table, capability=(9, 0)):
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps(table))
+    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu, "_capability", lambda device: capability)
+    monkeypatch.setattr(fused_geglu, "_tuned", fused_geglu._load_tuned(path))
+
+
+@pytest.mark.parametrize("M, kernel", [(1, "small"), (16, "small"), (17, "torch"), (256, "torch"), (257, "tma"),
+                                       (100000, "tma")])
+def test_tuned_table_picks_by_m_bucket(monkeypatch, tmp_path, M, kernel):
+    _with_table(monkeypatch, tmp_path, TABLE)
+    got, cfg = fused_geglu._by_m(torch.device("cuda", 0), M, "geglu")
+    want = next(r for r in TABLE["geglu"] if r["max_m"] is None or M <= r["max_m"])
+    assert got == kernel == want["kernel"] and cfg == want["config"]
+    assert fused_geglu._by_m(torch.device("cuda", 0), M, "down")[0] == ("small" if M <= 16 else "torch")
+
+
+def test_tuned_table_only_on_its_gpus(monkeypatch, tmp_path):
+    """Measured on a Hopper GPU: another compute capability, the interpreter and the CPU keep the defaults."""
+    _with_table(monkeypatch, tmp_path, TABLE, capability=(8, 0))
+    assert fused_geglu._by_m(torch.device("cuda", 0), 200, "geglu") == (None, None)  # past the small buckets
+    assert fused_geglu._by_m(torch.device("cuda", 0), 1, "geglu") == ("small", fused_geglu.SMALL_M_CONFIGS["geglu"][0][1])
+    assert fused_geglu._tuned_rows(torch.device("cpu"), "geglu") is None
+
+
+@pytest.mark.parametrize("row", [{"max_m": None, "kernel": "cublas", "config": None},
+                                 {"max_m": None, "kernel": "tma", "config": None}])
+def test_a_malformed_table_says_which_row(tmp_path, row):
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps(dict(TABLE, geglu=[row])))
+    with pytest.raises(ValueError, match="geglu row for M <= None"):
+        fused_geglu._load_tuned(path)
+
+
+def test_the_committed_table_loads():
+    if not fused_geglu.TUNED_TABLE.exists():
+        pytest.skip("no tuned table committed yet (python3 tune_fused.py on the GPU machine writes it)")
+    # fused_geglu read it at import; a malformed one would have failed that import.
+    assert fused_geglu._load_tuned() == fused_geglu._tuned

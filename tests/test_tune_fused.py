@@ -1,0 +1,54 @@
+"""tune_fused.py's choices from made-up timings (the sweep itself needs a GPU)."""
+
+import json
+
+import pytest
+
+pytest.importorskip("triton", reason="needs Triton (Linux wheels only)")
+import tune_fused  # noqa: E402
+
+
+def _key(which, kernel, cfg=None):
+    return which, kernel, json.dumps(cfg)
+
+
+def test_choice_is_the_lowest_geometric_mean_against_torch():
+    a, b = _key("geglu", "small", {"BM": 16}), _key("geglu", "tma", {"BM": 128})
+    torch_ = _key("geglu", "torch")
+    # Two widths: a is 0.5x then 1.5x of torch (geomean 0.866), b 0.9x both times (0.9): a wins though it loses once.
+    per_width = [{torch_: 100.0, a: 50.0, b: 90.0}, {torch_: 10.0, a: 15.0, b: 9.0}]
+    best, score = tune_fused.choose(per_width, "geglu")
+    assert best == a and score == pytest.approx((0.5 * 1.5) ** 0.5)
+    # Torch itself scores 1.0: where every kernel is slower, the table says torch.
+    slow = [{torch_: 10.0, a: 11.0, b: 12.0}]
+    assert tune_fused.choose(slow, "geglu") == (torch_, 1.0)
+
+
+def test_a_candidate_missing_at_one_width_is_not_chosen():
+    a, torch_ = _key("geglu", "small", {"BM": 16}), _key("geglu", "torch")
+    per_width = [{torch_: 100.0, a: 10.0}, {torch_: 100.0}]  # a failed (left out) at the second width
+    assert tune_fused.choose(per_width, "geglu")[0] == torch_
+
+
+@pytest.mark.parametrize("M", tune_fused.BUCKETS)
+def test_candidates_fit_a_hopper_sm(M):
+    """Every tile asked for fits 227 KB of shared memory: stages of the x, gate and up tiles (bf16), and the TMA
+    kernel's output tile; torch is always there to compare with."""
+    cands = tune_fused.geglu_candidates(M)
+    assert ("torch", None) in cands and len(cands) <= 10
+    for kernel, cfg in cands:
+        if kernel == "torch":
+            continue
+        stage = (cfg["BM"] + 2 * cfg["BN"]) * cfg["BK"] * 2
+        epilogue = cfg["BM"] * cfg["BN"] * 2 if kernel == "tma" else 0
+        assert cfg["num_stages"] * stage + epilogue <= 227 * 1024, (kernel, cfg)
+        if kernel == "small":
+            assert cfg["BM"] >= min(M, 128) or cfg["BM"] == 128  # one row tile holds M up to 128
+    assert tune_fused.down_candidates(M)[0] == ("torch", None)
+
+
+def test_without_a_gpu_one_line_and_exit_2(capsys, monkeypatch):
+    monkeypatch.setattr(tune_fused.torch.cuda, "is_available", lambda: False)
+    assert tune_fused.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs a CUDA GPU" in err
