@@ -6,19 +6,13 @@ has to read the gate and up projections back from HBM: cuBLAS writes g = x @ Wg^
 writes m = gelu_tanh(g) * u. This file goes one rung further: one kernel computes each output tile
 of m from a tile of x and the matching rows of Wg and Wu,
 
-    acc = x_tile @ W_tile^T                  (fp32, in registers; W interleaves Wg and Wu rows)
-    g, u = acc[:, 0::2], acc[:, 1::2]        (a register split: each thread holds adjacent columns)
-    m_tile = gelu_tanh(g) * u                (the "epilogue"), stored once as bf16
+    g = x_tile @ Wg_tile^T,  u = x_tile @ Wu_tile^T   (two fp32 accumulators in registers, one x tile)
+    m_tile = gelu_tanh(g) * u                        (the "epilogue"), stored once as bf16
 
 so g and u never exist in HBM: 2 x 50 MB written and 2 x 50 MB read back are gone at the post's
 shape, and only m (50 MB) is stored. `down_proj` then runs as an ordinary cuBLAS GEMM (F.linear).
-
-Why one GEMM over interleaved rows (w_packed[2j] = Wg[j], w_packed[2j+1] = Wu[j]) rather than two
-GEMMs into two accumulators: a single 128 x 256 tensor-core tile runs close to cuBLAS (compare the
-"parts" rows in results/bench_h200.txt), and the split costs no shared-memory round trip; with two
-accumulators Triton 3.6 serialises the Hopper wgmma instructions in the persistent loop (ptxas
-warning C7515). The price is a packed copy of the two weights (9.4 MB at the
-post's shape), which `FusedGeGLUMLP` rebuilds whenever either weight changes.
+The kernels read both weights where they are (two pointers, or two TMA descriptors): the module holds
+nothing beyond its parameters but a split-K workspace under 1 MB.
 
 The saving only matters if the GEMM main loop runs near cuBLAS speed, so there are two versions:
 - `_geglu_tma_kernel` (Hopper, sm_90+): tensor-memory-accelerator (TMA) descriptors load the tiles,
@@ -31,11 +25,13 @@ The saving only matters if the GEMM main loop runs near cuBLAS speed, so there a
 A decode step has few tokens (M = 1 .. 128) and the picture flips: the weights are the bytes (at
 1 x 4096 -> 11008 the MLP reads 270 MB of weights and 8 KB of activations), the FLOPs are nothing, and a
 128-row tile wastes almost all of its work while 86 tiles leave most SMs idle. So `_geglu_small_m_kernel`
-streams the packed weights with many small programs (16..128 rows of x, 128 weight rows each), the
+streams the weights with many small programs (16..128 rows of x, 64 rows of each weight), the
 tile chosen by M from a few buckets (`SMALL_M_CONFIGS`: one compiled kernel per bucket, not per shape).
 The same body without the epilogue, `_linear_small_m_kernel`, does down_proj there: its weight has only
 `dim` rows, so it also splits K across programs until they fill the GPU (the last program of a tile sums
 the fp32 partials in a fixed order). Past the buckets, the tiled kernels above and cuBLAS take over.
+Which kernel and tile run at each M is measured on the GPU by tune_fused.py, per M bucket: its table
+(fused_geglu_tuned.json) replaces these defaults on GPUs of the compute capability it was measured on.
 
 At decode the GPU work is short (73 µs for that MLP on an H200) and the host has to keep up: a Triton launch
 through `kernel[grid](...)` re-derives the kernel's specialisation from every argument in Python, about
@@ -43,6 +39,9 @@ through `kernel[grid](...)` re-derives the kernel's specialisation from every ar
 `_launch` looks the compiled kernel up once per argument signature and launches it directly, and split-K
 keeps its workspace: enqueuing a decode forward went from about 105 µs of host time to about 80, about as
 long as the GPU work itself (bench.py's "host µs" line; the machine's host speed varies from run to run).
+
+Under torch.compile the two ops are `torch.library.triton_op`s: their bodies are traced, and the kernels
+enter Inductor's graph through `wrap_triton`, so a compiled model launches them from generated code.
 
 Read `bench.py` for the timings. `geglu()` is the bare launcher, `FusedGeGLUMLP` the nn.Module whose
 parameters carry the same names as `SimpleGeGLUMLP` in 03_simple_mlp.py.
@@ -113,8 +112,12 @@ def _upcast(t, UPCAST: tl.constexpr):
 def _geglu_tma_kernel(x_desc, wg_desc, wu_desc, m_desc, M, N, K,
                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
                       NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr, UPCAST: tl.constexpr,
-                      FAST_TANH: tl.constexpr):
-    """m[M, N] = gelu_tanh(x @ Wg^T) * (x @ Wu^T), x [M, K], Wg and Wu [N, K]; persistent, TMA loads and stores."""
+                      FAST_TANH: tl.constexpr, ONE_DOT: tl.constexpr):
+    """m[M, N] = gelu_tanh(x @ Wg^T) * (x @ Wu^T), x [M, K], Wg and Wu [N, K]; persistent, TMA loads and stores.
+
+    Two accumulators, or with ONE_DOT the gate and up tiles interleaved on chip (rows g0, u0, g1, u1...) into
+    one [2 BN, BK] operand and one [BM, 2 BN] accumulator, split again in the epilogue: with FLATTEN, Triton
+    serialises two accumulators' wgmma instructions (ptxas warning C7515), one it does not."""
     num_pid_m = tl.cdiv(M, BM)
     num_pid_n = tl.cdiv(N, BN)
     num_tiles = num_pid_m * num_pid_n
@@ -125,14 +128,21 @@ def _geglu_tma_kernel(x_desc, wg_desc, wu_desc, m_desc, M, N, K,
         pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
         acc_g = tl.zeros((BM, BN), dtype=tl.float32)
         acc_u = tl.zeros((BM, BN), dtype=tl.float32)
+        acc = tl.zeros((BM, 2 * BN if ONE_DOT else 1), dtype=tl.float32)
         for ki in range(k_tiles):
-            # TMA fills out-of-bounds rows/columns with zeros: no masks, any M, N, K. Two dots per K-step
+            # TMA fills out-of-bounds rows/columns with zeros: no masks, any M, N, K. Both weight tiles
             # share the x tile: the weights are read where they are, no packed copy.
             x = _upcast(x_desc.load([pid_m * BM, ki * BK]), UPCAST)
             wg = _upcast(wg_desc.load([pid_n * BN, ki * BK]), UPCAST)
             wu = _upcast(wu_desc.load([pid_n * BN, ki * BK]), UPCAST)
-            acc_g = tl.dot(x, wg.T, acc_g)
-            acc_u = tl.dot(x, wu.T, acc_u)
+            if ONE_DOT:
+                w = tl.reshape(tl.permute(tl.join(wg, wu), (0, 2, 1)), (2 * BN, BK))
+                acc = tl.dot(x, w.T, acc)
+            else:
+                acc_g = tl.dot(x, wg.T, acc_g)
+                acc_u = tl.dot(x, wu.T, acc_u)
+        if ONE_DOT:
+            acc_g, acc_u = tl.split(tl.reshape(acc, (BM, BN, 2)))
         m = _geglu_epilogue(acc_g, acc_u, FAST_TANH)
         # The TMA store clips the tile at the tensor's edges.
         m_desc.store([pid_m * BM, pid_n * BN], m.to(m_desc.dtype))
@@ -251,10 +261,12 @@ def _linear_small_m_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, K, 
                   stride_om, BM, BN, BK, SPLIT_K, False, UPCAST, DOT_PRECISION, False)
 
 
-# Tile configs; BN counts columns of m (each tile reads BN rows of Wg and BN rows of Wu, two accumulators).
+# Tile configs; BN counts columns of m (each tile reads BN rows of Wg and BN rows of Wu).
 # Hopper: a 128 x (2 x 128) tile per program (8 warps = 2 warpgroups, 64 rows each); shared memory is
 # (BM + 2 * BN) * BK * 2 bytes = 48 KB per stage plus a 32 KB epilogue buffer: 3 stages = 176 KB of 227.
-HOPPER_CONFIG = dict(BM=128, BN=128, BK=64, GROUP_M=8, num_warps=8, num_stages=3, FLATTEN=True)
+# ONE_DOT with FLATTEN: compiled for sm_90a, two accumulators with FLATTEN make ptxas serialise the wgmma
+# instructions (C7515); one interleaved accumulator does not (neither do two without FLATTEN: a tuning candidate).
+HOPPER_CONFIG = dict(BM=128, BN=128, BK=64, GROUP_M=8, num_warps=8, num_stages=3, FLATTEN=True, ONE_DOT=True)
 # Pre-Hopper GPUs (A100: 164 KB of shared memory per SM): 16 KB per stage, still tensor cores.
 PORTABLE_CONFIG = dict(BM=128, BN=64, BK=32, GROUP_M=8, num_warps=8, num_stages=4)
 # The CPU interpreter runs each program in numpy: small tiles keep the tests quick.
@@ -585,6 +597,7 @@ def geglu(x2d, w_gate, w_up, *, use_tma=None, kernel=None, config=None):
     if path == "small":
         _launch_small_m(x2d, (w_gate, w_up), m, cfg, upcast, _precision(x2d))
     elif path == "tma":
+        cfg = {"ONE_DOT": False, **cfg}  # every constexpr named: _launch passes them in order
         BM, BN, BK = cfg["BM"], cfg["BN"], cfg["BK"]
         num_sms = _num_sms(x2d.device)
         _launch(_geglu_tma_kernel, (min(num_sms, _cdiv(M, BM) * _cdiv(N, BN)),),
@@ -592,7 +605,7 @@ def geglu(x2d, w_gate, w_up, *, use_tma=None, kernel=None, config=None):
                  TensorDescriptor.from_tensor(w_up, [BN, BK]), TensorDescriptor.from_tensor(m, [BM, BN]), M, N, K),
                 NUM_SMS=num_sms, UPCAST=upcast, FAST_TANH=_fast_tanh(x2d), **cfg)
     else:
-        cfg = {k: v for k, v in cfg.items() if k != "FLATTEN"}
+        cfg = {k: v for k, v in cfg.items() if k not in ("FLATTEN", "ONE_DOT")}  # the TMA kernel's only
         _launch(_geglu_pointer_kernel, (_cdiv(M, cfg["BM"]) * _cdiv(N, cfg["BN"]),),
                 (x2d, w_gate, w_up, m, M, N, K, x2d.stride(0), w_gate.stride(0), w_up.stride(0), m.stride(0)),
                 DOT_PRECISION=_precision(x2d), UPCAST=upcast, FAST_TANH=_fast_tanh(x2d), **cfg)

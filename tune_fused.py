@@ -37,8 +37,9 @@ def small(BM, BN, BK, warps, stages, **extra):
     return dict(BM=BM, BN=BN, BK=BK, num_warps=warps, num_stages=stages, **extra)
 
 
-def tma(BM, BN, BK, warps, stages, flatten, group=8):
-    return dict(BM=BM, BN=BN, BK=BK, GROUP_M=group, num_warps=warps, num_stages=stages, FLATTEN=flatten)
+def tma(BM, BN, BK, warps, stages, flatten, one_dot=False, group=8):
+    return dict(BM=BM, BN=BN, BK=BK, GROUP_M=group, num_warps=warps, num_stages=stages, FLATTEN=flatten,
+                ONE_DOT=one_dot)
 
 
 def geglu_candidates(M):
@@ -55,7 +56,9 @@ def geglu_candidates(M):
                 ("tma", tma(128, 128, 64, 8, 3, True)),
                 ("tma", tma(128, 128, 64, 8, 3, False)),
                 ("tma", tma(128, 64, 64, 4, 4, False)),
-                ("tma", tma(64, 64, 64, 4, 5, False))]
+                ("tma", tma(64, 64, 64, 4, 5, False)),
+                ("tma", tma(128, 128, 64, 8, 3, True, one_dot=True)),  # the gate and up tiles interleaved on chip
+                ("tma", tma(128, 128, 64, 8, 3, False, one_dot=True))]
     return out
 
 

@@ -63,6 +63,14 @@ for dt in ("bf16", "fp16", "fp32"):
             emit(case, path=path, err=rel(m, ref), finite=bool(torch.isfinite(m).all()),
                  shape=list(m.shape), dtype=str(m.dtype), want_dtype=str(DTYPES[dt]))
 
+# The TMA kernel's ONE_DOT variant: the gate and up tiles interleaved on chip into one dot.
+for dt in ("bf16", "fp16"):
+    for M, K, N in [(37, 40, 72), (64, 48, 96)]:
+        x = torch.randn(M, K).to(DTYPES[dt])
+        wg, wu = (torch.randn(N, K).div(K ** 0.5).to(DTYPES[dt]) for _ in range(2))
+        m = fg.geglu(x, wg, wu, kernel="tma", config=dict(fg.INTERPRETER_CONFIG, ONE_DOT=True))
+        emit(f"onedot-{dt}-{M}x{K}x{N}", err=rel(m, ref_geglu(x, wg, wu)), shape=list(m.shape))
+
 # The small-M kernels (decode), with and without split-K, at shapes no tile divides; down_proj is the
 # same body without the epilogue.
 SMALL = {"tile": dict(BM=16, BN=32, BK=32, num_warps=4, num_stages=1),
@@ -168,6 +176,13 @@ def test_interpreted_cases_are_all_there(interpreted):
     # A case that silently vanished from the child would otherwise go unnoticed.
     assert set(KERNEL_CASES) <= set(interpreted) and set(SMALL_CASES) <= set(interpreted)
     assert sum("skipped" not in interpreted[c] for c in KERNEL_CASES) == 18
+
+
+@pytest.mark.parametrize("case", [f"onedot-{dt}-{s}" for dt in ("bf16", "fp16") for s in ("37x40x72", "64x48x96")])
+def test_tma_one_dot_variant_interpreted(interpreted, case):
+    r = interpreted[case]
+    M, K, N = map(int, case.split("-")[2].split("x"))
+    assert r["shape"] == [M, N] and r["err"] < TOL[case.split("-")[1]], r
 
 
 def test_extreme_inputs_stay_finite(interpreted):
@@ -705,3 +720,48 @@ def test_the_committed_table_loads():
         pytest.skip("no tuned table committed yet (python3 tune_fused.py on the GPU machine writes it)")
     # fused_geglu read it at import; a malformed one would have failed that import.
     assert fused_geglu._load_tuned() == fused_geglu._tuned
+
+
+def _ptxas_report(kernel, args, meta):
+    """Compile kernel for an H100/H200 (sm_90a) here, without a GPU, and return ptxas's verbose report."""
+    compiler = pytest.importorskip("triton.compiler")
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.jit import mangle_type
+    import triton
+    meta = dict(meta)
+    options = {"num_warps": meta.pop("num_warps"), "num_stages": meta.pop("num_stages")}
+    signature = {name: mangle_type(a) for name, a in zip(kernel.arg_names, args)}
+    signature.update({name: "constexpr" for name in kernel.arg_names[len(args):]})
+    compiled = triton.compile(compiler.ASTSource(fn=kernel, signature=signature, constexprs=meta),
+                              target=GPUTarget("cuda", 90, 32), options=options)
+    ptx = Path(os.environ.get("TMPDIR", "/tmp")) / f"fused_geglu_{os.getpid()}.ptx"
+    ptx.write_text(compiled.asm["ptx"])
+    try:  # Triton's wheel may carry more than one ptxas; the one that reads this PTX version
+        for ptxas in sorted((Path(triton.__file__).parent / "backends/nvidia/bin").glob("ptxas*")):
+            done = subprocess.run([ptxas, "-arch=sm_90a", "-v", ptx, "-o", os.devnull], capture_output=True, text=True)
+            if done.returncode == 0:
+                return done.stderr + done.stdout
+    finally:
+        ptx.unlink()
+    pytest.skip("no ptxas in Triton's wheel reads its PTX")
+
+
+@pytest.mark.skipif(fused_geglu.INTERPRET or fused_geglu.TensorDescriptor is None, reason="needs Triton's compiler")
+def test_hopper_config_compiles_without_wgmma_serialisation():
+    """The default TMA config, compiled for sm_90a: no spills, and no "wgmma ... serialized" (ptxas C7515), which
+    two accumulators with FLATTEN do get (the check can fail)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    M, K, N = 4096, 4096, 11008
+    x, w_gate, w_up = torch.empty(M, K, dtype=torch.bfloat16), *(torch.empty(N, K, dtype=torch.bfloat16) for _ in "gu")
+    m = torch.empty(M, N, dtype=torch.bfloat16)
+
+    def report(cfg):
+        BM, BN, BK = cfg["BM"], cfg["BN"], cfg["BK"]
+        args = (TensorDescriptor.from_tensor(x, [BM, BK]), TensorDescriptor.from_tensor(w_gate, [BN, BK]),
+                TensorDescriptor.from_tensor(w_up, [BN, BK]), TensorDescriptor.from_tensor(m, [BM, BN]), M, N, K)
+        return _ptxas_report(fused_geglu._geglu_tma_kernel, args,
+                             dict(NUM_SMS=132, UPCAST=False, FAST_TANH=True, **cfg))
+
+    default = report(fused_geglu.HOPPER_CONFIG)
+    assert "Used" in default and "C7515" not in default and " 0 bytes spill stores" in default, default
+    assert "C7515" in report(dict(fused_geglu.HOPPER_CONFIG, ONE_DOT=False))

@@ -35,12 +35,14 @@ def test_candidates_fit_a_hopper_sm(M):
     """Every tile asked for fits 227 KB of shared memory: stages of the x, gate and up tiles (bf16), and the TMA
     kernel's output tile; torch is always there to compare with."""
     cands = tune_fused.geglu_candidates(M)
-    assert ("torch", None) in cands and len(cands) <= 10
+    assert ("torch", None) in cands and len(cands) <= 12
     for kernel, cfg in cands:
         if kernel == "torch":
             continue
         stage = (cfg["BM"] + 2 * cfg["BN"]) * cfg["BK"] * 2
         epilogue = cfg["BM"] * cfg["BN"] * 2 if kernel == "tma" else 0
+        if cfg.get("ONE_DOT"):  # the interleaved weight tile is staged in shared memory once more
+            epilogue += 2 * cfg["BN"] * cfg["BK"] * 2
         assert cfg["num_stages"] * stage + epilogue <= 227 * 1024, (kernel, cfg)
         if kernel == "small":
             assert cfg["BM"] >= min(M, 128) or cfg["BM"] == 128  # one row tile holds M up to 128
