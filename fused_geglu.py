@@ -336,9 +336,11 @@ def plan(x2d, w_gate, w_up, use_tma=None):
     """(kernel, config) that `geglu` runs: kernel is 'small' (few tokens), 'tma', 'pointer', or 'torch' (cuBLAS and
     PyTorch's pointwise ops: a CPU without the interpreter, or where the tuned table found nothing faster); config
     None means the kernel's default. use_tma=True/False asks for one of the tiled kernels at any M."""
-    if x2d.device.type != "cuda" and not INTERPRET:
+    tracing = _tracing(x2d)
+    # On a CPU: PyTorch, unless the interpreter runs the kernels; it cannot be traced into a compiled graph.
+    if x2d.device.type != "cuda" and (not INTERPRET or tracing):
         return "torch", None
-    tma_possible = _tma_possible(x2d, w_gate, w_up, _tracing(x2d))
+    tma_possible = _tma_possible(x2d, w_gate, w_up, tracing)
     if use_tma is not None:
         if use_tma and not tma_possible:
             raise ValueError("the TMA kernel needs a Hopper GPU (or the interpreter), bf16/fp16, "
@@ -615,7 +617,7 @@ def geglu(x2d, w_gate, w_up, *, use_tma=None, kernel=None, config=None):
 def down_proj(m, w_down, *, config=None):
     """y = m @ w_down^T. For few tokens the small-M kernel (split-K: the weight has only dim rows to spread
     over the GPU; cuBLAS leaves bandwidth unused there); otherwise, and on a CPU, F.linear (cuBLAS)."""
-    if m.dim() != 2 or (m.device.type != "cuda" and not INTERPRET) or m.dtype != w_down.dtype:
+    if m.dim() != 2 or (m.device.type != "cuda" and (not INTERPRET or _tracing(m))) or m.dtype != w_down.dtype:
         return F.linear(m, w_down)
     kernel, cfg = ("small", config) if config is not None else _by_m(m.device, m.shape[0], "down")
     if kernel != "small":

@@ -765,3 +765,37 @@ def test_hopper_config_compiles_without_wgmma_serialisation():
     default = report(fused_geglu.HOPPER_CONFIG)
     assert "Used" in default and "C7515" not in default and " 0 bytes spill stores" in default, default
     assert "C7515" in report(dict(fused_geglu.HOPPER_CONFIG, ONE_DOT=False))
+
+
+@pytest.mark.parametrize("M, kernels", [(1, ["_geglu_small_m_kernel", "_linear_small_m_kernel"]),
+                                        (4096, ["_geglu_tma_kernel"])])
+def test_traced_launches_go_through_wrap_triton(monkeypatch, M, kernels):
+    """What torch.compile's tracer sees (fake tensors on a GPU device, no data): each launch goes to wrap_triton,
+    none through the eager fast path, and nothing asks a fake tensor for its address."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    wrapped = []
+
+    class Recorder:
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def __getitem__(self, grid):
+            return lambda *args, **meta: wrapped.append((self.kernel.fn.__name__, grid, args, meta))
+
+    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu, "_tuned", {})
+    monkeypatch.setattr(fused_geglu, "_capability", lambda device: (9, 0))
+    monkeypatch.setattr(fused_geglu, "_num_sms", lambda device: 132)
+    monkeypatch.setattr(fused_geglu, "_compiled", None)  # the eager fast path would fail on it
+    monkeypatch.setattr(torch.library, "wrap_triton", Recorder)
+    with FakeTensorMode():
+        x = torch.empty(M, 256, device="cuda", dtype=torch.bfloat16)
+        w_gate, w_up = (torch.empty(512, 256, device="cuda", dtype=torch.bfloat16) for _ in "gu")
+        w_down = torch.empty(256, 512, device="cuda", dtype=torch.bfloat16)
+        m = fused_geglu.geglu(x, w_gate, w_up)
+        y = fused_geglu.down_proj(m, w_down)
+    assert tuple(m.shape) == (M, 512) and tuple(y.shape) == (M, 256)
+    assert [name for name, *_ in wrapped] == kernels
+    if M == 1:  # down_proj splits K: its workspace is made in the graph, the counters zeroed there
+        (_, grid, args, meta), = [w for w in wrapped if w[0] == "_linear_small_m_kernel"]
+        assert grid[2] == meta["SPLIT_K"] > 1 and args[3] is not args[2]
