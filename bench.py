@@ -455,7 +455,7 @@ def main(argv=None):
         liger_version = version("liger-kernel")
     except Exception:
         liger_version = None
-    from fused_geglu import HOPPER_CONFIG, PORTABLE_CONFIG, SMALL_M_CONFIGS
+    from fused_geglu import HOPPER_CONFIG, PORTABLE_CONFIG, SMALL_M_CONFIGS, TUNED_TABLE
 
     results = []
     record = {
@@ -466,7 +466,9 @@ def main(argv=None):
         "ceiling_tflops": ceiling, "ceiling_gemm": "8192x8192x8192",
         "copy_tbps": bandwidth, "copy": "1 GiB device-to-device, bytes read + written",
         "floor": "max(6*M*dim*hidden / ceiling, bytes / copy) with bytes = the 3 weights + x + y",
-        "fused_config": {"hopper": HOPPER_CONFIG, "portable": PORTABLE_CONFIG, "small_m": SMALL_M_CONFIGS},
+        "fused_config": {"hopper": HOPPER_CONFIG, "portable": PORTABLE_CONFIG, "small_m": SMALL_M_CONFIGS,
+                         # the kernel per M bucket tune_fused.py measured, where it applies to this GPU
+                         "tuned": json.loads(TUNED_TABLE.read_text()) if TUNED_TABLE.exists() else None},
         "shapes": results,
     }
     print(ceilings_line(record))

@@ -9,6 +9,7 @@ GPU (skipped without CUDA): the same kernels compiled for the device, at the ben
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -583,7 +584,9 @@ def test_gpu_decode_module_under_compile_runs_the_fused_kernels(mode):
         y_eager = eager(x)
     assert ((y.float() - y_eager.float()).norm() / y_eager.float().norm()).item() < 2e-2
     kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    assert kernels.count("_geglu_small_m_kernel") == 1 and kernels.count("_linear_small_m_kernel") == 1, kernels
+    # Inductor launches them from its own code, under numbered names (_geglu_small_m_kernel_0).
+    for name in ("_geglu_small_m_kernel", "_linear_small_m_kernel"):
+        assert sum(re.fullmatch(name + r"(_\d+)?", k) is not None for k in kernels) == 1, kernels
 
 
 @cuda
