@@ -442,6 +442,14 @@ def markdown_table(record):
     return "\n".join(lines) + "\n"
 
 
+def _tuned_rows(path):
+    """The table tune_fused.py wrote (where it was measured, and its rows), without its timings; None if none."""
+    if not path.exists():
+        return None
+    table = json.loads(path.read_text())
+    return {key: table[key] for key in ("device", "capability", "date", "geglu", "down")}
+
+
 def main(argv=None):
     args = parse_args(argv)
     if not torch.cuda.is_available():
@@ -468,7 +476,7 @@ def main(argv=None):
         "floor": "max(6*M*dim*hidden / ceiling, bytes / copy) with bytes = the 3 weights + x + y",
         "fused_config": {"hopper": HOPPER_CONFIG, "portable": PORTABLE_CONFIG, "small_m": SMALL_M_CONFIGS,
                          # the kernel per M bucket tune_fused.py measured, where it applies to this GPU
-                         "tuned": json.loads(TUNED_TABLE.read_text()) if TUNED_TABLE.exists() else None},
+                         "tuned": _tuned_rows(TUNED_TABLE)},
         "shapes": results,
     }
     print(ceilings_line(record))
