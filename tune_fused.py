@@ -114,6 +114,8 @@ def choose(per_width, which):
         ratios = [t[key] / t[TORCH[which]] for t in per_width if key in t and TORCH[which] in t]
         if len(ratios) == len(per_width):  # measured at every width: no choice from a partial record
             scores[key] = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    if not scores:  # torch itself missing at a width: nothing to compare with, so nothing but torch is chosen
+        return TORCH[which], 1.0
     best = min(scores, key=scores.get)
     return best, scores[best]
 

@@ -53,3 +53,38 @@ def test_without_a_gpu_one_line_and_exit_2(capsys, monkeypatch):
     assert tune_fused.main([]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "needs a CUDA GPU" in err
+
+
+def test_the_written_table_is_what_fused_geglu_reads(monkeypatch, tmp_path):
+    """main() end to end with made-up timings (no GPU here): at M <= 8 the first small-M candidate is fastest,
+    up to 256 torch, past it the first TMA candidate; fused_geglu reads the file back and picks the same."""
+    fused_geglu = pytest.importorskip("fused_geglu", reason="needs Triton (Linux wheels only)")
+
+    def made_up(fg, M, dim, hidden, dtype, tol):
+        times = {_key("geglu", k, c): 100.0 for k, c in tune_fused.geglu_candidates(M)}
+        times.update({_key("down", k, c): 50.0 for k, c in tune_fused.down_candidates(M)})
+        winner = next(((k, c) for k, c in tune_fused.geglu_candidates(M) if k == ("small" if M <= 8 else "tma")),
+                      None)
+        if winner and not 8 < M <= 256:
+            times[_key("geglu", *winner)] = 80.0
+        return times
+
+    monkeypatch.setattr(tune_fused, "time_candidates", made_up)
+    monkeypatch.setattr(tune_fused.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(tune_fused.torch.cuda, "get_device_capability", lambda: (9, 0))
+    monkeypatch.setattr(tune_fused.bench, "versions", lambda device: {"device": "a made-up GPU"})
+    monkeypatch.setattr(fused_geglu, "_tuned", {})
+    out = tmp_path / "tuned.json"
+    assert tune_fused.main(["--out", str(out)]) == 0
+    monkeypatch.setattr(fused_geglu, "_tuned", fused_geglu._load_tuned(out))
+    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu, "_capability", lambda device: (9, 0))
+    gpu = fused_geglu.torch.device("cuda", 0)
+    for M, want in [(1, "small"), (8, "small"), (9, "torch"), (256, "torch"), (257, "tma"), (20000, "tma")]:
+        kernel, cfg = fused_geglu._by_m(gpu, M, "geglu")
+        assert kernel == want, M
+        if want != "torch":
+            bucket = next(b for b in tune_fused.BUCKETS if M <= b) if M <= tune_fused.BUCKETS[-1] else 16384
+            assert cfg == next(c for k, c in tune_fused.geglu_candidates(bucket) if k == want)
+    assert fused_geglu._by_m(gpu, 1, "down") == ("torch", None)  # every down candidate tied: torch, listed first
+    assert len(json.loads(out.read_text())["measured"]) == len(tune_fused.BUCKETS) * len(tune_fused.WIDTHS["models"])
