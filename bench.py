@@ -61,6 +61,10 @@ SWEEPS = {
         "1x4096x14336", "8192x4096x14336",  # Llama-3-8B
     ]),
     "post": "8192x768x3072,2048x768x3072,8192x4096x14336",
+    # Between decode and prefill (chunked prefill, batched decode) at Gemma-2-2B, Llama-2-7B and Llama-3-8B
+    # widths, plus odd M: as many shapes as "models" again, so a sweep of its own (~5 min on the H200).
+    "middle": ",".join([f"{M}x{width}" for width in ("2304x9216", "4096x11008", "4096x14336")
+                        for M in (128, 256, 384, 512, 768)] + ["200x4096x14336", "600x2304x9216"]),
 }
 # max-autotune compiles for ~20 s a shape (H200): by default only here, a decode, a prefill and the post's.
 MAX_AUTOTUNE_SHAPES = {(8192, 768, 3072), (1, 4096, 11008), (64, 4096, 11008), (4096, 4096, 11008)}
@@ -95,7 +99,8 @@ def parse_args(argv=None):
     p = Parser(prog="bench.py", description=__doc__.split("\n")[0])
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="weights and activations (default bf16)")
     p.add_argument("--sweep", choices=sorted(SWEEPS), default="models",
-                   help="named list of shapes: models (decode and prefill at model sizes, default) or post")
+                   help="named list of shapes: models (decode and prefill at model sizes, default), middle "
+                        "(M = 128..768 and odd M at three model widths) or post")
     p.add_argument("--shapes", type=_shapes, help="comma-separated MxDIMxHIDDEN, M = tokens (instead of --sweep)")
     p.add_argument("--max-autotune", choices=["some", "all", "none"], default="some",
                    help="where to run the max-autotune-no-cudagraphs peer (default some: MAX_AUTOTUNE_SHAPES)")
@@ -284,17 +289,21 @@ def build_variants(M, dim, hidden, dtype, max_autotune):
 
 
 def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune):
-    from fused_geglu import down_proj, geglu_packed, kernel_path, small_m_config
+    from fused_geglu import down_proj, geglu, kernel_path, small_m_config
 
     torch._dynamo.reset()  # a fresh cache per shape: no recompile limit across a long sweep
     variants, reference = build_variants(M, dim, hidden, dtype, max_autotune)
     x = torch.randn(M, dim, device="cuda", dtype=dtype)
     with torch.inference_mode():
         ref = reference(x.float())
-        errors = {}
+        errors, held = {}, {}
         for name, model in variants.items():
+            before = torch.cuda.memory_allocated()
             y = model(x)
             errors[name] = common.rel_error(y, ref)  # vs fp32: eager itself rounds g, u, m
+            del y
+            # What the first call leaves allocated beyond the parameters (a packed copy of weights would show).
+            held[name] = torch.cuda.memory_allocated() - before
             # Correct before fast: a wrong variant stops the run before any number is printed.
             if not (math.isfinite(errors[name]) and errors[name] <= tol):
                 raise AssertionError(f"{name} at {M}x{dim}x{hidden}: relative error {errors[name]:.2e} > {tol:.0e}")
@@ -309,7 +318,7 @@ def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune):
                     if M <= GRAPH_MAX_M else {})
     for name in variants:
         result["variants"][name] = {"median_us": middle(rounds[name]), "rounds_us": rounds[name],
-                                    "rel_err": errors[name]}
+                                    "rel_err": errors[name], "held_bytes": held[name]}
         if name in graph_rounds:
             result["variants"][name].update(graph_median_us=middle(graph_rounds[name]),
                                             graph_rounds_us=graph_rounds[name], host_us=host_us(calls[name]))
@@ -318,12 +327,12 @@ def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune):
 
     # The fused kernels alone vs the cuBLAS work they replace (gate+up as one N = 2*hidden GEMM).
     fused = variants["fused"]
-    packed = fused.packed_gate_up()
-    w_cat = torch.cat([fused.gate_proj.weight, fused.up_proj.weight]).detach()
-    m = geglu_packed(x, packed)
+    w_gate, w_up = fused.gate_proj.weight.detach(), fused.up_proj.weight.detach()
+    w_cat = torch.cat([w_gate, w_up])  # cuBLAS's best case, one GEMM: made here for the comparison only
+    m = geglu(x, w_gate, w_up)
     w_down = fused.down_proj.weight.detach()
-    result["fused_path"] = kernel_path(x, packed)
-    parts = {"fused geglu kernel": graph_replay(lambda: geglu_packed(x, packed)),
+    result["fused_path"] = kernel_path(x, w_gate, w_up)
+    parts = {"fused geglu kernel": graph_replay(lambda: geglu(x, w_gate, w_up)),
              "cuBLAS gate+up GEMM": graph_replay(lambda: F.linear(x, w_cat)),
              "cuBLAS down_proj GEMM": graph_replay(lambda: F.linear(m, w_down))}
     if small_m_config(M, "down") is not None:
@@ -364,6 +373,9 @@ def shape_lines(r, ceiling, bandwidth):
     if "host_us" in r["variants"]["fused"]:
         lines.append("  host µs per call (enqueued, not waited for): "
                      + ", ".join(f"{name} {v['host_us']:.1f}" for name, v in r["variants"].items()))
+    if all("held_bytes" in v for v in r["variants"].values()):
+        lines.append("  MB held after the first call, beyond the parameters: "
+                     + ", ".join(f"{name} {v['held_bytes'] / 1e6:.2f}" for name, v in r["variants"].items()))
     lines += [f"  skipped: {note}" for note in r["skipped"]]
     best, ratio, slower = fused_vs_best(r)
     lines.append(f"  fused vs best of the others ({best}): {ratio:.2f}x{' SLOWER beyond the spread' if slower else ''}")
@@ -430,6 +442,14 @@ def markdown_table(record):
     return "\n".join(lines) + "\n"
 
 
+def _tuned_rows(path):
+    """The table tune_fused.py wrote (where it was measured, and its rows), without its timings; None if none."""
+    if not path.exists():
+        return None
+    table = json.loads(path.read_text())
+    return {key: table[key] for key in ("device", "capability", "date", "geglu", "down")}
+
+
 def main(argv=None):
     args = parse_args(argv)
     if not torch.cuda.is_available():
@@ -443,7 +463,7 @@ def main(argv=None):
         liger_version = version("liger-kernel")
     except Exception:
         liger_version = None
-    from fused_geglu import HOPPER_CONFIG, PORTABLE_CONFIG, SMALL_M_CONFIGS
+    from fused_geglu import HOPPER_CONFIG, PORTABLE_CONFIG, SMALL_M_CONFIGS, TUNED_TABLE
 
     results = []
     record = {
@@ -454,7 +474,9 @@ def main(argv=None):
         "ceiling_tflops": ceiling, "ceiling_gemm": "8192x8192x8192",
         "copy_tbps": bandwidth, "copy": "1 GiB device-to-device, bytes read + written",
         "floor": "max(6*M*dim*hidden / ceiling, bytes / copy) with bytes = the 3 weights + x + y",
-        "fused_config": {"hopper": HOPPER_CONFIG, "portable": PORTABLE_CONFIG, "small_m": SMALL_M_CONFIGS},
+        "fused_config": {"hopper": HOPPER_CONFIG, "portable": PORTABLE_CONFIG, "small_m": SMALL_M_CONFIGS,
+                         # the kernel per M bucket tune_fused.py measured, where it applies to this GPU
+                         "tuned": _tuned_rows(TUNED_TABLE)},
         "shapes": results,
     }
     print(ceilings_line(record))

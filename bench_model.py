@@ -293,8 +293,7 @@ def main(argv=None):
     # Each compiled variant holds two graphs (prefill, decode) of the same forward: above Dynamo's default limit
     # of 8 per function, it would silently run the rest eager.
     limit = max(torch._dynamo.config.recompile_limit, 4 * len(args.mlp) * len(args.exec))
-    # Weights made outside inference mode: an inference tensor has no version counter, so FusedGeGLUMLP could not
-    # tell a changed weight from an unchanged one and would repack both on every call.
+    # Weights made outside inference mode, as a user's model's are.
     with torch.no_grad():
         base = model_script.build_model(config, run)
         ids = torch.randint(0, config.vocab_size, (args.batch, args.seq), device=run.device)

@@ -6,19 +6,13 @@ has to read the gate and up projections back from HBM: cuBLAS writes g = x @ Wg^
 writes m = gelu_tanh(g) * u. This file goes one rung further: one kernel computes each output tile
 of m from a tile of x and the matching rows of Wg and Wu,
 
-    acc = x_tile @ W_tile^T                  (fp32, in registers; W interleaves Wg and Wu rows)
-    g, u = acc[:, 0::2], acc[:, 1::2]        (a register split: each thread holds adjacent columns)
-    m_tile = gelu_tanh(g) * u                (the "epilogue"), stored once as bf16
+    g = x_tile @ Wg_tile^T,  u = x_tile @ Wu_tile^T   (two fp32 accumulators in registers, one x tile)
+    m_tile = gelu_tanh(g) * u                        (the "epilogue"), stored once as bf16
 
 so g and u never exist in HBM: 2 x 50 MB written and 2 x 50 MB read back are gone at the post's
 shape, and only m (50 MB) is stored. `down_proj` then runs as an ordinary cuBLAS GEMM (F.linear).
-
-Why one GEMM over interleaved rows (w_packed[2j] = Wg[j], w_packed[2j+1] = Wu[j]) rather than two
-GEMMs into two accumulators: a single 128 x 256 tensor-core tile runs close to cuBLAS (compare the
-"parts" rows in results/bench_h200.txt), and the split costs no shared-memory round trip; with two
-accumulators Triton 3.6 serialises the Hopper wgmma instructions in the persistent loop (ptxas
-warning C7515). The price is a packed copy of the two weights (9.4 MB at the
-post's shape), which `FusedGeGLUMLP` rebuilds whenever either weight changes.
+The kernels read both weights where they are (two pointers, or two TMA descriptors): the module holds
+nothing beyond its parameters but a split-K workspace under 1 MB.
 
 The saving only matters if the GEMM main loop runs near cuBLAS speed, so there are two versions:
 - `_geglu_tma_kernel` (Hopper, sm_90+): tensor-memory-accelerator (TMA) descriptors load the tiles,
@@ -31,11 +25,13 @@ The saving only matters if the GEMM main loop runs near cuBLAS speed, so there a
 A decode step has few tokens (M = 1 .. 128) and the picture flips: the weights are the bytes (at
 1 x 4096 -> 11008 the MLP reads 270 MB of weights and 8 KB of activations), the FLOPs are nothing, and a
 128-row tile wastes almost all of its work while 86 tiles leave most SMs idle. So `_geglu_small_m_kernel`
-streams the packed weights with many small programs (16..128 rows of x, 128 weight rows each), the
+streams the weights with many small programs (16..128 rows of x, 64 rows of each weight), the
 tile chosen by M from a few buckets (`SMALL_M_CONFIGS`: one compiled kernel per bucket, not per shape).
 The same body without the epilogue, `_linear_small_m_kernel`, does down_proj there: its weight has only
 `dim` rows, so it also splits K across programs until they fill the GPU (the last program of a tile sums
 the fp32 partials in a fixed order). Past the buckets, the tiled kernels above and cuBLAS take over.
+Which kernel and tile run at each M is measured on the GPU by tune_fused.py, per M bucket: its table
+(fused_geglu_tuned.json) replaces these defaults on GPUs of the compute capability it was measured on.
 
 At decode the GPU work is short (73 µs for that MLP on an H200) and the host has to keep up: a Triton launch
 through `kernel[grid](...)` re-derives the kernel's specialisation from every argument in Python, about
@@ -44,18 +40,24 @@ through `kernel[grid](...)` re-derives the kernel's specialisation from every ar
 keeps its workspace: enqueuing a decode forward went from about 105 µs of host time to about 80, about as
 long as the GPU work itself (bench.py's "host µs" line; the machine's host speed varies from run to run).
 
+Under torch.compile the two ops are `torch.library.triton_op`s: their bodies are traced, and the kernels
+enter Inductor's graph through `wrap_triton`, so a compiled model launches them from generated code.
+
 Read `bench.py` for the timings. `geglu()` is the bare launcher, `FusedGeGLUMLP` the nn.Module whose
 parameters carry the same names as `SimpleGeGLUMLP` in 03_simple_mlp.py.
 """
 
 import concurrent.futures
 import functools
+import json
 import os
-import warnings
+from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.functional_tensor import FunctionalTensor
 import triton  # Linux wheels only (pyproject.toml): scripts import this module once they know it is there
 import triton.language as tl
 
@@ -69,9 +71,7 @@ INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 @triton.jit
-def _geglu_epilogue(acc, BM: tl.constexpr, BN: tl.constexpr, FAST_TANH: tl.constexpr):
-    # Columns alternate gate, up: split them (each thread already holds adjacent column pairs).
-    g, u = tl.split(tl.reshape(acc, (BM, BN // 2, 2)))
+def _geglu_epilogue(g, u, FAST_TANH: tl.constexpr):
     if FAST_TANH:
         # bf16 output on a GPU: the hardware's tanh, one instruction (relative error about 2^-11, below bf16's
         # rounding, 2^-9). At K = 768 the epilogue is a tenth of a tile's time and this halves it: 8% faster
@@ -100,113 +100,114 @@ def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
-def _upcast(x, w):
+def _upcast(t, UPCAST: tl.constexpr):
     # Interpreter only: it multiplies bf16 tiles as raw 16-bit patterns (triton-lang/triton#11584).
     # bf16 -> fp32 is exact and the GPU also multiplies bf16 exactly into fp32, so results agree.
-    return x.to(tl.float32), w.to(tl.float32)
+    if UPCAST:
+        return t.to(tl.float32)
+    return t
 
 
 @triton.jit
-def _geglu_tma_kernel(x_desc, w_desc, m_desc, M, N2, K,
+def _geglu_tma_kernel(x_desc, wg_desc, wu_desc, m_desc, M, N, K,
                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
                       NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr, UPCAST: tl.constexpr,
-                      FAST_TANH: tl.constexpr):
-    """m[M, N2/2] = GeGLU of x[M, K] @ w_packed[N2, K]^T; persistent, TMA loads and stores."""
+                      FAST_TANH: tl.constexpr, ONE_DOT: tl.constexpr):
+    """m[M, N] = gelu_tanh(x @ Wg^T) * (x @ Wu^T), x [M, K], Wg and Wu [N, K]; persistent, TMA loads and stores.
+
+    Two accumulators, or with ONE_DOT the gate and up tiles interleaved on chip (rows g0, u0, g1, u1...) into
+    one [2 BN, BK] operand and one [BM, 2 BN] accumulator, split again in the epilogue: with FLATTEN, Triton
+    serialises two accumulators' wgmma instructions (ptxas warning C7515), one it does not."""
     num_pid_m = tl.cdiv(M, BM)
-    num_pid_n = tl.cdiv(N2, BN)
+    num_pid_n = tl.cdiv(N, BN)
     num_tiles = num_pid_m * num_pid_n
     k_tiles = tl.cdiv(K, BK)
     # One program per SM loops over the tiles; FLATTEN lets the pipeliner prefetch the next tile's
     # first K-slices while this tile's epilogue runs.
     for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=FLATTEN):
         pid_m, pid_n = _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M)
-        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        acc_g = tl.zeros((BM, BN), dtype=tl.float32)
+        acc_u = tl.zeros((BM, BN), dtype=tl.float32)
+        acc = tl.zeros((BM, 2 * BN if ONE_DOT else 1), dtype=tl.float32)
         for ki in range(k_tiles):
-            # TMA fills out-of-bounds rows/columns with zeros: no masks, any M, N, K.
-            x = x_desc.load([pid_m * BM, ki * BK])
-            w = w_desc.load([pid_n * BN, ki * BK])
-            if UPCAST:
-                x, w = _upcast(x, w)
-            acc = tl.dot(x, w.T, acc)
-        m = _geglu_epilogue(acc, BM, BN, FAST_TANH)
+            # TMA fills out-of-bounds rows/columns with zeros: no masks, any M, N, K. Both weight tiles
+            # share the x tile: the weights are read where they are, no packed copy.
+            x = _upcast(x_desc.load([pid_m * BM, ki * BK]), UPCAST)
+            wg = _upcast(wg_desc.load([pid_n * BN, ki * BK]), UPCAST)
+            wu = _upcast(wu_desc.load([pid_n * BN, ki * BK]), UPCAST)
+            if ONE_DOT:
+                w = tl.reshape(tl.permute(tl.join(wg, wu), (0, 2, 1)), (2 * BN, BK))
+                acc = tl.dot(x, w.T, acc)
+            else:
+                acc_g = tl.dot(x, wg.T, acc_g)
+                acc_u = tl.dot(x, wu.T, acc_u)
+        if ONE_DOT:
+            acc_g, acc_u = tl.split(tl.reshape(acc, (BM, BN, 2)))
+        m = _geglu_epilogue(acc_g, acc_u, FAST_TANH)
         # The TMA store clips the tile at the tensor's edges.
-        m_desc.store([pid_m * BM, pid_n * (BN // 2)], m.to(m_desc.dtype))
+        m_desc.store([pid_m * BM, pid_n * BN], m.to(m_desc.dtype))
 
 
 @triton.jit
-def _geglu_pointer_kernel(x_ptr, w_ptr, m_ptr, M, N2, K, stride_xm, stride_wn, stride_mm,
+def _dot_main_loop(x_ptr, wg_ptr, wu_ptr, offs_m, offs_n, offs_k, M, N, K, k_steps, stride_xm, stride_wg,
+                   stride_wu, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GEGLU: tl.constexpr,
+                   UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    # x [BM, BK] times [N, K] weights read as [BK, BN] tiles (W^T without a copy), on tensor cores; with GEGLU,
+    # the gate's and the up's tiles share each x tile (two accumulators), else only wg_ptr is read.
+    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :]
+    wg_ptrs = wg_ptr + offs_n[None, :] * stride_wg + offs_k[:, None]
+    wu_ptrs = wu_ptr + offs_n[None, :] * stride_wu + offs_k[:, None]
+    acc_g = tl.zeros((BM, BN), dtype=tl.float32)
+    acc_u = tl.zeros((BM, BN), dtype=tl.float32)
+    for i in range(k_steps):
+        # Masked elements load as 0 and add nothing to the dot product.
+        k_in = offs_k < K - i * BK
+        w_mask = k_in[:, None] & (offs_n[None, :] < N)
+        x = _upcast(tl.load(x_ptrs, mask=(offs_m[:, None] < M) & k_in[None, :], other=0.0), UPCAST)
+        acc_g = tl.dot(x, _upcast(tl.load(wg_ptrs, mask=w_mask, other=0.0), UPCAST), acc_g,
+                       input_precision=DOT_PRECISION)
+        if GEGLU:
+            acc_u = tl.dot(x, _upcast(tl.load(wu_ptrs, mask=w_mask, other=0.0), UPCAST), acc_u,
+                           input_precision=DOT_PRECISION)
+        x_ptrs += BK
+        wg_ptrs += BK
+        wu_ptrs += BK
+    return acc_g, acc_u
+
+
+@triton.jit
+def _store_out(out_ptr, acc_g, acc_u, offs_m, offs_n, M, N, stride_om, GEGLU: tl.constexpr, FAST_TANH: tl.constexpr):
+    if GEGLU:
+        tile = _geglu_epilogue(acc_g, acc_u, FAST_TANH)
+    else:
+        tile = acc_g
+    out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
+    tl.store(out_ptrs, tile.to(out_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+@triton.jit
+def _geglu_pointer_kernel(x_ptr, wg_ptr, wu_ptr, m_ptr, M, N, K, stride_xm, stride_wg, stride_wu, stride_mm,
                           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
                           DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, FAST_TANH: tl.constexpr):
     """Same computation as _geglu_tma_kernel with masked pointer loads: one program per tile."""
-    pid_m, pid_n = _tile_coords(tl.program_id(0), tl.cdiv(M, BM), tl.cdiv(N2, BN), GROUP_M)
+    pid_m, pid_n = _tile_coords(tl.program_id(0), tl.cdiv(M, BM), tl.cdiv(N, BN), GROUP_M)
     offs_m = pid_m * BM + tl.arange(0, BM)
     offs_n = pid_n * BN + tl.arange(0, BN)
-    offs_k = tl.arange(0, BK)
-    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :]
-    # Index the [N2, K] weight as [K, N2] tiles, so tl.dot sees W^T without a copy.
-    w_ptrs = w_ptr + offs_n[None, :] * stride_wn + offs_k[:, None]
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BK)):
-        k_left = K - k * BK
-        # Masked elements load as 0 and add nothing to the dot product.
-        x = tl.load(x_ptrs, mask=(offs_m[:, None] < M) & (offs_k[None, :] < k_left), other=0.0)
-        w = tl.load(w_ptrs, mask=(offs_k[:, None] < k_left) & (offs_n[None, :] < N2), other=0.0)
-        if UPCAST:
-            x, w = _upcast(x, w)
-        acc = tl.dot(x, w, acc, input_precision=DOT_PRECISION)
-        x_ptrs += BK
-        w_ptrs += BK
-    m = _geglu_epilogue(acc, BM, BN, FAST_TANH)
-    offs_h = pid_n * (BN // 2) + tl.arange(0, BN // 2)
-    m_ptrs = m_ptr + offs_m[:, None] * stride_mm + offs_h[None, :]
-    tl.store(m_ptrs, m.to(m_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_h[None, :] < N2 // 2))
+    acc_g, acc_u = _dot_main_loop(x_ptr, wg_ptr, wu_ptr, offs_m, offs_n, tl.arange(0, BK), M, N, K, tl.cdiv(K, BK),
+                                  stride_xm, stride_wg, stride_wu, BM, BN, BK, True, UPCAST, DOT_PRECISION)
+    _store_out(m_ptr, acc_g, acc_u, offs_m, offs_n, M, N, stride_mm, True, FAST_TANH)
 
 
 @triton.jit
-def _dot_main_loop(x_ptr, w_ptr, offs_m, offs_n, offs_k, M, N2, K, k_steps, stride_xm, stride_wn,
-                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, UPCAST: tl.constexpr,
-                   DOT_PRECISION: tl.constexpr):
-    # x [BM, BK] times the [N2, K] weight read as [BK, BN] tiles (W^T without a copy), on tensor cores.
-    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :]
-    w_ptrs = w_ptr + offs_n[None, :] * stride_wn + offs_k[:, None]
-    acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for i in range(k_steps):
-        k_in = offs_k < K - i * BK
-        x = tl.load(x_ptrs, mask=(offs_m[:, None] < M) & k_in[None, :], other=0.0)
-        w = tl.load(w_ptrs, mask=k_in[:, None] & (offs_n[None, :] < N2), other=0.0)
-        if UPCAST:
-            x, w = _upcast(x, w)
-        acc = tl.dot(x, w, acc, input_precision=DOT_PRECISION)
-        x_ptrs += BK
-        w_ptrs += BK
-    return acc
-
-
-@triton.jit
-def _store_out(out_ptr, acc, offs_m, pid_n, M, N2, stride_om, BM: tl.constexpr, BN: tl.constexpr,
-               GEGLU: tl.constexpr, FAST_TANH: tl.constexpr):
-    if GEGLU:  # BN packed columns -> BN / 2 columns of m
-        tile = _geglu_epilogue(acc, BM, BN, FAST_TANH)
-        offs_c = pid_n * (BN // 2) + tl.arange(0, BN // 2)
-        n_out = N2 // 2
-    else:
-        tile = acc
-        offs_c = pid_n * BN + tl.arange(0, BN)
-        n_out = N2
-    out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_c[None, :]
-    tl.store(out_ptrs, tile.to(out_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_c[None, :] < n_out))
-
-
-@triton.jit
-def _small_m_body(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_xm, stride_wn, stride_om,
-                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr, GEGLU: tl.constexpr,
-                  UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, FAST_TANH: tl.constexpr):
-    """Few tokens: x[M, K] @ w[N2, K]^T, with the GeGLU epilogue (GEGLU) or without (down_proj).
+def _small_m_body(x_ptr, wg_ptr, wu_ptr, out_ptr, part_ptr, count_ptr, M, N, K, stride_xm, stride_wg, stride_wu,
+                  stride_om, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
+                  GEGLU: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, FAST_TANH: tl.constexpr):
+    """Few tokens: gelu_tanh(x @ Wg^T) * (x @ Wu^T) (GEGLU), or x @ Wg^T alone (down_proj); x [M, K], W [N, K].
 
     The weights dominate the bytes, so many small programs stream them: grid (M tiles, N tiles, SPLIT_K),
     the programs next to each other share a weight tile (L2 hits). Even at M = 1 a 16-row tensor-core tile
     is as fast as a GEMV loop without tensor cores (measured on the H200): the weights' bytes set the time.
-    With SPLIT_K > 1 each program sums one slice of K into an fp32 partial; the last of a tile's SPLIT_K
+    With SPLIT_K > 1 each program sums one slice of K into fp32 partials; the last of a tile's SPLIT_K
     programs to arrive adds the partials in a fixed order (deterministic), applies the epilogue and
     resets the tile's counter for the next launch.
     """
@@ -215,60 +216,70 @@ def _small_m_body(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_x
     offs_n = pid_n * BN + tl.arange(0, BN)
     k_steps = tl.cdiv(tl.cdiv(K, BK), SPLIT_K)  # K-steps per slice (the last slice may get fewer)
     offs_k = pid_k * k_steps * BK + tl.arange(0, BK)
-    acc = _dot_main_loop(x_ptr, w_ptr, offs_m, offs_n, offs_k, M, N2, K, k_steps, stride_xm, stride_wn,
-                         BM, BN, BK, UPCAST, DOT_PRECISION)
+    acc_g, acc_u = _dot_main_loop(x_ptr, wg_ptr, wu_ptr, offs_m, offs_n, offs_k, M, N, K, k_steps, stride_xm,
+                                  stride_wg, stride_wu, BM, BN, BK, GEGLU, UPCAST, DOT_PRECISION)
     if SPLIT_K == 1:
-        _store_out(out_ptr, acc, offs_m, pid_n, M, N2, stride_om, BM, BN, GEGLU, FAST_TANH)
+        _store_out(out_ptr, acc_g, acc_u, offs_m, offs_n, M, N, stride_om, GEGLU, FAST_TANH)
     else:
-        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N2)
-        part_ptrs = part_ptr + offs_m[:, None] * N2 + offs_n[None, :]  # part is [SPLIT_K, M, N2] fp32
-        tl.store(part_ptrs + pid_k * M * N2, acc, mask=mask)
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        # part is [SPLIT_K, M, N] fp32 per accumulator: the gate's (or the only one), then the up's.
+        g_ptrs = part_ptr + offs_m[:, None] * N + offs_n[None, :]
+        u_ptrs = g_ptrs + SPLIT_K * M * N
+        tl.store(g_ptrs + pid_k * M * N, acc_g, mask=mask)
+        if GEGLU:
+            tl.store(u_ptrs + pid_k * M * N, acc_u, mask=mask)
         tile = pid_m * tl.num_programs(1) + pid_n
-        # acq_rel: this program's partial is visible before its arrival is counted, and the last
+        # acq_rel: this program's partials are visible before its arrival is counted, and the last
         # program sees every other partial once it has read the count.
         arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel")
         if arrived == SPLIT_K - 1:
-            total = tl.zeros((BM, BN), dtype=tl.float32)
+            total_g = tl.zeros((BM, BN), dtype=tl.float32)
+            total_u = tl.zeros((BM, BN), dtype=tl.float32)
             for s in tl.static_range(SPLIT_K):  # .cg: read through L2, never a stale L1 line
-                total += tl.load(part_ptrs + s * M * N2, mask=mask, other=0.0, cache_modifier=".cg")
-            _store_out(out_ptr, total, offs_m, pid_n, M, N2, stride_om, BM, BN, GEGLU, FAST_TANH)
+                total_g += tl.load(g_ptrs + s * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+                if GEGLU:
+                    total_u += tl.load(u_ptrs + s * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+            _store_out(out_ptr, total_g, total_u, offs_m, offs_n, M, N, stride_om, GEGLU, FAST_TANH)
             tl.store(count_ptr + tile, 0)
 
 
 # Two kernels over one body, so a trace names what each launch computes.
 @triton.jit(do_not_specialize=["M"])
-def _geglu_small_m_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_xm, stride_wn, stride_om,
-                          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
-                          UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, FAST_TANH: tl.constexpr):
-    _small_m_body(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_xm, stride_wn, stride_om,
-                  BM, BN, BK, SPLIT_K, True, UPCAST, DOT_PRECISION, FAST_TANH)
+def _geglu_small_m_kernel(x_ptr, wg_ptr, wu_ptr, out_ptr, part_ptr, count_ptr, M, N, K, stride_xm, stride_wg,
+                          stride_wu, stride_om, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                          SPLIT_K: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
+                          FAST_TANH: tl.constexpr):
+    _small_m_body(x_ptr, wg_ptr, wu_ptr, out_ptr, part_ptr, count_ptr, M, N, K, stride_xm, stride_wg, stride_wu,
+                  stride_om, BM, BN, BK, SPLIT_K, True, UPCAST, DOT_PRECISION, FAST_TANH)
 
 
 @triton.jit(do_not_specialize=["M"])
-def _linear_small_m_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_xm, stride_wn, stride_om,
+def _linear_small_m_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, K, stride_xm, stride_wn, stride_om,
                            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
                            UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    _small_m_body(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N2, K, stride_xm, stride_wn, stride_om,
-                  BM, BN, BK, SPLIT_K, False, UPCAST, DOT_PRECISION, False)
+    _small_m_body(x_ptr, w_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, K, stride_xm, stride_wn, stride_wn,
+                  stride_om, BM, BN, BK, SPLIT_K, False, UPCAST, DOT_PRECISION, False)
 
 
-# Tile configs; BN counts packed columns (gate and up), so a tile yields BN / 2 columns of m.
-# Hopper: a 128 x 256 tile per program (8 warps = 2 warpgroups, 64 rows each); shared memory is
-# (BM + BN) * BK * 2 bytes = 48 KB per stage plus a 32 KB epilogue buffer: 3 stages = 176 KB of 227.
-HOPPER_CONFIG = dict(BM=128, BN=256, BK=64, GROUP_M=8, num_warps=8, num_stages=3, FLATTEN=True)
+# Tile configs; BN counts columns of m (each tile reads BN rows of Wg and BN rows of Wu).
+# Hopper: a 128 x (2 x 128) tile per program (8 warps = 2 warpgroups, 64 rows each); shared memory is
+# (BM + 2 * BN) * BK * 2 bytes = 48 KB per stage plus a 32 KB epilogue buffer: 3 stages = 176 KB of 227.
+# ONE_DOT with FLATTEN: compiled for sm_90a, two accumulators with FLATTEN make ptxas serialise the wgmma
+# instructions (C7515); one interleaved accumulator does not (neither do two without FLATTEN: a tuning candidate).
+HOPPER_CONFIG = dict(BM=128, BN=128, BK=64, GROUP_M=8, num_warps=8, num_stages=3, FLATTEN=True, ONE_DOT=True)
 # Pre-Hopper GPUs (A100: 164 KB of shared memory per SM): 16 KB per stage, still tensor cores.
-PORTABLE_CONFIG = dict(BM=128, BN=128, BK=32, GROUP_M=8, num_warps=8, num_stages=4)
+PORTABLE_CONFIG = dict(BM=128, BN=64, BK=32, GROUP_M=8, num_warps=8, num_stages=4)
 # The CPU interpreter runs each program in numpy: small tiles keep the tests quick.
-INTERPRETER_CONFIG = dict(BM=32, BN=32, BK=16, GROUP_M=2, num_warps=4, num_stages=1, FLATTEN=True)
+INTERPRETER_CONFIG = dict(BM=32, BN=16, BK=16, GROUP_M=2, num_warps=4, num_stages=1, FLATTEN=True)
 # Few tokens (decode), per kernel: (largest M, config), first match wins; past the last bucket, the tiled
 # kernels (gate/up) and cuBLAS (down_proj). Buckets, not shapes: one compiled kernel serves a bucket's M.
 SMALL_M_CONFIGS = {
-    "geglu": [  # M <= 16: Triton keeps num_stages - 1 buffers of 36 KB (73,728 B measured), so three programs
-        # share an H200 SM and overlap their loads: 2-3 µs faster a forward than 32 weight rows per program
-        # at each of the 7 shapes with M <= 16 measured
-        (16, dict(BM=16, BN=128, BK=128, num_warps=4, num_stages=3)),
-        (64, dict(BM=64, BN=128, BK=64, num_warps=4, num_stages=4)),
-        (128, dict(BM=128, BN=128, BK=64, num_warps=8, num_stages=3)),
+    "geglu": [  # M <= 16: Triton keeps num_stages - 1 buffers of 36 KB, so three programs share an H200 SM and
+        # overlap their loads: 2-3 µs faster a forward than 32 weight rows per program at each of the 7 shapes with
+        # M <= 16 measured
+        (16, dict(BM=16, BN=64, BK=128, num_warps=4, num_stages=3)),
+        (64, dict(BM=64, BN=64, BK=64, num_warps=4, num_stages=4)),
+        (128, dict(BM=128, BN=64, BK=64, num_warps=8, num_stages=3)),
     ],
     "down": [  # N = dim is small: split K to fill the GPU (FILL = CTAs per SM)
         (16, dict(BM=16, BN=64, BK=128, FILL=2, num_warps=4, num_stages=4)),
@@ -280,39 +291,99 @@ INTERPRETER_SMALL_M_CONFIGS = {  # tiny tiles; the tests also cover split-K with
               (32, dict(BM=16, BN=16, BK=16, num_warps=4, num_stages=1))],
     "down": [],  # F.linear: the interpreter's trace keeps down_proj as the aten::mm the post shows
 }
+# The table tune_fused.py measured on a GPU (kernel and config per M bucket); it replaces the defaults above on
+# GPUs of the compute capability it was measured on. Read once, at import: choosing costs a list walk per call.
+TUNED_TABLE = Path(__file__).with_name("fused_geglu_tuned.json")
+KERNELS = ("small", "tma", "pointer", "torch")
 
 
-def pack_gate_up(w_gate, w_up):
-    """Interleave rows: packed[2j] = w_gate[j], packed[2j + 1] = w_up[j]; [N, K] x 2 -> [2N, K]."""
-    return torch.stack((w_gate, w_up), dim=1).reshape(-1, w_gate.shape[1])
+def _load_tuned(path=TUNED_TABLE):
+    """{major compute capability: {"geglu": [(largest M or None, kernel, config)], "down": [...]}} from path."""
+    if not path.exists():
+        return {}
+    table = json.loads(path.read_text())
+    rows = {which: [(row["max_m"], row["kernel"], row.get("config")) for row in table[which]]
+            for which in ("geglu", "down")}
+    for which, kernels in (("geglu", KERNELS), ("down", ("small", "torch"))):
+        for max_m, kernel, cfg in rows[which]:
+            if kernel not in kernels or (kernel != "torch" and not cfg):
+                raise ValueError(f"{path.name}: {which} row for M <= {max_m}: kernel {kernel!r} and config {cfg!r}")
+    return {int(table["capability"].split(".")[0]): rows}
 
 
-def kernel_path(x2d, w_packed, use_tma=None):
-    """Which implementation `geglu_packed` uses: 'small' (few tokens), 'tma', 'pointer', or 'torch' (CPU, no
-    interpreter). use_tma=True/False asks for one of the tiled kernels at any M."""
-    if x2d.device.type != "cuda" and not INTERPRET:
-        return "torch"
-    if use_tma is None and small_m_config(x2d.shape[0]) is not None:
-        return "small"
-    tma_possible = (
+_tuned = _load_tuned()
+
+
+def _tuned_rows(device, which):
+    if INTERPRET or device.type != "cuda":
+        return None
+    return _tuned.get(_capability(device)[0], {}).get(which)
+
+
+def _tma_possible(x2d, w_gate, w_up, tracing):
+    return (
         TensorDescriptor is not None
         and x2d.dtype in (torch.bfloat16, torch.float16)
         # TMA needs 16-byte aligned row strides: K and N multiples of 8 for 2-byte types.
-        and x2d.shape[1] % 8 == 0 and (w_packed.shape[0] // 2) % 8 == 0
-        and x2d.data_ptr() % 16 == 0 and w_packed.data_ptr() % 16 == 0
+        and x2d.shape[1] % 8 == 0 and w_gate.shape[0] % 8 == 0
+        # Traced under torch.compile: no addresses yet (Inductor aligns its buffers); the tracer must know TMA.
+        and (_traceable_tma() if tracing else all(t.data_ptr() % 16 == 0 for t in (x2d, w_gate, w_up)))
         and (INTERPRET or _capability(x2d.device)[0] >= 9)
     )
-    if use_tma is None:
-        # In the interpreter the pointer kernel is the default; tests ask for the TMA one explicitly.
-        use_tma = tma_possible and not INTERPRET
-    if use_tma and not tma_possible:
-        raise ValueError("the TMA kernel needs a Hopper GPU (or the interpreter), bf16/fp16, "
-                         "dim and hidden multiples of 8")
-    return "tma" if use_tma else "pointer"
+
+
+def plan(x2d, w_gate, w_up, use_tma=None):
+    """(kernel, config) that `geglu` runs: kernel is 'small' (few tokens), 'tma', 'pointer', or 'torch' (cuBLAS and
+    PyTorch's pointwise ops: a CPU without the interpreter, or where the tuned table found nothing faster); config
+    None means the kernel's default. use_tma=True/False asks for one of the tiled kernels at any M."""
+    tracing = _tracing(x2d)
+    # On a CPU: PyTorch, unless the interpreter runs the kernels; it cannot be traced into a compiled graph.
+    if x2d.device.type != "cuda" and (not INTERPRET or tracing):
+        return "torch", None
+    tma_possible = _tma_possible(x2d, w_gate, w_up, tracing)
+    if use_tma is not None:
+        if use_tma and not tma_possible:
+            raise ValueError("the TMA kernel needs a Hopper GPU (or the interpreter), bf16/fp16, "
+                             "dim and hidden multiples of 8")
+        return ("tma" if use_tma else "pointer"), None
+    kernel, cfg = _by_m(x2d.device, x2d.shape[0], "geglu")
+    if kernel == "tma" and not tma_possible:
+        return "pointer", None
+    if kernel is not None:
+        return kernel, cfg
+    # In the interpreter the pointer kernel is the default; tests ask for the TMA one explicitly.
+    return ("tma" if tma_possible and not INTERPRET else "pointer"), None
+
+
+def kernel_path(x2d, w_gate, w_up, use_tma=None):
+    """Which implementation `geglu` uses: 'small', 'tma', 'pointer' or 'torch' (see plan)."""
+    return plan(x2d, w_gate, w_up, use_tma)[0]
+
+
+def default_config(kernel, M):
+    """A kernel's config where neither the caller nor the tuned table gives one."""
+    if kernel == "small":
+        return small_m_config(M) or SMALL_M_CONFIGS["geglu"][-1][1]
+    if INTERPRET:
+        return INTERPRETER_CONFIG
+    return HOPPER_CONFIG if kernel == "tma" else PORTABLE_CONFIG
+
+
+def _by_m(device, M, which):
+    """(kernel, config) of the first bucket holding M: the tuned table's on its GPUs, else the small-M buckets
+    ('small' up to their last M, then (None, None): the default tiled kernel, or cuBLAS for down_proj)."""
+    rows = _tuned_rows(device, which)
+    if rows is not None:
+        for max_m, kernel, cfg in rows:
+            if max_m is None or M <= max_m:
+                return kernel, cfg
+        return None, None
+    cfg = small_m_config(M, which)
+    return ("small", cfg) if cfg is not None else (None, None)
 
 
 def small_m_config(M, kernel="geglu"):
-    """The small-M kernel's config for M tokens ('geglu' or 'down'), or None past the small-M buckets."""
+    """The small-M kernel's default config for M tokens ('geglu' or 'down'), or None past the small-M buckets."""
     for max_m, cfg in (INTERPRETER_SMALL_M_CONFIGS if INTERPRET else SMALL_M_CONFIGS)[kernel]:
         if M <= max_m:
             return cfg
@@ -323,9 +394,9 @@ _maker = None  # one thread that makes the kept tensors on a GPU
 
 
 def _kept(device, make):
-    """make() for a tensor kept across calls (the packed weights, the split-K counters). On a GPU it runs in a
-    thread of its own: while torch.compile's CUDA-graph trees warm a graph up, every allocation of the calling
-    thread goes to the graph's private pool, and a tensor that stays alive there breaks their bookkeeping."""
+    """make() for a tensor kept across calls (the split-K workspace). On a GPU it runs in a thread of its own:
+    while torch.compile's CUDA-graph trees warm a graph up, every allocation of the calling thread goes to the
+    graph's private pool, and a tensor that stays alive there breaks their bookkeeping."""
     global _maker
     if device.type != "cuda":
         return make()
@@ -342,20 +413,25 @@ def _kept(device, make):
 
 _workspaces = {}  # (device, stream) -> (fp32 partials, int32 arrival counters) for split-K
 _outgrown = []  # workspaces replaced by larger ones: a CUDA graph may have recorded their addresses
+KEPT_PARTIALS = 1 << 17  # fp32 partials kept between calls: 512 KB, a decode step's (M <= 16) without allocating
 
 
 def _split_k_workspace(device, stream, n_partials, n_tiles):
     """fp32 room for n_partials split-K partials and n_tiles zeroed arrival counters (the kernel re-zeroes
-    them), kept per device and stream: sequential launches on one stream share them."""
+    them). Kept per device and stream (sequential launches on one stream share them): the counters, and
+    KEPT_PARTIALS partials; more partials than that are allocated for the call, so that what stays held
+    is under 1 MB whatever M."""
     key = (device, stream)
     kept = _workspaces.get(key)
-    if kept is None or kept[0].numel() < n_partials or kept[1].numel() < n_tiles:
+    if kept is None or kept[1].numel() < n_tiles:
         if kept is not None:
             _outgrown.append(kept)
-        n_partials, n_tiles = max(n_partials, 1 << 20), max(n_tiles, 4096)
-        kept = _workspaces[key] = _kept(device, lambda: (torch.empty(n_partials, dtype=torch.float32, device=device),
+        n_tiles = max(n_tiles, 4096)
+        kept = _workspaces[key] = _kept(device, lambda: (torch.empty(KEPT_PARTIALS, dtype=torch.float32, device=device),
                                                          torch.zeros(n_tiles, dtype=torch.int32, device=device)))
-    return kept
+    partials = kept[0] if n_partials <= kept[0].numel() else torch.empty(n_partials, dtype=torch.float32,
+                                                                          device=device)
+    return partials, kept[1]
 
 
 _compiled = {}  # (kernel, what its launch specialises on) -> (Triton's compiled kernel, the constexprs in order)
@@ -374,7 +450,11 @@ def _launch(kernel, grid, args, **meta):
     """kernel[grid](*args, **meta) with less host time. Triton's launch re-derives the kernel's
     specialisation from every argument in Python on each call (about 25 µs on the H200 machine's CPU, and a
     decode step waits on the host); here the compiled kernel is looked up once per argument signature and
-    launched directly. args are the non-constexpr arguments in order; meta holds constexprs and options."""
+    launched directly. args are the non-constexpr arguments in order; meta holds constexprs and options.
+    Traced by torch.compile (inside the triton_ops below), the launch goes into the graph through wrap_triton,
+    so Inductor calls the kernel from its own generated code."""
+    if _tracing(args[0]):
+        return torch.library.wrap_triton(kernel)[grid](*args, **meta)
     if INTERPRET:  # the kernel runs as CPU ops (new_empty, set_, copy_...): a span named after it says whose
         with torch.profiler.record_function(kernel.fn.__name__):
             return kernel[grid](*args, **meta)
@@ -389,6 +469,20 @@ def _launch(kernel, grid, args, **meta):
         entry = _compiled[key] = (compiled, tuple(meta[name] for name in kernel.arg_names[len(args):]))
     compiled, constexprs = entry
     compiled[grid + (1,) * (3 - len(grid))](*args, *constexprs, stream=_driver().get_current_stream(device))
+
+
+def _tracing(t):
+    """True for the fake and functional tensors torch.compile traces the triton_ops with: no data, no address."""
+    t = getattr(t, "base", t)  # a TMA descriptor: its tensor
+    return isinstance(t, (FakeTensor, FunctionalTensor))
+
+
+@functools.cache
+def _traceable_tma():
+    # Host-side TMA descriptors (TensorDescriptor) as arguments of a traced kernel: recent torch only.
+    from torch._higher_order_ops import triton_kernel_wrap
+    return hasattr(triton_kernel_wrap, "maybe_unpack_host_tma_descriptor") or hasattr(
+        triton_kernel_wrap, "create_tma_stable_metadata")
 
 
 def _compile_to_fit(kernel, grid, args, meta, device):
@@ -441,125 +535,107 @@ def _cdiv(a, b):  # triton.cdiv is a constexpr function: about 2 µs a call from
     return -(-a // b)
 
 
-def _launch_small_m(x2d, w, out, cfg, geglu, upcast, precision):
+def _launch_small_m(x2d, weights, out, cfg, upcast, precision):
+    """The small-M kernel over weights = (w_gate, w_up) (GeGLU) or (w,) (down_proj): out = x2d @ w^T and epilogue."""
     M, K = x2d.shape
-    N2 = w.shape[0]
+    N = weights[0].shape[0]
     BM, BN, BK = cfg["BM"], cfg["BN"], cfg["BK"]
-    tiles_m, tiles_n = _cdiv(M, BM), _cdiv(N2, BN)
+    tiles_m, tiles_n = _cdiv(M, BM), _cdiv(N, BN)
     fill = cfg.get("FILL")  # CTAs per SM to aim for by splitting K (down_proj: few output columns)
     split_k = cfg.get("SPLIT_K", 1) if fill is None else _split_k(x2d.device, tiles_m * tiles_n, _cdiv(K, BK), fill)
     part = counters = out  # unused without split-K
-    if split_k > 1:  # fp32 partials [SPLIT_K, M, N2] and one arrival counter per output tile
-        stream = x2d.device.type == "cuda" and _driver().get_current_stream(x2d.device.index)
-        part, counters = _split_k_workspace(x2d.device, stream, split_k * M * N2, tiles_m * tiles_n)
+    if split_k > 1:  # fp32 partials [SPLIT_K, M, N] per accumulator and one arrival counter per output tile
+        n_partials = split_k * M * N * len(weights)
+        if _tracing(x2d):  # in a compiled graph: its own buffers (Inductor plans their memory)
+            part = torch.empty(n_partials, dtype=torch.float32, device=x2d.device)
+            counters = torch.zeros(tiles_m * tiles_n, dtype=torch.int32, device=x2d.device)
+        else:
+            stream = x2d.device.type == "cuda" and _driver().get_current_stream(x2d.device.index)
+            part, counters = _split_k_workspace(x2d.device, stream, n_partials, tiles_m * tiles_n)
+    geglu = len(weights) == 2
     _launch(_geglu_small_m_kernel if geglu else _linear_small_m_kernel, (tiles_m, tiles_n, split_k),
-            (x2d, w, out, part, counters, M, N2, K, x2d.stride(0), w.stride(0), out.stride(0)),
+            (x2d, *weights, out, part, counters, M, N, K, x2d.stride(0), *(w.stride(0) for w in weights),
+             out.stride(0)),
             BM=BM, BN=BN, BK=BK, SPLIT_K=split_k, UPCAST=upcast, DOT_PRECISION=precision,
             **({"FAST_TANH": _fast_tanh(x2d)} if geglu else {}),
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
 
 
-def geglu_packed(x2d, w_packed, *, use_tma=None, config=None):
-    """m = gelu_tanh(x2d @ Wg^T) * (x2d @ Wu^T) from w_packed = pack_gate_up(Wg, Wu); [M, K] -> [M, N]."""
-    if x2d.dim() != 2 or w_packed.dim() != 2 or x2d.shape[1] != w_packed.shape[1] or w_packed.shape[0] % 2:
-        raise ValueError(f"geglu expects x2d [M, K] and packed weights [2N, K], got {tuple(x2d.shape)}, "
-                         f"{tuple(w_packed.shape)}")
-    if x2d.dtype != w_packed.dtype or x2d.dtype not in (torch.bfloat16, torch.float16, torch.float32):
-        raise ValueError(f"geglu expects one dtype among bf16/fp16/fp32, got {x2d.dtype} and {w_packed.dtype}")
-    path = kernel_path(x2d, w_packed, use_tma)
+def _precision(x2d):
+    # fp32 inputs: full-precision dots, like PyTorch's default matmul (tf32 would cost ~1e-3).
+    return "ieee" if x2d.dtype == torch.float32 else "tf32"
+
+
+def _upcast_needed(x2d):
+    return INTERPRET and x2d.dtype == torch.bfloat16
+
+
+def _check_geglu_args(x2d, w_gate, w_up):
+    if w_gate.shape != w_up.shape:
+        raise ValueError(f"gate and up weights differ in shape: {tuple(w_gate.shape)} vs {tuple(w_up.shape)}")
+    if x2d.dim() != 2 or w_gate.dim() != 2 or x2d.shape[1] != w_gate.shape[1]:
+        raise ValueError(f"geglu expects x2d [M, K] and weights [N, K], got {tuple(x2d.shape)}, {tuple(w_gate.shape)}")
+    if not x2d.dtype == w_gate.dtype == w_up.dtype or x2d.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(f"geglu expects one dtype among bf16/fp16/fp32, got {x2d.dtype}, {w_gate.dtype}, "
+                         f"{w_up.dtype}")
+
+
+def geglu(x2d, w_gate, w_up, *, use_tma=None, kernel=None, config=None):
+    """m = gelu_tanh(x2d @ w_gate^T) * (x2d @ w_up^T); [M, K] with [N, K] weights -> [M, N]. The kernels read both
+    weights where they are: nothing is kept between calls but the small split-K workspace. kernel ('small', 'tma',
+    'pointer', 'torch') and config override the choice by M (tune_fused.py's sweep); use_tma picks a tiled one."""
+    _check_geglu_args(x2d, w_gate, w_up)
+    path, cfg = plan(x2d, w_gate, w_up, use_tma) if kernel is None else (kernel, None)
     if path == "torch":
-        # No GPU and no interpreter: the same math through PyTorch, so CPU-only scripts still run.
-        return F.gelu(x2d @ w_packed[0::2].T, approximate="tanh") * (x2d @ w_packed[1::2].T)
-    x2d, w_packed = x2d.contiguous(), w_packed.contiguous()
+        # No GPU and no interpreter (or nothing faster at this M): the same math through cuBLAS and PyTorch.
+        return F.gelu(F.linear(x2d, w_gate), approximate="tanh") * F.linear(x2d, w_up)
+    x2d, w_gate, w_up = x2d.contiguous(), w_gate.contiguous(), w_up.contiguous()
     M, K = x2d.shape
-    N2 = w_packed.shape[0]
-    m = torch.empty((M, N2 // 2), device=x2d.device, dtype=x2d.dtype)
+    N = w_gate.shape[0]
+    m = torch.empty((M, N), device=x2d.device, dtype=x2d.dtype)
     if M == 0:
         return m
-    upcast = INTERPRET and x2d.dtype == torch.bfloat16
-    # fp32 inputs: full-precision dots, like PyTorch's default matmul (tf32 would cost ~1e-3).
-    precision = "ieee" if x2d.dtype == torch.float32 else "tf32"
+    upcast, cfg = _upcast_needed(x2d), config or cfg or default_config(path, M)
     if path == "small":
-        _launch_small_m(x2d, w_packed, m, config or small_m_config(M), True, upcast, precision)
+        _launch_small_m(x2d, (w_gate, w_up), m, cfg, upcast, _precision(x2d))
     elif path == "tma":
-        cfg = config or (INTERPRETER_CONFIG if INTERPRET else HOPPER_CONFIG)
+        cfg = {"ONE_DOT": False, **cfg}  # every constexpr named: _launch passes them in order
         BM, BN, BK = cfg["BM"], cfg["BN"], cfg["BK"]
         num_sms = _num_sms(x2d.device)
-        _launch(_geglu_tma_kernel, (min(num_sms, _cdiv(M, BM) * _cdiv(N2, BN)),),
-                (TensorDescriptor.from_tensor(x2d, [BM, BK]), TensorDescriptor.from_tensor(w_packed, [BN, BK]),
-                 TensorDescriptor.from_tensor(m, [BM, BN // 2]), M, N2, K),
+        _launch(_geglu_tma_kernel, (min(num_sms, _cdiv(M, BM) * _cdiv(N, BN)),),
+                (TensorDescriptor.from_tensor(x2d, [BM, BK]), TensorDescriptor.from_tensor(w_gate, [BN, BK]),
+                 TensorDescriptor.from_tensor(w_up, [BN, BK]), TensorDescriptor.from_tensor(m, [BM, BN]), M, N, K),
                 NUM_SMS=num_sms, UPCAST=upcast, FAST_TANH=_fast_tanh(x2d), **cfg)
     else:
-        cfg = {k: v for k, v in (config or (INTERPRETER_CONFIG if INTERPRET else PORTABLE_CONFIG)).items()
-               if k != "FLATTEN"}
-        _launch(_geglu_pointer_kernel, (_cdiv(M, cfg["BM"]) * _cdiv(N2, cfg["BN"]),),
-                (x2d, w_packed, m, M, N2, K, x2d.stride(0), w_packed.stride(0), m.stride(0)),
-                DOT_PRECISION=precision, UPCAST=upcast, FAST_TANH=_fast_tanh(x2d), **cfg)
+        cfg = {k: v for k, v in cfg.items() if k not in ("FLATTEN", "ONE_DOT")}  # the TMA kernel's only
+        _launch(_geglu_pointer_kernel, (_cdiv(M, cfg["BM"]) * _cdiv(N, cfg["BN"]),),
+                (x2d, w_gate, w_up, m, M, N, K, x2d.stride(0), w_gate.stride(0), w_up.stride(0), m.stride(0)),
+                DOT_PRECISION=_precision(x2d), UPCAST=upcast, FAST_TANH=_fast_tanh(x2d), **cfg)
     return m
 
 
 def down_proj(m, w_down, *, config=None):
     """y = m @ w_down^T. For few tokens the small-M kernel (split-K: the weight has only dim rows to spread
     over the GPU; cuBLAS leaves bandwidth unused there); otherwise, and on a CPU, F.linear (cuBLAS)."""
-    cfg = config or small_m_config(m.shape[0], "down")
-    if m.dim() != 2 or cfg is None or (m.device.type != "cuda" and not INTERPRET) or m.dtype != w_down.dtype:
+    if m.dim() != 2 or (m.device.type != "cuda" and (not INTERPRET or _tracing(m))) or m.dtype != w_down.dtype:
+        return F.linear(m, w_down)
+    kernel, cfg = ("small", config) if config is not None else _by_m(m.device, m.shape[0], "down")
+    if kernel != "small":
         return F.linear(m, w_down)
     m, w_down = m.contiguous(), w_down.contiguous()
     y = torch.empty((m.shape[0], w_down.shape[0]), device=m.device, dtype=m.dtype)
     if m.shape[0]:
-        _launch_small_m(m, w_down, y, cfg, False, INTERPRET and m.dtype == torch.bfloat16,
-                        "ieee" if m.dtype == torch.float32 else "tf32")
+        _launch_small_m(m, (w_down,), y, cfg, _upcast_needed(m), _precision(m))
     return y
 
 
-def geglu(x2d, w_gate, w_up, **kwargs):
-    """m = gelu_tanh(x2d @ w_gate^T) * (x2d @ w_up^T); packs the weights on every call (see FusedGeGLUMLP)."""
-    if w_gate.shape != w_up.shape:
-        raise ValueError(f"gate and up weights differ in shape: {tuple(w_gate.shape)} vs {tuple(w_up.shape)}")
-    return geglu_packed(x2d, pack_gate_up(w_gate, w_up), **kwargs)
-
-
-def _weight_state(w):
-    # In-place writes (load_state_dict's copy_, optimizer steps) bump _version; .to()/.half() change
-    # the pointer or dtype. Inference tensors have no version counter: never trust a cached pack.
-    version = object() if w.is_inference() else w._version
-    return (w.data_ptr(), version, w.dtype, w.device, w.shape)
-
-
-_packs = torch.utils.weak.WeakIdKeyDictionary()  # w_gate -> (state of both weights, packed copy)
-
-
-def packed_gate_up(w_gate, w_up):
-    """pack_gate_up(w_gate, w_up), kept while w_gate lives and rebuilt whenever either weight was changed in
-    place, moved or cast (the key is their pointers, version counters, dtypes and shapes)."""
-    key = (_weight_state(w_gate), _weight_state(w_up))
-    cached = _packs.get(w_gate)
-    if cached is None or cached[0] != key:
-        if cached is not None and (w_gate.is_inference() or w_up.is_inference()):
-            warnings.warn("fused_geglu: the gate/up weights are inference tensors (made under "
-                          "torch.inference_mode()), which have no version counter: their packed copy is rebuilt on "
-                          "every call. Make the weights outside inference mode.", stacklevel=3)
-        if w_gate.is_cuda and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("fused_geglu: the packed gate/up weights must exist before a CUDA graph is recorded; "
-                               "weights made under torch.inference_mode() have no version counter and are "
-                               "repacked on every call: make them outside it")
-        with torch.no_grad():
-            cached = _packs[w_gate] = (key, _kept(w_gate.device, lambda: pack_gate_up(w_gate, w_up)))
-    return cached[1]
-
-
-# torch.compile and CUDA graphs see the fused MLP as two opaque ops (shapes from the fakes below): Dynamo can
-# trace neither the launchers' host-side choices nor the pack cache's pointer checks, and each would be a graph
-# break. Eager inference calls the functions directly (a custom op's dispatch costs µs a call, and decode is
-# bound by host time).
-@torch.library.custom_op("fused_geglu::geglu", mutates_args=())
+# torch.compile sees the fused MLP as two triton_ops: Dynamo puts each in its graph as one op (it cannot trace the
+# launchers' host-side choices), then AOTAutograd traces their bodies with fake tensors, so the kernels enter the
+# graph through wrap_triton and Inductor launches them from its generated code, with no Python of this file per
+# call. Called outside a compiled graph, a triton_op runs its body with plain tensors (the _launch fast path).
+@torch.library.triton_op("fused_geglu::geglu", mutates_args=())
 def geglu_op(x2d: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
-    return geglu_packed(x2d, packed_gate_up(w_gate, w_up))
-
-
-@geglu_op.register_fake
-def _(x2d, w_gate, w_up):
-    return x2d.new_empty((x2d.shape[0], w_gate.shape[0]))
+    return geglu(x2d, w_gate, w_up)
 
 
 def _geglu_setup_context(ctx, inputs, output):
@@ -581,24 +657,17 @@ def _geglu_backward(ctx, grad_m):
 geglu_op.register_autograd(_geglu_backward, setup_context=_geglu_setup_context)
 
 
-@torch.library.custom_op("fused_geglu::down_proj", mutates_args=())
+@torch.library.triton_op("fused_geglu::down_proj", mutates_args=())
 def down_proj_op(m: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
     return down_proj(m, w_down)
-
-
-@down_proj_op.register_fake
-def _(m, w_down):
-    return m.new_empty((m.shape[0], w_down.shape[0]))
 
 
 class FusedGeGLUMLP(nn.Module):
     """down_proj(gelu_tanh(gate_proj(x)) * up_proj(x)) with gate, up and GeGLU in one kernel.
 
     Same parameter names as SimpleGeGLUMLP (gate_proj.weight, up_proj.weight, down_proj.weight), so
-    `load_state_dict` moves weights both ways. The kernel reads a packed copy of the gate and up
-    weights (`packed_gate_up`); it is not a parameter or buffer (state_dict is unchanged) and is rebuilt
-    on the next forward whenever either weight was changed, moved or cast. Under torch.compile with CUDA
-    graphs the pack is read from the address recorded at capture: change the weights, then recompile.
+    `load_state_dict` moves weights both ways. The kernels read the gate and up weights where they are, so
+    the module holds nothing beyond its parameters (and a weight changed in place is read as it is now).
     """
 
     def __init__(self, dim, hidden):
@@ -607,20 +676,17 @@ class FusedGeGLUMLP(nn.Module):
         self.up_proj = nn.Linear(dim, hidden, bias=False)
         self.down_proj = nn.Linear(hidden, dim, bias=False)
 
-    def packed_gate_up(self):
-        return packed_gate_up(self.gate_proj.weight, self.up_proj.weight)
-
     def forward(self, x):
-        # Any leading shape: the kernel sees [tokens, dim].
-        x2d = x.reshape(-1, x.shape[-1])
+        # Any leading shape: the kernel sees [tokens, dim]; the output's last size is named, not -1, so that
+        # no tokens (M = 0) gives an empty output as nn.Linear does.
+        x2d, out_shape = x.reshape(-1, x.shape[-1]), (*x.shape[:-1], self.down_proj.weight.shape[0])
         w_gate, w_up, w_down = self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight
         if torch.is_grad_enabled() and (x2d.requires_grad or w_gate.requires_grad or w_up.requires_grad
                                         or w_down.requires_grad):
             # Training: the op's backward recomputes g and u; down_proj is autograd's GEMM.
-            return F.linear(geglu_op(x2d, w_gate, w_up), w_down).reshape(*x.shape[:-1], -1)
+            return F.linear(geglu_op(x2d, w_gate, w_up), w_down).reshape(out_shape)
         if torch.compiler.is_compiling():
-            return down_proj_op(geglu_op(x2d, w_gate, w_up), w_down).reshape(*x.shape[:-1], -1)
+            return down_proj_op(geglu_op(x2d, w_gate, w_up), w_down).reshape(out_shape)
         # Eager inference: the launchers themselves, and down_proj() rather than self.down_proj(m): the same
         # GEMM (the small-M kernel for few tokens) without nn.Module's call overhead.
-        m = geglu_packed(x2d, packed_gate_up(w_gate, w_up))
-        return down_proj(m, w_down).reshape(*x.shape[:-1], -1)
+        return down_proj(geglu(x2d, w_gate, w_up), w_down).reshape(out_shape)

@@ -92,6 +92,11 @@ def test_table_from_a_record():
         v["host_us"] = {"eager": 70.25, "compile": 101.0, "liger": 110.0, "fused": 75.0}[name]
     (host,) = [line for line in bench.shape_lines(record, 680.0, 4.0) if "host µs" in line]
     assert host.endswith("eager 70.2, compile 101.0, liger 110.0, fused 75.0")
+    assert not any("MB held" in line for line in bench.shape_lines(record, 680.0, 4.0))  # older records: no line
+    for name, v in record["variants"].items():
+        v["held_bytes"] = {"eager": 0, "compile": 512, "liger": 0, "fused": 134_217_728}[name]
+    (held,) = [line for line in bench.shape_lines(record, 680.0, 4.0) if "MB held" in line]
+    assert held.endswith("beyond the parameters: eager 0.00, compile 0.00, liger 0.00, fused 134.22")
 
 
 def test_committed_table_is_its_record():
@@ -174,6 +179,14 @@ def test_models_sweep_covers_how_models_run():
     assert any(m & (m - 1) for m, _, _ in shapes)  # an M that is not a power of two
     assert bench.MAX_AUTOTUNE_SHAPES <= set(shapes)
     assert bench.parse_args(["--sweep", "post"]).shapes == bench._shapes(bench.SWEEPS["post"])
+
+
+def test_middle_sweep_is_between_decode_and_prefill():
+    import bench
+    shapes = bench.parse_args(["--sweep", "middle"]).shapes
+    for width in [(2304, 9216), (4096, 11008), (4096, 14336)]:  # Gemma-2-2B, Llama-2-7B, Llama-3-8B
+        assert {m for m, d, h in shapes if (d, h) == width} >= {128, 256, 384, 512, 768}, width
+    assert sum(1 for m, _, _ in shapes if m & (m - 1) and m % 128) >= 2  # odd M: neither a power of two nor a tile
 
 
 # ---- correct before fast: a wrong variant stops the run ---------------------------------------------------

@@ -224,7 +224,7 @@ def runtime_calls(name: str, per_step: int, what: str = "") -> Expect:
 
 PHASES = ("prefill", "decode")  # 06_model.py's step annotation is the phase's name
 MLP_KERNELS = {"liger": re.compile(r"^_geglu_tanh_forward_kernel$|^LigerGELUMulFunction"),
-               "fused": re.compile(r"^_geglu_(tma|pointer|small_m)_kernel$")}
+               "fused": re.compile(r"^_geglu_(tma|pointer|small_m)_kernel(_\d+)?$")}  # _0...: compiled by Inductor
 MODEL_FILE_RE = re.compile(r"^(?P<config>.+)-(?P<layers>\d+)L$")  # the file name's first word: gemma-2b-4L
 
 

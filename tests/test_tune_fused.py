@@ -1,0 +1,90 @@
+"""tune_fused.py's choices from made-up timings (the sweep itself needs a GPU)."""
+
+import json
+
+import pytest
+
+import tune_fused  # imports Triton only inside main, on the GPU machine
+
+
+def _key(which, kernel, cfg=None):
+    return which, kernel, json.dumps(cfg)
+
+
+def test_choice_is_the_lowest_geometric_mean_against_torch():
+    a, b = _key("geglu", "small", {"BM": 16}), _key("geglu", "tma", {"BM": 128})
+    torch_ = _key("geglu", "torch")
+    # Two widths: a is 0.5x then 1.5x of torch (geomean 0.866), b 0.9x both times (0.9): a wins though it loses once.
+    per_width = [{torch_: 100.0, a: 50.0, b: 90.0}, {torch_: 10.0, a: 15.0, b: 9.0}]
+    best, score = tune_fused.choose(per_width, "geglu")
+    assert best == a and score == pytest.approx((0.5 * 1.5) ** 0.5)
+    # Torch itself scores 1.0: where every kernel is slower, the table says torch.
+    slow = [{torch_: 10.0, a: 11.0, b: 12.0}]
+    assert tune_fused.choose(slow, "geglu") == (torch_, 1.0)
+
+
+def test_a_candidate_missing_at_one_width_is_not_chosen():
+    a, torch_ = _key("geglu", "small", {"BM": 16}), _key("geglu", "torch")
+    per_width = [{torch_: 100.0, a: 10.0}, {torch_: 100.0}]  # a failed (left out) at the second width
+    assert tune_fused.choose(per_width, "geglu")[0] == torch_
+
+
+@pytest.mark.parametrize("M", tune_fused.BUCKETS)
+def test_candidates_fit_a_hopper_sm(M):
+    """Every tile asked for fits 227 KB of shared memory: stages of the x, gate and up tiles (bf16), and the TMA
+    kernel's output tile; torch is always there to compare with."""
+    cands = tune_fused.geglu_candidates(M)
+    assert ("torch", None) in cands and len(cands) <= 12
+    for kernel, cfg in cands:
+        if kernel == "torch":
+            continue
+        stage = (cfg["BM"] + 2 * cfg["BN"]) * cfg["BK"] * 2
+        epilogue = cfg["BM"] * cfg["BN"] * 2 if kernel == "tma" else 0
+        if cfg.get("ONE_DOT"):  # the interleaved weight tile is staged in shared memory once more
+            epilogue += 2 * cfg["BN"] * cfg["BK"] * 2
+        assert cfg["num_stages"] * stage + epilogue <= 227 * 1024, (kernel, cfg)
+        if kernel == "small":
+            assert cfg["BM"] >= min(M, 128) or cfg["BM"] == 128  # one row tile holds M up to 128
+    assert tune_fused.down_candidates(M)[0] == ("torch", None)
+
+
+def test_without_a_gpu_one_line_and_exit_2(capsys, monkeypatch):
+    monkeypatch.setattr(tune_fused.torch.cuda, "is_available", lambda: False)
+    assert tune_fused.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs a CUDA GPU" in err
+
+
+def test_the_written_table_is_what_fused_geglu_reads(monkeypatch, tmp_path):
+    """main() end to end with made-up timings (no GPU here): at M <= 8 the first small-M candidate is fastest,
+    up to 256 torch, past it the first TMA candidate; fused_geglu reads the file back and picks the same."""
+    fused_geglu = pytest.importorskip("fused_geglu", reason="needs Triton (Linux wheels only)")
+
+    def made_up(fg, M, dim, hidden, dtype, tol):
+        times = {_key("geglu", k, c): 100.0 for k, c in tune_fused.geglu_candidates(M)}
+        times.update({_key("down", k, c): 50.0 for k, c in tune_fused.down_candidates(M)})
+        winner = next(((k, c) for k, c in tune_fused.geglu_candidates(M) if k == ("small" if M <= 8 else "tma")),
+                      None)
+        if winner and not 8 < M <= 256:
+            times[_key("geglu", *winner)] = 80.0
+        return times
+
+    monkeypatch.setattr(tune_fused, "time_candidates", made_up)
+    monkeypatch.setattr(tune_fused.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(tune_fused.torch.cuda, "get_device_capability", lambda: (9, 0))
+    monkeypatch.setattr(tune_fused.bench, "versions", lambda device: {"device": "a made-up GPU"})
+    monkeypatch.setattr(fused_geglu, "_tuned", {})
+    out = tmp_path / "tuned.json"
+    assert tune_fused.main(["--out", str(out)]) == 0
+    monkeypatch.setattr(fused_geglu, "_tuned", fused_geglu._load_tuned(out))
+    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu, "_capability", lambda device: (9, 0))
+    gpu = fused_geglu.torch.device("cuda", 0)
+    for M, want in [(1, "small"), (8, "small"), (9, "torch"), (256, "torch"), (257, "tma"), (20000, "tma")]:
+        kernel, cfg = fused_geglu._by_m(gpu, M, "geglu")
+        assert kernel == want, M
+        if want != "torch":
+            bucket = next(b for b in tune_fused.BUCKETS if M <= b) if M <= tune_fused.BUCKETS[-1] else 16384
+            assert cfg == next(c for k, c in tune_fused.geglu_candidates(bucket) if k == want)
+    assert fused_geglu._by_m(gpu, 1, "down") == ("torch", None)  # every down candidate tied: torch, listed first
+    assert len(json.loads(out.read_text())["measured"]) == len(tune_fused.BUCKETS) * len(tune_fused.WIDTHS["models"])
