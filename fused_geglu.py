@@ -326,8 +326,9 @@ def _tma_possible(x2d, w_gate, w_up, tracing):
         and x2d.dtype in (torch.bfloat16, torch.float16)
         # TMA needs 16-byte aligned row strides: K and N multiples of 8 for 2-byte types.
         and x2d.shape[1] % 8 == 0 and w_gate.shape[0] % 8 == 0
-        # Traced under torch.compile: no addresses yet (Inductor aligns its buffers); the tracer must know TMA.
-        and (_traceable_tma() if tracing else all(t.data_ptr() % 16 == 0 for t in (x2d, w_gate, w_up)))
+        # Not traced: torch 2.11's wrap_triton loses host-side TMA descriptors (KeyError 'x_desc' in Inductor's
+        # mutation analysis, then a NaN output; seen on the H200), so a compiled graph runs the pointer kernel.
+        and not tracing and all(t.data_ptr() % 16 == 0 for t in (x2d, w_gate, w_up))
         and (INTERPRET or _capability(x2d.device)[0] >= 9)
     )
 
@@ -475,14 +476,6 @@ def _tracing(t):
     """True for the fake and functional tensors torch.compile traces the triton_ops with: no data, no address."""
     t = getattr(t, "base", t)  # a TMA descriptor: its tensor
     return isinstance(t, (FakeTensor, FunctionalTensor))
-
-
-@functools.cache
-def _traceable_tma():
-    # Host-side TMA descriptors (TensorDescriptor) as arguments of a traced kernel: recent torch only.
-    from torch._higher_order_ops import triton_kernel_wrap
-    return hasattr(triton_kernel_wrap, "maybe_unpack_host_tma_descriptor") or hasattr(
-        triton_kernel_wrap, "create_tma_stable_metadata")
 
 
 def _compile_to_fit(kernel, grid, args, meta, device):

@@ -771,7 +771,7 @@ def test_hopper_config_compiles_without_wgmma_serialisation():
 
 
 @pytest.mark.parametrize("M, kernels", [(1, ["_geglu_small_m_kernel", "_linear_small_m_kernel"]),
-                                        (4096, ["_geglu_tma_kernel"])])
+                                        (4096, ["_geglu_pointer_kernel"])])  # TMA descriptors: not traced
 def test_traced_launches_go_through_wrap_triton(monkeypatch, M, kernels):
     """What torch.compile's tracer sees (fake tensors on a GPU device, no data): each launch goes to wrap_triton,
     none through the eager fast path, and nothing asks a fake tensor for its address."""
