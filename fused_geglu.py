@@ -333,6 +333,16 @@ def _tma_possible(x2d, w_gate, w_up, tracing):
     )
 
 
+# Where the tuned table found cuBLAS + PyTorch faster than every fused tile at a token count, the module runs them
+# there: a model wants its fastest MLP. 04_fused_mlp.py sets this False, to show the fused kernel at any shape.
+TORCH_WHERE_FASTER = True
+
+
+def tuned_to_torch(x2d):
+    """True where the tuned table runs cuBLAS + PyTorch's GeGLU for x2d's token count on its GPU."""
+    return _by_m(x2d.device, x2d.shape[0], "geglu")[0] == "torch"
+
+
 def plan(x2d, w_gate, w_up, use_tma=None):
     """(kernel, config) that `geglu` runs: kernel is 'small' (few tokens), 'tma', 'pointer', or 'torch' (cuBLAS and
     PyTorch's pointwise ops: a CPU without the interpreter, or where the tuned table found nothing faster); config
@@ -348,6 +358,8 @@ def plan(x2d, w_gate, w_up, use_tma=None):
                              "dim and hidden multiples of 8")
         return ("tma" if use_tma else "pointer"), None
     kernel, cfg = _by_m(x2d.device, x2d.shape[0], "geglu")
+    if kernel == "torch" and not TORCH_WHERE_FASTER:
+        kernel, cfg = None, None  # the default fused kernel below
     if kernel == "tma" and not tma_possible:
         return "pointer", None
     if kernel is not None:

@@ -802,3 +802,19 @@ def test_traced_launches_go_through_wrap_triton(monkeypatch, M, kernels):
     if M == 1:  # down_proj splits K: its workspace is made in the graph, the counters zeroed there
         (_, grid, args, meta), = [w for w in wrapped if w[0] == "_linear_small_m_kernel"]
         assert grid[2] == meta["SPLIT_K"] > 1 and args[3] is not args[2]
+
+
+def test_the_tuned_table_can_send_the_module_to_cublas_and_04_past_it(monkeypatch):
+    """A bucket where the table found cuBLAS + PyTorch faster: the module runs them there, while 04_fused_mlp.py
+    (TORCH_WHERE_FASTER = False) still shows a fused kernel; the buckets around it keep the table's kernels."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    rows = [(64, "small", None), (256, "torch", None), (None, "pointer", None)]
+    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu, "_tuned_rows", lambda device, which: rows if which == "geglu" else None)
+    with FakeTensorMode():
+        w = torch.empty(512, 256, device="cuda", dtype=torch.bfloat16)
+        by_m = {M: torch.empty(M, 256, device="cuda", dtype=torch.bfloat16) for M in (64, 65, 256, 257)}
+        assert [fused_geglu.plan(x, w, w)[0] for x in by_m.values()] == ["small", "torch", "torch", "pointer"]
+        assert [fused_geglu.tuned_to_torch(x) for x in by_m.values()] == [False, True, True, False]
+        monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", False)
+        assert [fused_geglu.plan(x, w, w)[0] for x in by_m.values()] == ["small", "pointer", "pointer", "pointer"]
