@@ -300,8 +300,8 @@ def markdown(record):
             other, ratio, slower = bench.fused_vs_best(r)
             best = f"{ratio:.2f}×{' (slower: ' + other + ')' if slower else ''}"
         rows.append(f"| {r['label']} | {r['floor_us']:,.1f} µs | " + " | ".join(cells) + f" | {best} |")
-    rows += ["", (f"µs per step (median of {bench.ROUNDS} rounds; of floor = 3 x forward FLOPs / GEMM ceiling "
-                  f"{flop_rate(record['ceiling_tflops'])} over the time; peak memory above the step's start). "
+    rows += ["", (f"µs per step ({record['timer']}); of floor = 3 x forward FLOPs / GEMM ceiling "
+                  f"{flop_rate(record['ceiling_tflops'])} over the time; peak memory above the step's start. "
                   f"{record['device']}, {record['dtype']}, torch {record['torch']}, triton {record['triton']}, "
                   f"liger-kernel {record['liger_kernel']}, {record['date'][:10]}.")]
     return "\n".join(rows) + "\n"

@@ -44,6 +44,10 @@ through `kernel[grid](...)` re-derives the kernel's specialisation from every ar
 keeps its workspace: enqueuing a decode forward went from about 105 µs of host time to about 80, about as
 long as the GPU work itself (bench.py's "host µs" line; the machine's host speed varies from run to run).
 
+Training: `geglu_op`'s backward saves only x and recomputes g and u with two cuBLAS GEMMs; one Triton kernel,
+`_geglu_backward_kernel`, then reads grad_m, g and u once and writes grad_g and grad_u (fp32 math), where
+PyTorch ops would take several passes over [M, hidden]. `bench_train.py` times it against eager, compile and Liger.
+
 Read `bench.py` for the timings. `geglu()` is the bare launcher, `FusedGeGLUMLP` the nn.Module whose
 parameters carry the same names as `SimpleGeGLUMLP` in 03_simple_mlp.py.
 """
