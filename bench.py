@@ -114,12 +114,13 @@ def parse_args(argv=None):
 _l2_flush = None
 
 
-def median_us(fn, rep_ms=100):
-    """Median GPU time of fn in µs: CUDA events around each call, L2 evicted by a 256 MB read before each."""
+def median_us(fn, rep_ms=100, inference=True):
+    """Median GPU time of fn in µs: CUDA events around each call, L2 evicted by a 256 MB read before each.
+    inference=False for a fn that runs a backward (autograd cannot run under inference mode)."""
     global _l2_flush
     if _l2_flush is None:  # larger than any GPU's L2; read, so it leaves no dirty lines behind
         _l2_flush = torch.empty(256 << 20, device="cuda", dtype=torch.int8)
-    with torch.inference_mode():
+    with torch.inference_mode(inference):
         fn()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -156,9 +157,9 @@ def host_us(fn, calls=100, bursts=5):
     return statistics.median(times)
 
 
-def cpu_median_us(fn, reps=5):
+def cpu_median_us(fn, reps=5, inference=True):
     """The CPU's stand-in for median_us: median wall time of `reps` calls after one warm-up call."""
-    with torch.inference_mode():
+    with torch.inference_mode(inference):
         fn()
         times = []
         for _ in range(reps):
@@ -213,13 +214,13 @@ def write_record(out, record, table_lines):
     return f"\nwrote {out}\n      {out.with_suffix('.txt')}"
 
 
-def time_round_robin(fns):
+def time_round_robin(fns, inference=True):
     """{name: [median µs per round]}: ROUNDS rounds over all fns, the starting point rotated each round."""
     names = list(fns)
     rounds = {name: [] for name in names}
     for r in range(ROUNDS):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            rounds[name].append(median_us(fns[name]))
+            rounds[name].append(median_us(fns[name], inference=inference))
     return rounds
 
 

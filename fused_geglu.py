@@ -43,6 +43,10 @@ long as the GPU work itself (bench.py's "host µs" line; the machine's host spee
 Under torch.compile the two ops are `torch.library.triton_op`s: their bodies are traced, and the kernels
 enter Inductor's graph through `wrap_triton`, so a compiled model launches them from generated code.
 
+Training: `geglu_op`'s backward saves only x and recomputes g and u with two cuBLAS GEMMs; one Triton kernel,
+`_geglu_backward_kernel`, then reads grad_m, g and u once and writes grad_g and grad_u (fp32 math), where
+PyTorch ops would take several passes over [M, hidden]. `bench_train.py` times it against eager, compile and Liger.
+
 Read `bench.py` for the timings. `geglu()` is the bare launcher, `FusedGeGLUMLP` the nn.Module whose
 parameters carry the same names as `SimpleGeGLUMLP` in 03_simple_mlp.py.
 """
@@ -647,14 +651,57 @@ def _geglu_setup_context(ctx, inputs, output):
     ctx.save_for_backward(*inputs)
 
 
+@triton.jit
+def _geglu_backward_kernel(grad_m_ptr, g_ptr, u_ptr, grad_g_ptr, grad_u_ptr, n, BLOCK: tl.constexpr):
+    # m = gelu_tanh(g) * u, one pass over [M, N] in fp32: grad_u = grad_m * gelu_tanh(g) and
+    # grad_g = grad_m * u * gelu_tanh'(g). With s = sigmoid(2y), y = sqrt(2/pi) (g + 0.044715 g^3):
+    # gelu_tanh(g) = g s (0.5 (1 + tanh y) = s) and gelu_tanh'(g) = s + 2 g s (1 - s) sqrt(2/pi) (1 + 3 * 0.044715 g^2)
+    # (1 - tanh^2 y = 4 s (1 - s)). One exp, no libdevice tanh (the interpreter has none), as in the forward.
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # int64: M * N can pass 2^31
+    mask = offs < n
+    dm = tl.load(grad_m_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    s = 1.0 / (1.0 + tl.exp(-1.5957691216057308 * (g + 0.044715 * g * g * g)))  # 2 * sqrt(2/pi) * (...)
+    slope = s + 2.0 * g * s * (1.0 - s) * 0.7978845608028654 * (1.0 + 0.134145 * g * g)
+    tl.store(grad_u_ptr + offs, (dm * g * s).to(grad_u_ptr.dtype.element_ty), mask=mask)
+    tl.store(grad_g_ptr + offs, (dm * u * slope).to(grad_g_ptr.dtype.element_ty), mask=mask)
+
+
+BACKWARD_BLOCK = 1024  # elements per program: 8 per thread at 4 warps, 16-byte bf16 loads
+
+
+@torch.library.custom_op("fused_geglu::geglu_backward", mutates_args=())
+def geglu_backward_op(grad_m: torch.Tensor, g: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(grad_g, grad_u) of m = gelu_tanh(g) * u: one Triton kernel (fp32 math, outputs in g's dtype); on a CPU
+    without the interpreter the same in fp32 PyTorch ops. A custom op so torch.compile can trace the backward."""
+    if g.device.type != "cuda" and not INTERPRET:
+        dm, gf, uf = grad_m.float(), g.float(), u.float()
+        grad_u = dm * F.gelu(gf, approximate="tanh")
+        grad_g = torch.ops.aten.gelu_backward(dm * uf, gf, approximate="tanh")
+        return grad_g.to(g.dtype), grad_u.to(g.dtype)
+    grad_m, g, u = grad_m.contiguous(), g.contiguous(), u.contiguous()
+    grad_g, grad_u = torch.empty_like(g), torch.empty_like(g)
+    if g.numel():
+        _launch(_geglu_backward_kernel, (_cdiv(g.numel(), BACKWARD_BLOCK),), (grad_m, g, u, grad_g, grad_u, g.numel()),
+                BLOCK=BACKWARD_BLOCK, num_warps=4, num_stages=1)
+    return grad_g, grad_u
+
+
+@geglu_backward_op.register_fake
+def _(grad_m, g, u):
+    return torch.empty_like(g), torch.empty_like(g)
+
+
 def _geglu_backward(ctx, grad_m):
-    """The backward in PyTorch ops, from g and u recomputed: m = gelu_tanh(g) * u."""
+    """g and u recomputed (two cuBLAS GEMMs: saving them would keep two [M, hidden] tensors alive from forward
+    to backward), the pointwise part in one kernel (geglu_backward_op), then the gradients' GEMMs; x's two
+    summed in one addmm."""
     x2d, w_gate, w_up = ctx.saved_tensors
     g, u = x2d @ w_gate.T, x2d @ w_up.T
-    grad_u = grad_m * F.gelu(g, approximate="tanh")
-    grad_g = torch.ops.aten.gelu_backward(grad_m * u, g, approximate="tanh")
+    grad_g, grad_u = geglu_backward_op(grad_m, g, u)
     need_x, need_wg, need_wu = ctx.needs_input_grad
-    return (grad_g @ w_gate + grad_u @ w_up if need_x else None,
+    return (torch.addmm(grad_g @ w_gate, grad_u, w_up) if need_x else None,
             grad_g.T @ x2d if need_wg else None,
             grad_u.T @ x2d if need_wu else None)
 

@@ -281,7 +281,8 @@ def test_expectations_at_their_edges(tmp_path):
     assert verdict(training.optimizer_kind("foreach", 1, 1)) == "confirmed"
     assert verdict(training.optimizer_kind("for-loop", 1, 1)) == "broken"
     assert verdict(training.optimizer_kind("fused", 1, 1)) == "broken"
-    assert verdict(training.peak_after_forward(False, 0)) == "broken"  # no [memory] events: say so
+    # no [memory] events at all: recorded without profile_memory=True, so the guess cannot be looked at
+    assert verdict(training.peak_after_forward(False, 0)) == "not applicable"
     assert "profile_memory=True" in it.check(t, [training.peak_after_forward(False, 0)])[0][2]
 
 
@@ -304,6 +305,31 @@ def test_memory_peak_phase_by_hand(tmp_path):
                                         "at_forward_end_bytes": 400}]
     assert it.check(t, [training.peak_after_forward(False, 0)])[0][1] == "confirmed"  # 400 >= half of 450
     assert it.check(t, [training.peak_after_forward(True, 0)])[0][1] == "confirmed"
+    # memory events, none on this device: that is broken, not n/a
+    data["traceEvents"] = [{**e, "args": {**e["args"], "Device Type": 1}} if e.get("name") == "[memory]" else e
+                           for e in data["traceEvents"]]
+    path.write_text(json.dumps(data))
+    assert it.check(it.load_trace(path), [training.peak_after_forward(False, 0)])[0][1] == "broken"
+
+
+def test_memory_peak_in_the_optimizer_by_hand(tmp_path):
+    """The step's peak in the optimizer, 100 B held when forward ends: n/a below 101 B of parameters (too few
+    tokens for activations to matter) and when the parameters' bytes are unknown; broken from 100 B on."""
+    data = hand_trace()
+    total = 1000
+    for ts, nbytes in [(150, 100), (800, 300)]:
+        total += nbytes
+        data["traceEvents"].append({"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1,
+                                    "ts": ts, "args": {"Bytes": nbytes, "Total Allocated": total, "Device Type": 0}})
+    data["traceEvents"] = [e for e in data["traceEvents"] if e.get("cat") not in ("cuda_runtime", "kernel")]
+    path = tmp_path / "mem.json"
+    path.write_text(json.dumps(data))
+    t = it.load_trace(path)
+    assert [(p["phase"], p["at_forward_end_bytes"]) for p in training.memory_peak(t)] == [("optimizer", 100)]
+    verdicts_ = {b: it.check(t, [training.peak_after_forward(False, b)])[0] for b in (101, None, 100)}
+    assert {b: v for b, (_, v, _) in verdicts_.items()} == {101: "not applicable", None: "not applicable",
+                                                           100: "broken"}
+    assert "bytes are unknown" in verdicts_[None][2]
 
 
 # ---------------------------------------------------------------------------- the foreign H200 training traces
@@ -505,3 +531,143 @@ def test_docs_h200_numbers_are_the_committed_traces():
         total = max(sum(v[i] for v in t["bytes"].values()) for i in range(len(t["times_us"])))
         act = max(t["bytes"]["activation"])
         assert f"{label} {total / 2**20:,.1f} MiB" in page and f"activations {act / 2**20:,.1f} MiB" in page
+
+
+# ----------------------------------------------------------------- inspect_trace.py --expect 07_train_step
+
+LOG = TRAIN / "h200_train_record_log.txt"
+
+
+def expect_cli(trace, capsys):
+    """(exit code, stdout, stderr) of `inspect_trace.py --expect 07_train_step TRACE`."""
+    code = it.main(["--expect", "07_train_step", str(trace)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def logged_runs():
+    """{fixture name: (what the run printed about its model, its printed expectation lines)} from the recording's
+    log: the script's own words at the time of the run, the truth --expect must read back from each trace."""
+    runs, name = {}, None
+    for line in LOG.read_text().splitlines():
+        if line.startswith("=== "):
+            name = line[4:].split(":")[0]
+            runs[name] = ["", []]
+        elif name and line.startswith("model: "):
+            runs[name][0] = line
+        elif name and line.startswith(("  ok ", "  BROKEN ", "  n/a ")):
+            runs[name][1].append(line)
+    return runs
+
+
+def said(model_line):
+    """'adamw foreach, MLP eager[, checkpointed], N parameter tensors' from the run's 'model: ...' line."""
+    head, tail = model_line.split("; ")
+    return f"{tail}, {head.split(', ')[-1].split(' (')[0]}"
+
+
+def expect_lines(stdout):
+    return [ln for ln in stdout.splitlines() if ln.startswith(("  ok ", "  BROKEN ", "  n/a "))]
+
+
+@pytest.mark.parametrize("name", ["mlp_forloop", "mlp_foreach", "mlp_fused", "mlp_compile", "mlp4_ckpt_memory",
+                                  "gemma_2l"])
+def test_expect_reads_each_h200_run_back(name, capsys):
+    """Each committed training trace under --expect: the flags and parameter count the run printed, and its very
+    verdicts (the H200 run's own printout, in the recording's log)."""
+    model_line, printed = logged_runs()[name]
+    code, out, err = expect_cli(TRAIN / f"h200_train_{name}.json.gz", capsys)
+    mode = "compile" if name.endswith("compile") else "eager"
+    assert (code, err) == (0, "")
+    assert f"07_train_step {mode}, {said(model_line)}, 3 steps (read from the trace)" in out, model_line
+    assert expect_lines(out) == printed and len(printed) == 5
+
+
+@pytest.mark.parametrize("name", ["mlp_forloop", "mlp4_ckpt_memory"])
+def test_expect_without_the_file_name(name, tmp_path, capsys):
+    """Renamed, the trace alone tells the run: the optimizer from its ops, --checkpoint from the nn.Linear
+    forwards rebuilt inside backward."""
+    model_line, printed = logged_runs()[name]
+    renamed = tmp_path / "trace.json.gz"
+    renamed.write_bytes((TRAIN / f"h200_train_{name}.json.gz").read_bytes())
+    code, out, _ = expect_cli(renamed, capsys)
+    assert code == 0 and f"07_train_step eager, {said(model_line)}, 3 steps" in out
+    assert expect_lines(out) == printed
+
+
+def test_expect_on_the_cpu_runs(runs, tmp_path, capsys):
+    """The two tiny CPU runs: --expect gives the verdicts the run printed, from the file name or without it."""
+    for key, (_, printed, _, trace) in runs.items():
+        renamed = tmp_path / f"{key}.json"
+        renamed.write_bytes(trace.read_bytes())
+        for path in (trace, renamed):
+            code, out, _ = expect_cli(path, capsys)
+            ckpt = ", checkpointed" if key == "checkpoint" else ""
+            assert code == 0 and f"adamw foreach, MLP eager{ckpt}, 6 parameter tensors, 3 steps" in out, out[-500:]
+            assert expect_lines(out) == expect_lines(printed.split("Expectations (guess first", 1)[1])
+
+
+@pytest.mark.parametrize("name, params, verdicts_", [
+    # no shapes: the FLOPs guess cannot be looked at; no annotations, no memory events
+    ("h200_foreign_llama2_train_forloop", 21, ["n/a", "ok", "n/a", "ok", "n/a"]),
+    # its input wants no gradient: 4 backward GEMMs for 3 forward ones, 1.33x, below the guess: a finding
+    ("h200_foreign_mlp_train_adamw", 3, ["n/a", "ok", "BROKEN", "ok", "n/a"])])
+def test_expect_on_foreign_training_traces(name, params, verdicts_, capsys):
+    """Another harness's traces: what cannot apply there (the suite's annotations, memory events, shapes) says
+    n/a; the optimizer and the phases are checked as on the suite's own."""
+    code, out, err = expect_cli(FOREIGN / f"{name}.json.gz", capsys)
+    impl = "for-loop" if "forloop" in name else "foreach"
+    assert f"07_train_step eager, adamw {impl}, MLP eager, {params} parameter tensors" in out
+    assert [ln.split()[0] for ln in expect_lines(out)] == verdicts_
+    assert code == (1 if "BROKEN" in verdicts_ else 0) and err == ""
+    if "BROKEN" in verdicts_:
+        assert "1.33x, 1.33x, 1.33x" in out
+
+
+def accumulate(tid, ts, dims=None, dtype="c10::BFloat16"):
+    """A leaf's AccumulateGrad in backward, its inner op carrying the gradient's shape when `dims` is given."""
+    inner = {} if dims is None else {"Input Dims": [dims], "Input type": [dtype]}
+    return [{"ph": "X", "cat": "cpu_op", "name": training.ACCUMULATE_GRAD, "pid": 1, "tid": tid, "ts": ts, "dur": 10,
+             "args": {}},
+            {"ph": "X", "cat": "cpu_op", "name": training.ACCUMULATE_OP, "pid": 1, "tid": tid, "ts": ts + 1, "dur": 8,
+             "args": inner}]
+
+
+def test_parameters_by_hand(tmp_path):
+    """The leaves given a gradient, less those the optimizer never touches: a [16, 32] bf16 weight the foreach
+    ops update and an [8, 16] input they do not -> 1 parameter of 16 * 32 * 2 bytes; the input's shape among the
+    optimizer's -> 2; without recorded shapes every leaf counts, bytes unknown."""
+    def params(leaves, opt_dims):
+        data = hand_trace()
+        data["traceEvents"] = [e for e in data["traceEvents"] if e.get("name") != training.ACCUMULATE_GRAD]
+        for e in data["traceEvents"]:
+            if e.get("name") == "aten::_foreach_mul_":
+                e["args"]["Input Dims"] = [opt_dims, []]
+        for i, dims in enumerate(leaves):
+            data["traceEvents"] += accumulate(2, 400 + 20 * i, dims)
+        path = tmp_path / "p.json"
+        path.write_text(json.dumps(data))
+        return training.parameters(it.load_trace(path))
+
+    assert params([[16, 32], [8, 16]], [[16, 32]]) == (1, 16 * 32 * 2)
+    assert params([[16, 32], [8, 16]], [[16, 32], [8, 16]]) == (2, 16 * 32 * 2 + 8 * 16 * 2)
+    assert params([[16, 32], None], [[16, 32]]) == (2, None)
+    assert params([], [[16, 32]]) is None
+
+
+def test_expect_on_a_synthetic_trace_and_what_it_cannot_tell(tmp_path, capsys):
+    """The hand-built step without annotations (another harness's): foreach AdamW, 1 leaf, no shapes on it; then
+    with an optimizer 07_train_step does not know: one line, exit 2."""
+    data = hand_trace(annotated=False)
+    path = tmp_path / "step.json"
+    path.write_text(json.dumps(data))
+    code, out, _ = expect_cli(path, capsys)
+    assert code == 0 and "07_train_step eager, adamw foreach, MLP eager, 1 parameter tensors, 1 steps" in out
+    assert [ln.split()[0] for ln in expect_lines(out)] == ["n/a", "ok", "ok", "ok", "n/a"]
+    for e in data["traceEvents"]:
+        if e.get("name", "").startswith("Optimizer."):
+            e["name"] = e["name"].replace("AdamW", "Adagrad")
+    path.write_text(json.dumps(data))
+    code, out, err = expect_cli(path, capsys)
+    assert code == 2 and err == ("inspect_trace.py: error: 07_train_step's expectations need --optimizer, which "
+                                 "this trace does not say\n")

@@ -40,9 +40,14 @@ def _need_steps(trace: Trace) -> str | None:
             if trace.whole else "no active steps in the trace")
 
 
+# record_function spans torch writes by itself, in any harness: torch.optim's step and zero_grad
+TORCH_SPAN_RE = re.compile(r"^Optimizer\.(step|zero_grad)#")
+
+
 def has_annotations(t: Trace) -> bool:
-    """Any record_function span besides ProfilerStep#k? Traces from other harnesses often have none."""
-    return any(e.cat == "user_annotation" and not STEP_RE.match(e.name) for st in t.steps for e in st.spans)
+    """Any record_function span besides ProfilerStep#k and torch's own? Traces from other harnesses often have none."""
+    return any(e.cat == "user_annotation" and not STEP_RE.match(e.name) and not TORCH_SPAN_RE.match(e.name)
+               for st in t.steps for e in st.spans)
 
 
 def steps(n: int, annotation: str) -> Expect:
@@ -313,6 +318,7 @@ SCRIPTS = {
     "03_kernels_mlp": ("batch", "seq", "dim", "hidden"),
     "04_fused_mlp": ("batch", "seq", "dim", "hidden"),
     "06_model": (),  # its flags come from the annotations and the file name: modules.model_flags
+    "07_train_step": (),  # its flags come from the optimizer's ops, the kernels and the file name: training.train_flags
 }
 
 
@@ -365,6 +371,10 @@ def args_from_trace(script: str, trace: Trace) -> _ArgsFromTrace:
         from .modules import model_flags  # modules.py builds on this file
 
         model_flags(a, trace, words)
+    elif script == "07_train_step":
+        from .training import train_flags  # training.py builds on this file
+
+        train_flags(a, trace, words)
     elif len(dims) == len(names):
         for name, d in zip(names, dims):
             setattr(a, name, int(d))
@@ -386,6 +396,12 @@ def expectations_for(script: str, trace: Trace) -> tuple[list[Expect], str]:
         exps = module.expectations(args, layers, args.geglu)
         mlp = f", MLP {args.mlp}" if not args.compile else ""
         return list(exps), (f"{script} {phase}, {'CUDA graphs' if args.cuda_graphs else mode}, {layers} layers{mlp}, "
+                            f"{args.active} steps (read from the trace)")
+    if script == "07_train_step":  # its expectations also take the parameters' count and bytes
+        optimizer, impl, params = args.optimizer, args.optim_impl, args.params  # the first one unknown is named
+        exps = module.expectations(args, params, args.param_bytes)
+        return list(exps), (f"{script} {mode}, {optimizer} {impl}, MLP {args.mlp}"
+                            f"{', checkpointed' if args.checkpoint else ''}, {params} parameter tensors, "
                             f"{args.active} steps (read from the trace)")
     if callable(getattr(module, "expectations", None)):
         return list(module.expectations(args)), said

@@ -25,12 +25,13 @@ import statistics
 from collections import defaultdict
 
 from .expect import Expect, NotApplicable, _need_steps
-from .kernels import BOOKKEEPING_OPS, GEMM_OPS, _dims, _shape, gemm_flops, is_gemm, short
+from .kernels import BOOKKEEPING_OPS, DTYPE_BYTES, GEMM_OPS, _dims, _numel, _shape, _types, gemm_flops, is_gemm, short
 from .memory import DEVICE_TYPE, read_allocs
 from .read import BACKWARD_RE, STEP_RE, Event, Step, Trace, _read_json
 
 PHASES = ("forward", "backward", "optimizer")
 ACCUMULATE_GRAD = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
+ACCUMULATE_OP = "torch::autograd::AccumulateGrad"  # inside ACCUMULATE_GRAD; its input is the gradient
 OPTIMIZER_STEP_RE = re.compile(r"^Optimizer\.step#(\w+)\.step$")
 ZERO_GRAD_RE = re.compile(r"^Optimizer\.zero_grad#")
 MULTI_TENSOR_RE = re.compile(r"multi_tensor_apply")
@@ -365,6 +366,92 @@ def memory_peak(trace: Trace) -> list[dict] | None:
     return out
 
 
+# ------------------------------------------------------------------------------------------------ the run, read back
+
+def _optimizer_shapes(st: Step, window: tuple[float, float]) -> set[tuple]:
+    """Every tensor shape the optimizer's ops take (a foreach or fused op's tensor lists unpacked)."""
+    out = set()
+    for e in st.spans:
+        if e.cat != "cpu_op" or not _inside(e.ts, window):
+            continue
+        for d in _dims(e):
+            for s in ([d] if _shape(d) is not None else d if isinstance(d, list) else []):
+                if _shape(s) is not None:
+                    out.add(tuple(s))
+    return out
+
+
+def parameters(trace: Trace) -> tuple[int, int | None] | None:
+    """(parameters, their bytes or None) in the first step: the leaves given a gradient in backward (one
+    AccumulateGrad each; its input, the gradient, has the parameter's shape and dtype), less those whose shape no
+    optimizer op takes (an input that wants a gradient, as 07's MLP input does). Without recorded shapes every
+    such leaf counts and the bytes are unknown. None without a backward and an optimizer."""
+    if not trace.steps:
+        return None
+    st = trace.steps[0]
+    windows, _ = phase_windows(st)
+    leaves = [e for e in st.spans if e.name == ACCUMULATE_GRAD]
+    if not leaves or "optimizer" not in windows:
+        return None
+    grads = []
+    for leaf in leaves:
+        inner = next((c for c in leaf.children if c.name == ACCUMULATE_OP), None)
+        dims, types = (_dims(inner), _types(inner)) if inner is not None else ([], [])
+        shape = _shape(dims[0]) if dims else None
+        grads.append((shape, types[0] if types else None))
+    if any(shape is None or t not in DTYPE_BYTES for shape, t in grads):
+        return len(grads), None
+    touched = _optimizer_shapes(st, windows["optimizer"])
+    kept = [(shape, t) for shape, t in grads if tuple(shape) in touched]
+    return len(kept), sum(_numel(shape) * DTYPE_BYTES[t] for shape, t in kept)
+
+
+def _recomputes_forward(trace: Trace) -> bool:
+    """Activation checkpointing: an nn.Linear (aten::linear, a forward op no backward formula calls) runs in
+    backward, rebuilding what forward dropped."""
+    for st in trace.steps:
+        windows, _ = phase_windows(st)
+        if "backward" in windows and any(e.cat == "cpu_op" and e.name == "aten::linear"
+                                         and _inside(e.ts, windows["backward"]) for e in st.spans):
+            return True
+    return False
+
+
+OPTIMIZER_CLASSES = {"AdamW": "adamw", "SGD": "sgd"}  # torch.optim's class -> 07_train_step.py's --optimizer
+
+
+def train_flags(a, trace: Trace, words: list[str]) -> None:
+    """07_train_step.py's --optimizer, --optim-impl, --mlp and --checkpoint, and the parameters' count and bytes,
+    set on `a` where the trace tells them: its events first, then the name 07 gives its files
+    (mlp-1L_64x128x768x3072_adamw-foreach_mlp-eager[_ckpt][_memory]_bf16_cold_eager). What neither tells stays
+    unset, and the expectations that need it say so."""
+    from .modules import MLP_KERNELS  # the fused and Liger kernels' names, as 06_model's reader knows them
+
+    told = {}
+    for w in words:
+        head, _, rest = w.partition("-")
+        if head in OPTIMIZER_CLASSES.values() and rest:
+            told["optimizer"], told["optim_impl"] = head, rest
+        elif head == "mlp" and rest in ("eager", "liger", "fused"):
+            told["mlp"] = rest
+    data = analyze(trace)
+    opt = data["optimizer"] if data is not None else None
+    if opt is not None and opt["class"] in OPTIMIZER_CLASSES:
+        a.optimizer = OPTIMIZER_CLASSES[opt["class"]]
+    elif "optimizer" in told:
+        a.optimizer = told["optimizer"]
+    if opt is not None and opt["implementation"] != "?":
+        a.optim_impl = opt["implementation"]
+    elif "optim_impl" in told:
+        a.optim_impl = told["optim_impl"]
+    names = {k.name for st in trace.steps for k in st.kernels}
+    seen = [kind for kind, pattern in MLP_KERNELS.items() if any(pattern.search(n) for n in names)]
+    a.mlp = seen[0] if len(seen) == 1 else told.get("mlp", "eager")
+    a.checkpoint = "ckpt" in words or _recomputes_forward(trace)
+    if (found := parameters(trace)) is not None:
+        a.params, a.param_bytes = found
+
+
 # ------------------------------------------------------------------------------------------------ expectations
 
 def _analysis(t: Trace) -> dict | str:
@@ -447,24 +534,32 @@ def optimizer_kind(impl: str, params: int, per_param: int) -> Expect:
     return Expect(f"the optimizer, {text}", run)
 
 
-def peak_after_forward(checkpointed: bool, param_bytes: float) -> Expect:
+def peak_after_forward(checkpointed: bool, param_bytes: float | None) -> Expect:
     """Without checkpointing the peak comes around the end of forward: in forward or backward, with at least half
     of it already held when forward ends (the activations saved for backward). With it, the peak is in backward,
     where each layer's activations are rebuilt. Not applicable where a peak in the optimizer holds fewer
     activations at forward's end than the parameters' bytes: at so few tokens the optimizer's temporaries, each
-    the size of a parameter, can top them."""
+    the size of a parameter, can top them (param_bytes None: not known, so any peak in the optimizer). Not
+    applicable either on a trace recorded without profile_memory=True."""
     def run(t: Trace):
         if (miss := _need_steps(t)):
             return miss
         peaks = memory_peak(t)
+        if peaks is None and not t.has_memory_events:  # another harness's trace, say: nothing to look at
+            return NotApplicable("no [memory] events: recorded without profile_memory=True")
         if peaks is None:
             return f"no [memory] events for the {t.device}: profile with profile_memory=True"
-        small = [p for p in peaks if p["phase"] == "optimizer" and (p["at_forward_end_bytes"] or 0) < param_bytes]
+        small = [p for p in peaks if p["phase"] == "optimizer"
+                 and (param_bytes is None or (p["at_forward_end_bytes"] or 0) < param_bytes)]
         if small:
             p = small[0]
-            return NotApplicable(f"#{p['number']} peaks in the optimizer, with {_fmt(p['at_forward_end_bytes'], 2**20, 2)}"
-                                 f" MiB held at forward's end, less than the {param_bytes / 2**20:.2f} MiB of "
-                                 "parameters: too few tokens for activations to dominate")
+            held = f"{_fmt(p['at_forward_end_bytes'], 2**20, 2)} MiB held at forward's end"
+            if param_bytes is None:
+                return NotApplicable(f"#{p['number']} peaks in the optimizer, with {held}; the parameters' bytes "
+                                     "are unknown (no shapes recorded) to weigh it against")
+            return NotApplicable(f"#{p['number']} peaks in the optimizer, with {held}, less than the "
+                                 f"{param_bytes / 2**20:.2f} MiB of parameters: too few tokens for activations to "
+                                 "dominate")
         if checkpointed:
             bad = [p for p in peaks if p["phase"] != "backward"]
         else:

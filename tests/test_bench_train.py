@@ -1,0 +1,114 @@
+"""bench_train.py on the CPU at tiny shapes: the record says it is a CPU run and its arithmetic holds (FLOPs worked
+out here from the shapes and the tiny preset's numbers); the gradient check at its edge; bad flags. On a CUDA GPU
+(skipped without one): every variant at small shapes, peak memory measured."""
+
+import json
+
+import pytest
+import torch
+
+import bench_train
+
+# 06_model.py's tiny preset, as numbers: hidden 64, intermediate 256, 4 heads, 1 KV head, head_dim 16, vocab 512
+D, H, HEADS, KV, HD, V = 64, 256, 4, 1, 16, 512
+
+
+def cpu_run(tmp_path, capsys, *extra):
+    out = tmp_path / "bt.json"
+    code = bench_train.main(["--device", "cpu", "--shapes", "16x8x24,5x8x12", "--layers", "1", "--batch", "1",
+                             "--seq", "8", "--out", str(out), *extra])
+    printed, err = capsys.readouterr()
+    return code, printed, err, out
+
+
+@pytest.fixture(scope="module")
+def record(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bench_train")
+    out = tmp / "bt.json"
+    code = bench_train.main(["--device", "cpu", "--shapes", "16x8x24,5x8x12", "--layers", "1", "--batch", "1",
+                             "--seq", "8", "--variants", "eager,liger,fused", "--out", str(out)])
+    assert code == 0
+    return json.loads(out.read_text()), out
+
+
+def test_cpu_record_says_cpu_and_its_arithmetic_holds(record):
+    r, out = record
+    assert r["device_type"] == "cpu" and "CPU smoke test" in r["timer"] and r["ceiling_gemm"] == "512x512x512"
+    assert out.with_suffix(".txt").exists() and out.with_suffix(".png").exists()
+    rows = out.with_suffix(".md").read_text().splitlines()
+    for s, row in zip(r["shapes"], rows[2:5], strict=True):  # the markdown table: the same numbers
+        v = s["variants"]["eager"]
+        assert row.startswith(f"| {s['label']} | {s['floor_us']:,.1f} µs | {v['median_us']:,.1f} µs "
+                              f"({v['of_floor']:.2f}) | — | — | — | — |")
+    mlp1, mlp2, model = r["shapes"]
+    # forward: three GEMMs of tokens x dim x hidden, 2 FLOP per multiply-add
+    assert [s["forward_flops"] for s in (mlp1, mlp2)] == [6 * 16 * 8 * 24, 6 * 5 * 8 * 12]
+    per_token = D * (HEADS + 2 * KV) * HD + HEADS * HD * D + 3 * D * H  # q, k, v; o; gate, up, down
+    tokens = 1 * 8
+    attention = 2 * 1 * HEADS * 8 * 8 * HD  # QK^T and PV, causal: half of 4 * b * H * s^2 * d
+    assert model["forward_flops"] == 2 * per_token * tokens + 2 * V * D * tokens + attention
+    for s in r["shapes"]:
+        assert s["flops"] == 3 * s["forward_flops"]
+        assert s["floor_us"] == pytest.approx(s["flops"] / r["ceiling_tflops"] / 1e6)
+        assert list(s["variants"]) == ["eager"]
+        v = s["variants"]["eager"]
+        assert v["median_us"] > 0 and v["of_floor"] == pytest.approx(s["floor_us"] / v["median_us"])
+        assert v["peak_mib"] is None  # CUDA only
+        assert 0 <= v["grad_rel_err"] <= r["grad_tolerance"] == 1e-4  # fp32 on the CPU: the same math as fp32's
+        assert s["skipped"] == {"liger": bench_train.NEEDS_CUDA, "fused": bench_train.NEEDS_CUDA}
+
+
+def test_gradient_check_at_its_edge():
+    """An error equal to the tolerance passes, one above stops the run; a call that raises is skipped."""
+    calls = {"at": lambda: None, "raises": lambda: None}
+    checks = {"at": (lambda: None, lambda: 1e-4), "raises": (lambda: None, lambda: 1 / 0)}
+    skipped = {}
+    out = bench_train.timed(dict(calls), checks, skipped, 1.0, 1e-4, False, "test")
+    assert list(out) == ["at"] and out["at"]["grad_rel_err"] == 1e-4
+    assert skipped == {"raises": "failed: ZeroDivisionError: division by zero"}
+    with pytest.raises(AssertionError, match="relative error 1.01e-04 > 1e-04"):
+        bench_train.timed({"above": lambda: None}, {"above": (lambda: None, lambda: 1.01e-4)}, {}, 1.0, 1e-4, False,
+                          "test")
+    with pytest.raises(AssertionError, match="nan"):
+        bench_train.timed({"nan": lambda: None}, {"nan": (lambda: None, lambda: float("nan"))}, {}, 1.0, 1e-4, False,
+                          "test")
+
+
+def test_grad_error_names_a_missing_gradient():
+    want = {"a": torch.ones(3), "b": torch.ones(2)}
+    assert bench_train.grad_error({"a": torch.ones(3), "b": torch.ones(2) * 1.5}, want) == pytest.approx(
+        (2 * 0.5**2) ** 0.5 / 5**0.5)  # the two as one vector: ||(0, 0, 0, .5, .5)|| / ||(1, 1, 1, 1, 1)||
+    with pytest.raises(AssertionError, match="no gradient for b"):
+        bench_train.grad_error({"a": torch.ones(3), "b": None}, want)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--variants", "eager,fast"], "--variants: expected a comma-separated list of eager, compile, liger, fused"),
+    (["--shapes", "0x8x8"], "--shapes: expected MxDIMxHIDDEN"),
+    (["--layers", "0"], "must be between 1 and 1000")])
+def test_bad_flags_are_one_line(tmp_path, capsys, flags, message):
+    with pytest.raises(SystemExit) as done:
+        cpu_run(tmp_path, capsys, *flags)
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and err.startswith("bench_train.py: ") and message in err, err
+    assert not (tmp_path / "bt.json").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without a CUDA GPU")
+def test_cuda_without_a_gpu_is_one_line(capsys):
+    assert bench_train.main(["--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs a CUDA GPU" in err
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_every_variant_at_small_shapes(tmp_path):
+    out = tmp_path / "bt.json"
+    assert bench_train.main(["--shapes", "1000x256x520", "--model", "tiny", "--batch", "2", "--seq", "64",
+                             "--out", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["device_type"] == "cuda"
+    for s in r["shapes"]:
+        assert {"eager", "fused"} <= set(s["variants"]), s["skipped"]
+        for v in s["variants"].values():
+            assert v["peak_mib"] > 0 and v["grad_rel_err"] <= r["grad_tolerance"]
