@@ -6,7 +6,6 @@ decorates a kernel, and must not leak into other modules), at tiny odd shapes; t
 this process. GPU (skipped without CUDA): the compiled kernel at the post's shape and the module at odd shapes.
 """
 
-import importlib
 import json
 import os
 import subprocess
@@ -16,7 +15,6 @@ from pathlib import Path
 import pytest
 from conftest import interpreter_cannot_loop
 import torch
-import torch.nn.functional as F
 
 pytest.importorskip("triton", reason="needs Triton (Linux wheels only; tests/test_platforms.py runs without it)")
 import fused_geglu  # noqa: E402 - after the skip: it imports Triton
