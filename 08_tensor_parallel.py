@@ -20,8 +20,9 @@ and prints the merged report: per rank and step the busy time, the collectives, 
 compute, which rank arrived last at each, and their bus bandwidth.
 
 What to look for (guess first, then look; checked on each rank's trace after the run):
-- one all-reduce per forward (ncclDevKernel_AllReduce_* on GPUs; gloo's all-reduce op on the CPU); with
-  --sequence-parallel one all-gather and one reduce-scatter instead, each moving a 1/N shard.
+- one all-reduce per forward (ncclDevKernel_AllReduce_* on GPUs; gloo:all_reduce on the CPU); with
+  --sequence-parallel one all-gather and one reduce-scatter instead (gloo has no reduce-scatter: c10d runs an
+  all-reduce of the whole output there, and each rank keeps its shard).
 - each rank runs three GEMMs on its shard, a third of the post's FLOPs over N each (GPU only).
 - the all-reduce is exposed: the down GEMM's output must be summed before anything can use it, and nothing else
   runs meanwhile, so nearly all of its time adds to the step (GPU only, 2+ ranks).
@@ -139,11 +140,12 @@ def build(args, run, mesh, rank, world):
     return model
 
 
-def expectations(args, world, sp):
+def expectations(args, world, cuda):
     """Guess first, then look: checked on each rank's trace after the run."""
     out = [it.steps(args.active, "tp_mlp_fwd")]
-    if sp:
-        out += [ranks.collectives_per_step("all_gather", 1, world), ranks.collectives_per_step("reduce_scatter", 1, world)]
+    if args.sequence_parallel:  # gloo has no reduce-scatter: c10d all-reduces the whole output, each rank keeps its shard
+        out += [ranks.collectives_per_step("all_gather", 1, world),
+                ranks.collectives_per_step("reduce_scatter" if cuda else "all_reduce", 1, world)]
     else:
         out.append(ranks.collectives_per_step("all_reduce", 1, world))
     if args.mlp == "eager":  # the fused kernel's gate/up GEMM is a Triton kernel of its own
@@ -189,7 +191,7 @@ def main():
         prof = common.profile(run, step, "tp_mlp_fwd")
         trace, table = common.export(run, prof, f"{b}x{s}x{d}x{h}", flags)
         dist.barrier()  # every rank's trace is on disk before rank 0 reads them all
-        rank_report(run, trace, table, expectations(args, world, args.sequence_parallel), world)
+        rank_report(run, trace, table, expectations(args, world, cuda), world)
     finally:
         dist.destroy_process_group()
 
@@ -204,10 +206,10 @@ def rank_report(run, trace, table, exps, world):
             print(f"rank {run.rank}: broken: {'; '.join(broken)}")
         return
     common.show(run, trace, table)
-    print(f"\nrank 0's expectations:")
+    print("\nrank 0's expectations:")
     it.print_expectations(results)
     files = [ranks.rank_file(trace, r) for r in range(world)]
-    print(f"\nall {world} rank(s), merged (uv run inspect_trace.py {' '.join(common.typed(f) for f in files)}):\n")
+    print(f"\nall {world} rank(s), merged ({common.uv_run('inspect_trace.py', *files)}):\n")
     print(ranks.text(ranks.analyze(ranks.load_run(files))))
 
 

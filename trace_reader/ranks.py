@@ -160,7 +160,21 @@ def load_run(paths: list[str | Path]) -> list[Trace]:
     if not files:
         raise TraceError("no trace files given")
     cap = min(MAX_JSON_BYTES, MAX_RUN_BYTES // len(files))
-    traces = [load_trace(f, max_bytes=cap) for f in files]
+    return join([load_trace(f, max_bytes=cap) for f in files])
+
+
+def two_ranks(traces: list[Trace]) -> bool:
+    """Two traces that say they are different ranks of a run of the same size: read together, not compared."""
+    infos = [t.meta.get("distributedInfo") for t in traces]
+    if not all(isinstance(i, dict) for i in infos):
+        return False
+    ranks_, worlds = [i.get("rank") for i in infos], [i.get("world_size") for i in infos]
+    return len(set(map(repr, ranks_))) == len(traces) and len(set(map(repr, worlds))) == 1
+
+
+def join(traces: list[Trace]) -> list[Trace]:
+    """The traces of one run in rank order; one line (TraceError) for what is not one run: ranks of runs of
+    different sizes, backends or devices, a rank twice, a rank missing, different steps."""
     by_rank: dict[int, Trace] = {}
     first = _info(traces[0])
     for t in traces:
