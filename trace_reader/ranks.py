@@ -205,7 +205,7 @@ def _offset(t: Trace) -> float:
     return base / 1e3 if type(base) is int and 0 <= base < 1 << 63 else 0.0
 
 
-def _bandwidth(kind: str, size: int | None, us: float, world: int) -> tuple[float | None, float | None]:
+def bandwidth(kind: str, size: int | None, us: float, world: int) -> tuple[float | None, float | None]:
     """(algbw, busbw) in GB/s: size / time, and that times the bus factor."""
     if size is None or us <= 0:
         return None, None
@@ -249,7 +249,7 @@ def _collectives(traces: list[Trace], colls_by_rank: list[list[list[Collective]]
             last = max(range(world), key=lambda r: starts[r])
             us = same[last].end - same[last].start
             size = same[last].bytes
-            algbw, busbw = _bandwidth(same[0].kind, size, us, world)
+            algbw, busbw = bandwidth(same[0].kind, size, us, world)
             out.append({"step": st.number, "index": i, "kind": same[0].kind, "name": same[0].name, "bytes": size,
                         "arrival_us": [x - min(starts) for x in starts], "skew_us": max(starts) - min(starts),
                         "straggler": last, "time_us": us, "algbw_gbs": algbw, "busbw_gbs": busbw})
