@@ -101,16 +101,18 @@ class FusedShard(torch.nn.Module):
 
     def __init__(self, sharded, mesh, sequence_parallel):
         super().__init__()
-        self.sharded, self.mesh, self.sp = sharded, mesh, sequence_parallel
+        import fused_geglu  # Triton: only for --mlp fused, on a GPU
+
+        self.fused, self.mesh, self.sp = fused_geglu, mesh, sequence_parallel
+        # This rank's shards, taken once: the kernel's packed gate/up copy is kept per weight tensor object.
+        self.w_gate, self.w_up, self.w_down = (getattr(sharded, n).weight.to_local()
+                                               for n in ("gate_proj", "up_proj", "down_proj"))
 
     def forward(self, x):
-        import fused_geglu
-
         if self.sp:  # gather the tokens of every rank, as PrepareModuleInput does
             x = DTensor.from_local(x, self.mesh, [Shard(1)]).redistribute(self.mesh, [Replicate()]).to_local()
-        w = {n: getattr(self.sharded, n).weight.to_local() for n in ("gate_proj", "up_proj", "down_proj")}
-        m = fused_geglu.geglu(x.reshape(-1, x.shape[-1]), w["gate_proj"], w["up_proj"])
-        partial = F.linear(m, w["down_proj"]).reshape(*x.shape[:-1], -1)
+        m = self.fused.geglu_packed(x.reshape(-1, x.shape[-1]), self.fused.packed_gate_up(self.w_gate, self.w_up))
+        partial = F.linear(m, self.w_down).reshape(*x.shape[:-1], -1)  # this rank's share of the sum
         y = DTensor.from_local(partial, self.mesh, [Partial()])
         return y.redistribute(self.mesh, [Shard(1) if self.sp else Replicate()]).to_local()
 
@@ -167,8 +169,9 @@ def main():
         raise common.Fail("--plot and --open read one trace: run inspect_trace.py on a rank's trace after the run")
     rank, world, cuda = launch(args)
     b, s, d, h = args.batch, args.seq, args.dim, args.hidden
-    tokens = b * s // (world if args.sequence_parallel else 1)
-    run = common.setup(__file__, args, elements=3 * d * h // world + 2 * b * s * d + 4 * tokens * h // world + 3 * d * h)
+    # the whole MLP (built on every rank to check the shards against) and this rank's shard of it; x and y whole,
+    # the four [tokens, hidden / N] activations of this rank's share
+    run = common.setup(__file__, args, elements=3 * d * h + 3 * d * h // world + 2 * b * s * d + 4 * b * s * h // world)
     run.rank = rank
     mesh = start(cuda, world, args.timeout)
     try:

@@ -96,9 +96,33 @@ def test_refused_before_the_process_group_starts(tmp_path, monkeypatch, args, wo
     assert code == 2 and err.count("\n") == 1 and words in err, err
 
 
+def test_more_ranks_than_gpus(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    for k in tp.TORCHRUN_ENV:
+        monkeypatch.delenv(k, raising=False)
+    for k, v in RANK_ENV.items():
+        monkeypatch.setenv(k, v)
+    code, out, err = run_script_main("08_tensor_parallel.py", tp.main, tmp_path, *TINY, device="auto")
+    assert code == 2 and err.count("\n") == 1 and "2 ranks on this machine but 1 GPU(s)" in err, err
+
+
 @cuda
 def test_one_gpu_under_torchrun(tmp_path):
     proc = torchrun(1, "--batch", "8", "--seq", "128", out=tmp_path, device="cuda")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "1 rank(s), nccl" in proc.stdout and "BROKEN" not in proc.stdout, proc.stdout[-3000:]
     assert re.search(r"n/a\s+1 all_reduce per step", proc.stdout)
+
+
+def test_a_ranks_files_end_in_its_rank():
+    import argparse
+
+    import common
+    from trace_reader import ranks
+
+    args = common.parser("x", size=64).parse_args(["--active", "5"])
+    run = common.Run("08_tensor_parallel", argparse.Namespace(**vars(args)), torch.device("cpu"), torch.bfloat16,
+                     rank=3)
+    assert run.stem("64", "_tp4_sp") == "64_bf16_cold_active5_tp4_sp_eager_rank3"
+    assert ranks.rank_file(Path("t/64_bf16_cold_tp4_eager_rank3.json.gz"), 0) == Path("t/64_bf16_cold_tp4_eager_rank0.json.gz")
