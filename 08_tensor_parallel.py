@@ -13,6 +13,8 @@ of its columns), so each rank computes a partial sum of the output and one all-r
 --sequence-parallel: the input and output stay sharded along the sequence (each rank holds seq/N tokens), so the
 all-reduce becomes an all-gather of the input before gate/up and a reduce-scatter of the output after down.
 --mlp fused: fused_geglu's Triton kernel on each rank's shard of gate/up (CUDA only), the same collectives.
+--chunks C, one rung further: the tokens in C slices, each slice's all-reduce started asynchronously, so it runs
+while the next slice's GEMMs do; only the last one is left exposed.
 
 Each rank writes its own trace and table, the rank last in the name
 (traces/08_tensor_parallel/64x128x768x3072_bf16_cold_tp2_eager_rank0.json); rank 0 then reads every rank's trace
@@ -23,9 +25,10 @@ What to look for (guess first, then look; checked on each rank's trace after the
 - one all-reduce per forward (ncclDevKernel_AllReduce_* on GPUs; gloo:all_reduce on the CPU); with
   --sequence-parallel one all-gather and one reduce-scatter instead (gloo has no reduce-scatter: c10d runs an
   all-reduce of the whole output there, and each rank keeps its shard).
-- each rank runs three GEMMs on its shard, a third of the post's FLOPs over N each (GPU only).
+- each rank runs the post's three GEMMs on its shard: 1/N of their FLOPs (GPU only).
 - the all-reduce is exposed: the down GEMM's output must be summed before anything can use it, and nothing else
   runs meanwhile, so nearly all of its time adds to the step (GPU only, 2+ ranks).
+- with --chunks C: C all-reduces per step, and at least a quarter of their time overlaps compute (GPU only).
 - a guess for two runs, not one: N GPUs make the MLP N times faster. At the post's shape the all-reduce of the
   [8192, 768] output costs more than the GEMM time it saves; at 8192 x 4096 -> 14336 it pays. bench_tp.py says.
 """
@@ -104,8 +107,8 @@ class FusedShard(torch.nn.Module):
         import fused_geglu  # Triton: only for --mlp fused, on a GPU
 
         self.fused, self.mesh, self.sp = fused_geglu, mesh, sequence_parallel
-        # This rank's shards, taken once: the kernel's packed gate/up copy is kept per weight tensor object.
-        self.w_gate, self.w_up, self.w_down = (getattr(sharded, n).weight.to_local()
+        # This rank's shards, taken once (inference: no autograd), as the kernel keeps its packed copy per tensor
+        self.w_gate, self.w_up, self.w_down = (getattr(sharded, n).weight.to_local().detach()
                                                for n in ("gate_proj", "up_proj", "down_proj"))
 
     def forward(self, x):
@@ -115,6 +118,27 @@ class FusedShard(torch.nn.Module):
         partial = F.linear(m, self.w_down).reshape(*x.shape[:-1], -1)  # this rank's share of the sum
         y = DTensor.from_local(partial, self.mesh, [Partial()])
         return y.redistribute(self.mesh, [Shard(1) if self.sp else Replicate()]).to_local()
+
+
+class ChunkedShard(torch.nn.Module):
+    """One rung further, overlap: the tokens in `chunks` slices, each slice's partial output all-reduced
+    asynchronously while the next slice's GEMMs run, so only the last all-reduce has nothing to hide behind."""
+
+    def __init__(self, sharded, group, chunks):
+        super().__init__()
+        self.group, self.chunks = group, chunks
+        self.w_gate, self.w_up, self.w_down = (getattr(sharded, n).weight.to_local().detach()
+                                               for n in ("gate_proj", "up_proj", "down_proj"))
+
+    def forward(self, x):
+        outs, pending = [], []
+        for part in x.reshape(-1, x.shape[-1]).chunk(self.chunks):
+            m = F.gelu(F.linear(part, self.w_gate), approximate="tanh") * F.linear(part, self.w_up)
+            outs.append(F.linear(m, self.w_down))  # this rank's share of the slice's sum
+            pending.append(dist.all_reduce(outs[-1], group=self.group, async_op=True))  # runs while the next slice computes
+        for work in pending:
+            work.wait()  # on a GPU: the compute stream waits for NCCL's; the host goes on
+        return torch.cat(outs).reshape(*x.shape[:-1], -1)
 
 
 def shard_of(x, rank, world, sequence_parallel):
@@ -135,6 +159,8 @@ def build(args, run, mesh, rank, world):
     model = tensor_parallel(model, mesh, args.sequence_parallel)
     if args.mlp == "fused":
         model = FusedShard(model, mesh, args.sequence_parallel)
+    elif args.chunks > 1:
+        model = ChunkedShard(model, mesh.get_group(), args.chunks)
     with torch.no_grad():
         got = model(shard_of(probe, rank, world, args.sequence_parallel))
     common.check_close(run, f"rank {rank}'s TP={world} {args.mlp} MLP", got,
@@ -149,10 +175,11 @@ def expectations(args, world, cuda):
         out += [ranks.collectives_per_step("all_gather", 1, world),
                 ranks.collectives_per_step("reduce_scatter" if cuda else "all_reduce", 1, world)]
     else:
-        out.append(ranks.collectives_per_step("all_reduce", 1, world))
+        out.append(ranks.collectives_per_step("all_reduce", args.chunks, world))
     if args.mlp == "eager":  # the fused kernel's gate/up GEMM is a Triton kernel of its own
-        out.append(ranks.gemms_per_step(3))
-    out.append(ranks.communication_exposed(0.5))
+        out.append(ranks.gemms_per_step(3 * args.chunks))
+    # chunked, up to (chunks - 1) / chunks of the all-reduces can hide behind the next slices' GEMMs
+    out.append(ranks.communication_overlapped(0.25) if args.chunks > 1 else ranks.communication_exposed(0.5))
     return out
 
 
@@ -162,11 +189,16 @@ def main():
                    help="shard input and output along the sequence: all-gather + reduce-scatter for the all-reduce")
     p.add_argument("--mlp", choices=["eager", "fused"], default="eager",
                    help="PyTorch ops, or fused_geglu's Triton kernel on each rank's shard (CUDA only)")
+    p.add_argument("--chunks", type=common.int_arg(1, 64), default=1, metavar="C",
+                   help="overlap: the tokens in C slices, each slice's all-reduce running while the next computes")
     p.add_argument("--timeout", type=common.int_arg(5, 3600), default=120, metavar="S",
                    help="seconds a rank waits for the others (start-up and each collective) before failing")
     args = p.parse_args()
     if args.plot or args.open:
         raise common.Fail("--plot and --open read one trace: run inspect_trace.py on a rank's trace after the run")
+    if args.chunks > 1 and (args.sequence_parallel or args.mlp != "eager" or args.compile):
+        raise common.Fail("--chunks overlaps the all-reduce of the eager MLP: without --sequence-parallel, --mlp fused "
+                          "or --compile")
     rank, world, cuda = launch(args)
     b, s, d, h = args.batch, args.seq, args.dim, args.hidden
     # the whole MLP (built on every rank to check the shards against) and this rank's shard of it; x and y whole,
@@ -190,7 +222,8 @@ def main():
             # DTensor returns the output before its collective is done: wait here, inside the step, as its user would
             return y.wait() if isinstance(y, AsyncCollectiveTensor) else y
 
-        flags = f"_tp{world}" + "_sp" * args.sequence_parallel + "_fused" * (args.mlp == "fused")
+        flags = f"_tp{world}" + "_sp" * args.sequence_parallel + "_fused" * (args.mlp == "fused") + \
+            (f"_chunks{args.chunks}" if args.chunks > 1 else "")
         prof = common.profile(run, step, "tp_mlp_fwd")
         trace, table = common.export(run, prof, f"{b}x{s}x{d}x{h}", flags)
         dist.barrier()  # every rank's trace is on disk before rank 0 reads them all

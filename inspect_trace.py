@@ -7,7 +7,7 @@
     uv run inspect_trace.py --open TRACE                # serve it to the Perfetto UI (local only)
     uv run inspect_trace.py --expect 03_simple_mlp TRACE  # check a saved trace against a script's guesses
     uv run inspect_trace.py --json TRACE > report.json  # the whole report as data, for your own scripts
-    uv run inspect_trace.py traces/08_tensor_parallel/RUN_rank0.json RUN_rank1.json  # the ranks of one run, merged
+    uv run inspect_trace.py RUN_rank0.json RUN_rank1.json  # the ranks of one distributed run, merged
     uv run inspect_trace.py --ranks FOLDER              # a folder holding one distributed run's rank traces
 
 One trace: device and versions; per active ProfilerStep, the GPU kernels in launch order with the CPU op

@@ -90,10 +90,27 @@ def test_not_under_torchrun(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("args, words", [(["--hidden", "255"], "--hidden 255 does not split over 2 ranks"),
                                          (["--sequence-parallel", "--seq", "31"], "--seq 31 is not a multiple of 2"),
-                                         (["--mlp", "fused"], "needs a CUDA GPU")])
+                                         (["--mlp", "fused"], "needs a CUDA GPU"),
+                                         (["--chunks", "2", "--sequence-parallel"], "--chunks overlaps the all-reduce")])
 def test_refused_before_the_process_group_starts(tmp_path, monkeypatch, args, words):
     code, out, err = run_here(tmp_path, monkeypatch, RANK_ENV, *args)  # MASTER_PORT 1: a start-up would fail, not hang
     assert code == 2 and err.count("\n") == 1 and words in err, err
+
+
+def test_chunked_on_one_rank_in_this_process(tmp_path, monkeypatch):
+    """--chunks' own forward (slices, an asynchronous all-reduce each) checked against the whole MLP, on one gloo
+    rank in this process: the script's correctness check runs, and the trace has the chunked name."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    env = {**RANK_ENV, "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "MASTER_PORT": port}
+    code, out, err = run_here(tmp_path, monkeypatch, env, "--chunks", "2")
+    assert code == 0, err[-3000:]
+    assert re.search(r"^check: rank 0's TP=1 eager MLP vs the whole MLP on one rank", out, flags=re.M)
+    assert (tmp_path / "08_tensor_parallel/2x32x64x256_fp32_cold_tp1_chunks2_eager_rank0.json").is_file()
+    assert re.search(r"n/a\s+2 all_reduce per step", out) and "BROKEN" not in out
 
 
 def test_more_ranks_than_gpus(tmp_path, monkeypatch):

@@ -337,22 +337,38 @@ def gemms_per_step(n: int) -> Expect:
     return Expect(f"{n} GEMM kernels per step, each on this rank's shard", run, "cuda")
 
 
+def _exposed_shares(t: Trace) -> list[float] | str:
+    """Per step, the share of the NCCL kernels' time with no other kernel running (a str: why none)."""
+    if (miss := _need_steps(t)):
+        return miss
+    info = t.meta.get("distributedInfo")
+    world = info.get("world_size") if isinstance(info, dict) else None
+    if not isinstance(world, int) or world < 2:
+        return NotApplicable("one rank: no communication to hide")
+    shares = []
+    for st in t.steps:
+        compute, comm, _ = step_work(st, True, 0.0, world)
+        total = intervals.length(comm)
+        if total > 0:
+            shares.append(1 - intervals.common(comm, compute) / total)
+    return shares or "no NCCL kernels in the steps"
+
+
 def communication_exposed(min_share: float) -> Expect:
     def run(t: Trace):
-        if (miss := _need_steps(t)):
-            return miss
-        info = t.meta.get("distributedInfo")
-        world = info.get("world_size") if isinstance(info, dict) else None
-        if not isinstance(world, int) or world < 2:
-            return NotApplicable("one rank: no communication to hide")
-        shares = []
-        for st in t.steps:
-            compute, comm, _ = step_work(st, True, 0.0, world)
-            total = intervals.length(comm)
-            if total > 0:
-                shares.append(1 - intervals.common(comm, compute) / total)
-        if not shares:
-            return "no NCCL kernels in the steps"
+        shares = _exposed_shares(t)
+        if isinstance(shares, str):
+            return shares
         share = statistics.median(shares)
         return True if share >= min_share else f"median step: {share:.0%} of the communication exposed"
     return Expect(f"at least {min_share:.0%} of the communication exposed (nothing to overlap it with)", run, "cuda")
+
+
+def communication_overlapped(min_share: float) -> Expect:
+    def run(t: Trace):
+        shares = _exposed_shares(t)
+        if isinstance(shares, str):
+            return shares
+        share = 1 - statistics.median(shares)
+        return True if share >= min_share else f"median step: {share:.0%} of the communication overlapped compute"
+    return Expect(f"at least {min_share:.0%} of the communication overlaps compute", run, "cuda")
