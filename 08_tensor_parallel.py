@@ -47,7 +47,6 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
                                                parallelize_module)
-from torch.profiler import record_function
 
 import inspect_trace as it
 from trace_reader import ranks

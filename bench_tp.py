@@ -4,8 +4,9 @@
     uv run bench_tp.py --device cpu         # gloo, 2 processes, a tiny shape: the same code path, nothing to quote
 
 At the post's sweep (MxDIMxHIDDEN, M = tokens: bench.py's "post"), eager and fused (fused_geglu, CUDA only), with
-and without sequence parallel, each TP variant built as 08_tensor_parallel.py builds it (DTensor's
-parallelize_module over one mesh of N ranks) and checked against the whole MLP first (correct before fast).
+and without sequence parallel, and the eager MLP with its all-reduce in 4 overlapped slices (--chunks 4); each
+TP variant built as 08_tensor_parallel.py builds it (DTensor's parallelize_module over one mesh of N ranks) and
+checked against the whole MLP first (correct before fast).
 In the same run, for each N: the bare all-reduce of the MLP's [M, DIM] output, its time, its share of the TP
 forward, and its bus bandwidth as nccl-tests counts it (busbw = size / time x 2(N-1)/N).
 
@@ -18,7 +19,6 @@ A CPU run (gloo, 2 processes of one thread each against one thread, fp32, a tiny
 Prints a table, writes the JSON record to --out, the table (.txt) and the chart (.png) beside it.
 """
 
-import argparse
 import importlib
 import json
 import os
@@ -97,19 +97,28 @@ def timed_us(fn, device, world):
     return us
 
 
+CHUNKS = 4  # 08_tensor_parallel.py --chunks: the overlapped variant's slices
+
+
 def variants(device, world):
-    """(name, mlp, sequence parallel) for a world size: the MLP's implementations, and sequence parallel with TP."""
+    """(mlp, sequence parallel, chunks) for a world size: the MLP's implementations; with TP also sequence parallel,
+    and the eager MLP with its all-reduce cut into CHUNKS overlapped slices."""
     mlps = ["eager", "fused"] if device == "cuda" else ["eager"]
-    return [(m, sp) for m in mlps for sp in ((False, True) if world > 1 else (False,))]
+    if world == 1:
+        return [(m, False, 1) for m in mlps]
+    return [(m, sp, 1) for m in mlps for sp in (False, True)] + [("eager", False, CHUNKS)]
 
 
-def label(world, mlp, sp, device="cuda"):
-    return f"1 {'GPU' if device == 'cuda' else 'CPU'} {mlp}" if world == 1 else f"TP{world} {mlp}{' sp' if sp else ''}"
+def label(world, mlp, sp, chunks, device="cuda"):
+    if world == 1:
+        return f"1 {'GPU' if device == 'cuda' else 'CPU'} {mlp}"
+    return f"TP{world} {mlp}{' sp' if sp else ''}{f' chunks{chunks}' if chunks > 1 else ''}"
 
 
-def build(M, dim, hidden, dtype, device, mesh, mlp, sp, world, rank):
-    """The MLP as 08_tensor_parallel.py runs it (one rank: the whole MLP), checked against the whole MLP; returns
-    (forward, input)."""
+def build(M, dim, hidden, dtype, device, mesh, variant, world, rank):
+    """The MLP as 08_tensor_parallel.py runs it (one rank: the whole MLP), checked against the whole MLP first;
+    returns the forward to time."""
+    mlp, sp, chunks = variant
     torch.manual_seed(0)
     whole = SimpleGeGLUMLP(dim, hidden).to(device, dtype).eval()
     x = torch.randn(1, M, dim, device=device, dtype=dtype)
@@ -126,6 +135,8 @@ def build(M, dim, hidden, dtype, device, mesh, mlp, sp, world, rank):
         model = tp.tensor_parallel(whole, mesh, sp)
         if mlp == "fused":
             model = tp.FusedShard(model, mesh, sp)
+        elif chunks > 1:
+            model = tp.ChunkedShard(model, mesh.get_group(), chunks)
         x, expected = tp.shard_of(x, rank, world, sp), tp.shard_of(expected, rank, world, sp)
 
     def forward():
@@ -135,20 +146,20 @@ def build(M, dim, hidden, dtype, device, mesh, mlp, sp, world, rank):
     with torch.inference_mode():
         err = common.rel_error(forward(), expected)
     if not err <= common.TOLERANCE[dtype]:
-        raise AssertionError(f"{label(world, mlp, sp, device)} at {M}x{dim}x{hidden}: relative error {err:.2e}")
+        raise AssertionError(f"{label(world, *variant, device)} at {M}x{dim}x{hidden}: relative error {err:.2e}")
     return forward
 
 
 def measure(shapes, dtype, device, world, rank=0, mesh=None):
-    """{shape: {label: µs, "allreduce": {...}}} for one world size, the same on every rank."""
+    """{shape: {label: µs, "allreduce": µs}} for one world size, the same on every rank."""
     out = {}
     for M, dim, hidden in shapes:
         row = {}
-        for mlp, sp in variants(device, world):
-            if sp and M % world:
+        for variant in variants(device, world):
+            if variant[1] and M % world:
                 continue  # sequence parallel shards the tokens
-            row[label(world, mlp, sp, device)] = timed_us(build(M, dim, hidden, dtype, device, mesh, mlp, sp, world, rank),
-                                                  device, world)
+            forward = build(M, dim, hidden, dtype, device, mesh, variant, world, rank)
+            row[label(world, *variant, device)] = timed_us(forward, device, world)
         if world > 1:  # the collective alone: the all-reduce of the MLP's output, timed the same way
             y = torch.randn(M, dim, device=device, dtype=dtype)
             row["allreduce"] = timed_us(lambda: dist.all_reduce(y), device, world)

@@ -34,7 +34,7 @@ def test_cpu_run_writes_a_record_marked_as_cpu(tmp_path, capsys):
     record = json.loads(out.read_text())
     assert record["cpu_run"] is True and record["device_type"] == "cpu" and record["world_sizes"] == [1, 2]
     (s,) = record["shapes"]
-    assert set(s["variants"]) == {"1 CPU eager", "TP2 eager", "TP2 eager sp"}
+    assert set(s["variants"]) == {"1 CPU eager", "TP2 eager", "TP2 eager sp", "TP2 eager chunks4"}
     t = s["tp"]["2"]
     assert t["allreduce_bytes"] == 16 * 32 * 4  # fp32 on a CPU
     assert t["busbw_gbs"] == pytest.approx(t["allreduce_bytes"] / t["allreduce_us"] / 1e3)  # factor 1 at N = 2
