@@ -221,3 +221,20 @@ def test_a_broken_rank_file(tmp_path, capsys):
     paths[1].write_text('{"traceEvents": [')
     code, _, err = run_cli([*paths], capsys)
     assert code == 2 and "not valid JSON" in err and len(err.strip().splitlines()) == 1
+
+
+def test_gemms_per_step_leaves_out_a_split_k_reduce():
+    """08's "3 GEMMs per rank" on a GPU trace: a split-K GEMM's reduce kernel, launched by the same op, is its second
+    half; two GEMMs and a pointwise kernel are two."""
+    def launched(name, ts, corr, ext):
+        return [gpu(name, ts, 10, correlation=corr, **{"External id": ext}),
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts - 5, "dur": 2, "pid": 1,
+                 "tid": 1, "args": {"correlation": corr, "External id": ext}}]
+    mm = lambda ts, ext: {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": ts, "dur": 50, "pid": 1,  # noqa: E731
+                          "tid": 1, "args": {"External id": ext}}
+    events = [step_span(2, 0, 1000), mm(100, 1), *launched("nvjet_tst_splitK_gemm", 110, 11, 1),
+              *launched("cublasLt::splitKreduce_kernel", 130, 12, 1), mm(300, 2), *launched("nvjet_tst_gemm", 310, 13, 2),
+              *launched("vectorized_elementwise_kernel", 500, 14, 3)]
+    t = it.parse_trace({"traceEvents": events})
+    assert ranks.gemms_per_step(2).check(t) is True
+    assert ranks.gemms_per_step(3).check(t) == "GEMM kernels per step: [2]"

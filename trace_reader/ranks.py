@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import intervals
-from .expect import Expect, NotApplicable, _need_steps
+from .expect import Expect, NotApplicable, _need_steps, splitk_reduces
 from .kernels import cpu_kernels, is_gemm
 from .read import MAX_JSON_BYTES, Event, Step, Trace, TraceError, load_trace
 
@@ -332,7 +332,8 @@ def gemms_per_step(n: int) -> Expect:
     def run(t: Trace):
         if (miss := _need_steps(t)):
             return miss
-        counts = [sum(1 for k in st.kernels if is_gemm(k)) for st in t.steps]
+        # a split-K GEMM's reduce kernel is the GEMM's second half, launched by the same op: not counted
+        counts = [sum(1 for k in st.kernels if is_gemm(k)) - len(splitk_reduces(st)) for st in t.steps]
         return True if all(c == n for c in counts) else f"GEMM kernels per step: {counts}"
     return Expect(f"{n} GEMM kernels per step, each on this rank's shard", run, "cuda")
 
