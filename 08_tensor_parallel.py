@@ -245,7 +245,10 @@ def rank_report(run, trace, table, exps, world):
     it.print_expectations(results)
     files = [ranks.rank_file(trace, r) for r in range(world)]
     print(f"\nall {world} rank(s), merged ({common.uv_run('inspect_trace.py', *files)}):\n")
-    print(ranks.text(ranks.analyze(ranks.load_run(files))))
+    try:
+        print(ranks.text(ranks.analyze(ranks.load_run(files))))
+    except it.TraceError as e:  # the ranks' traces are written: say why they do not merge, as the reader would
+        print(f"not merged: {e}")
 
 
 if __name__ == "__main__":
