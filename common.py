@@ -147,6 +147,7 @@ class Run:
     device: torch.device
     dtype: torch.dtype
     compiled: bool = False  # the script compiles part of its model even without --compile (FlexAttention)
+    rank: int | None = None  # one process of a distributed run: its files end in _rank<N>
 
     @property
     def cuda(self) -> bool:
@@ -161,12 +162,14 @@ class Run:
         name, so no two runs overwrite each other; a default run keeps the post's name (64_bf16_cold_eager).
 
         The schedule and --sync-each-step appear only when not the post's (_wait0, _pwarmup0, _active20, _sync);
-        `flags` are the script's own, already written as tags (01_matmul_add's --batched 4: "_bmm4")."""
+        `flags` are the script's own, already written as tags (01_matmul_add's --batched 4: "_bmm4"). A rank of a
+        distributed run ends its name with _rank<N>, so the ranks of one run share the rest of it."""
         a = self.args
         temp = "warm" if a.warmup else "cold"
         tags = {"wait": "wait", "profiler_warmup": "pwarmup", "active": "active"}
         schedule = "".join(f"_{tag}{getattr(a, key)}" for key, tag in tags.items() if getattr(a, key) != SCHEDULE[key])
-        return f"{shape}_{a.dtype}_{temp}{schedule}{'_sync' if a.sync_each_step else ''}{flags}_{self.mode}"
+        rank = "" if self.rank is None else f"_rank{self.rank}"
+        return f"{shape}_{a.dtype}_{temp}{schedule}{'_sync' if a.sync_each_step else ''}{flags}_{self.mode}{rank}"
 
 
 def setup(script_file: str, args: argparse.Namespace, elements: int = 0, compiled: bool = False) -> Run:

@@ -7,6 +7,8 @@
     uv run inspect_trace.py --open TRACE                # serve it to the Perfetto UI (local only)
     uv run inspect_trace.py --expect 03_simple_mlp TRACE  # check a saved trace against a script's guesses
     uv run inspect_trace.py --json TRACE > report.json  # the whole report as data, for your own scripts
+    uv run inspect_trace.py RUN_rank0.json RUN_rank1.json  # the ranks of one distributed run, merged
+    uv run inspect_trace.py --ranks FOLDER              # a folder holding one distributed run's rank traces
 
 One trace: device and versions; per active ProfilerStep, the GPU kernels in launch order with the CPU op
 that launched each (via the "External id" / "correlation" links), calls per step, duration over the steps,
@@ -28,6 +30,11 @@ them, which kernels replaced which (paired by what they do: the launching op, In
 annotation around the launch, tensor sizes; never by position alone), CPU ops that disappeared or appeared,
 per-step GPU and CPU time side by side.
 
+The traces of one distributed run (every rank's file, or a folder holding them; 08_tensor_parallel.py): merged by
+the rank in each trace's distributedInfo: per rank and step, busy, compute and communication time, how much of
+the communication overlapped compute and how much was exposed; per collective, the skew between ranks, the
+straggler, its size, algorithm and bus bandwidth (trace_reader/ranks.py).
+
 The scripts declare what the post says their trace should show (`Expect`, built with `steps()`,
 `kernel()`, ...); `check()` reads the trace and says confirmed, broken or not applicable.
 
@@ -44,6 +51,7 @@ import os
 import sys
 
 # Re-exported: the scripts, common.py, bench_inspect.py and the tests use them as inspect_trace.<name>.
+from trace_reader import ranks
 from trace_reader.compare import compare, comparison_data, match
 from trace_reader.expect import (SCRIPTS, Expect, NotApplicable, _need_steps, bound, check, cpu_event, cpu_op,
                                  expectations_for, kernel, kernels_per_step, occupancy_before_gemms,
@@ -61,7 +69,10 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     p = _Parser(prog="inspect_trace.py", description=__doc__.split("\n")[0])
-    p.add_argument("traces", nargs="+", metavar="TRACE", help="one trace to report, or two (A B) to compare")
+    p.add_argument("traces", nargs="+", metavar="TRACE", help="one trace to report, or two (A B) to compare; the "
+                   "traces of one distributed run (or a folder holding them) to merge by rank")
+    p.add_argument("--ranks", action="store_true", help="read the files as the ranks of one distributed run (implied "
+                   "by a folder, by more than two traces, and by two traces of different ranks of one run)")
     p.add_argument("--full-names", action="store_true", help="print kernel names untruncated")
     p.add_argument("--all-steps", action="store_true", help="list every step (default: a long trace shows its "
                    "first and last steps and quantiles)")
@@ -77,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plot", metavar="FILE.png", help="also draw the roofline (two traces: both, with arrows)")
     try:
         args = p.parse_args(argv)
-        if len(args.traces) > 2:
-            raise TraceError(f"give one trace or two, got {len(args.traces)}")
+        if args.ranks or len(args.traces) > 2 or any(os.path.isdir(t) for t in args.traces):
+            return _merged(args, ranks.load_run(args.traces))
         if len(args.traces) == 2 and args.expect:
             raise TraceError("--expect takes one trace")
         port = {} if args.port is None else {"port": args.port}
@@ -90,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
             except serve_trace.ServeError as e:
                 raise TraceError(str(e)) from None
         traces = [load_trace(t, kernel_files=args.kernel_files) for t in args.traces]
+        if len(traces) == 2 and ranks.two_ranks(traces):  # rank 0 and rank 1 of one run: merged, not compared
+            return _merged(args, ranks.join(traces))
         if args.plot:
             from trace_reader.plot import check_drawable  # matplotlib loads only when a picture is drawn
 
@@ -133,6 +146,16 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
         return 0
     return 1 if broken else 0
+
+
+def _merged(args, traces) -> int:
+    """The ranks of one distributed run, merged (trace_reader/ranks.py)."""
+    for flag in ("expect", "open", "plot"):
+        if getattr(args, flag):
+            raise TraceError(f"--{flag} reads one trace: give one rank's trace, not the whole run")
+    data = ranks.analyze(traces)
+    print(json.dumps(data, indent=1) if args.json else ranks.text(data))
+    return 0
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ from doc_pages import all_text, links, page, pages, slug
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = {"01_matmul_add.py", "02_linear.py", "03_simple_mlp.py", "03_kernels_mlp.py", "04_fused_mlp.py",
-           "05_attention.py", "06_model.py", "07_train_step.py"}
-BENCHES = {"bench.py", "bench_attention.py", "bench_model.py"}
+           "05_attention.py", "06_model.py", "07_train_step.py", "08_tensor_parallel.py"}
+BENCHES = {"bench.py", "bench_attention.py", "bench_model.py", "bench_tp.py"}
 # 05_attention.py's defaults are Llama-3-8B's attention (4 x 2048 tokens, 32 heads): minutes and gigabytes on a
 # CPU. On the CPU, its commands that give no shape run at this one (the scores still outweigh every other
 # activation, so the memory expectations mean the same); with --device cuda they run as written.
@@ -27,7 +27,9 @@ CPU_SHAPE = {"05_attention.py": ["--batch", "1", "--seq", "512", "--heads", "2",
              "06_model.py": ["--preset", "tiny", "--seq", "32"],  # 4 Gemma-2B layers: 1 GB of weights, slow on a CPU
              # a training step of the post's MLP is three forwards' work: seconds per step at these sizes
              "07_train_step.py": ["--batch", "2", "--seq", "32", "--dim", "64", "--hidden", "256"],
-             "03_simple_mlp.py": ["--batch", "1"]}  # the post's 64 x 128 tokens: see SMALLER
+             "03_simple_mlp.py": ["--batch", "1"],  # the post's 64 x 128 tokens: see SMALLER
+             # two gloo ranks: the post's MLP in fp32 takes seconds a step per rank on 2 cores
+             "08_tensor_parallel.py": ["--batch", "2", "--seq", "32", "--dim", "64", "--hidden", "256", "--dtype", "fp32"]}
 
 
 def command_lines(text):
@@ -116,6 +118,8 @@ def launcher():
 def command(argv):
     """What runs `uv run ARGV` here: `uv run python -m x` is this interpreter's `-m x` without uv."""
     start = launcher()
+    if start == [sys.executable] and argv[0] == "torchrun":  # the console script is torch.distributed.run
+        return start + ["-m", "torch.distributed.run", *argv[1:]]
     return start + (argv[1:] if start == [sys.executable] and argv[0] == "python" else argv)
 
 
@@ -128,7 +132,15 @@ SMALLER = {("--size", "4096"): ("512", "a 4096³ bf16 GEMM takes minutes per cal
            # 07_train_step.py's decoder: the same architecture at 06's tiny preset
            ("--model", "gemma-2b"): ("tiny", "two Gemma-2B-shaped layers train at minutes per step on 2 CPU cores")}
 # The README's traces of those runs, under the names the smaller runs give them.
-SMALLER_TRACES = {"03_simple_mlp/64x128x768x3072_": "03_simple_mlp/1x128x768x3072_"}
+SMALLER_TRACES = {"03_simple_mlp/64x128x768x3072_": "03_simple_mlp/1x128x768x3072_",
+                  "08_tensor_parallel/64x128x768x3072_bf16_": "08_tensor_parallel/2x32x64x256_fp32_"}
+
+
+def script_of(argv):
+    """The suite's file a command runs: the first word, or the script `torchrun [its flags] SCRIPT` starts."""
+    if argv[0] == "torchrun":
+        return next((a for a in argv[1:] if a.endswith(".py")), argv[0])
+    return argv[0]
 
 
 def smaller(argv, table=SMALLER):
@@ -162,9 +174,9 @@ def as_run_here(argv, out):
     argv = [str(local_trace(a, out)) if a.startswith("traces/") else a for a in argv]
     # Pictures the README shows are re-made elsewhere: tests/test_plot.py compares them with the committed ones.
     argv = [str(out / a[len("results/"):]) if a.startswith("results/") and a.endswith(".png") else a for a in argv]
-    if argv[0] in SCRIPTS:
-        if argv[0] in CPU_SHAPE and ran_on_cpu(argv) and not {"--batch", "--seq"} & set(argv):
-            argv += CPU_SHAPE[argv[0]]
+    if script_of(argv) in SCRIPTS:
+        if script_of(argv) in CPU_SHAPE and ran_on_cpu(argv) and not {"--batch", "--seq"} & set(argv):
+            argv += CPU_SHAPE[script_of(argv)]
         argv += ["--out", str(out)] + ([] if "--device" in argv else ["--device", "cpu"])
     elif argv[0] in BENCHES:
         argv += ["--out", str(out / (Path(argv[0]).stem + ".json"))]
@@ -180,7 +192,7 @@ def ran_on_cpu(argv):
 
 def run_env(argv):
     env = {**os.environ, "TRITON_INTERPRET": "0", **ENVS[tuple(argv)]}
-    if argv[0] in BENCHES or (argv[0] in SCRIPTS and "--device" not in argv):
+    if argv[0] in BENCHES or (script_of(argv) in SCRIPTS and "--device" not in argv):
         # What a reader without a GPU sees, which is what the pages quote, on any machine. The real benchmarks are
         # tests/test_bench*.py's job; the GPU runs of the scripts, test_scripts' and the pages' --device cuda lines.
         env["CUDA_VISIBLE_DEVICES"] = ""
@@ -204,7 +216,7 @@ class Runs:
         """The README's traces/<script>/<file>: made by that script's README commands (run as needed)."""
         local = local_trace(path, self.out)
         script = path.split("/")[1] + ".py"
-        for argv in (c for c in COMMANDS if c[0] == script and "--open" not in c):
+        for argv in (c for c in COMMANDS if script_of(c) == script and "--open" not in c):
             if local.exists():
                 break
             self.run(argv)
@@ -224,7 +236,7 @@ ORDERED = [c for c in COMMANDS if c != ["pytest"] and "--open" not in c]
 def test_readme_command_runs(argv, runs):
     if argv[0] == "mutmut":
         pytest.skip("mutation testing takes minutes: run by hand (test_mutmut_config checks its set-up)")
-    if argv[0] not in SCRIPTS and argv[0] != "inspect_trace.py" and argv[0] not in BENCHES and argv[:3] != [
+    if script_of(argv) not in SCRIPTS and argv[0] != "inspect_trace.py" and argv[0] not in BENCHES and argv[:3] != [
             "python", "-m", "trace_reader.plot"]:
         pytest.fail(f"README runs {argv[0]}, which this test does not know how to check")
     env = run_env(argv)
@@ -249,7 +261,7 @@ def test_readme_command_runs(argv, runs):
         assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr, proc.stderr[-3000:]  # the documented answer
     else:
         assert proc.returncode == 0, proc.stderr[-3000:]
-        if argv[0] in SCRIPTS:
+        if script_of(argv) in SCRIPTS:
             assert re.search(r"^wrote \S+\.json", proc.stdout, flags=re.M), proc.stdout[-3000:]
             if on_cpu:  # on the CPU, every claim of the post that applies there holds
                 assert "BROKEN" not in proc.stdout, proc.stdout[-3000:]

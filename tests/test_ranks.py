@@ -1,0 +1,240 @@
+"""The ranks of one distributed run read together (trace_reader/ranks.py, inspect_trace.py given several traces):
+synthetic rank traces built here, every expected number worked out by hand from the events written below."""
+
+import json
+
+import pytest
+
+import inspect_trace as it
+from trace_reader import intervals, ranks
+
+ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
+BASE_NS = 1_790_000_000_000_000_000
+
+
+def step_span(number, ts, dur):
+    return {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{number}", "ts": ts, "dur": dur,
+            "pid": 1, "tid": 1}
+
+
+def gpu(name, ts, dur, **args):
+    return {"ph": "X", "cat": "kernel", "name": name, "ts": ts, "dur": dur, "pid": 0, "tid": 7, "args": args}
+
+
+def gpu_rank(rank, world, kernels, steps=((2, 0, 1000),), base=BASE_NS, backend="nccl"):
+    """A GPU rank's trace: ProfilerStep spans and the given kernels (no launch calls: placed by the GPU's clock)."""
+    events = [step_span(*s) for s in steps] + kernels
+    return {"distributedInfo": {"backend": backend, "rank": rank, "world_size": world}, "baseTimeNanoseconds": base,
+            "traceEvents": events}
+
+
+def nccl(ts, dur, nelems=8192 * 768):
+    return gpu(ALL_REDUCE, ts, dur, **{"In msg nelems": nelems, "Out msg nelems": nelems, "dtype": "BFloat16"})
+
+
+def write(tmp_path, datas, stem="run"):
+    paths = []
+    for d in datas:
+        p = tmp_path / f"{stem}_rank{d['distributedInfo']['rank']}.json"
+        p.write_text(json.dumps(d))
+        paths.append(p)
+    return paths
+
+
+def two_gpu_ranks():
+    # rank 0: GEMM 100-400, all-reduce 300-700 (starts last: the straggler); rank 1: GEMM 100-200, all-reduce 250-650
+    return [gpu_rank(0, 2, [gpu("nvjet_gemm", 100, 300), nccl(300, 400)]),
+            gpu_rank(1, 2, [gpu("nvjet_gemm", 100, 100), nccl(250, 400)])]
+
+
+def merged(tmp_path, datas):
+    return ranks.analyze(ranks.load_run(write(tmp_path, datas)))
+
+
+# ---------------------------------------------------------------------------------------------- intervals
+
+def test_intervals_merge_and_common_at_the_edges():
+    assert intervals.merge([(5, 7), (0, 2), (2, 3)]) == [(0, 3), (5, 7)]  # touching intervals join
+    assert intervals.length([(0, 4), (2, 6), (10, 11)]) == 7
+    assert intervals.common([(0, 300)], [(300, 700)]) == 0  # end meets start: nothing shared
+    assert intervals.common([(0, 301)], [(300, 700)]) == 1
+    assert intervals.common([(0, 10), (20, 30)], [(5, 25)]) == 10
+
+
+# ---------------------------------------------------------------------------------------------- the numbers
+
+def test_overlapped_and_exposed_per_rank_and_step(tmp_path):
+    data = merged(tmp_path, two_gpu_ranks())
+    r0, r1 = (r["steps"][0] for r in data["ranks"])
+    # rank 0: the all-reduce (300-700) shares 300-400 with the GEMM: 100 overlapped, 300 exposed; busy 100-700
+    assert (r0["comm_us"], r0["overlapped_us"], r0["exposed_us"], r0["busy_us"]) == (400, 100, 300, 600)
+    # rank 1: GEMM ends at 200, all-reduce from 250: nothing overlaps; busy 100 + 400
+    assert (r1["comm_us"], r1["overlapped_us"], r1["exposed_us"], r1["busy_us"]) == (400, 0, 400, 500)
+
+
+def test_comm_touching_compute_is_not_overlapped(tmp_path):
+    at = lambda end: gpu_rank(0, 1, [gpu("gemm", 0, end), nccl(300, 100)])  # noqa: E731
+    assert merged(tmp_path, [at(300)])["ranks"][0]["steps"][0]["overlapped_us"] == 0
+    assert merged(tmp_path, [at(301)])["ranks"][0]["steps"][0]["overlapped_us"] == 1
+
+
+def test_skew_straggler_and_bus_bandwidth(tmp_path):
+    (c,) = merged(tmp_path, two_gpu_ranks())["collectives"]
+    assert (c["kind"], c["skew_us"], c["straggler"], c["arrival_us"]) == ("all_reduce", 50, 0, [50, 0])
+    assert c["bytes"] == 8192 * 768 * 2  # bf16
+    # the straggler's 400 µs: 12,582,912 B / 400e-6 s = 31.45728 GB/s; all-reduce busbw x 2(2-1)/2 = x1
+    assert c["time_us"] == 400
+    assert c["algbw_gbs"] == pytest.approx(31.45728)
+    assert c["busbw_gbs"] == pytest.approx(31.45728)
+
+
+def test_busbw_factor_of_four_ranks(tmp_path):
+    datas = [gpu_rank(r, 4, [nccl(100 + 10 * r, 400)]) for r in range(4)]
+    (c,) = merged(tmp_path, datas)["collectives"]
+    assert (c["straggler"], c["skew_us"]) == (3, 30)
+    assert c["busbw_gbs"] == pytest.approx(31.45728 * 1.5)  # 2(4-1)/4
+
+
+def test_ranks_clocks_are_aligned_by_their_base_time(tmp_path):
+    # rank 1's trace counts from a base 1 ms later: its all-reduce at ts 250 is at 1250 on rank 0's clock
+    datas = two_gpu_ranks()
+    datas[1]["baseTimeNanoseconds"] = BASE_NS + 1_000_000
+    (c,) = merged(tmp_path, datas)["collectives"]
+    assert (c["straggler"], c["skew_us"]) == (1, 950)
+
+
+def test_reduce_scatter_and_all_gather_sizes_and_factors(tmp_path):
+    n = 1024  # elements per rank's shard
+    ag = lambda ts: gpu("ncclDevKernel_AllGather_RING_LL", ts, 100,  # noqa: E731
+                        **{"In msg nelems": n, "Out msg nelems": 2 * n, "dtype": "Float"})
+    rs = lambda ts: gpu("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", ts, 200,  # noqa: E731
+                        **{"In msg nelems": 2 * n, "Out msg nelems": n, "dtype": "Float"})
+    datas = [gpu_rank(r, 2, [ag(10), gpu("gemm", 200, 100), rs(400)]) for r in range(2)]
+    a, b = merged(tmp_path, datas)["collectives"]
+    assert (a["kind"], a["bytes"], b["kind"], b["bytes"]) == ("all_gather", 8192, "reduce_scatter", 8192)
+    # 8192 B / 100 µs = 0.08192 GB/s, x (2-1)/2; 8192 B / 200 µs = 0.04096 GB/s, x 1/2
+    assert a["busbw_gbs"] == pytest.approx(0.04096)
+    assert b["busbw_gbs"] == pytest.approx(0.02048)
+
+
+def test_gloo_on_a_cpu(tmp_path):
+    """CPU ranks: gloo's collective span on its own thread is the communication, the aten ops the compute."""
+    def cpu_rank(rank, gloo_ts):
+        return {"distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2}, "traceEvents": [
+            step_span(3, 0, 5000),
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 100, "dur": 900, "pid": 1, "tid": 1},
+            {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "ts": gloo_ts, "dur": 2000, "pid": 1,
+             "tid": 2, "args": {"Input Dims": [[2, 32, 64]], "Input type": ["float"]}}]}
+    data = merged(tmp_path, [cpu_rank(0, 800), cpu_rank(1, 1200)])
+    assert data["device"] == "cpu" and data["backend"] == "gloo"
+    s0 = data["ranks"][0]["steps"][0]
+    # rank 0: mm 100-1000, gloo 800-2800: 200 overlapped, 1800 exposed, busy 100-2800
+    assert (s0["compute_us"], s0["overlapped_us"], s0["exposed_us"], s0["busy_us"]) == (900, 200, 1800, 2700)
+    (c,) = data["collectives"]
+    assert (c["bytes"], c["straggler"], c["skew_us"]) == (2 * 32 * 64 * 4, 1, 400)
+
+
+# ---------------------------------------------------------------------------------------------- the command
+
+def run_cli(argv, capsys):
+    code = it.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_two_rank_files_are_merged_and_json_carries_it(tmp_path, capsys):
+    paths = write(tmp_path, two_gpu_ranks())
+    code, out, _ = run_cli(["--json", *paths], capsys)
+    data = json.loads(out)
+    assert code == 0 and data["world_size"] == 2 and data["collectives"][0]["straggler"] == 0
+    code, out, _ = run_cli(paths, capsys)
+    assert code == 0 and "all_reduce" in out and "rank 0 (1/1)" in out
+
+
+def test_a_folder_of_one_run(tmp_path, capsys):
+    write(tmp_path, two_gpu_ranks())
+    code, out, _ = run_cli(["--json", tmp_path], capsys)
+    assert code == 0 and [r["rank"] for r in json.loads(out)["ranks"]] == [0, 1]
+
+
+def test_two_traces_of_the_same_rank_are_compared_unless_ranks(tmp_path, capsys):
+    a = write(tmp_path, [two_gpu_ranks()[0]], "a")
+    b = write(tmp_path, [two_gpu_ranks()[0]], "b")
+    code, out, _ = run_cli([*a, *b], capsys)
+    assert code == 0 and "rank(s)" not in out  # the two-trace comparison
+    code, _, err = run_cli(["--ranks", *a, *b], capsys)
+    assert code == 2 and "rank 0 twice" in err and len(err.strip().splitlines()) == 1
+
+
+def refused(tmp_path, capsys, datas, words):
+    paths = [tmp_path / f"file{i}.json" for i in range(len(datas))]
+    for p, d in zip(paths, datas):
+        p.write_text(json.dumps(d))
+    code, out, err = run_cli(["--ranks", *paths], capsys)
+    assert code == 2 and words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert out == ""
+
+
+def test_missing_rank(tmp_path, capsys):
+    refused(tmp_path, capsys, [gpu_rank(0, 3, [nccl(0, 10)]), gpu_rank(2, 3, [nccl(0, 10)])], "rank(s) 1 missing")
+
+
+def test_runs_of_different_sizes(tmp_path, capsys):
+    refused(tmp_path, capsys, [gpu_rank(0, 2, [nccl(0, 10)]), gpu_rank(1, 4, [nccl(0, 10)])], "not the same run")
+
+
+def test_no_distributed_info(tmp_path, capsys):
+    plain = gpu_rank(0, 2, [nccl(0, 10)])
+    del plain["distributedInfo"]
+    refused(tmp_path, capsys, [plain, gpu_rank(1, 2, [nccl(0, 10)])], "no usable distributedInfo")
+
+
+def test_a_rank_out_of_range(tmp_path, capsys):
+    refused(tmp_path, capsys, [gpu_rank(0, 2, []), gpu_rank(5, 2, [])], "no usable distributedInfo")
+
+
+def test_different_collectives(tmp_path, capsys):
+    other = gpu_rank(1, 2, [gpu("ncclDevKernel_AllGather_RING_LL", 0, 10)])
+    refused(tmp_path, capsys, [gpu_rank(0, 2, [nccl(0, 10)]), other], "not the same collectives")
+
+
+def test_different_steps(tmp_path, capsys):
+    later = gpu_rank(1, 2, [nccl(0, 10)], steps=((5, 0, 1000),))
+    refused(tmp_path, capsys, [gpu_rank(0, 2, [nccl(0, 10)]), later], "not the same run")
+
+
+def test_folder_of_two_runs(tmp_path, capsys):
+    write(tmp_path, two_gpu_ranks(), "one")
+    write(tmp_path, two_gpu_ranks(), "two")
+    code, _, err = run_cli([tmp_path], capsys)
+    assert code == 2 and "2 runs" in err and len(err.strip().splitlines()) == 1
+
+
+def test_too_many_files(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(ranks, "MAX_RANKS", 2)
+    code, _, err = run_cli([tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"], capsys)
+    assert code == 2 and "more than 2 trace files" in err
+
+
+def test_a_broken_rank_file(tmp_path, capsys):
+    paths = write(tmp_path, two_gpu_ranks())
+    paths[1].write_text('{"traceEvents": [')
+    code, _, err = run_cli([*paths], capsys)
+    assert code == 2 and "not valid JSON" in err and len(err.strip().splitlines()) == 1
+
+
+def test_gemms_per_step_leaves_out_a_split_k_reduce():
+    """08's "3 GEMMs per rank" on a GPU trace: a split-K GEMM's reduce kernel, launched by the same op, is its second
+    half; two GEMMs and a pointwise kernel are two."""
+    def launched(name, ts, corr, ext):
+        return [gpu(name, ts, 10, correlation=corr, **{"External id": ext}),
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": ts - 5, "dur": 2, "pid": 1,
+                 "tid": 1, "args": {"correlation": corr, "External id": ext}}]
+    mm = lambda ts, ext: {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": ts, "dur": 50, "pid": 1,  # noqa: E731
+                          "tid": 1, "args": {"External id": ext}}
+    events = [step_span(2, 0, 1000), mm(100, 1), *launched("nvjet_tst_splitK_gemm", 110, 11, 1),
+              *launched("cublasLt::splitKreduce_kernel", 130, 12, 1), mm(300, 2), *launched("nvjet_tst_gemm", 310, 13, 2),
+              *launched("vectorized_elementwise_kernel", 500, 14, 3)]
+    t = it.parse_trace({"traceEvents": events})
+    assert ranks.gemms_per_step(2).check(t) is True
+    assert ranks.gemms_per_step(3).check(t) == "GEMM kernels per step: [2]"

@@ -1,0 +1,38 @@
+"""Time as sets of intervals: merge overlapping [start, end) pairs, their total length, what two sets share."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+Interval = tuple[float, float]
+
+
+def merge(intervals: Iterable[Interval]) -> list[Interval]:
+    """Sorted, non-overlapping intervals covering the same time (touching ones joined)."""
+    out: list[list[float]] = []
+    for start, end in sorted(intervals):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return [(a, b) for a, b in out]
+
+
+def length(intervals: Iterable[Interval]) -> float:
+    """Time covered at least once: overlapping intervals count once."""
+    return sum(b - a for a, b in merge(intervals))
+
+
+def common(a: Iterable[Interval], b: Iterable[Interval]) -> float:
+    """Time covered by both sets (each merged first)."""
+    xs, ys = merge(a), merge(b)
+    i = j = 0
+    total = 0.0
+    while i < len(xs) and j < len(ys):
+        lo, hi = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
+        total += max(0.0, hi - lo)
+        if xs[i][1] < ys[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
