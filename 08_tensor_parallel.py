@@ -106,14 +106,14 @@ class FusedShard(torch.nn.Module):
         import fused_geglu  # Triton: only for --mlp fused, on a GPU
 
         self.fused, self.mesh, self.sp = fused_geglu, mesh, sequence_parallel
-        # This rank's shards, taken once (inference: no autograd), as the kernel keeps its packed copy per tensor
+        # This rank's shards, taken once (inference: no autograd); the kernel reads them where they are
         self.w_gate, self.w_up, self.w_down = (getattr(sharded, n).weight.to_local().detach()
                                                for n in ("gate_proj", "up_proj", "down_proj"))
 
     def forward(self, x):
         if self.sp:  # gather the tokens of every rank, as PrepareModuleInput does
             x = DTensor.from_local(x, self.mesh, [Shard(1)]).redistribute(self.mesh, [Replicate()]).to_local()
-        m = self.fused.geglu_packed(x.reshape(-1, x.shape[-1]), self.fused.packed_gate_up(self.w_gate, self.w_up))
+        m = self.fused.geglu(x.reshape(-1, x.shape[-1]), self.w_gate, self.w_up)
         partial = F.linear(m, self.w_down).reshape(*x.shape[:-1], -1)  # this rank's share of the sum
         y = DTensor.from_local(partial, self.mesh, [Partial()])
         return y.redistribute(self.mesh, [Shard(1) if self.sp else Replicate()]).to_local()
