@@ -416,13 +416,14 @@ def table_text(record):
     return "\n".join(lines + summary_lines(record["shapes"])) + "\n"
 
 
-def markdown_table(record):
-    """The README's benchmark table, from a record this script wrote (tests/test_readme.py checks they agree)."""
+def markdown_table(record, path="results/bench_h200.json"):
+    """A page's benchmark table, from the record this script wrote at path (tests/test_readme.py checks they
+    agree)."""
     names = ["eager", "compile", "max-autotune", "liger"]
     lines = [f"Measured on {record['date'][:10]} on an {record['device']} (torch {record['torch']}, triton "
              f"{record['triton']}, CUDA {record['cuda']}, liger-kernel {record['liger_kernel']}, {record['dtype']}); "
              f"ceilings {record['ceiling_tflops']:.0f} TFLOP/s (GEMM) and {record['copy_tbps']:.2f} TB/s (copy). "
-             f"µs, median of {ROUNDS} rounds; full record: `results/bench_h200.json` and `.txt`.", "",
+             f"µs, median of {ROUNDS} rounds; full record: `{path}` and `.txt`.", "",
              "| M×dim→hidden | floor (bound) | eager | compile | max-autotune | Liger | fused (of floor) "
              "| fused vs best other | GPU time alone (graph): fused vs best other (fused of floor) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]

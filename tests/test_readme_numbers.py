@@ -338,3 +338,49 @@ def test_mlp_benchmark_prose():
 
     assert quoted(r"cost\s+the host (\d+\.\d)–(\d+\.\d) µs for the fused MLP and (\d+\.\d)–(\d+\.\d) µs for eager",
                   bench_section) == span("fused") + span("eager")
+
+
+# --- the middle token counts (docs/04) and the training benchmark (docs/07), from their H200 records ------------
+
+def _ratio(shape):
+    """fused's speed against the fastest other variant, from the record's medians (by hand, not bench.py's)."""
+    v = shape["variants"]
+    return min(o["median_us"] for k, o in v.items() if k != "fused") / v["fused"]["median_us"]
+
+
+def test_middle_sweep_table_and_prose():
+    import bench
+
+    record = json.loads((ROOT / "results/bench_middle_h200.json").read_text())
+    text = (ROOT / "docs/04_fused_mlp.md").read_text()
+    assert bench.markdown_table(record, "results/bench_middle_h200.json") in text
+    ratios = [_ratio(s) for s in record["shapes"]]
+    behind = [r for r in ratios if r < 1]
+    assert (len(ratios) - len(behind), len(ratios)) == (4, 17)
+    assert f"{min(behind):.2f}–{max(behind):.2f}×" == "0.80–0.98×"
+    assert "fastest in 4 of these 17 rows and 0.80–0.98× of the best in the others" in " ".join(text.split())
+
+
+def test_training_benchmark_table_and_prose():
+    import bench_train
+
+    record = json.loads((ROOT / "results/bench_train_h200.json").read_text())
+    text = " ".join((ROOT / "docs/07_train_step.md").read_text().split())
+    assert bench_train.markdown(record) in (ROOT / "docs/07_train_step.md").read_text()
+    by = {s["label"]: s["variants"] for s in record["shapes"]}
+    us = {label: {k: v["median_us"] for k, v in variants.items()} for label, variants in by.items()}
+    post, gemma, w1, w2 = ("MLP fwd+bwd 8192x768x3072", "gemma-2b 2L train step 4x512",
+                           "MLP fwd+bwd 4096x2048x16384", "MLP fwd+bwd 4096x4096x11008")
+    assert f"{us[post]['eager'] / us[post]['fused']:.2f}" == "0.61" and min(us[post], key=us[post].get) == "eager"
+    for label in (w1, w2):
+        assert min(us[label], key=us[label].get) == "compile"
+        assert f"{us[label]['compile'] / us[label]['fused']:.2f}" == "0.83"
+    assert f"{us[gemma]['compile'] / us[gemma]['fused']:.2f}" == "0.57"
+    assert all(us[label]["fused"] > min(us[label].values()) for label in us)  # "it broke in every row"
+    for label in (post, w1, w2):  # "above compile's and Liger's in every MLP row"
+        peak = {k: v["peak_mib"] for k, v in by[label].items()}
+        assert peak["fused"] > max(peak["compile"], peak["liger"])
+    assert (round(by[post]["fused"]["peak_mib"]), round(by[post]["compile"]["peak_mib"])) == (280, 208)
+    for quote in ("0.61× of eager at the post's shape and 0.83× of `torch.compile` at both model sizes",
+                  "is 0.57× of the compiled model", "every MLP row (280 against 208 MiB at the post's shape)"):
+        assert quote in text
