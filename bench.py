@@ -76,6 +76,15 @@ ROUNDS = 3
 NO_GPU = "bench.py needs a CUDA GPU; torch.cuda.is_available() is False here (run it on the GPU machine)"
 
 
+def cuda_missing(device: str, script: str, cpu_hint: str) -> bool:
+    """True, after one line on stderr, when a benchmark is asked for CUDA on a machine without it."""
+    if device != "cuda" or torch.cuda.is_available():
+        return False
+    print(f"{script} needs a CUDA GPU; torch.cuda.is_available() is False here "
+          f"(run it on the GPU machine, or try --device cpu for {cpu_hint})", file=sys.stderr)
+    return True
+
+
 class Parser(argparse.ArgumentParser):
     """Every benchmark's command line (bench.py, bench_attention.py, bench_model.py): a bad flag is one line,
     `<prog>: <message>`, and exit code 2, not argparse's usage block."""

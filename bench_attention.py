@@ -167,9 +167,7 @@ def markdown(record):
 def main(argv=None):
     args = parse_args(argv)
     device = args.device
-    if device == "cuda" and not torch.cuda.is_available():
-        print("bench_attention.py needs a CUDA GPU; torch.cuda.is_available() is False here "
-              "(run it on the GPU machine, or try --device cpu for tiny shapes)", file=sys.stderr)
+    if bench.cuda_missing(device, "bench_attention.py", "tiny shapes"):
         return 2
     dtype = DTYPES[args.dtype]
     torch.manual_seed(0)

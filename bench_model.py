@@ -265,9 +265,7 @@ def markdown(record):
 def main(argv=None):
     args = parse_args(argv)
     cuda = args.device == "cuda"
-    if cuda and not torch.cuda.is_available():
-        print("bench_model.py needs a CUDA GPU; torch.cuda.is_available() is False here "
-              "(run it on the GPU machine, or try --device cpu for the tiny preset)", file=sys.stderr)
+    if bench.cuda_missing(args.device, "bench_model.py", "the tiny preset"):
         return 2
     try:
         config = model_config(args)

@@ -310,9 +310,7 @@ def markdown(record):
 def main(argv=None):
     args = parse_args(argv)
     cuda = args.device == "cuda"
-    if cuda and not torch.cuda.is_available():
-        print("bench_train.py needs a CUDA GPU; torch.cuda.is_available() is False here "
-              "(run it on the GPU machine, or try --device cpu for tiny shapes)", file=sys.stderr)
+    if bench.cuda_missing(args.device, "bench_train.py", "tiny shapes"):
         return 2
     dtype = DTYPES[args.dtype]
     run = types.SimpleNamespace(cuda=cuda, device=torch.device(args.device), dtype=dtype)  # what 06 and 07 want

@@ -286,17 +286,23 @@ def test_expectations_at_their_edges(tmp_path):
     assert "profile_memory=True" in it.check(t, [training.peak_after_forward(False, 0)])[0][2]
 
 
-def test_memory_peak_phase_by_hand(tmp_path):
-    """Allocations on the CPU at known times: 100 B at 15 (forward), +300 B at 150 (forward), +50 B at 250
-    (backward, the peak: 450 above the lowest), -400 B at 300, +200 B at 800 (optimizer)."""
+def cpu_trace_with_allocations(allocations):
+    """hand_trace() as a CPU trace (no runtime calls, no kernels) with a [memory] event per (ts, bytes), the
+    total starting at 1000 B."""
     data = hand_trace()
     total = 1000
-    for ts, nbytes in [(15, 100), (150, 300), (250, 50), (300, -400), (800, 200)]:
+    for ts, nbytes in allocations:
         total += nbytes
         data["traceEvents"].append({"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1,
                                     "ts": ts, "args": {"Bytes": nbytes, "Total Allocated": total, "Device Type": 0}})
-    # a CPU trace: no runtime calls, no kernels
     data["traceEvents"] = [e for e in data["traceEvents"] if e.get("cat") not in ("cuda_runtime", "kernel")]
+    return data
+
+
+def test_memory_peak_phase_by_hand(tmp_path):
+    """Allocations on the CPU at known times: 100 B at 15 (forward), +300 B at 150 (forward), +50 B at 250
+    (backward, the peak: 450 above the lowest), -400 B at 300, +200 B at 800 (optimizer)."""
+    data = cpu_trace_with_allocations([(15, 100), (150, 300), (250, 50), (300, -400), (800, 200)])
     path = tmp_path / "mem.json"
     path.write_text(json.dumps(data))
     t = it.load_trace(path)
@@ -315,13 +321,7 @@ def test_memory_peak_phase_by_hand(tmp_path):
 def test_memory_peak_in_the_optimizer_by_hand(tmp_path):
     """The step's peak in the optimizer, 100 B held when forward ends: n/a below 101 B of parameters (too few
     tokens for activations to matter) and when the parameters' bytes are unknown; broken from 100 B on."""
-    data = hand_trace()
-    total = 1000
-    for ts, nbytes in [(150, 100), (800, 300)]:
-        total += nbytes
-        data["traceEvents"].append({"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1,
-                                    "ts": ts, "args": {"Bytes": nbytes, "Total Allocated": total, "Device Type": 0}})
-    data["traceEvents"] = [e for e in data["traceEvents"] if e.get("cat") not in ("cuda_runtime", "kernel")]
+    data = cpu_trace_with_allocations([(150, 100), (800, 300)])
     path = tmp_path / "mem.json"
     path.write_text(json.dumps(data))
     t = it.load_trace(path)
