@@ -114,3 +114,134 @@ def test_the_whole_report_of_two_kernels_counted_by_hand():
     from test_reader_report import two_kernels_step
 
     assert it.report(parse(two_kernels_step())) == TWO_KERNELS_REPORT
+
+
+# ---- modules.py: a model's time module by module, on a two-layer step built here ------------------------------
+
+def two_layer_step() -> dict:
+    """One 200 µs step (annotation `decode`) of a two-layer model, one kernel per op, every op launching at once:
+    embed_tokens 2..20 (kernel 5 µs); layer 0 21..100 holding self_attn 22..50 (10 µs) and mlp 51..90 (20 µs), and
+    its residual add (2 µs) outside both parts; layer 1 101..180 holding mlp 102..170 (20 µs); one op outside any
+    module (4 µs). GPU time 5 + 10 + 20 + 2 + 20 + 4 = 61 µs."""
+    from test_reader_report import x
+
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 200), x("decode", "user_annotation", 1, 198),
+          x("model.embed_tokens", "user_annotation", 2, 18), x("model.layers.0", "user_annotation", 21, 79),
+          x("model.layers.0.self_attn", "user_annotation", 22, 28), x("model.layers.0.mlp", "user_annotation", 51, 39),
+          x("model.layers.1", "user_annotation", 101, 79), x("model.layers.1.mlp", "user_annotation", 102, 68)]
+    for i, (op, at, kernel, start, dur) in enumerate([
+            ("aten::embedding", 3, "k_embed", 10, 5), ("aten::mm", 23, "k_attn", 30, 10), ("aten::gelu", 52, "k_mlp", 60, 20),
+            ("aten::add", 95, "k_add", 97, 2), ("aten::gelu", 103, "k_mlp", 110, 20), ("aten::mul", 185, "k_out", 188, 4)]):
+        ev += [x(op, "cpu_op", at, 2, **{"External id": i}),
+               x("cudaLaunchKernel", "cuda_runtime", at + 1, 1, **{"External id": i, "correlation": 100 + i}),
+               x(kernel, "kernel", start, dur, pid=0, tid=7, correlation=100 + i)]
+    return {"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}
+
+
+def test_module_breakdown_of_two_layers_by_hand():
+    from test_inspect_trace import parse
+    from trace_reader import modules
+
+    d = modules.breakdown(parse(two_layer_step()), "decode")
+    total = 61.0
+    assert d["step"] == 2 and d["device"] == "cuda"
+    assert d["top_level"] == ["model.embed_tokens", "model.layers.0", "model.layers.1"]
+    # per type, largest GPU time first: the layers 32 + 20, the mlps 20 + 20, self_attn 10, embed_tokens 5;
+    # CPU time is the spans': layers 79 + 79, mlps 39 + 68
+    assert [(r["type"], r["modules"], r["gpu_us"], r["kernels"], r["cpu_us"], r["holds_others"]) for r in d["types"]] == [
+        ("decoder layer", 2, 52.0, 4, 158.0, True), ("mlp", 2, 40.0, 2, 107.0, False),
+        ("self_attn", 1, 10.0, 1, 28.0, False), ("model.embed_tokens", 1, 5.0, 1, 18.0, False)]
+    assert [r["share"] for r in d["types"]] == [pytest.approx(v / total) for v in (52, 40, 10, 5)]
+    assert [(r["layer"], r["gpu_us"], r["kernels"], r["cpu_us"]) for r in d["layers"]] == [
+        (0, 32.0, 3, 79.0), (1, 20.0, 1, 79.0)]
+    # the step: 61 µs, 6 kernels, `decode` spans 198 µs; the top-level modules hold 57 µs, 5 kernels, 176 µs
+    assert {k: d["total"][k] for k in ("gpu_us", "kernels", "cpu_us", "share")} == {
+        "gpu_us": 61.0, "kernels": 6, "cpu_us": 198.0, "share": 1.0}
+    assert d["outside"] == {"gpu_us": 4.0, "kernels": 1, "cpu_us": 22.0, "share": pytest.approx(4 / total)}
+
+
+def test_module_type_and_layer_index_read_the_path():
+    from trace_reader import modules
+
+    assert [modules.module_type(p) for p in ("model.layers.3.mlp", "model.layers.3", "transformer.h.12", "lm_head",
+                                             "7", "model.layers.3.mlp.up_proj")] == \
+        ["mlp", "decoder layer", "decoder layer", "lm_head", "decoder layer", "model.layers.3.mlp.up_proj"]
+    assert [modules.layer_index(p) for p in ("model.layers.3.mlp", "transformer.h.12", "lm_head", "7")] == \
+        [3, 12, None, 7]
+
+
+def test_module_expectations_on_two_layers():
+    from test_inspect_trace import parse
+    from trace_reader import modules
+
+    t = parse(two_layer_step())
+
+    def answer(e):
+        return e.check(t)
+
+    assert answer(modules.modules_annotated(2, "decode")) is True
+    assert answer(modules.modules_annotated(3, "decode")) == "ProfilerStep#2: decoder layers annotated: [0, 1]"
+    assert answer(modules.largest_module("mlp", "decode")) is True
+    assert answer(modules.largest_module("self_attn", "decode")) == "largest: mlp (66% of GPU time)"  # 40 / 61
+    assert answer(modules.module_launches("mlp", "GeLU", has=("^k_mlp$", "gelu"), lacks=("k_attn",))) is True
+    assert answer(modules.module_launches("mlp", "GeGLU", has=("geglu",))) == (
+        "model.layers.0.mlp: nothing matches ['geglu']; model.layers.1.mlp: nothing matches ['geglu']")
+    assert answer(modules.module_launches("self_attn", "no mm", lacks=("^aten::mm$",))) == (
+        "model.layers.0.self_attn: launches ['^aten::mm$']")
+    assert answer(modules.runtime_calls("cudaLaunchKernel", 6)) is True
+    assert answer(modules.runtime_calls("cudaLaunchKernel", 5)) == "cudaLaunchKernel per step: [6]"
+    assert answer(modules.kernels_between(6, 6, "x")) is True
+    assert answer(modules.kernels_between(7, None, "x")) == "kernels per step: [6]"
+    assert answer(modules.kernels_between(0, 5, "x")) == "kernels per step: [6]"
+
+
+def test_module_tables_of_two_layers_by_hand():
+    """The numbers of test_module_breakdown_of_two_layers_by_hand as printed: share = GPU µs / 61 (52 -> 85%,
+    40 -> 66%, 10 -> 16%, 5 -> 8%, 4 -> 7%; layers 32 -> 52%, 20 -> 33%)."""
+    from test_inspect_trace import parse
+    from trace_reader import modules
+
+    assert modules.breakdown_text(modules.breakdown(parse(two_layer_step()), "decode")) == """\
+Module by module (GPU time and kernels in ProfilerStep#2, the median step; a module holds its submodules):
+module type                      modules  GPU µs  share  kernels  CPU µs
+-------------------------------  -------  ------  -----  -------  ------
+decoder layer (holds its parts)        2    52.0    85%        4   158.0
+mlp                                    2    40.0    66%        2   107.0
+self_attn                              1    10.0    16%        1    28.0
+model.embed_tokens                     1     5.0     8%        1    18.0
+(outside any module)                         4.0     7%        1    22.0
+step total                                  61.0   100%        6   198.0
+
+Per decoder layer:
+layer  GPU µs  share  kernels  CPU µs
+-----  ------  -----  -------  ------
+0        32.0    52%        3    79.0
+1        20.0    33%        1    79.0"""
+    assert modules.breakdown_text(None) == "Module by module: no module annotations in this trace"
+
+
+def test_module_table_of_a_cpu_trace_is_cpu_time():
+    """The same step without its GPU: shares of the 198 µs `decode` span (158 -> 80%, 107 -> 54%, 28 -> 14%,
+    18 -> 9%, outside 22 -> 11%; each layer 79 -> 40%)."""
+    from test_inspect_trace import parse
+    from trace_reader import modules
+
+    data = two_layer_step()
+    data = {"traceEvents": [e for e in data["traceEvents"] if e["cat"] in ("user_annotation", "cpu_op")]}
+    assert modules.breakdown_text(modules.breakdown(parse(data), "decode")) == """\
+Module by module (CPU time (a CPU trace: no GPU lane) in ProfilerStep#2, the median step; a module holds its \
+submodules):
+module type                      modules  CPU µs  share
+-------------------------------  -------  ------  -----
+decoder layer (holds its parts)        2   158.0    80%
+mlp                                    2   107.0    54%
+self_attn                              1    28.0    14%
+model.embed_tokens                     1    18.0     9%
+(outside any module)                        22.0    11%
+step total                                 198.0   100%
+
+Per decoder layer:
+layer  CPU µs  share
+-----  ------  -----
+0        79.0    40%
+1        79.0    40%"""
