@@ -245,3 +245,40 @@ layer  CPU µs  share
 -----  ------  -----
 0        79.0    40%
 1        79.0    40%"""
+
+
+@pytest.mark.parametrize("words, want", [
+    # the trace tells: phase `decode`, layers 0 and 1, transformers' MLP (aten::gelu, no Liger or fused kernel)
+    ([], {"phase": "decode", "layers": 2, "mlp": "eager", "cuda_graphs": False, "geglu": True}),
+    # what the trace tells wins over the file name; what it cannot tell (the fused MLP's name, graphs) comes from it
+    (["gemma-2b-4L", "prefill", "mlp-fused", "cudagraphs"],
+     {"phase": "decode", "layers": 2, "mlp": "fused", "cuda_graphs": True, "geglu": True}),
+])
+def test_model_flags_read_from_the_trace_first(words, want):
+    import argparse
+
+    from test_inspect_trace import parse
+    from trace_reader import modules
+
+    a = argparse.Namespace(compile=False)
+    modules.model_flags(a, parse(two_layer_step()), words)
+    assert {k: v for k, v in vars(a).items() if k != "compile"} == want
+
+
+@pytest.mark.parametrize("words, want", [
+    (["tiny-4L", "decode"], {"phase": "decode", "layers": 4, "cuda_graphs": False, "geglu": True}),
+    (["llama-7b-12L", "mlp-liger"], {"layers": 12, "mlp": "liger", "cuda_graphs": False, "geglu": True}),
+    (["llama-7b-12L"], {"layers": 12, "cuda_graphs": False, "geglu": False}),
+    (["gemma", "mlp-other"], {"cuda_graphs": False, "geglu": False}),
+])
+def test_model_flags_from_the_file_name_where_the_trace_is_silent(words, want):
+    import argparse
+
+    from test_inspect_trace import parse
+    from trace_reader import modules
+
+    bare = {"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 1, "tid": 1,
+                             "ts": 0, "dur": 10, "args": {}}]}
+    a = argparse.Namespace(compile=True)
+    modules.model_flags(a, parse(bare), words)
+    assert {k: v for k, v in vars(a).items() if k != "compile"} == want
