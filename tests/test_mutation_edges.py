@@ -129,9 +129,10 @@ def two_layer_step() -> dict:
           x("model.embed_tokens", "user_annotation", 2, 18), x("model.layers.0", "user_annotation", 21, 79),
           x("model.layers.0.self_attn", "user_annotation", 22, 28), x("model.layers.0.mlp", "user_annotation", 51, 39),
           x("model.layers.1", "user_annotation", 101, 79), x("model.layers.1.mlp", "user_annotation", 102, 68)]
-    for i, (op, at, kernel, start, dur) in enumerate([
-            ("aten::embedding", 3, "k_embed", 10, 5), ("aten::mm", 23, "k_attn", 30, 10), ("aten::gelu", 52, "k_mlp", 60, 20),
-            ("aten::add", 95, "k_add", 97, 2), ("aten::gelu", 103, "k_mlp", 110, 20), ("aten::mul", 185, "k_out", 188, 4)]):
+    ops = [("aten::embedding", 3, "k_embed", 10, 5), ("aten::mm", 23, "k_attn", 30, 10),
+           ("aten::gelu", 52, "k_mlp", 60, 20), ("aten::add", 95, "k_add", 97, 2),
+           ("aten::gelu", 103, "k_mlp", 110, 20), ("aten::mul", 185, "k_out", 188, 4)]
+    for i, (op, at, kernel, start, dur) in enumerate(ops):
         ev += [x(op, "cpu_op", at, 2, **{"External id": i}),
                x("cudaLaunchKernel", "cuda_runtime", at + 1, 1, **{"External id": i, "correlation": 100 + i}),
                x(kernel, "kernel", start, dur, pid=0, tid=7, correlation=100 + i)]
@@ -148,7 +149,8 @@ def test_module_breakdown_of_two_layers_by_hand():
     assert d["top_level"] == ["model.embed_tokens", "model.layers.0", "model.layers.1"]
     # per type, largest GPU time first: the layers 32 + 20, the mlps 20 + 20, self_attn 10, embed_tokens 5;
     # CPU time is the spans': layers 79 + 79, mlps 39 + 68
-    assert [(r["type"], r["modules"], r["gpu_us"], r["kernels"], r["cpu_us"], r["holds_others"]) for r in d["types"]] == [
+    rows = [(r["type"], r["modules"], r["gpu_us"], r["kernels"], r["cpu_us"], r["holds_others"]) for r in d["types"]]
+    assert rows == [
         ("decoder layer", 2, 52.0, 4, 158.0, True), ("mlp", 2, 40.0, 2, 107.0, False),
         ("self_attn", 1, 10.0, 1, 28.0, False), ("model.embed_tokens", 1, 5.0, 1, 18.0, False)]
     assert [r["share"] for r in d["types"]] == [pytest.approx(v / total) for v in (52, 40, 10, 5)]
