@@ -284,3 +284,55 @@ def test_model_flags_from_the_file_name_where_the_trace_is_silent(words, want):
     a = argparse.Namespace(compile=True)
     modules.model_flags(a, parse(bare), words)
     assert {k: v for k, v in vars(a).items() if k != "compile"} == want
+
+
+# ---- peaks.py: torch's datasheet table, read as source ----------------------------------------------------------
+
+DEVICE_INFO = '''
+other = {"NVIDIA X": DeviceInfo(tops={torch.bfloat16: 1.0})}
+_device_mapping: dict[str, DeviceInfo] = {
+    "nvidia h100": DeviceInfo(tops={torch.float64: 67.0, torch.bfloat16: 1979.0, "torch.tf32": 989.0},
+                              dram_bw_gbs=3350, dram_gb=80),
+    "NVIDIA L4": DeviceInfo(tops={torch.bfloat16: 242.0}, dram_bw_gbs=300),
+    "NVIDIA A100": DeviceInfo(tops={torch.bfloat16: 312.0}, dram_bw_gbs=2039.0),
+    "NVIDIA B200": DeviceInfo(tops={torch.bfloat16: 4500.0}, dram_bw_gbs=8000.0, tops_sparsity_factor=2),
+    "AMD MI300X": DeviceInfo(tops={torch.bfloat16: 1307.4}),
+    "NOT A CALL": 3,
+}
+_device_mapping["AMD Instinct MI300X"] = _device_mapping["AMD MI300X"]
+_device_mapping["ALIAS OF NOTHING"] = _device_mapping["NOPE"]
+'''
+
+
+def test_device_table_read_from_source_dense_with_aliases():
+    from trace_reader.peaks import Peak, parse_device_info
+
+    torch_src = "torch._inductor.analysis.device_info"
+    table = parse_device_info(DEVICE_INFO)
+    assert table == {
+        # H100 and L4: listed with sparse figures and no factor in this torch: halved by ours
+        "NVIDIA H100": Peak(f"{torch_src} (sparse figures halved)",
+                            {"float64": 33.5, "bfloat16": 989.5, "tf32": 494.5}, 3350),
+        "NVIDIA L4": Peak(f"{torch_src} (sparse figures halved)", {"bfloat16": 121.0}, 300),
+        "NVIDIA A100": Peak(torch_src, {"bfloat16": 312.0}, 2039.0),
+        "NVIDIA B200": Peak(torch_src, {"bfloat16": 2250.0}, 8000.0),  # torch's own factor
+        "AMD MI300X": Peak(torch_src, {"bfloat16": 1307.4}, None),
+        "AMD INSTINCT MI300X": Peak(torch_src, {"bfloat16": 1307.4}, None),
+    }
+    assert table["AMD INSTINCT MI300X"] is table["AMD MI300X"]
+
+
+def test_device_peak_longest_prefix_then_the_supplement(monkeypatch):
+    from trace_reader import peaks
+
+    monkeypatch.setattr(peaks, "_torch_table", {"NVIDIA H100": "h100", "NVIDIA H100 NVL": "nvl", "NVIDIA A": "a"})
+    assert peaks.device_peak("NVIDIA H100 80GB HBM3") == "h100"
+    assert peaks.device_peak("nvidia h100 nvl") == "nvl"  # the longer family name wins, in any case
+    assert peaks.device_peak("NVIDIA H100") == "h100"
+    assert peaks.device_peak("NVIDIA H1000") is None and peaks.device_peak("NVIDIA A100") is None  # a word, not a prefix
+    assert peaks.device_peak("NVIDIA H200 141GB").source == "NVIDIA H200 datasheet (not in torch's table)"
+    assert peaks.device_peak("") is None and peaks.device_peak(None) is None
+    monkeypatch.setattr(peaks, "_torch_table", None)
+    monkeypatch.setattr(peaks, "_read_torch_table", lambda: 1 / 0)  # a private file moved: peaks unknown
+    assert peaks.device_peak("NVIDIA H100") is None and peaks._torch_table == {}
+    assert peaks.device_peak("NVIDIA H200").gbs == 4800.0
