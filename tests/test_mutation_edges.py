@@ -329,10 +329,66 @@ def test_device_peak_longest_prefix_then_the_supplement(monkeypatch):
     assert peaks.device_peak("NVIDIA H100 80GB HBM3") == "h100"
     assert peaks.device_peak("nvidia h100 nvl") == "nvl"  # the longer family name wins, in any case
     assert peaks.device_peak("NVIDIA H100") == "h100"
-    assert peaks.device_peak("NVIDIA H1000") is None and peaks.device_peak("NVIDIA A100") is None  # a word, not a prefix
+    # a family name is a whole word of the device's name, not a prefix of one
+    assert peaks.device_peak("NVIDIA H1000") is None and peaks.device_peak("NVIDIA A100") is None
     assert peaks.device_peak("NVIDIA H200 141GB").source == "NVIDIA H200 datasheet (not in torch's table)"
     assert peaks.device_peak("") is None and peaks.device_peak(None) is None
     monkeypatch.setattr(peaks, "_torch_table", None)
     monkeypatch.setattr(peaks, "_read_torch_table", lambda: 1 / 0)  # a private file moved: peaks unknown
     assert peaks.device_peak("NVIDIA H100") is None and peaks._torch_table == {}
     assert peaks.device_peak("NVIDIA H200").gbs == 4800.0
+
+
+def _bench_record():
+    """Two shapes with made-up times, every round equal (no spread): the post's shape, fused 200 µs against Liger's
+    160 (0.80x: slower), graph replays 125 against the best other's 150; a decode shape, fused 8 µs against
+    eager's 10 (1.25x), no graph replay."""
+    def v(us, graph=None):
+        return {"median_us": us, "rounds_us": [us] * 3, **({"graph_median_us": graph} if graph else {})}
+
+    post = {"M": 8192, "dim": 768, "hidden": 3072, "floor_us": 100.0, "bound": "compute",
+            "variants": {"eager": v(250.0, 240.0), "compile": v(200.0), "liger": v(160.0, 150.0),
+                         "fused": v(200.0, 125.0)}}
+    decode = {"M": 1, "dim": 64, "hidden": 128, "floor_us": 2.0, "bound": "memory",
+              "variants": {"eager": v(10.0), "fused": v(8.0)}}
+    return {"date": "2026-11-30T01:02:03", "device": "NVIDIA H200", "torch": "2.11", "triton": "3.6",
+            "cuda": "13.0", "liger_kernel": "0.8.5", "dtype": "bf16", "ceiling_tflops": 680.4, "copy_tbps": 4.256,
+            "shapes": [post, decode]}
+
+
+def test_markdown_table_of_a_record_by_hand():
+    # of floor: 100 / 200 = 0.50, 2 / 8 = 0.25; graph: 100 / 125 = 0.80
+    assert bench.markdown_table(_bench_record()).splitlines() == [
+        "Measured on 2026-11-30 on an NVIDIA H200 (torch 2.11, triton 3.6, CUDA 13.0, liger-kernel 0.8.5, bf16); "
+        "ceilings 680 TFLOP/s (GEMM) and 4.26 TB/s (copy). µs, median of 3 rounds; full record: "
+        "`results/bench_h200.json` and `.txt`.",
+        "",
+        "| M×dim→hidden | floor (bound) | eager | compile | max-autotune | Liger | fused (of floor) "
+        "| fused vs best other | GPU time alone (graph): fused vs best other (fused of floor) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| 8192×768→3072 (the post's) | 100.0 µs (compute) | 250.0 | 200.0 | - | 160.0 | **200.0** (0.50) "
+        "| 0.80× (slower: liger) | 125.0 vs 150.0 (0.80) |",
+        "| 1×64→128 | 2.0 µs (memory) | 10.0 | - | - | - | **8.0** (0.25) | 1.25× | - |",
+    ]
+    assert bench.ceilings_line(_bench_record()) == \
+        "NVIDIA H200: bf16 8192^3 matmul 680 TFLOP/s, 1 GiB copy 4.26 TB/s (the ceilings)"
+
+
+def test_timing_fields_say_how_each_device_timed():
+    assert bench.timing_fields(True) == {
+        "timer": "bench.median_us (CUDA events, L2 evicted before each call); middle of 3 round-robin rounds",
+        "ceiling_gemm": "8192x8192x8192"}
+    assert bench.timing_fields(False) == {
+        "timer": "bench.cpu_median_us: time.perf_counter median of 5 calls (CPU smoke test)",
+        "ceiling_gemm": "512x512x512"}
+
+
+def test_write_record_leaves_the_json_and_its_table(tmp_path):
+    import json
+
+    out = tmp_path / "new" / "b.json"
+    said = bench.write_record(out, {"a": 1}, ["line 1", "line 2"])
+    assert out.read_text() == '{\n  "a": 1\n}\n'
+    assert (tmp_path / "new" / "b.txt").read_text() == "line 1\nline 2\n"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["b.json", "b.txt"]  # no .tmp left
+    assert said == f"\nwrote {out}\n      {out.with_suffix('.txt')}"
