@@ -392,3 +392,139 @@ def test_write_record_leaves_the_json_and_its_table(tmp_path):
     assert (tmp_path / "new" / "b.txt").read_text() == "line 1\nline 2\n"
     assert sorted(p.name for p in out.parent.iterdir()) == ["b.json", "b.txt"]  # no .tmp left
     assert said == f"\nwrote {out}\n      {out.with_suffix('.txt')}"
+
+
+# ---- kernels.py: FLOPs and bytes from recorded shapes, at their limits ------------------------------------------
+
+def op(name, dims=None, types=None, **args):
+    """An op as the reader sees it: a name and its args ("Input Dims", "Input type", ...)."""
+    from types import SimpleNamespace
+
+    if dims is not None:
+        args["Input Dims"] = dims
+    if types is not None:
+        args["Input type"] = types
+    return SimpleNamespace(name=name, args=args)
+
+
+@pytest.mark.parametrize("o, flops", [
+    (op("aten::mm", [[4, 8], [8, 16]]), 2 * 4 * 8 * 16),
+    (op("aten::addmm", [[16], [4, 8], [8, 16]]), 2 * 4 * 8 * 16),  # the bias first
+    (op("aten::bmm", [[3, 4, 8], [3, 8, 16]]), 2 * 3 * 4 * 8 * 16),
+    (op("aten::mm", [[4, 8], [9, 16]]), None),  # inner sizes differ
+    (op("aten::mm", [[4, 8], [2, 8, 16]]), None),  # ranks differ
+    (op("aten::mm", [[1, 2, 4, 8], [1, 2, 8, 16]]), None),  # rank 4
+    (op("aten::mm", [[4, 8]]), None),  # one operand
+    (op("aten::addmm", [[16], [4, 8]]), None),
+    (op("aten::mul", [[4, 8], [8, 16]]), None),  # not a matmul
+    (op("aten::mm", [[4, -8], [-8, 16]]), None),
+    (op("aten::mm", [[4, True], [True, 16]]), None),
+    (op("aten::mm", [[1, 2**40], [2**40, 1]]), None),  # no dimension is that long
+    (op("aten::mm", [[1, 2**40 - 1], [2**40 - 1, 1]]), 2.0 * (2**40 - 1)),
+    (op("aten::mm", [[10**6, 10**6], [10**6, 5 * 10**5]]), None),  # 1e18 FLOPs: a made-up shape
+    (op("aten::mm", [[10**6, 10**6], [10**6, 499_999]]), 2.0 * 10**12 * 499_999),
+    (op("aten::mm", "not a list"), None),
+])
+def test_gemm_flops_at_the_limits(o, flops):
+    from trace_reader.kernels import gemm_flops
+
+    assert gemm_flops(o) == flops
+    assert gemm_flops(None) is None
+
+
+def test_gemm_bytes_reads_each_input_once_and_writes_the_output():
+    from trace_reader.kernels import gemm_bytes
+
+    bf16 = "c10::BFloat16"
+    # [4, 8] @ [8, 16] in bf16: (32 + 128) * 2 read, 4 * 16 * 2 written
+    assert gemm_bytes(op("aten::mm", [[4, 8], [8, 16]], [bf16, bf16])) == 448.0
+    assert gemm_bytes(op("aten::addmm", [[16], [4, 8], [8, 16]], [bf16] * 3)) == 480.0  # + the bias, 32
+    # an out= buffer after the operands is written, not read; fp32 output of bf16 operands is not a thing here
+    assert gemm_bytes(op("aten::mm", [[4, 8], [8, 16], [4, 16]], [bf16] * 3)) == 448.0
+    assert gemm_bytes(op("aten::mm", [[4, 8], [8, 16]], [bf16])) is None  # a type missing
+    assert gemm_bytes(op("aten::mm", [[4, 8], [8, 16]], [bf16, "c10::Weird"])) is None
+    assert gemm_bytes(op("aten::mm", [[4, 8], [8, 16]], ["float", "float"])) == 896.0
+    assert gemm_bytes(op("aten::mul", [[4, 8], [8, 16]], [bf16, bf16])) is None
+
+
+@pytest.mark.parametrize("o, sources, want", [
+    (op("k", kernel_num_gb=0.5), None, (5e8, True)),  # Inductor's own count
+    (op("aten::mul", [[4, 8], [8]], ["float", "float"]), None, (32 * 4 + 8 * 4 + 32 * 4, True)),  # + the output
+    (op("aten::mul", [[4, 8], [8]], ["c10::Half", "float"]), None, (32 * 2 + 8 * 4 + 32 * 2, True)),
+    (op("aten::mul_", [[4, 8], [8]], ["float", "float"]), None, (32 * 4 + 8 * 4, True)),  # in place
+    (op("aten::add.out", [[4, 8], [4, 8]], ["float", "float"]), None, (256.0, True)),
+    (op("aten::add", [[8], [3, 1]], ["float", "float"]), None, (8 * 4 + 3 * 4 + 24 * 4, True)),  # broadcast [3, 8]
+    (op("aten::add", [[2, 1, 4], [3, 1]], ["float", "float"]), None, (8 * 4 + 3 * 4 + 24 * 4, True)),  # [2, 3, 4]
+    (op("aten::mul", [[4, 8], []], ["float", "Scalar"]), None, (32 * 4 + 32 * 4, True)),  # a scalar moves nothing
+    (op("aten::mul", [[], []], ["float", "float"]), None, None),
+    (op("aten::mul", [[4, 8]], ["c10::Weird"]), None, None),
+    (op("triton_poi_fused_0", [[4, 8], [4, 8]], ["float", "float"]), None, (256.0, False)),  # lists its output too
+    (op("triton_poi_fused_0", [[4, 8], [4, 8]], ["float", "float"], kernel_file="k.py"),
+     {"k.py": "def triton_poi_fused_0(in_out_ptr0, in_ptr0, xnumel, XBLOCK : tl.constexpr):"}, (384.0, True)),
+    (op("k", [[4, 8], [4, 8]], ["float", "float"], kernel_backend="triton", kernel_name="kern", kernel_file="k.py"),
+     {"k.py": "def kern(in_ptr0, out_ptr0, xnumel):"}, (256.0, True)),
+    # 1.25e14 floats in and out: 1e15 B, a made-up shape; 1e7 elements fewer: kept
+    (op("aten::mul", [[10**7, 12_500_000], []], ["float", "Scalar"]), None, None),
+    (op("aten::mul", [[10**7, 12_499_999], []], ["float", "Scalar"]), None, (1e15 - 8e7, True)),
+    (op("k", [[4]], ["float"], kernel_num_gb=1e6), None, (16.0 + 16.0, True)),  # a petabyte count is not used
+])
+def test_pointwise_bytes_at_the_limits(o, sources, want):
+    from trace_reader.kernels import pointwise_bytes
+
+    assert pointwise_bytes(o, sources) == want
+    assert pointwise_bytes(None) is None
+
+
+def select(dim):
+    """index_select of a [3] long index from a [4, 6] fp32 source along `dim` (as the profiler records it)."""
+    concrete = {} if dim is None else {"Concrete Inputs": ["", dim, ""]}
+    return op("aten::index_select", [[4, 6], [], [3]], ["float", "Scalar", "long int"], **concrete)
+
+
+@pytest.mark.parametrize("o, want", [
+    # a [512] long index into a [32000, 2048] bf16 table: 512 * 8 B of index, 512 rows of 2048 read and written
+    (op("aten::embedding", [[32000, 2048], [512]], ["c10::BFloat16", "long int"]), 512 * 8 + 2 * 512 * 2048 * 2),
+    (select("1"), 3 * 8 + 2 * 3 * 4 * 4),  # dim 1: 3 columns of 4 from a [4, 6] source
+    (select("-1"), 3 * 8 + 2 * 3 * 4 * 4),
+    (select("-2"), 3 * 8 + 2 * 3 * 6 * 4),  # dim 0: 3 rows of 6
+    (select(None), 3 * 8 + 2 * 3 * 6 * 4),  # no recorded dim: 0
+    (select("2"), None), (select("-3"), None),  # no such dim
+    (op("aten::gather", [[4, 6], [], [4, 2]], ["float", "Scalar", "long int"]), 8 * 8 + 2 * 8 * 4),  # one per entry
+    (op("aten::take", [[4, 6], [5]], ["float", "long int"]), 5 * 8 + 2 * 5 * 4),
+    (op("aten::take", [[4, 6]], ["float"]), None),
+    (op("aten::take", [[4, 6], [5]], ["float", "c10::Weird"]), None),
+    (op("aten::take", [[], [5]], ["float", "long int"]), None),
+])
+def test_indexing_reads_only_what_the_index_picks(o, want):
+    from trace_reader.kernels import pointwise_bytes
+
+    assert pointwise_bytes(o) == (None if want is None else (float(want), True))
+
+
+def test_short_names_fit_their_column():
+    from trace_reader.kernels import short
+
+    assert short("void " + "k" * 10, False, 10) == "k" * 10  # "void " dropped, then it fits exactly
+    assert short("k" * 11, False, 10) == "k" * 9 + "…"
+    assert short("void " + "k" * 11, True, 10) == "void " + "k" * 11  # full: byte for byte
+    name = "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, " \
+           "at::native::binary_internal::MulFunctor<float>>, std::array<char*, 3>>(int, T2, T3)"
+    assert short(name, False) == "vectorized_elementwise_kernel<…MulFunctor…>"
+    assert short(name, False, 20) == name[5:24] + "…"  # even the cut form does not fit
+
+
+def test_gemm_or_pointwise_by_name_and_op():
+    from types import SimpleNamespace
+
+    from trace_reader.kernels import is_gemm, is_pointwise, most_common, op_dtype
+
+    def k(name, op_name=None, is_kernel=True):
+        return SimpleNamespace(name=name, op=op_name and SimpleNamespace(name=op_name), is_kernel=is_kernel)
+
+    assert is_gemm(k("anything", "aten::mm")) and is_gemm(k("sm90_xmma_gemm_bf16bf16")) and is_gemm(k("nvjet_tst"))
+    assert not is_gemm(k("triton_poi_fused_mm_0")) and not is_gemm(k("elementwise_kernel", "aten::mul"))
+    assert is_pointwise(k("elementwise_kernel")) and not is_pointwise(k("Memset", is_kernel=False))
+    assert not is_pointwise(k("cutlass_kernel"))
+    assert op_dtype(op("aten::mm", types=["Scalar", "c10::Half", "float"])) == "float16"
+    assert op_dtype(op("aten::mm", types=["long int"])) is None and op_dtype(None) is None
+    assert most_common([("a",), ("b",), ("b",), ("a",)]) == ["a"] and most_common([]) == []
