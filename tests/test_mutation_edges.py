@@ -272,6 +272,8 @@ def test_model_flags_read_from_the_trace_first(words, want):
     (["llama-7b-12L", "mlp-liger"], {"layers": 12, "mlp": "liger", "cuda_graphs": False, "geglu": True}),
     (["llama-7b-12L"], {"layers": 12, "cuda_graphs": False, "geglu": False}),
     (["gemma", "mlp-other"], {"cuda_graphs": False, "geglu": False}),
+    (["gemma", "mlp-eager"], {"mlp": "eager", "cuda_graphs": False, "geglu": False}),
+    (["gemma", "mlp-fused"], {"mlp": "fused", "cuda_graphs": False, "geglu": True}),
 ])
 def test_model_flags_from_the_file_name_where_the_trace_is_silent(words, want):
     import argparse
@@ -528,3 +530,63 @@ def test_gemm_or_pointwise_by_name_and_op():
     assert op_dtype(op("aten::mm", types=["Scalar", "c10::Half", "float"])) == "float16"
     assert op_dtype(op("aten::mm", types=["long int"])) is None and op_dtype(None) is None
     assert most_common([("a",), ("b",), ("b",), ("a",)]) == ["a"] and most_common([]) == []
+
+
+def test_per_annotation_counts_calls_and_leaves_no_gpu_time_unset():
+    """Layer 1's mlp runs twice in the step (a second span 171..176 with no work): 2 calls, its CPU time 68 + 5;
+    on a CPU trace no annotation has GPU time or kernels."""
+    from test_inspect_trace import parse
+    from test_reader_report import x
+    from trace_reader import modules
+
+    data = two_layer_step()
+    data["traceEvents"].append(x("model.layers.1.mlp", "user_annotation", 171, 5))
+    rows = modules.per_annotation(parse(data))
+    assert rows["model.layers.1.mlp"] == {"gpu_us": [20.0], "kernels": [1], "cpu_us": [73.0], "calls": [2]}
+    assert rows["model.layers.0"] == {"gpu_us": [32.0], "kernels": [3], "cpu_us": [79.0], "calls": [1]}
+    cpu = {"traceEvents": [e for e in data["traceEvents"] if e["cat"] in ("user_annotation", "cpu_op")]}
+    assert modules.per_annotation(parse(cpu))["model.layers.0"] == {"gpu_us": [0.0], "kernels": [0], "cpu_us": [79.0],
+                                                                     "calls": [1]}
+
+
+def test_breakdown_edges_no_step_annotation_and_no_time():
+    """Without the step annotation the step's CPU time is its ProfilerStep span (200 µs) and `decode` is a module;
+    a `## ... ##` annotation is no module; a step whose time is 0 has no shares."""
+    from test_inspect_trace import parse
+    from test_reader_report import x
+    from trace_reader import modules
+
+    data = two_layer_step()
+    data["traceEvents"].append(x("## sync ##", "user_annotation", 181, 2))
+    d = modules.breakdown(parse(data), "prefill")
+    assert d["total"]["cpu_us"] == 200.0 and "decode" in d["top_level"] and "## sync ##" not in d["top_level"]
+    assert "## sync ##" not in modules.breakdown(parse(data), "decode")["top_level"]
+    idle = {"traceEvents": [x("ProfilerStep#2", "user_annotation", 0, 10), x("decode", "user_annotation", 1, 0),
+                            x("model.layers.0", "user_annotation", 1, 0)]}
+    d = modules.breakdown(parse(idle), "decode")
+    assert d["total"]["share"] is None and d["outside"]["share"] is None
+    assert [r["share"] for r in d["types"]] == [None] and "   -" in modules.breakdown_text(d)
+
+
+def test_module_expectations_say_what_they_ask():
+    from test_inspect_trace import parse
+    from trace_reader import modules
+
+    t = parse(two_layer_step())
+    assert modules.kernels_between(7, None, "x").text == "at least 7 GPU kernels per step (x)"
+    assert modules.kernels_between(0, 5, "x").text == "at most 5 GPU kernels per step (x)"
+    assert modules.kernels_between(2, 5, "x").text == "2 to 5 GPU kernels per step (x)"
+    assert modules.runtime_calls("cudaLaunchKernel", 6).text == "6 cudaLaunchKernel per step"
+    assert modules.runtime_calls("cudaLaunchKernel", 6, "y").text == "6 cudaLaunchKernel per step (y)"
+    for e in (modules.kernels_between(1, 2, "x"), modules.runtime_calls("c", 1), modules.largest_module("mlp", "d"),
+              modules.module_launches("mlp", "x")):
+        assert e.device == "cuda"
+    # a decoder layer launches every kernel of its parts, each pattern looked for among all of them: layer 0 has
+    # both, layer 1 (its mlp only) neither
+    assert modules.module_launches("decoder layer", "x", has=("k_attn", "k_add")).check(t) == \
+        "model.layers.1: nothing matches ['k_add', 'k_attn']"
+    # layer 1 has an annotated part, layer 0 too: with only layer 0's parts annotated, layer 1 is named
+    data = two_layer_step()
+    data["traceEvents"] = [e for e in data["traceEvents"] if e["name"] != "model.layers.1.mlp"]
+    assert modules.modules_annotated(2, "decode").check(parse(data)) == \
+        "ProfilerStep#2: decoder layers with annotated parts: [0]"
