@@ -590,3 +590,45 @@ def test_module_expectations_say_what_they_ask():
     data["traceEvents"] = [e for e in data["traceEvents"] if e["name"] != "model.layers.1.mlp"]
     assert modules.modules_annotated(2, "decode").check(parse(data)) == \
         "ProfilerStep#2: decoder layers with annotated parts: [0]"
+
+
+# ---- memory.py: sizes, the allocator's rounding, which op made an allocation ------------------------------------
+
+@pytest.mark.parametrize("nbytes, said", [(1023, "1023 B"), (1024, "1.0 KiB"), (2**20 - 52, "1023.9 KiB"),
+                                          (2**20, "1.0 MiB"), (2**30 - 2**19, "1023.5 MiB"), (2**30, "1.0 GiB"),
+                                          (-2048, "-2.0 KiB"), (0, "0 B")])
+def test_size_unit_changes_at_each_power_of_1024(nbytes, said):
+    from trace_reader.memory import _size
+
+    assert _size(nbytes) == said
+
+
+@pytest.mark.parametrize("nbytes, device, block", [
+    (1, "cuda", 512), (512, "cuda", 512), (513, "cuda", 1024),
+    (2**20, "cuda", 2**20),  # the small pool's largest: as rounded
+    (2**20 + 1, "cuda", 2**20 + 512 + 2**20),  # the large pool: up to 1 MiB more, unsplit
+    (513, "cpu", 513)])
+def test_largest_block_the_allocator_may_report(nbytes, device, block):
+    from trace_reader.memory import largest_block
+
+    assert largest_block(nbytes, device) == block
+
+
+def test_the_op_that_made_an_allocation_at_its_edges():
+    """aten::bmm spans 10..30 on thread (1, 1) and calls aten::empty 12..13: an allocation inside the empty is
+    bmm's (empty only asks the allocator), one at 30 still bmm's, one at 31 or on another thread nobody's."""
+    from test_inspect_trace import parse
+    from test_reader_report import x
+    from trace_reader.memory import Alloc, _maker
+
+    t = parse({"traceEvents": [x("ProfilerStep#2", "user_annotation", 0, 100), x("aten::bmm", "cpu_op", 10, 20),
+                               x("aten::empty", "cpu_op", 12, 1), x("Torch-Compiled Region: 0/0", "cpu_op", 40, 10),
+                               x("aten::add", "cpu_op", 42, 2)]})
+    [st] = t.steps
+
+    def made(ts, thread=(1, 1)):
+        e = _maker(st, Alloc(ts, 64.0, 64.0, (0, 0), None, thread))
+        return e and e.name
+
+    assert [made(10), made(12.5), made(30), made(31), made(20, (1, 2))] == ["aten::bmm"] * 3 + [None, None]
+    assert made(43) == "aten::add" and made(45) == "Torch-Compiled Region: 0/0"
