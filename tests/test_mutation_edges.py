@@ -632,3 +632,25 @@ def test_the_op_that_made_an_allocation_at_its_edges():
 
     assert [made(10), made(12.5), made(30), made(31), made(20, (1, 2))] == ["aten::bmm"] * 3 + [None, None]
     assert made(43) == "aten::add" and made(45) == "Torch-Compiled Region: 0/0"
+
+
+# ---- what a run says about its picture and its noise --------------------------------------------------------------
+
+def test_pictures_are_named_after_their_record_and_trace(tmp_path):
+    from test_inspect_trace import parse
+    from test_reader_report import two_kernels_step
+    from trace_reader import plot
+
+    assert plot.bench_chart_next_to(_bench_record(), tmp_path / "b.json", "w") == f"wrote {tmp_path / 'b.png'}"
+    assert plot.plot_next_to(parse(two_kernels_step()), tmp_path / "t.json") == f"wrote {tmp_path / 't.png'}"
+    assert plot.plot_next_to(parse(two_kernels_step()), tmp_path / "u.json.gz") == f"wrote {tmp_path / 'u.png'}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.png", "t.png", "u.png"]
+
+
+def test_shape_table_says_slower_in_capitals_only_beyond_the_spread():
+    r = _bench_record()["shapes"][0]  # fused 200 µs, Liger 160: 0.80x, no spread
+    r.update(bench.roofline(8192, 768, 3072, 2, 680.0, 4.0), skipped=[], parts={})
+    for v in r["variants"].values():
+        v["rel_err"] = 1e-3
+    lines = bench.shape_lines(r, 680.0, 4.0)
+    assert lines[-1] == "  fused vs best of the others (liger): 0.80x SLOWER beyond the spread"
