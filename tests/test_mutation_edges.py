@@ -2,6 +2,7 @@
 values by hand. Fast and in-process: mutmut (pyproject's [tool.mutmut]) runs these against every mutant."""
 
 import argparse
+from pathlib import Path
 
 import pytest
 
@@ -654,3 +655,48 @@ def test_shape_table_says_slower_in_capitals_only_beyond_the_spread():
         v["rel_err"] = 1e-3
     lines = bench.shape_lines(r, 680.0, 4.0)
     assert lines[-1] == "  fused vs best of the others (liger): 0.80x SLOWER beyond the spread"
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="Linux's /proc tells who holds a port")
+def test_the_port_holder_is_named_with_its_command_line():
+    import os
+    import socket
+
+    import serve_trace
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        cmd = Path("/proc/self/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        assert serve_trace._port_holder(port) == f"pid {os.getpid()} ({cmd})"
+    assert serve_trace._port_holder(port) is None  # closed: nobody listens
+
+
+def test_main_writes_what_the_record_says_it_measured(tmp_path, monkeypatch):
+    """bench.main's record beside its numbers: how it timed, the ceilings' workloads, the floor's formula."""
+    import json
+
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench, "gemm_ceiling_tflops", lambda dtype: 680.0)
+    monkeypatch.setattr(bench, "copy_bandwidth_tbps", lambda: 4.0)
+    monkeypatch.setattr(bench, "versions", lambda device="cuda": {"device": "a GPU", "date": "2026-11-30T00:00:00"})
+    monkeypatch.setattr(bench, "bench_shape", lambda M, dim, hidden, dtype, tol, c, b, tuned: {
+        **_bench_record()["shapes"][1], "tuned": tuned, "tol": tol, "skipped": [], "parts": {}, "rel_err": 0.0,
+        "flops": 1.0, "bytes": 1.0, "floor_compute_us": 1.0, "floor_memory_us": 2.0})
+    monkeypatch.setattr(bench, "shape_lines", lambda *a: [])
+    monkeypatch.setattr(bench, "table_text", lambda record: "")
+    monkeypatch.setattr(bench, "bench_chart_next_to", lambda record, out, title: "")
+    out = tmp_path / "b.json"
+    assert bench.main(["--shapes", "1x4096x11008,2x4096x11008", "--dtype", "fp16", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert {k: v for k, v in record.items() if k not in ("shapes", "fused_config", "liger_kernel")} == {
+        "device": "a GPU", "date": "2026-11-30T00:00:00", "dtype": "fp16",
+        "timer": "CUDA events, median over ~100 ms of calls, L2 evicted by a 256 MB read before each call; "
+                 "middle of 3 round-robin rounds",
+        "ceiling_tflops": 680.0, "ceiling_gemm": "8192x8192x8192",
+        "copy_tbps": 4.0, "copy": "1 GiB device-to-device, bytes read + written",
+        "floor": "max(6*M*dim*hidden / ceiling, bytes / copy) with bytes = the 3 weights + x + y"}
+    # max-autotune "some": at MAX_AUTOTUNE_SHAPES only (1x4096x11008 is one); fp16 is checked to 5e-3
+    assert [(s["tuned"], s["tol"]) for s in record["shapes"]] == [(True, 5e-3), (False, 5e-3)]
+    assert set(record["fused_config"]) == {"hopper", "portable", "small_m"}
