@@ -700,3 +700,38 @@ def test_main_writes_what_the_record_says_it_measured(tmp_path, monkeypatch):
     # max-autotune "some": at MAX_AUTOTUNE_SHAPES only (1x4096x11008 is one); fp16 is checked to 5e-3
     assert [(s["tuned"], s["tol"]) for s in record["shapes"]] == [(True, 5e-3), (False, 5e-3)]
     assert set(record["fused_config"]) == {"hopper", "portable", "small_m"}
+
+
+# ---- memory.py: temporaries at the step's and the op's end -------------------------------------------------------
+
+def test_temporaries_at_the_ends_of_the_step_and_the_op(tmp_path):
+    """Steps [0, 99] and [100, 199]; aten::bmm 10..20 allocates the 1 MiB scores at 11.5 (test_expect_shapes'
+    traces). Freed at the step's last µs: a temporary; freed as the op returns: its scratch; a 0-byte event on
+    the same block is no free."""
+    from test_expect_shapes import FUSED_OPS, MATH_OPS, S, alloc_trace
+    from trace_reader import memory
+
+    both = {2: [(S, "aten::bmm")], 3: [(S, "aten::bmm")]}
+    assert memory.temporaries(alloc_trace(tmp_path, MATH_OPS, [(11.5, S, 1000), (99, -S, 1000)]), S) == both
+    zero = alloc_trace(tmp_path, MATH_OPS, [(11.5, S, 1000), (15, 0, 1000), (35, -S, 1000)], name="zero.json")
+    assert memory.temporaries(zero, S) == both
+    scratch = alloc_trace(tmp_path, FUSED_OPS, [(11.5, 4 * S, 1000), (40, -4 * S, 1000)], name="scratch.json")
+    assert memory.temporaries(scratch, S) == {2: [], 3: []}  # FUSED_OPS's op ends at 10 + 30
+
+
+def test_allocates_says_what_it_looked_for_and_saw(tmp_path):
+    from test_expect_shapes import MATH_OPS, S, alloc_trace
+    from trace_reader import memory
+
+    assert memory.allocates(S, "the scores", True).text == \
+        "allocates the scores (1.0 MiB): a temporary of at least that size in every step"
+    assert memory.allocates(S, "the scores", False).text == \
+        "never allocates the scores (1.0 MiB): no allocation of that size passes between ops in any step"
+    three = alloc_trace(tmp_path, MATH_OPS, [(11.5, S, 1000), (12, 2 * S, 2000), (12.5, S, 3000),
+                                             (35, -S, 1000), (36, -2 * S, 2000), (37, -S, 3000)])
+    each = "3: 1.0 MiB from aten::bmm, 2.0 MiB from aten::bmm, ..."
+    assert memory.allocates(S, "the scores", False).check(three) == \
+        f"allocations passed between ops of >= 1.0 MiB per step: #2 {each}; #3 {each}"
+    small = alloc_trace(tmp_path, MATH_OPS, [(11.5, S - 1, 1000), (35, -(S - 1), 1000)], name="small.json")
+    assert memory.allocates(S, "the scores", True).check(small) == \
+        "temporaries of >= 1.0 MiB per step: #2 none; #3 none"
