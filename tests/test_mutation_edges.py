@@ -735,3 +735,36 @@ def test_allocates_says_what_it_looked_for_and_saw(tmp_path):
     small = alloc_trace(tmp_path, MATH_OPS, [(11.5, S - 1, 1000), (35, -(S - 1), 1000)], name="small.json")
     assert memory.allocates(S, "the scores", True).check(small) == \
         "temporaries of >= 1.0 MiB per step: #2 none; #3 none"
+
+
+# ---- serve_trace.py: a refusal is plain text; a trace gone since the start is a 404 that says why ------------------
+
+def test_a_trace_removed_while_served_is_a_plain_404(tmp_path):
+    from test_serve_trace import TRACE_JSON, Running
+
+    trace = tmp_path / "t.json"
+    trace.write_bytes(TRACE_JSON)
+    s = Running(trace, timeout=2.0)
+    trace.unlink()
+    resp, body = s.request("GET")
+    assert (resp.status, body) == (404, b"404 Not Found (No such file or directory)\n")
+    assert resp.getheader("Content-Type") == "text/plain; charset=utf-8"
+    assert resp.getheader("Content-Length") == str(len(body))
+    assert s.finish() == "timed out"  # a 404 is no fetch
+
+
+# ---- plot.py's command line ---------------------------------------------------------------------------------------
+
+def test_chart_command_writes_next_to_the_record_or_refuses_in_one_line(tmp_path, capsys):
+    import json
+
+    from trace_reader import plot
+
+    record = tmp_path / "b.json"
+    record.write_text(json.dumps(_bench_record()))
+    assert plot.main(["--bench", str(record)]) == 0
+    assert capsys.readouterr().out == f"wrote {tmp_path / 'b.png'}\n" and (tmp_path / "b.png").exists()
+    record.write_text("[1, 2]")
+    assert plot.main(["--bench", str(record)]) == 2
+    assert capsys.readouterr().err == \
+        f"python -m trace_reader.plot: error: {record}: not a benchmark record (expected a JSON object)\n"
