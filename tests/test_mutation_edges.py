@@ -773,3 +773,20 @@ def test_chart_command_writes_next_to_the_record_or_refuses_in_one_line(tmp_path
     assert plot.main(["--bench", str(record)]) == 2
     assert capsys.readouterr().err == \
         f"python -m trace_reader.plot: error: {record}: not a benchmark record (expected a JSON object)\n"
+
+
+def test_a_preflight_gets_back_the_headers_it_asked_for_and_nothing_more(tmp_path):
+    from test_serve_trace import TRACE_JSON, Running
+
+    trace = tmp_path / "t.json"
+    trace.write_bytes(TRACE_JSON)
+    s = Running(trace, timeout=5.0)
+    resp, body = s.request("OPTIONS", headers={"Access-Control-Request-Method": "GET",
+                                               "Access-Control-Request-Headers": "range, x-y"})
+    assert (resp.status, body) == (204, b"")
+    assert resp.getheader("Access-Control-Allow-Headers") == "range, x-y"
+    assert resp.getheader("Access-Control-Allow-Methods") == "GET, HEAD, OPTIONS"
+    assert resp.getheader("Access-Control-Max-Age") == "600" and resp.getheader("Content-Length") == "0"
+    assert resp.getheader("Access-Control-Allow-Private-Network") is None  # not asked for
+    assert resp.getheader("Vary") == "Origin"
+    assert s.request("GET")[1] == TRACE_JSON and s.finish() == "fetched"
