@@ -790,3 +790,50 @@ def test_a_preflight_gets_back_the_headers_it_asked_for_and_nothing_more(tmp_pat
     assert resp.getheader("Access-Control-Allow-Private-Network") is None  # not asked for
     assert resp.getheader("Vary") == "Origin"
     assert s.request("GET")[1] == TRACE_JSON and s.finish() == "fetched"
+
+
+def test_the_whole_report_of_a_cpu_trace_counted_by_hand():
+    """Two 90 µs CPU steps: `fwd` 80 µs around aten::mm (30 µs, then 40) and aten::add (10 µs, calling aten::empty
+    for 1). Self time per step: fwd 80 - 40 and 80 - 50, mean 35; mm 35; add 10 - 1 = 9; empty 1: 80 in all
+    (shares 43.75%, 11.25%, 1.25%). The units of work: mm and add (empty only asks the allocator)."""
+    import inspect_trace as it
+    from test_inspect_trace import parse
+    from test_reader_report import x
+
+    ev = []
+    for s in range(2):
+        t0 = 100 * s
+        ev += [x(f"ProfilerStep#{s + 2}", "user_annotation", t0, 90), x("fwd", "user_annotation", t0 + 1, 80),
+               x("aten::mm", "cpu_op", t0 + 10, 30 + 10 * s), x("aten::add", "cpu_op", t0 + 50, 10),
+               x("aten::empty", "cpu_op", t0 + 52, 1)]
+    assert it.report(parse({"traceEvents": ev})) == """\
+trace   <test>
+device  CPU only (no GPU activity in the trace)
+steps   2 active ProfilerStep (#2, #3)
+
+CPU ops by self time per step (mean over 2 steps; top 4 of 4):
+op           calls/step  self µs/step  share
+-----------  ----------  ------------  -----
+fwd                   1          35.0  43.8%
+aten::mm              1          35.0  43.8%
+aten::add             1           9.0  11.2%
+aten::empty           1           1.0   1.2%
+
+Work in order (the CPU's kernels: fused C++ kernels, GEMMs and other computing aten ops, each with what it calls; \
+mean over 2 of 2 steps, those in the typical order):
+#  kernel     mean µs    min–max
+-  ---------  -------  ---------
+1  aten::mm      35.0  30.0–40.0
+2  aten::add     10.0  10.0–10.0
+every step runs the same 2 units of work in the same order
+Inductor C++ kernels: none: an eager run (no Torch-Compiled Region in the trace)
+
+step  CPU span µs
+----  -----------
+#2           90.0
+#3           90.0
+
+CPU time per annotation (record_function; its spans, µs per step):
+annotation  median    min–max
+----------  ------  ---------
+fwd           80.0  80.0–80.0"""
