@@ -63,17 +63,20 @@ def assert_ceilings_said(line, tflops, gbs):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "subprocess: runs a script in a child process (seconds; left out under mutmut)")
+    config.addinivalue_line("markers", "profiles: records a torch profile in this process (left out under mutmut, "
+                                       "whose forked workers hung in it)")
 
 
 def pytest_collection_modifyitems(config, items):
     """Under mutmut (pyproject's [tool.mutmut]), keep the fast in-process tests only.
 
-    A test that records a real profile (the `cpu` fixture) or starts a subprocess (`cli`, or marked
-    `subprocess`) takes seconds; mutmut runs the covering tests once per mutant, so those would not fit.
+    A test that records a real profile (the `cpu` fixture, or marked `profiles`) or starts a subprocess (`cli`,
+    or marked `subprocess`) takes seconds; mutmut runs the covering tests once per mutant, so those would not fit.
     """
     if "mutmut" not in sys.modules:
         return
-    slow = [i for i in items if "cpu" in getattr(i, "fixturenames", ()) or "cli" in i.name or "subprocess" in i.keywords]
+    slow = [i for i in items if "cpu" in getattr(i, "fixturenames", ()) or "cli" in i.name
+            or "subprocess" in i.keywords or "profiles" in i.keywords]
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [i for i in items if i not in slow]

@@ -420,6 +420,7 @@ def test_expect_reads_part_1_sizes_from_the_gemm_when_the_file_is_renamed():
 
 # ------------------------------------------------------------------------------------------ CPU addmm
 
+@pytest.mark.profiles
 def test_cpu_work_in_order_shows_the_addmm(tmp_path):
     """nn.Linear with a bias on the CPU is aten::addmm, which copies the bias into its output (aten::copy_) first:
     the GEMM is the unit of work, not the copy."""
@@ -498,6 +499,7 @@ def test_a_long_cpu_trace_is_short_too():
     assert every == [f"#{n}" for n in range(2, 42)]
 
 
+@pytest.mark.profiles
 def test_memory_peaks_from_a_real_profile(tmp_path):
     """With trace_reader/memory.py and profile_memory=True, each step's peak shows: a step's two 64x64 fp32 inputs
     and its product are alive at once (3 x 16 KiB)."""

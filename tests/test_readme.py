@@ -434,9 +434,15 @@ def test_mutmut_config():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert any(d.startswith("mutmut") for d in project["dependency-groups"]["dev"])
     config = project["tool"]["mutmut"]
+    selection = config["pytest_add_cli_args_test_selection"]
     for path in config["source_paths"] + config["do_not_mutate"] + config["also_copy"] + \
-            config["pytest_add_cli_args_test_selection"]:
+            [arg.split("::")[0] for arg in selection if not arg.startswith("-")]:
         assert (ROOT / path).exists(), path
+    # each --deselect names one test of a selected file
+    for flag, node in zip(selection, selection[1:]):
+        if flag == "--deselect":
+            path, name = node.split("::")
+            assert path in selection and f"\ndef {name}(" in (ROOT / path).read_text(), node
     assert [c for c in COMMANDS if c[0] == "mutmut"] == [["mutmut", "run"], ["mutmut", "results"]]
 
 

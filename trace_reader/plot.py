@@ -190,7 +190,17 @@ def _replacements(a: Trace, b: Trace) -> list[tuple[list[str], list[str]]]:
 
 # ---- drawing -------------------------------------------------------------------------------------------
 
-def _figure(size: tuple[float, float]):
+def _arrows(rfs: list[Roofline], replaced: list[tuple[list[str], list[str]]]) -> list[tuple[str, str]]:
+    """(A's kernel, B's kernel in its place) for each replacement whose kernels both have a point."""
+    placed_a, placed_b = {p.name for p in rfs[0].points}, {p.name for p in rfs[1].points}
+    arrows: list[tuple[str, str]] = []
+    for old, new in replaced:
+        arrows += [(o, n) for o in dict.fromkeys(old) for n in dict.fromkeys(new)
+                   if o in placed_a and n in placed_b and (o, n) not in arrows]
+    return arrows
+
+
+def _figure(size: tuple[float, float]):  # pragma: no mutate block (drawing)
     try:
         from matplotlib.figure import Figure  # the Agg canvas, no display and no pyplot state
     except ImportError:
@@ -260,7 +270,7 @@ def _line(p: Point, prefix: str = "") -> str:
             f"{rate}{of_peak}, {100 * p.share:.1f}% of GPU time")
 
 
-def plot_roofline(traces: list[Trace], path: str | Path) -> Path:
+def plot_roofline(traces: list[Trace], path: str | Path) -> Path:  # pragma: no mutate block (drawing)
     """One trace: its kernels on the device's roofline. Two (A, B): both, with arrows from A's replaced
     kernels to B's kernels in their place."""
     with _no_gc():  # 10^5 small objects per trace: see read._no_gc
@@ -332,11 +342,7 @@ def plot_roofline(traces: list[Trace], path: str | Path) -> Path:
         placed.append((left, px, ty))
         ax.annotate(text, (x, y), xytext=(-dx if left else dx, (ty - py) * 72 / DPI), textcoords="offset points",
                     fontsize=9, ha="right" if left else "left")
-    arrows = []  # (A's kernel, B's kernel in its place), both placed
-    if two:
-        for old, new in replaced:
-            arrows += [(o, n) for o in dict.fromkeys(old) for n in dict.fromkeys(new)
-                       if (0, o) in positions and (1, n) in positions and (o, n) not in arrows]
+    arrows = _arrows(rfs, replaced) if two else []
     for o, n in arrows:
         ax.annotate("", xy=positions[(1, n)], xytext=positions[(0, o)],
                     arrowprops={"arrowstyle": "->", "color": "tab:red", "lw": 1.5})
@@ -449,7 +455,7 @@ def bench_chart(record: dict, path: str | Path, what: str = "forward") -> Path:
     return _save(fig, path, bars)
 
 
-def bench_figure(record: dict, what: str):
+def bench_figure(record: dict, what: str):  # pragma: no mutate block (drawing)
     """(the chart's matplotlib Figure, the bars it draws): bench_chart before it is saved."""
     bars = bench_bars(record)
     if not bars:
@@ -491,7 +497,7 @@ def bench_figure(record: dict, what: str):
     return fig, bars
 
 
-def _fit_bench_axes(fig, ax, title, bottom: float) -> None:
+def _fit_bench_axes(fig, ax, title, bottom: float) -> None:  # pragma: no mutate block (drawing)
     """Room for what lies outside the bars, measured rather than guessed: the shape labels on the left, and above,
     the title and under it a legend of as many rows as its entries need (one per variant, and the floor)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -1,0 +1,839 @@
+"""Rules of the reader, the benchmark and the trace server at their edges, on tiny synthetic inputs; expected
+values by hand. Fast and in-process: mutmut (pyproject's [tool.mutmut]) runs these against every mutant."""
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+import bench
+
+# ---- bench.py: shapes, the floor, the noise rule ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, shapes", [
+    ("1x1x1", [(1, 1, 1)]),
+    (f"{1 << 20}x2x3", [(1 << 20, 2, 3)]),  # the largest size accepted
+    (" 4X5x6 , 7x8x9", [(4, 5, 6), (7, 8, 9)]),  # spaces and an upper-case X are read
+])
+def test_shapes_accepted_up_to_the_limit(text, shapes):
+    assert bench._shapes(text) == shapes
+
+
+@pytest.mark.parametrize("text", [f"{(1 << 20) + 1}x2x3", "0x2x3", "1x2", "1x2x3x4", "1x-2x3", "1x2.5x3"])
+def test_shapes_refused_beyond_the_limit(text):
+    with pytest.raises(argparse.ArgumentTypeError) as e:
+        bench._shapes(text)
+    assert str(e.value) == f"expected MxDIMxHIDDEN with sizes 1..1048576, got {text!r}"
+
+
+def test_middle_is_the_upper_middle_of_the_sorted_rounds():
+    assert bench.middle([3.0, 1.0, 2.0]) == 2.0
+    assert bench.middle([4.0, 1.0, 3.0, 2.0]) == 3.0  # index 4 // 2 = 2 of [1, 2, 3, 4]
+    assert bench.middle([5.0]) == 5.0
+
+
+def test_spread_is_the_range_over_the_median():
+    assert bench.spread({"rounds_us": [110.0, 90.0, 100.0], "median_us": 100.0}) == pytest.approx(0.2)
+    assert bench.spread({"rounds_us": [50.0, 50.0], "median_us": 25.0}) == 0.0
+
+
+@pytest.mark.parametrize("bandwidth, bound", [(5.0, "compute"), (4.0, "memory"), (6.0, "compute")])
+def test_roofline_bound_at_equal_floors_is_compute(bandwidth, bound):
+    # M = dim = hidden = 1, one byte per element: 6 FLOPs and 3 + 2 = 5 bytes; at 6 TFLOP/s, 1e-6 µs of compute;
+    # at 5 TB/s the memory floor is the same 1e-6 µs (the tie goes to compute), at 4 TB/s it is larger.
+    r = bench.roofline(1, 1, 1, 1, 6.0, bandwidth)
+    assert (r["flops"], r["bytes"]) == (6, 5)
+    assert r["floor_compute_us"] == pytest.approx(1e-6) and r["floor_memory_us"] == pytest.approx(5 / bandwidth * 1e-6)
+    assert r["bound"] == bound and r["floor_us"] == pytest.approx(max(1e-6, 5 / bandwidth * 1e-6))
+
+
+def test_roofline_counts_each_size_in_its_place():
+    # 2 bytes per element, M=3, dim=5, hidden=7: FLOPs 2*3*5*7*3 = 630; bytes 2*(3*5*7 + 2*3*5) = 270.
+    r = bench.roofline(3, 5, 7, 2, 1.0, 1.0)
+    assert (r["flops"], r["bytes"]) == (630, 270)
+    assert r["floor_compute_us"] == pytest.approx(630e-6) and r["floor_memory_us"] == pytest.approx(270e-6)
+
+
+# ---- the report's text, whole, for a trace small enough to count by hand --------------------------------------
+
+TWO_KERNELS_REPORT = """\
+trace   <test>
+device  NVIDIA H200
+steps   1 active ProfilerStep (#2)
+
+GPU work per step, in launch order (mean over 1 steps; µs per call; lag: launch to start, median):
+#  kernel    launched by  calls/step  mean µs  min–max  lag  GPU share  achieved  of peak
+-  --------  -----------  ----------  -------  -------  ---  ---------  --------  -------
+1  kernel_a  aten::a               1     15.0        -  5.0      50.0%         -  -
+2  kernel_b  aten::b               1     15.0        -  5.0      50.0%         -  -
+achieved: empty, this trace has no tensor shapes (profile with torch.profiler.profile(..., record_shapes=True) \
+to record them)
+peak: NVIDIA H200: NVIDIA H200 datasheet (not in torch's table)
+every step launches the same 2 kernels in the same order
+
+Step time (µs): wall = from step start until its last GPU work ends; busy% = GPU busy / (busy + GPU idle the step \
+caused); host% = its GPU idle waiting on the host
+lag = launch call to kernel start: it grows when the CPU runs ahead of the GPU
+step  kernels  GPU busy  CPU span   wall  busy%  host%  verdict   lag median  lag max
+----  -------  --------  --------  -----  -----  -----  --------  ----------  -------
+#2          2      30.0     100.0  100.0    30%    60%  overhead         5.0      5.0
+=> typical step (median, #2): overhead-bound, GPU busy 30% of the step (1 overhead-bound); the GPU waits on the \
+CPU to launch work: fewer, bigger kernels (or CUDA graphs) help
+   GPU idle per step (median): 60.0 µs waiting on the host (work not yet launched), 10.0 µs after the launch \
+(launch latency, earlier work)
+
+GPU and CPU time per annotation (record_function; GPU: work launched inside it, CPU: its spans; µs per step):
+annotation  GPU median  GPU min–max  CPU median
+----------  ----------  -----------  ----------
+work              30.0            -        98.0
+
+CPU self time per step, top 4 (ops, annotations and runtime calls; µs):
+name              calls/step  self µs/step
+----------------  ----------  ------------
+work                       1          88.0
+cudaLaunchKernel           2           4.0
+aten::a                    1           3.0
+aten::b                    1           3.0
+
+View ops: none in the active steps
+
+Launches preceded by cudaOccupancyMaxActiveBlocksPerMultiprocessor (in the same op):
+kernels          with query  launch call
+---------------  ----------  ----------------
+pointwise/other  0/2         cudaLaunchKernel"""
+
+
+def test_the_whole_report_of_two_kernels_counted_by_hand():
+    """tests/test_reader_report.py's two_kernels_step: one 100 µs step; kernel A launched at 10 runs 15..30, B
+    launched at 50 runs 55..70. Busy 15 + 15 = 30 µs, each half the GPU time; lag 15 - 10 = 55 - 50 = 5 µs. The
+    GPU waits on the host 0..10, 30..50 and 70..100 (60 µs) and after a launch 10..15 and 50..55 (10 µs): busy
+    30%, host 60%, below half busy: overhead-bound. CPU self time: `work` spans 98 µs around aten::a and aten::b
+    (5 µs each): 88; each op's 5 µs less its 2 µs launch call: 3; two launch calls of 2 µs: 4."""
+    import inspect_trace as it
+    from test_inspect_trace import parse
+    from test_reader_report import two_kernels_step
+
+    assert it.report(parse(two_kernels_step())) == TWO_KERNELS_REPORT
+
+
+# ---- modules.py: a model's time module by module, on a two-layer step built here ------------------------------
+
+def two_layer_step() -> dict:
+    """One 200 µs step (annotation `decode`) of a two-layer model, one kernel per op, every op launching at once:
+    embed_tokens 2..20 (kernel 5 µs); layer 0 21..100 holding self_attn 22..50 (10 µs) and mlp 51..90 (20 µs), and
+    its residual add (2 µs) outside both parts; layer 1 101..180 holding mlp 102..170 (20 µs); one op outside any
+    module (4 µs). GPU time 5 + 10 + 20 + 2 + 20 + 4 = 61 µs."""
+    from test_reader_report import x
+
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 200), x("decode", "user_annotation", 1, 198),
+          x("model.embed_tokens", "user_annotation", 2, 18), x("model.layers.0", "user_annotation", 21, 79),
+          x("model.layers.0.self_attn", "user_annotation", 22, 28), x("model.layers.0.mlp", "user_annotation", 51, 39),
+          x("model.layers.1", "user_annotation", 101, 79), x("model.layers.1.mlp", "user_annotation", 102, 68)]
+    ops = [("aten::embedding", 3, "k_embed", 10, 5), ("aten::mm", 23, "k_attn", 30, 10),
+           ("aten::gelu", 52, "k_mlp", 60, 20), ("aten::add", 95, "k_add", 97, 2),
+           ("aten::gelu", 103, "k_mlp", 110, 20), ("aten::mul", 185, "k_out", 188, 4)]
+    for i, (op, at, kernel, start, dur) in enumerate(ops):
+        ev += [x(op, "cpu_op", at, 2, **{"External id": i}),
+               x("cudaLaunchKernel", "cuda_runtime", at + 1, 1, **{"External id": i, "correlation": 100 + i}),
+               x(kernel, "kernel", start, dur, pid=0, tid=7, correlation=100 + i)]
+    return {"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}
+
+
+def test_module_breakdown_of_two_layers_by_hand():
+    from test_inspect_trace import parse
+    from trace_reader import modules
+
+    d = modules.breakdown(parse(two_layer_step()), "decode")
+    total = 61.0
+    assert d["step"] == 2 and d["device"] == "cuda"
+    assert d["top_level"] == ["model.embed_tokens", "model.layers.0", "model.layers.1"]
+    # per type, largest GPU time first: the layers 32 + 20, the mlps 20 + 20, self_attn 10, embed_tokens 5;
+    # CPU time is the spans': layers 79 + 79, mlps 39 + 68
+    rows = [(r["type"], r["modules"], r["gpu_us"], r["kernels"], r["cpu_us"], r["holds_others"]) for r in d["types"]]
+    assert rows == [
+        ("decoder layer", 2, 52.0, 4, 158.0, True), ("mlp", 2, 40.0, 2, 107.0, False),
+        ("self_attn", 1, 10.0, 1, 28.0, False), ("model.embed_tokens", 1, 5.0, 1, 18.0, False)]
+    assert [r["share"] for r in d["types"]] == [pytest.approx(v / total) for v in (52, 40, 10, 5)]
+    assert [(r["layer"], r["gpu_us"], r["kernels"], r["cpu_us"]) for r in d["layers"]] == [
+        (0, 32.0, 3, 79.0), (1, 20.0, 1, 79.0)]
+    # the step: 61 µs, 6 kernels, `decode` spans 198 µs; the top-level modules hold 57 µs, 5 kernels, 176 µs
+    assert {k: d["total"][k] for k in ("gpu_us", "kernels", "cpu_us", "share")} == {
+        "gpu_us": 61.0, "kernels": 6, "cpu_us": 198.0, "share": 1.0}
+    assert d["outside"] == {"gpu_us": 4.0, "kernels": 1, "cpu_us": 22.0, "share": pytest.approx(4 / total)}
+
+
+def test_module_type_and_layer_index_read_the_path():
+    from trace_reader import modules
+
+    assert [modules.module_type(p) for p in ("model.layers.3.mlp", "model.layers.3", "transformer.h.12", "lm_head",
+                                             "7", "model.layers.3.mlp.up_proj")] == \
+        ["mlp", "decoder layer", "decoder layer", "lm_head", "decoder layer", "model.layers.3.mlp.up_proj"]
+    assert [modules.layer_index(p) for p in ("model.layers.3.mlp", "transformer.h.12", "lm_head", "7")] == \
+        [3, 12, None, 7]
+
+
+def test_module_expectations_on_two_layers():
+    from test_inspect_trace import parse
+    from trace_reader import modules
+
+    t = parse(two_layer_step())
+
+    def answer(e):
+        return e.check(t)
+
+    assert answer(modules.modules_annotated(2, "decode")) is True
+    assert answer(modules.modules_annotated(3, "decode")) == "ProfilerStep#2: decoder layers annotated: [0, 1]"
+    assert answer(modules.largest_module("mlp", "decode")) is True
+    assert answer(modules.largest_module("self_attn", "decode")) == "largest: mlp (66% of GPU time)"  # 40 / 61
+    assert answer(modules.module_launches("mlp", "GeLU", has=("^k_mlp$", "gelu"), lacks=("k_attn",))) is True
+    assert answer(modules.module_launches("mlp", "GeGLU", has=("geglu",))) == (
+        "model.layers.0.mlp: nothing matches ['geglu']; model.layers.1.mlp: nothing matches ['geglu']")
+    assert answer(modules.module_launches("self_attn", "no mm", lacks=("^aten::mm$",))) == (
+        "model.layers.0.self_attn: launches ['^aten::mm$']")
+    assert answer(modules.runtime_calls("cudaLaunchKernel", 6)) is True
+    assert answer(modules.runtime_calls("cudaLaunchKernel", 5)) == "cudaLaunchKernel per step: [6]"
+    assert answer(modules.kernels_between(6, 6, "x")) is True
+    assert answer(modules.kernels_between(7, None, "x")) == "kernels per step: [6]"
+    assert answer(modules.kernels_between(0, 5, "x")) == "kernels per step: [6]"
+
+
+def test_module_tables_of_two_layers_by_hand():
+    """The numbers of test_module_breakdown_of_two_layers_by_hand as printed: share = GPU µs / 61 (52 -> 85%,
+    40 -> 66%, 10 -> 16%, 5 -> 8%, 4 -> 7%; layers 32 -> 52%, 20 -> 33%)."""
+    from test_inspect_trace import parse
+    from trace_reader import modules
+
+    assert modules.breakdown_text(modules.breakdown(parse(two_layer_step()), "decode")) == """\
+Module by module (GPU time and kernels in ProfilerStep#2, the median step; a module holds its submodules):
+module type                      modules  GPU µs  share  kernels  CPU µs
+-------------------------------  -------  ------  -----  -------  ------
+decoder layer (holds its parts)        2    52.0    85%        4   158.0
+mlp                                    2    40.0    66%        2   107.0
+self_attn                              1    10.0    16%        1    28.0
+model.embed_tokens                     1     5.0     8%        1    18.0
+(outside any module)                         4.0     7%        1    22.0
+step total                                  61.0   100%        6   198.0
+
+Per decoder layer:
+layer  GPU µs  share  kernels  CPU µs
+-----  ------  -----  -------  ------
+0        32.0    52%        3    79.0
+1        20.0    33%        1    79.0"""
+    assert modules.breakdown_text(None) == "Module by module: no module annotations in this trace"
+
+
+def test_module_table_of_a_cpu_trace_is_cpu_time():
+    """The same step without its GPU: shares of the 198 µs `decode` span (158 -> 80%, 107 -> 54%, 28 -> 14%,
+    18 -> 9%, outside 22 -> 11%; each layer 79 -> 40%)."""
+    from test_inspect_trace import parse
+    from trace_reader import modules
+
+    data = two_layer_step()
+    data = {"traceEvents": [e for e in data["traceEvents"] if e["cat"] in ("user_annotation", "cpu_op")]}
+    assert modules.breakdown_text(modules.breakdown(parse(data), "decode")) == """\
+Module by module (CPU time (a CPU trace: no GPU lane) in ProfilerStep#2, the median step; a module holds its \
+submodules):
+module type                      modules  CPU µs  share
+-------------------------------  -------  ------  -----
+decoder layer (holds its parts)        2   158.0    80%
+mlp                                    2   107.0    54%
+self_attn                              1    28.0    14%
+model.embed_tokens                     1    18.0     9%
+(outside any module)                        22.0    11%
+step total                                 198.0   100%
+
+Per decoder layer:
+layer  CPU µs  share
+-----  ------  -----
+0        79.0    40%
+1        79.0    40%"""
+
+
+@pytest.mark.parametrize("words, want", [
+    # the trace tells: phase `decode`, layers 0 and 1, transformers' MLP (aten::gelu, no Liger or fused kernel)
+    ([], {"phase": "decode", "layers": 2, "mlp": "eager", "cuda_graphs": False, "geglu": True}),
+    # what the trace tells wins over the file name; what it cannot tell (the fused MLP's name, graphs) comes from it
+    (["gemma-2b-4L", "prefill", "mlp-fused", "cudagraphs"],
+     {"phase": "decode", "layers": 2, "mlp": "fused", "cuda_graphs": True, "geglu": True}),
+])
+def test_model_flags_read_from_the_trace_first(words, want):
+    import argparse
+
+    from test_inspect_trace import parse
+    from trace_reader import modules
+
+    a = argparse.Namespace(compile=False)
+    modules.model_flags(a, parse(two_layer_step()), words)
+    assert {k: v for k, v in vars(a).items() if k != "compile"} == want
+
+
+@pytest.mark.parametrize("words, want", [
+    (["tiny-4L", "decode"], {"phase": "decode", "layers": 4, "cuda_graphs": False, "geglu": True}),
+    (["llama-7b-12L", "mlp-liger"], {"layers": 12, "mlp": "liger", "cuda_graphs": False, "geglu": True}),
+    (["llama-7b-12L"], {"layers": 12, "cuda_graphs": False, "geglu": False}),
+    (["gemma", "mlp-other"], {"cuda_graphs": False, "geglu": False}),
+    (["gemma", "mlp-eager"], {"mlp": "eager", "cuda_graphs": False, "geglu": False}),
+    (["gemma", "mlp-fused"], {"mlp": "fused", "cuda_graphs": False, "geglu": True}),
+])
+def test_model_flags_from_the_file_name_where_the_trace_is_silent(words, want):
+    import argparse
+
+    from test_inspect_trace import parse
+    from trace_reader import modules
+
+    bare = {"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 1, "tid": 1,
+                             "ts": 0, "dur": 10, "args": {}}]}
+    a = argparse.Namespace(compile=True)
+    modules.model_flags(a, parse(bare), words)
+    assert {k: v for k, v in vars(a).items() if k != "compile"} == want
+
+
+# ---- peaks.py: torch's datasheet table, read as source ----------------------------------------------------------
+
+DEVICE_INFO = '''
+other = {"NVIDIA X": DeviceInfo(tops={torch.bfloat16: 1.0})}
+_device_mapping: dict[str, DeviceInfo] = {
+    "nvidia h100": DeviceInfo(tops={torch.float64: 67.0, torch.bfloat16: 1979.0, "torch.tf32": 989.0},
+                              dram_bw_gbs=3350, dram_gb=80),
+    "NVIDIA L4": DeviceInfo(tops={torch.bfloat16: 242.0}, dram_bw_gbs=300),
+    "NVIDIA A100": DeviceInfo(tops={torch.bfloat16: 312.0}, dram_bw_gbs=2039.0),
+    "NVIDIA B200": DeviceInfo(tops={torch.bfloat16: 4500.0}, dram_bw_gbs=8000.0, tops_sparsity_factor=2),
+    "AMD MI300X": DeviceInfo(tops={torch.bfloat16: 1307.4}),
+    "NOT A CALL": 3,
+}
+_device_mapping["AMD Instinct MI300X"] = _device_mapping["AMD MI300X"]
+_device_mapping["ALIAS OF NOTHING"] = _device_mapping["NOPE"]
+settings["table"] = {"NVIDIA Y": DeviceInfo(tops={torch.bfloat16: 1.0})}
+config.aliases["NVIDIA Z"] = other["NVIDIA X"]
+'''
+
+
+def test_device_table_read_from_source_dense_with_aliases():
+    from trace_reader.peaks import Peak, parse_device_info
+
+    torch_src = "torch._inductor.analysis.device_info"
+    table = parse_device_info(DEVICE_INFO)
+    assert table == {
+        # H100 and L4: listed with sparse figures and no factor in this torch: halved by ours
+        "NVIDIA H100": Peak(f"{torch_src} (sparse figures halved)",
+                            {"float64": 33.5, "bfloat16": 989.5, "tf32": 494.5}, 3350),
+        "NVIDIA L4": Peak(f"{torch_src} (sparse figures halved)", {"bfloat16": 121.0}, 300),
+        "NVIDIA A100": Peak(torch_src, {"bfloat16": 312.0}, 2039.0),
+        "NVIDIA B200": Peak(torch_src, {"bfloat16": 2250.0}, 8000.0),  # torch's own factor
+        "AMD MI300X": Peak(torch_src, {"bfloat16": 1307.4}, None),
+        "AMD INSTINCT MI300X": Peak(torch_src, {"bfloat16": 1307.4}, None),
+    }
+    assert table["AMD INSTINCT MI300X"] is table["AMD MI300X"]
+    # the table assigned without an annotation, as older torch writes it
+    assert parse_device_info('_device_mapping = {"A": DeviceInfo(tops={}, dram_bw_gbs=1)}') == \
+        {"A": Peak(torch_src, {}, 1)}
+
+
+def test_device_peak_longest_prefix_then_the_supplement(monkeypatch):
+    from trace_reader import peaks
+
+    monkeypatch.setattr(peaks, "_torch_table", {"NVIDIA H100": "h100", "NVIDIA H100 NVL": "nvl", "NVIDIA A": "a"})
+    assert peaks.device_peak("NVIDIA H100 80GB HBM3") == "h100"
+    assert peaks.device_peak("nvidia h100 nvl") == "nvl"  # the longer family name wins, in any case
+    assert peaks.device_peak("NVIDIA H100") == "h100"
+    # a family name is a whole word of the device's name, not a prefix of one
+    assert peaks.device_peak("NVIDIA H1000") is None and peaks.device_peak("NVIDIA A100") is None
+    assert peaks.device_peak("NVIDIA H200 141GB").source == "NVIDIA H200 datasheet (not in torch's table)"
+    assert peaks.device_peak("") is None and peaks.device_peak(None) is None
+    monkeypatch.setattr(peaks, "_torch_table", None)
+    monkeypatch.setattr(peaks, "_read_torch_table", lambda: 1 / 0)  # a private file moved: peaks unknown
+    assert peaks.device_peak("NVIDIA H100") is None and peaks._torch_table == {}
+    assert peaks.device_peak("NVIDIA H200").gbs == 4800.0
+
+
+def _bench_record():
+    """Two shapes with made-up times, every round equal (no spread): the post's shape, fused 200 µs against Liger's
+    160 (0.80x: slower), graph replays 125 against the best other's 150; a decode shape, fused 8 µs against
+    eager's 10 (1.25x), no graph replay."""
+    def v(us, graph=None):
+        return {"median_us": us, "rounds_us": [us] * 3, **({"graph_median_us": graph} if graph else {})}
+
+    post = {"M": 8192, "dim": 768, "hidden": 3072, "floor_us": 100.0, "bound": "compute",
+            "variants": {"eager": v(250.0, 240.0), "compile": v(200.0), "liger": v(160.0, 150.0),
+                         "fused": v(200.0, 125.0)}}
+    decode = {"M": 1, "dim": 64, "hidden": 128, "floor_us": 2.0, "bound": "memory",
+              "variants": {"eager": v(10.0), "fused": v(8.0)}}
+    return {"date": "2026-11-30T01:02:03", "device": "NVIDIA H200", "torch": "2.11", "triton": "3.6",
+            "cuda": "13.0", "liger_kernel": "0.8.5", "dtype": "bf16", "ceiling_tflops": 680.4, "copy_tbps": 4.256,
+            "shapes": [post, decode]}
+
+
+def test_markdown_table_of_a_record_by_hand():
+    # of floor: 100 / 200 = 0.50, 2 / 8 = 0.25; graph: 100 / 125 = 0.80
+    assert bench.markdown_table(_bench_record()).splitlines() == [
+        "Measured on 2026-11-30 on an NVIDIA H200 (torch 2.11, triton 3.6, CUDA 13.0, liger-kernel 0.8.5, bf16); "
+        "ceilings 680 TFLOP/s (GEMM) and 4.26 TB/s (copy). µs, median of 3 rounds; full record: "
+        "`results/bench_h200.json` and `.txt`.",
+        "",
+        "| M×dim→hidden | floor (bound) | eager | compile | max-autotune | Liger | fused (of floor) "
+        "| fused vs best other | GPU time alone (graph): fused vs best other (fused of floor) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| 8192×768→3072 (the post's) | 100.0 µs (compute) | 250.0 | 200.0 | - | 160.0 | **200.0** (0.50) "
+        "| 0.80× (slower: liger) | 125.0 vs 150.0 (0.80) |",
+        "| 1×64→128 | 2.0 µs (memory) | 10.0 | - | - | - | **8.0** (0.25) | 1.25× | - |",
+    ]
+    assert bench.ceilings_line(_bench_record()) == \
+        "NVIDIA H200: bf16 8192^3 matmul 680 TFLOP/s, 1 GiB copy 4.26 TB/s (the ceilings)"
+
+
+def test_timing_fields_say_how_each_device_timed():
+    assert bench.timing_fields(True) == {
+        "timer": "bench.median_us (CUDA events, L2 evicted before each call); middle of 3 round-robin rounds",
+        "ceiling_gemm": "8192x8192x8192"}
+    assert bench.timing_fields(False) == {
+        "timer": "bench.cpu_median_us: time.perf_counter median of 5 calls (CPU smoke test)",
+        "ceiling_gemm": "512x512x512"}
+
+
+def test_write_record_leaves_the_json_and_its_table(tmp_path):
+    import json
+
+    out = tmp_path / "new" / "b.json"
+    said = bench.write_record(out, {"a": 1}, ["line 1", "line 2"])
+    assert out.read_text() == '{\n  "a": 1\n}\n'
+    assert (tmp_path / "new" / "b.txt").read_text() == "line 1\nline 2\n"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["b.json", "b.txt"]  # no .tmp left
+    assert said == f"\nwrote {out}\n      {out.with_suffix('.txt')}"
+
+
+# ---- kernels.py: FLOPs and bytes from recorded shapes, at their limits ------------------------------------------
+
+def op(name, dims=None, types=None, **args):
+    """An op as the reader sees it: a name and its args ("Input Dims", "Input type", ...)."""
+    from types import SimpleNamespace
+
+    if dims is not None:
+        args["Input Dims"] = dims
+    if types is not None:
+        args["Input type"] = types
+    return SimpleNamespace(name=name, args=args)
+
+
+@pytest.mark.parametrize("o, flops", [
+    (op("aten::mm", [[4, 8], [8, 16]]), 2 * 4 * 8 * 16),
+    (op("aten::addmm", [[16], [4, 8], [8, 16]]), 2 * 4 * 8 * 16),  # the bias first
+    (op("aten::bmm", [[3, 4, 8], [3, 8, 16]]), 2 * 3 * 4 * 8 * 16),
+    (op("aten::mm", [[4, 8], [9, 16]]), None),  # inner sizes differ
+    (op("aten::mm", [[4, 8], [2, 8, 16]]), None),  # ranks differ
+    (op("aten::mm", [[1, 2, 4, 8], [1, 2, 8, 16]]), None),  # rank 4
+    (op("aten::mm", [[4, 8]]), None),  # one operand
+    (op("aten::addmm", [[16], [4, 8]]), None),
+    (op("aten::mul", [[4, 8], [8, 16]]), None),  # not a matmul
+    (op("aten::mm", [[4, -8], [-8, 16]]), None),
+    (op("aten::mm", [[4, True], [True, 16]]), None),
+    (op("aten::mm", [[1, 2**40], [2**40, 1]]), None),  # no dimension is that long
+    (op("aten::mm", [[1, 2**40 - 1], [2**40 - 1, 1]]), 2.0 * (2**40 - 1)),
+    (op("aten::mm", [[10**6, 10**6], [10**6, 5 * 10**5]]), None),  # 1e18 FLOPs: a made-up shape
+    (op("aten::mm", [[10**6, 10**6], [10**6, 499_999]]), 2.0 * 10**12 * 499_999),
+    (op("aten::mm", "not a list"), None),
+])
+def test_gemm_flops_at_the_limits(o, flops):
+    from trace_reader.kernels import gemm_flops
+
+    assert gemm_flops(o) == flops
+    assert gemm_flops(None) is None
+
+
+def test_gemm_bytes_reads_each_input_once_and_writes_the_output():
+    from trace_reader.kernels import gemm_bytes
+
+    bf16 = "c10::BFloat16"
+    # [4, 8] @ [8, 16] in bf16: (32 + 128) * 2 read, 4 * 16 * 2 written
+    assert gemm_bytes(op("aten::mm", [[4, 8], [8, 16]], [bf16, bf16])) == 448.0
+    assert gemm_bytes(op("aten::addmm", [[16], [4, 8], [8, 16]], [bf16] * 3)) == 480.0  # + the bias, 32
+    # an out= buffer after the operands is written, not read; fp32 output of bf16 operands is not a thing here
+    assert gemm_bytes(op("aten::mm", [[4, 8], [8, 16], [4, 16]], [bf16] * 3)) == 448.0
+    assert gemm_bytes(op("aten::mm", [[4, 8], [8, 16]], [bf16])) is None  # a type missing
+    assert gemm_bytes(op("aten::mm", [[4, 8], [8, 16]], [bf16, "c10::Weird"])) is None
+    assert gemm_bytes(op("aten::mm", [[4, 8], [8, 16]], ["float", "float"])) == 896.0
+    assert gemm_bytes(op("aten::mul", [[4, 8], [8, 16]], [bf16, bf16])) is None
+
+
+@pytest.mark.parametrize("o, sources, want", [
+    (op("k", kernel_num_gb=0.5), None, (5e8, True)),  # Inductor's own count
+    (op("aten::mul", [[4, 8], [8]], ["float", "float"]), None, (32 * 4 + 8 * 4 + 32 * 4, True)),  # + the output
+    (op("aten::mul", [[4, 8], [8]], ["c10::Half", "float"]), None, (32 * 2 + 8 * 4 + 32 * 2, True)),
+    (op("aten::mul_", [[4, 8], [8]], ["float", "float"]), None, (32 * 4 + 8 * 4, True)),  # in place
+    (op("aten::add.out", [[4, 8], [4, 8]], ["float", "float"]), None, (256.0, True)),
+    (op("aten::add", [[8], [3, 1]], ["float", "float"]), None, (8 * 4 + 3 * 4 + 24 * 4, True)),  # broadcast [3, 8]
+    (op("aten::add", [[2, 1, 4], [3, 1]], ["float", "float"]), None, (8 * 4 + 3 * 4 + 24 * 4, True)),  # [2, 3, 4]
+    (op("aten::mul", [[4, 8], []], ["float", "Scalar"]), None, (32 * 4 + 32 * 4, True)),  # a scalar moves nothing
+    (op("aten::mul", [[], []], ["float", "float"]), None, None),
+    (op("aten::mul", [[4, 8]], ["c10::Weird"]), None, None),
+    (op("triton_poi_fused_0", [[4, 8], [4, 8]], ["float", "float"]), None, (256.0, False)),  # lists its output too
+    (op("triton_poi_fused_0", [[4, 8], [4, 8]], ["float", "float"], kernel_file="k.py"),
+     {"k.py": "def triton_poi_fused_0(in_out_ptr0, in_ptr0, xnumel, XBLOCK : tl.constexpr):"}, (384.0, True)),
+    (op("k", [[4, 8], [4, 8]], ["float", "float"], kernel_backend="triton", kernel_name="kern", kernel_file="k.py"),
+     {"k.py": "def kern(in_ptr0, out_ptr0, xnumel):"}, (256.0, True)),
+    # 1.25e14 floats in and out: 1e15 B, a made-up shape; 1e7 elements fewer: kept
+    (op("aten::mul", [[10**7, 12_500_000], []], ["float", "Scalar"]), None, None),
+    (op("aten::mul", [[10**7, 12_499_999], []], ["float", "Scalar"]), None, (1e15 - 8e7, True)),
+    (op("k", [[4]], ["float"], kernel_num_gb=1e6), None, (16.0 + 16.0, True)),  # a petabyte count is not used
+])
+def test_pointwise_bytes_at_the_limits(o, sources, want):
+    from trace_reader.kernels import pointwise_bytes
+
+    assert pointwise_bytes(o, sources) == want
+    assert pointwise_bytes(None) is None
+
+
+def select(dim):
+    """index_select of a [3] long index from a [4, 6] fp32 source along `dim` (as the profiler records it)."""
+    concrete = {} if dim is None else {"Concrete Inputs": ["", dim, ""]}
+    return op("aten::index_select", [[4, 6], [], [3]], ["float", "Scalar", "long int"], **concrete)
+
+
+@pytest.mark.parametrize("o, want", [
+    # a [512] long index into a [32000, 2048] bf16 table: 512 * 8 B of index, 512 rows of 2048 read and written
+    (op("aten::embedding", [[32000, 2048], [512]], ["c10::BFloat16", "long int"]), 512 * 8 + 2 * 512 * 2048 * 2),
+    (select("1"), 3 * 8 + 2 * 3 * 4 * 4),  # dim 1: 3 columns of 4 from a [4, 6] source
+    (select("-1"), 3 * 8 + 2 * 3 * 4 * 4),
+    (select("-2"), 3 * 8 + 2 * 3 * 6 * 4),  # dim 0: 3 rows of 6
+    (select(None), 3 * 8 + 2 * 3 * 6 * 4),  # no recorded dim: 0
+    (select("2"), None), (select("-3"), None),  # no such dim
+    (op("aten::gather", [[4, 6], [], [4, 2]], ["float", "Scalar", "long int"]), 8 * 8 + 2 * 8 * 4),  # one per entry
+    (op("aten::take", [[4, 6], [5]], ["float", "long int"]), 5 * 8 + 2 * 5 * 4),
+    (op("aten::take", [[4, 6]], ["float"]), None),
+    (op("aten::take", [[4, 6], [5]], ["float", "c10::Weird"]), None),
+    (op("aten::take", [[], [5]], ["float", "long int"]), None),
+])
+def test_indexing_reads_only_what_the_index_picks(o, want):
+    from trace_reader.kernels import pointwise_bytes
+
+    assert pointwise_bytes(o) == (None if want is None else (float(want), True))
+
+
+def test_short_names_fit_their_column():
+    from trace_reader.kernels import short
+
+    assert short("void " + "k" * 10, False, 10) == "k" * 10  # "void " dropped, then it fits exactly
+    assert short("k" * 11, False, 10) == "k" * 9 + "…"
+    assert short("void " + "k" * 11, True, 10) == "void " + "k" * 11  # full: byte for byte
+    name = "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<float, float, float, " \
+           "at::native::binary_internal::MulFunctor<float>>, std::array<char*, 3>>(int, T2, T3)"
+    assert short(name, False) == "vectorized_elementwise_kernel<…MulFunctor…>"
+    assert short(name, False, 20) == name[5:24] + "…"  # even the cut form does not fit
+
+
+def test_gemm_or_pointwise_by_name_and_op():
+    from types import SimpleNamespace
+
+    from trace_reader.kernels import is_gemm, is_pointwise, most_common, op_dtype
+
+    def k(name, op_name=None, is_kernel=True):
+        return SimpleNamespace(name=name, op=op_name and SimpleNamespace(name=op_name), is_kernel=is_kernel)
+
+    assert is_gemm(k("anything", "aten::mm")) and is_gemm(k("sm90_xmma_gemm_bf16bf16")) and is_gemm(k("nvjet_tst"))
+    assert not is_gemm(k("triton_poi_fused_mm_0")) and not is_gemm(k("elementwise_kernel", "aten::mul"))
+    assert is_pointwise(k("elementwise_kernel")) and not is_pointwise(k("Memset", is_kernel=False))
+    assert not is_pointwise(k("cutlass_kernel"))
+    assert op_dtype(op("aten::mm", types=["Scalar", "c10::Half", "float"])) == "float16"
+    assert op_dtype(op("aten::mm", types=["long int"])) is None and op_dtype(None) is None
+    assert most_common([("a",), ("b",), ("b",), ("a",)]) == ["a"] and most_common([]) == []
+
+
+def test_per_annotation_counts_calls_and_leaves_no_gpu_time_unset():
+    """Layer 1's mlp runs twice in the step (a second span 171..176 with no work): 2 calls, its CPU time 68 + 5;
+    on a CPU trace no annotation has GPU time or kernels."""
+    from test_inspect_trace import parse
+    from test_reader_report import x
+    from trace_reader import modules
+
+    data = two_layer_step()
+    data["traceEvents"].append(x("model.layers.1.mlp", "user_annotation", 171, 5))
+    rows = modules.per_annotation(parse(data))
+    assert rows["model.layers.1.mlp"] == {"gpu_us": [20.0], "kernels": [1], "cpu_us": [73.0], "calls": [2]}
+    assert rows["model.layers.0"] == {"gpu_us": [32.0], "kernels": [3], "cpu_us": [79.0], "calls": [1]}
+    cpu = {"traceEvents": [e for e in data["traceEvents"] if e["cat"] in ("user_annotation", "cpu_op")]}
+    assert modules.per_annotation(parse(cpu))["model.layers.0"] == {"gpu_us": [0.0], "kernels": [0], "cpu_us": [79.0],
+                                                                     "calls": [1]}
+
+
+def test_breakdown_edges_no_step_annotation_and_no_time():
+    """Without the step annotation the step's CPU time is its ProfilerStep span (200 µs) and `decode` is a module;
+    a `## ... ##` annotation is no module; a step whose time is 0 has no shares."""
+    from test_inspect_trace import parse
+    from test_reader_report import x
+    from trace_reader import modules
+
+    data = two_layer_step()
+    data["traceEvents"].append(x("## sync ##", "user_annotation", 181, 2))
+    d = modules.breakdown(parse(data), "prefill")
+    assert d["total"]["cpu_us"] == 200.0 and "decode" in d["top_level"] and "## sync ##" not in d["top_level"]
+    assert "## sync ##" not in modules.breakdown(parse(data), "decode")["top_level"]
+    idle = {"traceEvents": [x("ProfilerStep#2", "user_annotation", 0, 10), x("decode", "user_annotation", 1, 0),
+                            x("model.layers.0", "user_annotation", 1, 0)]}
+    d = modules.breakdown(parse(idle), "decode")
+    assert d["total"]["share"] is None and d["outside"]["share"] is None
+    assert [r["share"] for r in d["types"]] == [None] and "   -" in modules.breakdown_text(d)
+
+
+def test_module_expectations_say_what_they_ask():
+    from test_inspect_trace import parse
+    from trace_reader import modules
+
+    t = parse(two_layer_step())
+    assert modules.kernels_between(7, None, "x").text == "at least 7 GPU kernels per step (x)"
+    assert modules.kernels_between(0, 5, "x").text == "at most 5 GPU kernels per step (x)"
+    assert modules.kernels_between(2, 5, "x").text == "2 to 5 GPU kernels per step (x)"
+    assert modules.runtime_calls("cudaLaunchKernel", 6).text == "6 cudaLaunchKernel per step"
+    assert modules.runtime_calls("cudaLaunchKernel", 6, "y").text == "6 cudaLaunchKernel per step (y)"
+    for e in (modules.kernels_between(1, 2, "x"), modules.runtime_calls("c", 1), modules.largest_module("mlp", "d"),
+              modules.module_launches("mlp", "x")):
+        assert e.device == "cuda"
+    # a decoder layer launches every kernel of its parts, each pattern looked for among all of them: layer 0 has
+    # both, layer 1 (its mlp only) neither
+    assert modules.module_launches("decoder layer", "x", has=("k_attn", "k_add")).check(t) == \
+        "model.layers.1: nothing matches ['k_add', 'k_attn']"
+    # layer 1 has an annotated part, layer 0 too: with only layer 0's parts annotated, layer 1 is named
+    data = two_layer_step()
+    data["traceEvents"] = [e for e in data["traceEvents"] if e["name"] != "model.layers.1.mlp"]
+    assert modules.modules_annotated(2, "decode").check(parse(data)) == \
+        "ProfilerStep#2: decoder layers with annotated parts: [0]"
+
+
+# ---- memory.py: sizes, the allocator's rounding, which op made an allocation ------------------------------------
+
+@pytest.mark.parametrize("nbytes, said", [(1023, "1023 B"), (1024, "1.0 KiB"), (2**20 - 52, "1023.9 KiB"),
+                                          (2**20, "1.0 MiB"), (2**30 - 2**19, "1023.5 MiB"), (2**30, "1.0 GiB"),
+                                          (-2048, "-2.0 KiB"), (0, "0 B")])
+def test_size_unit_changes_at_each_power_of_1024(nbytes, said):
+    from trace_reader.memory import _size
+
+    assert _size(nbytes) == said
+
+
+@pytest.mark.parametrize("nbytes, device, block", [
+    (1, "cuda", 512), (512, "cuda", 512), (513, "cuda", 1024),
+    (2**20, "cuda", 2**20),  # the small pool's largest: as rounded
+    (2**20 + 1, "cuda", 2**20 + 512 + 2**20),  # the large pool: up to 1 MiB more, unsplit
+    (513, "cpu", 513)])
+def test_largest_block_the_allocator_may_report(nbytes, device, block):
+    from trace_reader.memory import largest_block
+
+    assert largest_block(nbytes, device) == block
+
+
+def test_the_op_that_made_an_allocation_at_its_edges():
+    """aten::bmm spans 10..30 on thread (1, 1) and calls aten::empty 12..13: an allocation inside the empty is
+    bmm's (empty only asks the allocator), one at 30 still bmm's, one at 31 or on another thread nobody's."""
+    from test_inspect_trace import parse
+    from test_reader_report import x
+    from trace_reader.memory import Alloc, _maker
+
+    t = parse({"traceEvents": [x("ProfilerStep#2", "user_annotation", 0, 100), x("aten::bmm", "cpu_op", 10, 20),
+                               x("aten::empty", "cpu_op", 12, 1), x("Torch-Compiled Region: 0/0", "cpu_op", 40, 10),
+                               x("aten::add", "cpu_op", 42, 2)]})
+    [st] = t.steps
+
+    def made(ts, thread=(1, 1)):
+        e = _maker(st, Alloc(ts, 64.0, 64.0, (0, 0), None, thread))
+        return e and e.name
+
+    assert [made(10), made(12.5), made(30), made(31), made(20, (1, 2))] == ["aten::bmm"] * 3 + [None, None]
+    assert made(43) == "aten::add" and made(45) == "Torch-Compiled Region: 0/0"
+
+
+# ---- what a run says about its picture and its noise --------------------------------------------------------------
+
+def test_pictures_are_named_after_their_record_and_trace(tmp_path):
+    from test_inspect_trace import parse
+    from test_reader_report import two_kernels_step
+    from trace_reader import plot
+
+    assert plot.bench_chart_next_to(_bench_record(), tmp_path / "b.json", "w") == f"wrote {tmp_path / 'b.png'}"
+    assert plot.plot_next_to(parse(two_kernels_step()), tmp_path / "t.json") == f"wrote {tmp_path / 't.png'}"
+    assert plot.plot_next_to(parse(two_kernels_step()), tmp_path / "u.json.gz") == f"wrote {tmp_path / 'u.png'}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.png", "t.png", "u.png"]
+
+
+def test_shape_table_says_slower_in_capitals_only_beyond_the_spread():
+    r = _bench_record()["shapes"][0]  # fused 200 µs, Liger 160: 0.80x, no spread
+    r.update(bench.roofline(8192, 768, 3072, 2, 680.0, 4.0), skipped=[], parts={})
+    for v in r["variants"].values():
+        v["rel_err"] = 1e-3
+    lines = bench.shape_lines(r, 680.0, 4.0)
+    assert lines[-1] == "  fused vs best of the others (liger): 0.80x SLOWER beyond the spread"
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="Linux's /proc tells who holds a port")
+def test_the_port_holder_is_named_with_its_command_line():
+    import os
+    import socket
+
+    import serve_trace
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        cmd = Path("/proc/self/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        assert serve_trace._port_holder(port) == f"pid {os.getpid()} ({cmd})"
+    assert serve_trace._port_holder(port) is None  # closed: nobody listens
+
+
+def test_main_writes_what_the_record_says_it_measured(tmp_path, monkeypatch):
+    """bench.main's record beside its numbers: how it timed, the ceilings' workloads, the floor's formula."""
+    import json
+
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench, "gemm_ceiling_tflops", lambda dtype: 680.0)
+    monkeypatch.setattr(bench, "copy_bandwidth_tbps", lambda: 4.0)
+    monkeypatch.setattr(bench, "versions", lambda device="cuda": {"device": "a GPU", "date": "2026-11-30T00:00:00"})
+    monkeypatch.setattr(bench, "bench_shape", lambda M, dim, hidden, dtype, tol, c, b, tuned: {
+        **_bench_record()["shapes"][1], "tuned": tuned, "tol": tol, "skipped": [], "parts": {}, "rel_err": 0.0,
+        "flops": 1.0, "bytes": 1.0, "floor_compute_us": 1.0, "floor_memory_us": 2.0})
+    monkeypatch.setattr(bench, "shape_lines", lambda *a: [])
+    monkeypatch.setattr(bench, "table_text", lambda record: "")
+    monkeypatch.setattr(bench, "bench_chart_next_to", lambda record, out, title: "")
+    out = tmp_path / "new" / "b.json"  # its folder made first: the partial record goes there too
+    assert bench.main(["--shapes", "1x4096x11008,2x4096x11008", "--dtype", "fp16", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert {k: v for k, v in record.items() if k not in ("shapes", "fused_config", "liger_kernel")} == {
+        "device": "a GPU", "date": "2026-11-30T00:00:00", "dtype": "fp16",
+        "timer": "CUDA events, median over ~100 ms of calls, L2 evicted by a 256 MB read before each call; "
+                 "middle of 3 round-robin rounds",
+        "ceiling_tflops": 680.0, "ceiling_gemm": "8192x8192x8192",
+        "copy_tbps": 4.0, "copy": "1 GiB device-to-device, bytes read + written",
+        "floor": "max(6*M*dim*hidden / ceiling, bytes / copy) with bytes = the 3 weights + x + y"}
+    # max-autotune "some": at MAX_AUTOTUNE_SHAPES only (1x4096x11008 is one); fp16 is checked to 5e-3
+    assert [(s["tuned"], s["tol"]) for s in record["shapes"]] == [(True, 5e-3), (False, 5e-3)]
+    assert set(record["fused_config"]) == {"hopper", "portable", "small_m"}
+
+
+# ---- memory.py: temporaries at the step's and the op's end -------------------------------------------------------
+
+def test_temporaries_at_the_ends_of_the_step_and_the_op(tmp_path):
+    """Steps [0, 99] and [100, 199]; aten::bmm 10..20 allocates the 1 MiB scores at 11.5 (test_expect_shapes'
+    traces). Freed at the step's last µs: a temporary; freed as the op returns: its scratch; a 0-byte event on
+    the same block is no free."""
+    from test_expect_shapes import FUSED_OPS, MATH_OPS, S, alloc_trace
+    from trace_reader import memory
+
+    both = {2: [(S, "aten::bmm")], 3: [(S, "aten::bmm")]}
+    assert memory.temporaries(alloc_trace(tmp_path, MATH_OPS, [(11.5, S, 1000), (99, -S, 1000)]), S) == both
+    zero = alloc_trace(tmp_path, MATH_OPS, [(11.5, S, 1000), (15, 0, 1000), (35, -S, 1000)], name="zero.json")
+    assert memory.temporaries(zero, S) == both
+    scratch = alloc_trace(tmp_path, FUSED_OPS, [(11.5, 4 * S, 1000), (40, -4 * S, 1000)], name="scratch.json")
+    assert memory.temporaries(scratch, S) == {2: [], 3: []}  # FUSED_OPS's op ends at 10 + 30
+
+
+def test_allocates_says_what_it_looked_for_and_saw(tmp_path):
+    from test_expect_shapes import MATH_OPS, S, alloc_trace
+    from trace_reader import memory
+
+    assert memory.allocates(S, "the scores", True).text == \
+        "allocates the scores (1.0 MiB): a temporary of at least that size in every step"
+    assert memory.allocates(S, "the scores", False).text == \
+        "never allocates the scores (1.0 MiB): no allocation of that size passes between ops in any step"
+    three = alloc_trace(tmp_path, MATH_OPS, [(11.5, S, 1000), (12, 2 * S, 2000), (12.5, S, 3000),
+                                             (35, -S, 1000), (36, -2 * S, 2000), (37, -S, 3000)])
+    each = "3: 1.0 MiB from aten::bmm, 2.0 MiB from aten::bmm, ..."
+    assert memory.allocates(S, "the scores", False).check(three) == \
+        f"allocations passed between ops of >= 1.0 MiB per step: #2 {each}; #3 {each}"
+    small = alloc_trace(tmp_path, MATH_OPS, [(11.5, S - 1, 1000), (35, -(S - 1), 1000)], name="small.json")
+    assert memory.allocates(S, "the scores", True).check(small) == \
+        "temporaries of >= 1.0 MiB per step: #2 none; #3 none"
+
+
+# ---- serve_trace.py: a refusal is plain text; a trace gone since the start is a 404 that says why ------------------
+
+def test_a_trace_removed_while_served_is_a_plain_404(tmp_path):
+    from test_serve_trace import TRACE_JSON, Running
+
+    trace = tmp_path / "t.json"
+    trace.write_bytes(TRACE_JSON)
+    s = Running(trace, timeout=2.0)
+    trace.unlink()
+    resp, body = s.request("GET")
+    assert (resp.status, body) == (404, b"404 Not Found (No such file or directory)\n")
+    assert resp.getheader("Content-Type") == "text/plain; charset=utf-8"
+    assert resp.getheader("Content-Length") == str(len(body))
+    assert s.finish() == "timed out"  # a 404 is no fetch
+
+
+# ---- plot.py's command line ---------------------------------------------------------------------------------------
+
+def test_chart_command_writes_next_to_the_record_or_refuses_in_one_line(tmp_path, capsys):
+    import json
+
+    from trace_reader import plot
+
+    record = tmp_path / "b.json"
+    record.write_text(json.dumps(_bench_record()))
+    assert plot.main(["--bench", str(record)]) == 0
+    assert capsys.readouterr().out == f"wrote {tmp_path / 'b.png'}\n" and (tmp_path / "b.png").exists()
+    record.write_text("[1, 2]")
+    assert plot.main(["--bench", str(record)]) == 2
+    assert capsys.readouterr().err == \
+        f"python -m trace_reader.plot: error: {record}: not a benchmark record (expected a JSON object)\n"
+
+
+def test_a_preflight_gets_back_the_headers_it_asked_for_and_nothing_more(tmp_path):
+    from test_serve_trace import TRACE_JSON, Running
+
+    trace = tmp_path / "t.json"
+    trace.write_bytes(TRACE_JSON)
+    s = Running(trace, timeout=5.0)
+    resp, body = s.request("OPTIONS", headers={"Access-Control-Request-Method": "GET",
+                                               "Access-Control-Request-Headers": "range, x-y"})
+    assert (resp.status, body) == (204, b"")
+    assert resp.getheader("Access-Control-Allow-Headers") == "range, x-y"
+    assert resp.getheader("Access-Control-Allow-Methods") == "GET, HEAD, OPTIONS"
+    assert resp.getheader("Access-Control-Max-Age") == "600" and resp.getheader("Content-Length") == "0"
+    assert resp.getheader("Access-Control-Allow-Private-Network") is None  # not asked for
+    assert resp.getheader("Vary") == "Origin"
+    assert s.request("GET")[1] == TRACE_JSON and s.finish() == "fetched"
+
+
+def test_the_whole_report_of_a_cpu_trace_counted_by_hand():
+    """Two 90 µs CPU steps: `fwd` 80 µs around aten::mm (30 µs, then 40) and aten::add (10 µs, calling aten::empty
+    for 1). Self time per step: fwd 80 - 40 and 80 - 50, mean 35; mm 35; add 10 - 1 = 9; empty 1: 80 in all
+    (shares 43.75%, 11.25%, 1.25%). The units of work: mm and add (empty only asks the allocator)."""
+    import inspect_trace as it
+    from test_inspect_trace import parse
+    from test_reader_report import x
+
+    ev = []
+    for s in range(2):
+        t0 = 100 * s
+        ev += [x(f"ProfilerStep#{s + 2}", "user_annotation", t0, 90), x("fwd", "user_annotation", t0 + 1, 80),
+               x("aten::mm", "cpu_op", t0 + 10, 30 + 10 * s), x("aten::add", "cpu_op", t0 + 50, 10),
+               x("aten::empty", "cpu_op", t0 + 52, 1)]
+    assert it.report(parse({"traceEvents": ev})) == """\
+trace   <test>
+device  CPU only (no GPU activity in the trace)
+steps   2 active ProfilerStep (#2, #3)
+
+CPU ops by self time per step (mean over 2 steps; top 4 of 4):
+op           calls/step  self µs/step  share
+-----------  ----------  ------------  -----
+fwd                   1          35.0  43.8%
+aten::mm              1          35.0  43.8%
+aten::add             1           9.0  11.2%
+aten::empty           1           1.0   1.2%
+
+Work in order (the CPU's kernels: fused C++ kernels, GEMMs and other computing aten ops, each with what it calls; \
+mean over 2 of 2 steps, those in the typical order):
+#  kernel     mean µs    min–max
+-  ---------  -------  ---------
+1  aten::mm      35.0  30.0–40.0
+2  aten::add     10.0  10.0–10.0
+every step runs the same 2 units of work in the same order
+Inductor C++ kernels: none: an eager run (no Torch-Compiled Region in the trace)
+
+step  CPU span µs
+----  -----------
+#2           90.0
+#3           90.0
+
+CPU time per annotation (record_function; its spans, µs per step):
+annotation  median    min–max
+----------  ------  ---------
+fwd           80.0  80.0–80.0"""
