@@ -704,7 +704,7 @@ def test_main_writes_what_the_record_says_it_measured(tmp_path, monkeypatch):
         "floor": "max(6*M*dim*hidden / ceiling, bytes / copy) with bytes = the 3 weights + x + y"}
     # max-autotune "some": at MAX_AUTOTUNE_SHAPES only (1x4096x11008 is one); fp16 is checked to 5e-3
     assert [(s["tuned"], s["tol"]) for s in record["shapes"]] == [(True, 5e-3), (False, 5e-3)]
-    assert set(record["fused_config"]) == {"hopper", "portable", "small_m"}
+    assert set(record["fused_config"]) == {"hopper", "portable", "small_m", "tuned"}
 
 
 # ---- memory.py: temporaries at the step's and the op's end -------------------------------------------------------
