@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import interpreter_cannot_loop
+from conftest import interpreter_cannot_loop, session_folder
 from doc_pages import all_text, links, page, pages, slug
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -179,7 +179,7 @@ def ran_on_cpu(argv):
 
 
 def run_env(argv):
-    env = {**os.environ, "TRITON_INTERPRET": "0", **ENVS[tuple(argv)]}
+    env = {**os.environ, "TRITON_INTERPRET": "0", **ENVS.get(tuple(argv), {})}
     if argv[0] in BENCHES or (argv[0] in SCRIPTS and "--device" not in argv):
         # What a reader without a GPU sees, which is what the pages quote, on any machine. The real benchmarks are
         # tests/test_bench*.py's job; the GPU runs of the scripts, test_scripts' and the pages' --device cuda lines.
@@ -188,17 +188,14 @@ def run_env(argv):
 
 
 class Runs:
-    """README commands run once each, into one folder; a command that needs a trace runs its script first."""
+    """README commands run once each in the session (conftest.SharedRuns), into one folder; a command that needs a
+    trace runs its script first."""
 
-    def __init__(self, out):
-        self.out, self.done = out, {}
+    def __init__(self, shared, out):
+        self.shared, self.out = shared, out
 
     def run(self, argv):
-        key = tuple(argv)
-        if key not in self.done:
-            self.done[key] = subprocess.run(command(as_run_here(argv, self.out)), capture_output=True, text=True,
-                                            cwd=ROOT, timeout=600, env=run_env(argv))
-        return self.done[key]
+        return self.shared.run(command(as_run_here(argv, self.out)), run_env(argv))
 
     def trace(self, path):
         """The README's traces/<script>/<file>: made by that script's README commands (run as needed)."""
@@ -213,8 +210,9 @@ class Runs:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return Runs(tmp_path_factory.mktemp("readme"))
+def runs(shared_runs, tmp_path_factory):
+    """The pages' runs, one folder for every worker of the session (test_posts reads the posts' commands here)."""
+    return Runs(shared_runs, session_folder(tmp_path_factory, "readme"))
 
 
 ORDERED = [c for c in COMMANDS if c != ["pytest"] and "--open" not in c]
@@ -329,12 +327,14 @@ OPEN = [c for c in COMMANDS if "--open" in c]
 
 
 @pytest.mark.parametrize("argv", OPEN, ids=[" ".join(c) for c in OPEN])
-def test_readme_open_command_serves_the_trace_once(argv, runs):
-    """Run the --open command (on a free port), fetch the printed link the way the Perfetto UI does."""
+def test_readme_open_command_serves_the_trace_once(argv, runs, tmp_path):
+    """Run the --open command (on a free port), fetch the printed link the way the Perfetto UI does. In a folder of
+    its own: another worker's run may rewrite the shared folder's copy of the trace between serving and reading."""
     for a in argv:
         if a.startswith("traces/"):
-            runs.trace(a)
-    proc = subprocess.Popen(command(as_run_here(argv, runs.out)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            local_trace(a, tmp_path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(runs.trace(a), local_trace(a, tmp_path))
+    proc = subprocess.Popen(command(as_run_here(argv, tmp_path)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1", "BROWSER": "true"})
     lines = []
     served = None
