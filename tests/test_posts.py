@@ -16,11 +16,11 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import fused_cpp, session_folder
+from conftest import fused_cpp
 from doc_pages import pages, section
 
 # as_run_here: --device cpu and --out under a temp folder
-from test_readme import ROOT, Runs, as_run_here, command
+from test_readme import ROOT, as_run_here, command, page_runs
 from test_scripts import load, steps
 
 PART1 = [
@@ -52,7 +52,7 @@ SCHEDULE = "uv run 01_matmul_add.py --wait 0 --profiler-warmup 0 --active 20"  #
 def runs(shared_runs, tmp_path_factory):
     """All the commands, two at a time (most of a run is single-threaded: start-up, compiling), as test_readme runs
     them: the posts' commands are the README's too, so each runs once in the session, whichever file asks first."""
-    pages = Runs(shared_runs, session_folder(tmp_path_factory, "readme"))
+    pages = page_runs(shared_runs, tmp_path_factory)
     commands = PART1 + PART2 + [SCHEDULE]
     with ThreadPoolExecutor(max_workers=2) as pool:
         return pages.out, dict(zip(commands, pool.map(lambda line: pages.run(argv_of(line)), commands)))

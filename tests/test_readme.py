@@ -209,10 +209,14 @@ class Runs:
         return local
 
 
+def page_runs(shared_runs, tmp_path_factory):
+    """The pages' runs, one folder for every worker of the session (test_posts and test_attention read theirs here)."""
+    return Runs(shared_runs, session_folder(tmp_path_factory, "readme"))
+
+
 @pytest.fixture(scope="module")
 def runs(shared_runs, tmp_path_factory):
-    """The pages' runs, one folder for every worker of the session (test_posts reads the posts' commands here)."""
-    return Runs(shared_runs, session_folder(tmp_path_factory, "readme"))
+    return page_runs(shared_runs, tmp_path_factory)
 
 
 ORDERED = [c for c in COMMANDS if c != ["pytest"] and "--open" not in c]

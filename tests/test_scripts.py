@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import fused_cpp, interpreter_cannot_loop
+from conftest import fused_cpp, interpreter_cannot_loop, run_script_main
 
 ROOT = Path(__file__).resolve().parent.parent
 LINEAR = ["--batch", "16", "--in_dim", "8", "--out_dim", "12"]
@@ -311,9 +311,10 @@ def test_fused_mlp_refuses_big_shapes_in_the_interpreter(tmp_path):
 def test_part1_matmul_add(tmp_path):
     experiments = ([], ["--batched", "3"], ["--compile"], ["--wait", "0", "--profiler-warmup", "0"], ["--active", "20"],
                    ["--active", "20", "--sync-each-step"])
-    for extra in experiments:
-        proc = run("01_matmul_add.py", "--size", "16", *extra, "--out", str(tmp_path))
-        assert proc.returncode == 0, proc.stderr
+    main = importlib.import_module("01_matmul_add").main
+    for extra in experiments:  # in this process: the files are the point here, not a process's start or exit
+        code, _, err = run_script_main("01_matmul_add.py", main, tmp_path, "--size", "16", *extra)
+        assert code == 0, err
     folder = tmp_path / "01_matmul_add"
     stems = ["16_bf16_cold_compile", "16_bf16_cold_eager", "16_bf16_cold_bmm3_eager", "16_bf16_cold_wait0_pwarmup0_eager",
              "16_bf16_cold_active20_eager", "16_bf16_cold_active20_sync_eager"]
@@ -334,8 +335,8 @@ def test_part1_matmul_add(tmp_path):
 
 
 def test_part1_default_name_is_the_posts(tmp_path):
-    proc = run("01_matmul_add.py", "--out", str(tmp_path))
-    assert proc.returncode == 0, proc.stderr
+    code, _, err = run_script_main("01_matmul_add.py", importlib.import_module("01_matmul_add").main, tmp_path)
+    assert code == 0, err
     assert (tmp_path / "01_matmul_add/64_bf16_cold_eager.json").exists()
     assert (tmp_path / "01_matmul_add/64_bf16_cold_eager.txt").exists()
 
