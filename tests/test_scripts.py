@@ -34,6 +34,13 @@ def run(script, *args, env=None, **kw):
                           env={**os.environ, **(env or {})}, cwd=ROOT, **kw)
 
 
+def run_here(script, *args, out):
+    """What `run(script, *args, "--out", out)` gives, the script's main() run in this process instead (conftest's
+    run_script_main): for what a run writes, prints and exits with, where its process's start is not the point."""
+    code, stdout, stderr = run_script_main(script, importlib.import_module(script[:-3]).main, out, *args)
+    return subprocess.CompletedProcess([script, *args], code, stdout, stderr)
+
+
 def load(path):
     opener = gzip.open if str(path).endswith(".gz") else open
     with opener(path, "rt") as f:
@@ -65,7 +72,7 @@ def runs(tmp_path_factory):
         ("mlp_eager", "03_simple_mlp.py", MLP),
         ("mlp_compile", "03_simple_mlp.py", MLP + ["--compile"]),
     ]:
-        proc = run(script, *args, "--out", str(out))
+        proc = run_here(script, *args, out=out)
         assert proc.returncode == 0, proc.stderr
         done[key] = proc
     return out, done
@@ -148,8 +155,8 @@ def test_table_sits_beside_each_trace(runs):
 
 
 def test_warm_fp32_gzip_and_active(tmp_path):
-    proc = run("02_linear.py", *LINEAR, "--warmup", "2", "--dtype", "fp32", "--gzip", "--active", "5",
-               "--out", str(tmp_path))
+    proc = run_here("02_linear.py", *LINEAR, "--warmup", "2", "--dtype", "fp32", "--gzip", "--active", "5",
+                    out=tmp_path)
     assert proc.returncode == 0, proc.stderr
     trace = tmp_path / "02_linear/16x8x12_fp32_warm_active5_eager.json.gz"
     assert sorted(steps(load(trace))) == [f"ProfilerStep#{k}" for k in range(2, 7)]
@@ -167,9 +174,8 @@ def test_warm_fp32_gzip_and_active(tmp_path):
     (["--nope"], "unrecognized arguments"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, says):
-    if "--out" not in args:
-        args = args + ["--out", str(tmp_path)]
-    proc = run("02_linear.py", *args)
+    args, out = (args[:-2], args[-1]) if args[-2:-1] == ["--out"] else (args, tmp_path)
+    proc = run_here("02_linear.py", *args, out=out)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and says in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -311,10 +317,9 @@ def test_fused_mlp_refuses_big_shapes_in_the_interpreter(tmp_path):
 def test_part1_matmul_add(tmp_path):
     experiments = ([], ["--batched", "3"], ["--compile"], ["--wait", "0", "--profiler-warmup", "0"], ["--active", "20"],
                    ["--active", "20", "--sync-each-step"])
-    main = importlib.import_module("01_matmul_add").main
-    for extra in experiments:  # in this process: the files are the point here, not a process's start or exit
-        code, _, err = run_script_main("01_matmul_add.py", main, tmp_path, "--size", "16", *extra)
-        assert code == 0, err
+    for extra in experiments:
+        proc = run_here("01_matmul_add.py", "--size", "16", *extra, out=tmp_path)
+        assert proc.returncode == 0, proc.stderr
     folder = tmp_path / "01_matmul_add"
     stems = ["16_bf16_cold_compile", "16_bf16_cold_eager", "16_bf16_cold_bmm3_eager", "16_bf16_cold_wait0_pwarmup0_eager",
              "16_bf16_cold_active20_eager", "16_bf16_cold_active20_sync_eager"]
@@ -335,8 +340,8 @@ def test_part1_matmul_add(tmp_path):
 
 
 def test_part1_default_name_is_the_posts(tmp_path):
-    code, _, err = run_script_main("01_matmul_add.py", importlib.import_module("01_matmul_add").main, tmp_path)
-    assert code == 0, err
+    proc = run_here("01_matmul_add.py", out=tmp_path)
+    assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "01_matmul_add/64_bf16_cold_eager.json").exists()
     assert (tmp_path / "01_matmul_add/64_bf16_cold_eager.txt").exists()
 
