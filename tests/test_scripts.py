@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import fused_cpp, interpreter_cannot_loop, run_script_main
+from test_readme import ENVS, page_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 LINEAR = ["--batch", "16", "--in_dim", "8", "--out_dim", "12"]
@@ -294,13 +295,17 @@ def test_fused_mlp_without_gpu_says_how_to_run_it(tmp_path):
 
 
 @NEEDS_TRITON
-def test_fused_mlp_in_the_triton_interpreter(tmp_path):
+def test_fused_mlp_in_the_triton_interpreter(shared_runs, tmp_path_factory):
+    """The README's `TRITON_INTERPRET=1 uv run 04_fused_mlp.py` at this module's MLP shape: test_readme's run, shared."""
     if interpreter_cannot_loop():
         pytest.skip("Triton < 3.7's interpreter cannot run kernel loops under NumPy >= 2.5")
-    proc = run("04_fused_mlp.py", *MLP, "--out", str(tmp_path), env={"TRITON_INTERPRET": "1"})
+    argv = ["04_fused_mlp.py", *MLP]
+    assert ENVS[tuple(argv)] == {"TRITON_INTERPRET": "1"}
+    pages = page_runs(shared_runs, tmp_path_factory)
+    proc = pages.run(argv)
     assert proc.returncode == 0, proc.stderr
     assert "check: fused vs eager SimpleGeGLUMLP, relative error" in proc.stdout
-    for names in step_names(tmp_path / "04_fused_mlp/2x8x32x64_bf16_cold_eager.json"):
+    for names in step_names(pages.out / "04_fused_mlp/2x8x32x64_bf16_cold_eager.json"):
         assert names.count("mlp_fwd") == 1
         assert "aten::gelu" not in names and "aten::mul" not in names  # GeGLU happens inside the kernel
         assert "aten::mm" in names  # down_proj, a plain GEMM
