@@ -68,22 +68,32 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "subprocess: runs a script in a child process (seconds; left out under mutmut)")
 
 
-# Files whose tests may run on any worker, one by one (pyproject's --dist loadgroup), not all on one: their runs
-# are shared through SharedRuns, so spreading them repeats none. Every other file stays on one worker.
+# Files whose tests go to the workers one by one, not all to one worker as pyproject's --dist loadfile does: their
+# runs are shared through SharedRuns, so spreading them repeats none.
 SPREAD = {"test_readme.py"}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the xdist_group marks
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile (each file on one worker: its module fixtures made once), but SPREAD's tests one by one.
+    (Not --dist loadgroup: pytest 9 ignores the node ids xdist 3.8 rewrites for it, so its groups are not kept.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling  # only under xdist, which calls this hook
+
+    class SpreadSome(LoadFileScheduling):
+        def _split_scope(self, nodeid):
+            path = nodeid.split("::", 1)[0]
+            return nodeid if Path(path).name in SPREAD else path
+
+    return SpreadSome(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Each test file on one worker (its module fixtures made once), except SPREAD's; under mutmut (pyproject's
-    [tool.mutmut]), keep the fast in-process tests only.
+    """Under mutmut (pyproject's [tool.mutmut]), keep the fast in-process tests only.
 
     A test that records a real profile (the `cpu` fixture) or starts a subprocess (`cli`, or marked
     `subprocess`) takes seconds; mutmut runs the covering tests once per mutant, so those would not fit.
     """
-    for item in items:
-        if item.path.name not in SPREAD:
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
     if "mutmut" not in sys.modules:
         return
     slow = [i for i in items if "cpu" in getattr(i, "fixturenames", ()) or "cli" in i.name or "subprocess" in i.keywords]
