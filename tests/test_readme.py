@@ -281,6 +281,19 @@ def test_a_trace_named_beside_a_command_is_what_it_writes(argv, name, runs):
     assert Path(written).name == local_trace(f"traces/{Path(written).parent.name}/{name}", Path()).name
 
 
+def test_shared_runs_run_each_command_once(tmp_path):
+    """Two workers' SharedRuns on one folder: a command runs once, its output read back by both; the same command
+    with another environment is another run."""
+    from conftest import SharedRuns
+
+    count = tmp_path / "count"
+    cmd = [sys.executable, "-c", f"import os; open({str(count)!r}, 'a').write('x'); print(os.environ.get('X', '-'))"]
+    a, b = SharedRuns(tmp_path / "runs"), SharedRuns(tmp_path / "runs")
+    first, again, other = a.run(cmd, dict(os.environ)), b.run(cmd, dict(os.environ)), b.run(cmd, {**os.environ, "X": "1"})
+    assert (first.returncode, first.stdout, again.stdout, other.stdout) == (0, "-\n", "-\n", "1\n")
+    assert count.read_text() == "xx"
+
+
 def test_trace_names_are_read_from_the_comments():
     assert len(NAMED) >= 9  # Part 1's commands name their files
     assert (["01_matmul_add.py", "--size", "64"], "64_bf16_cold_eager") in NAMED
