@@ -24,7 +24,9 @@ BENCHES = {"bench.py", "bench_attention.py", "bench_model.py"}
 # CPU. On the CPU, its commands that give no shape run at this one (the scores still outweigh every other
 # activation, so the memory expectations mean the same); with --device cuda they run as written.
 CPU_SHAPE = {"05_attention.py": ["--batch", "1", "--seq", "512", "--heads", "2", "--kv_heads", "1", "--head_dim", "16"],
-             "06_model.py": ["--preset", "tiny", "--seq", "32"],  # 4 Gemma-2B layers: 1 GB of weights, slow on a CPU
+             # 4 Gemma-2B layers: 1 GB of weights, slow on a CPU; tiny's own 2 layers (after the pages' --layers 4):
+             # the same check, half the graph for --compile to trace
+             "06_model.py": ["--preset", "tiny", "--seq", "32", "--layers", "2"],
              # a training step of the post's MLP is three forwards' work: seconds per step at these sizes
              "07_train_step.py": ["--batch", "2", "--seq", "32", "--dim", "64", "--hidden", "256"],
              "03_simple_mlp.py": ["--batch", "1"]}  # the post's 64 x 128 tokens: see SMALLER
