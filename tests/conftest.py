@@ -1,6 +1,9 @@
+import hashlib
 import importlib.util
+import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -67,6 +70,26 @@ def pytest_configure(config):
                                        "whose forked workers hung in it)")
 
 
+# Files whose tests go to the workers one by one, not all to one worker as pyproject's --dist loadfile does: their
+# runs are shared through SharedRuns, so spreading them repeats none.
+SPREAD = {"test_readme.py"}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile (each file on one worker: its module fixtures made once), but SPREAD's tests one by one.
+    (Not --dist loadgroup: pytest 9 ignores the node ids xdist 3.8 rewrites for it, so its groups are not kept.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling  # only under xdist, which calls this hook
+
+    class SpreadSome(LoadFileScheduling):
+        def _split_scope(self, nodeid):
+            path = nodeid.split("::", 1)[0]
+            return nodeid if Path(path).name in SPREAD else path
+
+    return SpreadSome(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     """Under mutmut (pyproject's [tool.mutmut]), keep the fast in-process tests only.
 
@@ -96,3 +119,40 @@ def run_script_main(script: str, main, out, *args, device="cpu"):
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), pytest.raises(SystemExit) as done:
             common.main(main)
     return done.value.code, stdout.getvalue(), stderr.getvalue()
+
+
+class SharedRuns:
+    """Commands run once for the whole session, whichever test worker asks first: the others wait for that run
+    and read its result. The pages' commands are run by test_readme (spread over workers) and, for the posts', by
+    test_posts: each runs once."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def run(self, cmd: list[str], env: dict, timeout: int = 600) -> subprocess.CompletedProcess:
+        """`cmd` run in the repository root with `env` (once per session), as subprocess.run(capture_output=True,
+        text=True) returns it."""
+        import filelock  # torch's own dependency: there wherever torch is
+
+        changed = sorted((k, v) for k, v in env.items() if os.environ.get(k) != v)
+        key = hashlib.sha256(json.dumps([cmd, changed]).encode()).hexdigest()[:20]
+        record = self.folder / f"{key}.json"
+        with filelock.FileLock(f"{record}.lock"):
+            if not record.exists():
+                proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=env)
+                record.write_text(json.dumps([proc.returncode, proc.stdout, proc.stderr]))
+        code, stdout, stderr = json.loads(record.read_text())
+        return subprocess.CompletedProcess(cmd, code, stdout, stderr)
+
+
+def session_folder(tmp_path_factory, name: str) -> Path:
+    """A folder every test worker of this session shares (xdist gives each worker a base folder of its own, in the
+    session's)."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / name
+
+
+@pytest.fixture(scope="session")
+def shared_runs(tmp_path_factory) -> SharedRuns:
+    return SharedRuns(session_folder(tmp_path_factory, "shared-runs"))

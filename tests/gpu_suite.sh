@@ -16,7 +16,8 @@ run() {  # run OUTFILE PYTEST_ARGS...
     --durations=20 "$@" > "$file" 2>&1
 }
 # test_readme.py runs each command of the README and the docs pages in a fresh process (about 45): one worker alone
-# took 9 minutes, so its tests spread over workers of their own (each with its own output folder), beside the others.
+# took 9 minutes, so its tests spread over workers of their own (each command runs once: conftest.SharedRuns), beside
+# the others.
 run "$out/pytest_readme.txt" -n "${README_WORKERS:-6}" --dist load tests/test_readme.py &
 readme=$!
 run "$out/pytest.txt" -n "${WORKERS:-10}" --dist loadfile --ignore tests/test_readme.py "$@" tests

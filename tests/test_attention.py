@@ -1,7 +1,8 @@
 """05_attention.py at tiny shapes on the CPU, and trace_reader.memory on hand-built traces.
 
-The script runs in this process (one torch import, one Inductor cache for the compiled runs); its trace
-is read back with plain json (test_scripts' helpers), not with the reader that printed the report.
+The script runs in this process (one torch import, one Inductor cache for the compiled runs), but flex: that is
+the README's command, run once for both files (test_readme's run); each trace is read back with plain json
+(test_scripts' helpers), not with the reader that printed the report.
 """
 
 import gzip
@@ -17,6 +18,7 @@ import torch
 import common
 import inspect_trace as it
 from doc_pages import page
+from test_readme import CPU_SHAPE, page_runs
 from test_scripts import load, steps
 from trace_reader import memory
 
@@ -97,8 +99,14 @@ def test_gqa_backend_math_and_fp32(monkeypatch, capsys, tmp_path):
         assert "aten::_scaled_dot_product_attention_math" in names
 
 
-def test_flex_compiled_on_the_cpu(monkeypatch, capsys, tmp_path):
-    code, out, err, trace = run(monkeypatch, capsys, tmp_path, "--impl", "flex", *PREFILL)
+@pytest.mark.subprocess
+def test_flex_compiled_on_the_cpu(shared_runs, tmp_path_factory):
+    """The README's `uv run 05_attention.py --impl flex`, which test_readme runs at this shape: FlexAttention's
+    compile (the suite's slowest on a CPU) once in the session, in a process of its own."""
+    assert CPU_SHAPE["05_attention.py"] == PREFILL  # the shape SCORE_BYTES and the name below are of
+    proc = page_runs(shared_runs, tmp_path_factory).run(["05_attention.py", "--impl", "flex"])
+    code, out, err = proc.returncode, proc.stdout, proc.stderr
+    trace = Path(re.search(r"^wrote +(\S+\.json)$", out, flags=re.M).group(1)) if code == 0 else None
     if code == 2 and "FlexAttention does not compile for the CPU" in err:  # the script's one line on such a torch
         pytest.skip(err.strip())
     assert code == 0, err

@@ -155,7 +155,8 @@ def test_triton_scripts_say_so_in_one_line(no_triton, tmp_path, script, interpre
 
 
 def test_tests_that_need_triton_skip_with_the_reason(no_triton):
-    proc = no_triton("-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/test_fused_geglu.py",
+    # -n 0: in this one process, not pyproject's workers (each would import torch again to skip three tests)
+    proc = no_triton("-m", "pytest", "-q", "-rs", "-n", "0", "-p", "no:cacheprovider", "tests/test_fused_geglu.py",
                      "tests/test_scripts.py::test_fused_mlp_in_the_triton_interpreter",
                      "tests/test_scripts.py::test_hub_wait_is_bounded")
     assert proc.returncode == 0, proc.stdout[-3000:]

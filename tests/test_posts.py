@@ -20,7 +20,7 @@ from conftest import fused_cpp
 from doc_pages import pages, section
 
 # as_run_here: --device cpu and --out under a temp folder
-from test_readme import ROOT, SMALLER, as_run_here, command, smaller
+from test_readme import ROOT, as_run_here, command, page_runs
 from test_scripts import load, steps
 
 PART1 = [
@@ -38,35 +38,34 @@ PART2 = [
     "uv run 03_kernels_mlp.py --batch 64 --seq 128 --dim 768 --hidden 3072",
 ]
 
-def as_in_ci(command: str) -> list[str]:
-    """The post's command with the sizes of test_readme's SMALLER swapped in (the script's own argv after `uv run`)."""
+def argv_of(command: str) -> list[str]:
+    """The script's own argv after `uv run` (test_readme's runs swap in the sizes of its SMALLER)."""
     words = shlex.split(command)
     assert words[:2] == ["uv", "run"]
-    if words[2] == "03_kernels_mlp.py":
-        return words[2:]  # stops before any work on a CPU: the post's size costs nothing
-    return smaller(words[2:], SMALLER)
+    return words[2:]
 
 
 SCHEDULE = "uv run 01_matmul_add.py --wait 0 --profiler-warmup 0 --active 20"  # Part 1's schedule diff, as flags
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """All the commands, two at a time (most of a run is single-threaded: start-up, compiling), into one temp --out."""
-    out = tmp_path_factory.mktemp("posts")
-
-    # A CUDA toolkit but no GPU, and Inductor compiling afresh: the setting in which torch warns "No CUDA runtime
-    # is found, using CUDA_HOME=..." at the first compile. The runs must stay quiet anyway.
-    env = {**os.environ, "CUDA_HOME": str(out), "TORCHINDUCTOR_CACHE_DIR": str(out / "inductor-cache")}
-
-    def one(line):
-        to = out / "schedule" if line == SCHEDULE else out  # same file name as --size 64: keep both
-        return subprocess.run(command(as_run_here(as_in_ci(line), to)), capture_output=True, text=True,
-                              cwd=ROOT, timeout=600, env=env)
-
+def runs(shared_runs, tmp_path_factory):
+    """All the commands, two at a time (most of a run is single-threaded: start-up, compiling), as test_readme runs
+    them: the posts' commands are the README's too, so each runs once in the session, whichever file asks first."""
+    pages = page_runs(shared_runs, tmp_path_factory)
     commands = PART1 + PART2 + [SCHEDULE]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        return out, dict(zip(commands, pool.map(one, commands)))
+        return pages.out, dict(zip(commands, pool.map(lambda line: pages.run(argv_of(line)), commands)))
+
+
+def test_first_compile_is_quiet_with_a_cuda_toolkit_but_no_gpu(tmp_path):
+    """A CUDA toolkit but no GPU, and Inductor compiling afresh (its C++ compiler too): the setting in which torch
+    warns "No CUDA runtime is found, using CUDA_HOME=..." at the first compile. The post's run stays quiet anyway."""
+    env = {**os.environ, "CUDA_HOME": str(tmp_path), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")}
+    proc = subprocess.run(command(as_run_here(argv_of(PART2[3]), tmp_path)), capture_output=True, text=True,
+                          cwd=ROOT, timeout=600, env=env)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-3000:]
+    assert fused_cpp(per_step(proc)["ProfilerStep#2"])  # a C++ kernel was built: the compile the warning comes with
 
 
 def _get(runs, command):
@@ -91,7 +90,7 @@ def test_post_command_runs_quietly_and_confirms_what_applies_on_a_cpu(command, r
         assert (ROOT / "tests/data/h200_liger.json.gz").is_file()
         return
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stderr == "", proc.stderr[-3000:]  # no kineto USDT lines, no CUDA_HOME warning, no traceback
+    assert proc.stderr == "", proc.stderr[-3000:]  # no kineto USDT lines, no traceback (CUDA_HOME: test_first_compile_...)
     assert "BROKEN" not in proc.stdout, proc.stdout[-3000:]
     assert "uvx --python 3.12 trace-util -b BUCKET -f " in proc.stdout  # trace-util 0.2.0 on any local Python
     if "--compile" in command:  # said before the slow first call, not after

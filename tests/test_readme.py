@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import interpreter_cannot_loop
+from conftest import interpreter_cannot_loop, session_folder
 from doc_pages import all_text, links, page, pages, slug
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,7 +24,9 @@ BENCHES = {"bench.py", "bench_attention.py", "bench_model.py", "bench_tp.py"}
 # CPU. On the CPU, its commands that give no shape run at this one (the scores still outweigh every other
 # activation, so the memory expectations mean the same); with --device cuda they run as written.
 CPU_SHAPE = {"05_attention.py": ["--batch", "1", "--seq", "512", "--heads", "2", "--kv_heads", "1", "--head_dim", "16"],
-             "06_model.py": ["--preset", "tiny", "--seq", "32"],  # 4 Gemma-2B layers: 1 GB of weights, slow on a CPU
+             # 4 Gemma-2B layers: 1 GB of weights, slow on a CPU; tiny's own 2 layers (after the pages' --layers 4):
+             # the same check, half the graph for --compile to trace
+             "06_model.py": ["--preset", "tiny", "--seq", "32", "--layers", "2"],
              # a training step of the post's MLP is three forwards' work: seconds per step at these sizes
              "07_train_step.py": ["--batch", "2", "--seq", "32", "--dim", "64", "--hidden", "256"],
              "03_simple_mlp.py": ["--batch", "1"],  # the post's 64 x 128 tokens: see SMALLER
@@ -191,7 +193,7 @@ def ran_on_cpu(argv):
 
 
 def run_env(argv):
-    env = {**os.environ, "TRITON_INTERPRET": "0", **ENVS[tuple(argv)]}
+    env = {**os.environ, "TRITON_INTERPRET": "0", **ENVS.get(tuple(argv), {})}
     if argv[0] in BENCHES or (script_of(argv) in SCRIPTS and "--device" not in argv):
         # What a reader without a GPU sees, which is what the pages quote, on any machine. The real benchmarks are
         # tests/test_bench*.py's job; the GPU runs of the scripts, test_scripts' and the pages' --device cuda lines.
@@ -200,17 +202,14 @@ def run_env(argv):
 
 
 class Runs:
-    """README commands run once each, into one folder; a command that needs a trace runs its script first."""
+    """README commands run once each in the session (conftest.SharedRuns), into one folder; a command that needs a
+    trace runs its script first."""
 
-    def __init__(self, out):
-        self.out, self.done = out, {}
+    def __init__(self, shared, out):
+        self.shared, self.out = shared, out
 
     def run(self, argv):
-        key = tuple(argv)
-        if key not in self.done:
-            self.done[key] = subprocess.run(command(as_run_here(argv, self.out)), capture_output=True, text=True,
-                                            cwd=ROOT, timeout=600, env=run_env(argv))
-        return self.done[key]
+        return self.shared.run(command(as_run_here(argv, self.out)), run_env(argv))
 
     def trace(self, path):
         """The README's traces/<script>/<file>: made by that script's README commands (run as needed)."""
@@ -224,9 +223,14 @@ class Runs:
         return local
 
 
+def page_runs(shared_runs, tmp_path_factory):
+    """The pages' runs, one folder for every worker of the session (test_posts and test_attention read theirs here)."""
+    return Runs(shared_runs, session_folder(tmp_path_factory, "readme"))
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    return Runs(tmp_path_factory.mktemp("readme"))
+def runs(shared_runs, tmp_path_factory):
+    return page_runs(shared_runs, tmp_path_factory)
 
 
 ORDERED = [c for c in COMMANDS if c != ["pytest"] and "--open" not in c]
@@ -291,6 +295,19 @@ def test_a_trace_named_beside_a_command_is_what_it_writes(argv, name, runs):
     assert Path(written).name == local_trace(f"traces/{Path(written).parent.name}/{name}", Path()).name
 
 
+def test_shared_runs_run_each_command_once(tmp_path):
+    """Two workers' SharedRuns on one folder: a command runs once, its output read back by both; the same command
+    with another environment is another run."""
+    from conftest import SharedRuns
+
+    count = tmp_path / "count"
+    cmd = [sys.executable, "-c", f"import os; open({str(count)!r}, 'a').write('x'); print(os.environ.get('X', '-'))"]
+    a, b = SharedRuns(tmp_path / "runs"), SharedRuns(tmp_path / "runs")
+    first, again, other = a.run(cmd, dict(os.environ)), b.run(cmd, dict(os.environ)), b.run(cmd, {**os.environ, "X": "1"})
+    assert (first.returncode, first.stdout, again.stdout, other.stdout) == (0, "-\n", "-\n", "1\n")
+    assert count.read_text() == "xx"
+
+
 def test_trace_names_are_read_from_the_comments():
     assert len(NAMED) >= 9  # Part 1's commands name their files
     assert (["01_matmul_add.py", "--size", "64"], "64_bf16_cold_eager") in NAMED
@@ -341,12 +358,14 @@ OPEN = [c for c in COMMANDS if "--open" in c]
 
 
 @pytest.mark.parametrize("argv", OPEN, ids=[" ".join(c) for c in OPEN])
-def test_readme_open_command_serves_the_trace_once(argv, runs):
-    """Run the --open command (on a free port), fetch the printed link the way the Perfetto UI does."""
+def test_readme_open_command_serves_the_trace_once(argv, runs, tmp_path):
+    """Run the --open command (on a free port), fetch the printed link the way the Perfetto UI does. In a folder of
+    its own: another worker's run may rewrite the shared folder's copy of the trace between serving and reading."""
     for a in argv:
         if a.startswith("traces/"):
-            runs.trace(a)
-    proc = subprocess.Popen(command(as_run_here(argv, runs.out)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            local_trace(a, tmp_path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(runs.trace(a), local_trace(a, tmp_path))
+    proc = subprocess.Popen(command(as_run_here(argv, tmp_path)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1", "BROWSER": "true"})
     lines = []
     served = None

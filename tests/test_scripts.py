@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import fused_cpp, interpreter_cannot_loop
+from conftest import fused_cpp, interpreter_cannot_loop, run_script_main
+from test_readme import ENVS, page_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 LINEAR = ["--batch", "16", "--in_dim", "8", "--out_dim", "12"]
@@ -32,6 +33,13 @@ def run(script, *args, env=None, **kw):
         args = (*args, "--device", "cpu")  # the CPU lane, also on a machine with a GPU
     return subprocess.run([sys.executable, str(ROOT / script), *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, cwd=ROOT, **kw)
+
+
+def run_here(script, *args, out):
+    """What `run(script, *args, "--out", out)` gives, the script's main() run in this process instead (conftest's
+    run_script_main): for what a run writes, prints and exits with, where its process's start is not the point."""
+    code, stdout, stderr = run_script_main(script, importlib.import_module(script[:-3]).main, out, *args)
+    return subprocess.CompletedProcess([script, *args], code, stdout, stderr)
 
 
 def load(path):
@@ -65,7 +73,7 @@ def runs(tmp_path_factory):
         ("mlp_eager", "03_simple_mlp.py", MLP),
         ("mlp_compile", "03_simple_mlp.py", MLP + ["--compile"]),
     ]:
-        proc = run(script, *args, "--out", str(out))
+        proc = run_here(script, *args, out=out)
         assert proc.returncode == 0, proc.stderr
         done[key] = proc
     return out, done
@@ -148,8 +156,8 @@ def test_table_sits_beside_each_trace(runs):
 
 
 def test_warm_fp32_gzip_and_active(tmp_path):
-    proc = run("02_linear.py", *LINEAR, "--warmup", "2", "--dtype", "fp32", "--gzip", "--active", "5",
-               "--out", str(tmp_path))
+    proc = run_here("02_linear.py", *LINEAR, "--warmup", "2", "--dtype", "fp32", "--gzip", "--active", "5",
+                    out=tmp_path)
     assert proc.returncode == 0, proc.stderr
     trace = tmp_path / "02_linear/16x8x12_fp32_warm_active5_eager.json.gz"
     assert sorted(steps(load(trace))) == [f"ProfilerStep#{k}" for k in range(2, 7)]
@@ -167,9 +175,8 @@ def test_warm_fp32_gzip_and_active(tmp_path):
     (["--nope"], "unrecognized arguments"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, says):
-    if "--out" not in args:
-        args = args + ["--out", str(tmp_path)]
-    proc = run("02_linear.py", *args)
+    args, out = (args[:-2], args[-1]) if args[-2:-1] == ["--out"] else (args, tmp_path)
+    proc = run_here("02_linear.py", *args, out=out)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and says in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -288,13 +295,17 @@ def test_fused_mlp_without_gpu_says_how_to_run_it(tmp_path):
 
 
 @NEEDS_TRITON
-def test_fused_mlp_in_the_triton_interpreter(tmp_path):
+def test_fused_mlp_in_the_triton_interpreter(shared_runs, tmp_path_factory):
+    """The README's `TRITON_INTERPRET=1 uv run 04_fused_mlp.py` at this module's MLP shape: test_readme's run, shared."""
     if interpreter_cannot_loop():
         pytest.skip("Triton < 3.7's interpreter cannot run kernel loops under NumPy >= 2.5")
-    proc = run("04_fused_mlp.py", *MLP, "--out", str(tmp_path), env={"TRITON_INTERPRET": "1"})
+    argv = ["04_fused_mlp.py", *MLP]
+    assert ENVS[tuple(argv)] == {"TRITON_INTERPRET": "1"}
+    pages = page_runs(shared_runs, tmp_path_factory)
+    proc = pages.run(argv)
     assert proc.returncode == 0, proc.stderr
     assert "check: fused vs eager SimpleGeGLUMLP, relative error" in proc.stdout
-    for names in step_names(tmp_path / "04_fused_mlp/2x8x32x64_bf16_cold_eager.json"):
+    for names in step_names(pages.out / "04_fused_mlp/2x8x32x64_bf16_cold_eager.json"):
         assert names.count("mlp_fwd") == 1
         assert "aten::gelu" not in names and "aten::mul" not in names  # GeGLU happens inside the kernel
         assert "aten::mm" in names  # down_proj, a plain GEMM
@@ -312,7 +323,7 @@ def test_part1_matmul_add(tmp_path):
     experiments = ([], ["--batched", "3"], ["--compile"], ["--wait", "0", "--profiler-warmup", "0"], ["--active", "20"],
                    ["--active", "20", "--sync-each-step"])
     for extra in experiments:
-        proc = run("01_matmul_add.py", "--size", "16", *extra, "--out", str(tmp_path))
+        proc = run_here("01_matmul_add.py", "--size", "16", *extra, out=tmp_path)
         assert proc.returncode == 0, proc.stderr
     folder = tmp_path / "01_matmul_add"
     stems = ["16_bf16_cold_compile", "16_bf16_cold_eager", "16_bf16_cold_bmm3_eager", "16_bf16_cold_wait0_pwarmup0_eager",
@@ -334,7 +345,7 @@ def test_part1_matmul_add(tmp_path):
 
 
 def test_part1_default_name_is_the_posts(tmp_path):
-    proc = run("01_matmul_add.py", "--out", str(tmp_path))
+    proc = run_here("01_matmul_add.py", out=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "01_matmul_add/64_bf16_cold_eager.json").exists()
     assert (tmp_path / "01_matmul_add/64_bf16_cold_eager.txt").exists()
