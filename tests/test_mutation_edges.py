@@ -392,7 +392,6 @@ def test_timing_fields_say_how_each_device_timed():
 
 
 def test_write_record_leaves_the_json_and_its_table(tmp_path):
-    import json
 
     out = tmp_path / "new" / "b.json"
     said = bench.write_record(out, {"a": 1}, ["line 1", "line 2"])

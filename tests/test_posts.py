@@ -20,7 +20,8 @@ from conftest import fused_cpp
 from doc_pages import pages, section
 
 # as_run_here: --device cpu and --out under a temp folder
-from test_readme import ROOT, as_run_here, command, page_runs
+from test_readme import ROOT, as_run_here, page_runs
+from test_readme import command as runnable  # the argv to start; `command` here names a post line
 from test_scripts import load, steps
 
 PART1 = [
@@ -62,7 +63,7 @@ def test_first_compile_is_quiet_with_a_cuda_toolkit_but_no_gpu(tmp_path):
     """A CUDA toolkit but no GPU, and Inductor compiling afresh (its C++ compiler too): the setting in which torch
     warns "No CUDA runtime is found, using CUDA_HOME=..." at the first compile. The post's run stays quiet anyway."""
     env = {**os.environ, "CUDA_HOME": str(tmp_path), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")}
-    proc = subprocess.run(command(as_run_here(argv_of(PART2[3]), tmp_path)), capture_output=True, text=True,
+    proc = subprocess.run(runnable(as_run_here(argv_of(PART2[3]), tmp_path)), capture_output=True, text=True,
                           cwd=ROOT, timeout=600, env=env)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-3000:]
     assert fused_cpp(per_step(proc)["ProfilerStep#2"])  # a C++ kernel was built: the compile the warning comes with
