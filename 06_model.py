@@ -25,6 +25,7 @@ What to look for in the trace (Perfetto, or the report printed below):
   into pieces, which would change what is measured. The compiled trace shows the whole forward.
 """
 
+import importlib
 import inspect
 import os
 import re
@@ -251,6 +252,8 @@ def main():
     print(f"model: {config_name} ({type(config).__name__}), {L} layers, hidden {d}, intermediate {h}, "
           f"{config.num_attention_heads} heads / {kv} KV, head_dim {head_dim}, vocab {config.vocab_size}; "
           f"{args.phase}, batch {b}, seq {s}, MLP {args.mlp}, {variant}")
+    if args.mlp == "fused" and run.cuda:  # the kernel it asks to see, at any token count
+        importlib.import_module("fused_geglu").show_the_kernel(run.device, b * s if args.phase == "prefill" else b)
 
     model = build_model(config, run)
     ids = torch.randint(0, config.vocab_size, (b, s), device=run.device)

@@ -196,6 +196,8 @@ def main():
     run = common.setup(__file__, args, elements=4 * weights + b * s * (L * (4 * h + 6 * d) + 4 * vocab))
     common.describe(run)
     check_optimizer(args, run)
+    if args.mlp == "fused" and run.cuda:  # the kernel it asks to see, at any token count
+        importlib.import_module("fused_geglu").show_the_kernel(run.device, b * s)
 
     if lm:
         model, ids = build_lm(args, run, model06)

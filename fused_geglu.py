@@ -342,9 +342,20 @@ def _tma_possible(x2d, w_gate, w_up, tracing):
 TORCH_WHERE_FASTER = True
 
 
-def tuned_to_torch(x2d):
-    """True where the tuned table runs cuBLAS + PyTorch's GeGLU for x2d's token count on its GPU."""
-    return _by_m(x2d.device, x2d.shape[0], "geglu")[0] == "torch"
+def tuned_to_torch(device, tokens):
+    """True where the tuned table runs cuBLAS + PyTorch's GeGLU for this many tokens on this GPU."""
+    return _by_m(torch.device(device), tokens, "geglu")[0] == "torch"
+
+
+def show_the_kernel(device, tokens):
+    """For the scripts that teach the fused kernel (04, and 06/07 with --mlp fused): run it at any token count,
+    and say so where the tuned table would have run cuBLAS + PyTorch instead (the benchmarks time the module as
+    it comes, table and all)."""
+    global TORCH_WHERE_FASTER
+    TORCH_WHERE_FASTER = False
+    if tuned_to_torch(device, tokens):
+        print(f"note: at {tokens} tokens the tuned table ({TUNED_TABLE.name}) has FusedGeGLUMLP run cuBLAS + "
+              "PyTorch's GeGLU, which measured faster there; this run shows the fused kernel anyway")
 
 
 def plan(x2d, w_gate, w_up, use_tma=None):

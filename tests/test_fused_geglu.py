@@ -808,7 +808,7 @@ def test_traced_launches_go_through_wrap_triton(monkeypatch, M, kernels):
         assert grid[2] == meta["SPLIT_K"] > 1 and args[3] is not args[2]
 
 
-def test_the_tuned_table_can_send_the_module_to_cublas_and_04_past_it(monkeypatch):
+def test_the_tuned_table_can_send_the_module_to_cublas_and_04_past_it(monkeypatch, capsys):
     """A bucket where the table found cuBLAS + PyTorch faster: the module runs them there, while 04_fused_mlp.py
     (TORCH_WHERE_FASTER = False) still shows a fused kernel; the buckets around it keep the table's kernels."""
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -819,6 +819,10 @@ def test_the_tuned_table_can_send_the_module_to_cublas_and_04_past_it(monkeypatc
         w = torch.empty(512, 256, device="cuda", dtype=torch.bfloat16)
         by_m = {M: torch.empty(M, 256, device="cuda", dtype=torch.bfloat16) for M in (64, 65, 256, 257)}
         assert [fused_geglu.plan(x, w, w)[0] for x in by_m.values()] == ["small", "torch", "torch", "pointer"]
-        assert [fused_geglu.tuned_to_torch(x) for x in by_m.values()] == [False, True, True, False]
-        monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", False)
+        assert [fused_geglu.tuned_to_torch("cuda", M) for M in by_m] == [False, True, True, False]
+        monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", True)  # undone after the test
+        fused_geglu.show_the_kernel("cuda", 64)
+        assert capsys.readouterr().out == "" and not fused_geglu.TORCH_WHERE_FASTER
+        fused_geglu.show_the_kernel("cuda", 200)
+        assert capsys.readouterr().out.startswith("note: at 200 tokens the tuned table (fused_geglu_tuned.json)")
         assert [fused_geglu.plan(x, w, w)[0] for x in by_m.values()] == ["small", "pointer", "pointer", "pointer"]
