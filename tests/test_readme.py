@@ -132,7 +132,9 @@ def command(argv):
 SMALLER = {("--size", "4096"): ("512", "a 4096³ bf16 GEMM takes minutes per call on 2 CPU cores; 512³ is 512× less"),
            ("--batch", "64"): ("1", "8192 tokens through a 768→3072 MLP is 116 GFLOP per step; 128 tokens is 64× less"),
            # 07_train_step.py's decoder: the same architecture at 06's tiny preset
-           ("--model", "gemma-2b"): ("tiny", "two Gemma-2B-shaped layers train at minutes per step on 2 CPU cores")}
+           ("--model", "gemma-2b"): ("tiny", "two Gemma-2B-shaped layers train at minutes per step on 2 CPU cores"),
+           # its 4 x 512 tokens through tiny's layers, with memory profiling: 26 s of the suite; 4 x 64 shows the same
+           ("--seq", "512"): ("64", "the memory timeline's phases do not depend on the prompt's length")}
 # The README's traces of those runs, under the names the smaller runs give them.
 SMALLER_TRACES = {"03_simple_mlp/64x128x768x3072_": "03_simple_mlp/1x128x768x3072_",
                   "08_tensor_parallel/64x128x768x3072_bf16_": "08_tensor_parallel/2x32x64x256_fp32_"}
