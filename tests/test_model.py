@@ -164,7 +164,8 @@ def test_triton_mlp_on_a_cpu_is_refused_before_the_model_is_built(tmp_path, monk
 
 
 def test_offline_hub_id_falls_back_to_the_preset(monkeypatch, capsys):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # read at import by huggingface_hub: in-process, the wait is what bounds
+    monkeypatch.setattr(model06, "HUB_TIMEOUT", 2)  # it (20 s of a worker otherwise, on a machine without the Hub)
     config, name = model06.load_config(argparse.Namespace(config="google/gemma-2b", preset="tiny"))
     assert name == "tiny" and config.hidden_size == model06.PRESETS["tiny"]["hidden_size"]
     said = capsys.readouterr().out.strip().splitlines()
