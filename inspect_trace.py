@@ -150,11 +150,20 @@ def main(argv: list[str] | None = None) -> int:
 
 def _merged(args, traces) -> int:
     """The ranks of one distributed run, merged (trace_reader/ranks.py)."""
-    for flag in ("expect", "open", "plot"):
+    for flag in ("expect", "open"):
         if getattr(args, flag):
             raise TraceError(f"--{flag} reads one trace: give one rank's trace, not the whole run")
+    if args.plot:
+        from trace_reader.plot import check_png_path  # matplotlib loads only when a picture is drawn
+
+        check_png_path(args.plot)  # a bad file name: one line, before the report
     data = ranks.analyze(traces)
     print(json.dumps(data, indent=1) if args.json else ranks.text(data))
+    if args.plot:
+        from trace_reader.plot import plot_ranks
+
+        written = plot_ranks(ranks.lanes(traces), args.plot)
+        print(f"wrote {written} (the ranks side by side)", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 

@@ -238,3 +238,32 @@ def test_gemms_per_step_leaves_out_a_split_k_reduce():
     t = it.parse_trace({"traceEvents": events})
     assert ranks.gemms_per_step(2).check(t) is True
     assert ranks.gemms_per_step(3).check(t) == "GEMM kernels per step: [2]"
+
+
+# ------------------------------------------------------------------------------------------ --plot: the lanes
+
+def test_lanes_put_every_rank_on_one_clock(tmp_path):
+    # rank 0: GEMM 100-400, all-reduce 300-700; rank 1 (base 1 ms later): GEMM 100-200 -> 1100-1200, all-reduce
+    # 250-650 -> 1250-1650. The run's first interval starts at 100: everything from there.
+    datas = two_gpu_ranks()
+    datas[1]["baseTimeNanoseconds"] = BASE_NS + 1_000_000
+    data = ranks.lanes(ranks.load_run(write(tmp_path, datas)))
+    assert data["device"] == "cuda"
+    assert [(r["rank"], r["compute"], r["comm"]) for r in data["ranks"]] == [
+        (0, [(0.0, 300.0)], [(200.0, 600.0)]), (1, [(1000.0, 1100.0)], [(1150.0, 1550.0)])]
+
+
+def test_plot_draws_the_ranks_side_by_side(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from trace_reader.plot import png_data
+
+    paths = write(tmp_path, two_gpu_ranks())
+    picture = tmp_path / "ranks.png"
+    code, out, err = run_cli([*paths, "--plot", picture], capsys)
+    assert code == 0 and f"wrote {picture} (the ranks side by side)" in out, err
+    drawn = png_data(picture)  # the numbers inside the PNG are the lanes, as JSON
+    assert [(r["rank"], r["compute"], r["comm"]) for r in drawn["ranks"]] == [
+        (0, [[0, 300]], [[200, 600]]), (1, [[0, 100]], [[150, 550]])]
+    # a name that is no PNG: one line, before any report
+    code, out, err = run_cli([*paths, "--plot", tmp_path / "ranks.jpg"], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "ending in .png" in err

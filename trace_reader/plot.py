@@ -218,6 +218,29 @@ def check_drawable(traces: list[Trace], path: str | Path) -> None:
     _check_png_path(Path(path))
 
 
+def check_png_path(path: str | Path) -> None:
+    """TraceError now, before a report, if no PNG can be written at path."""
+    _check_png_path(Path(path))
+
+
+def plot_ranks(data: dict, path: str | Path) -> Path:  # pragma: no mutate block (drawing)
+    """One lane per rank (ranks.lanes' data): compute and communication side by side on the shared clock, so the
+    rank that arrives last at a collective, and the communication nothing hides, can be seen."""
+    lanes = data["ranks"]
+    fig = _figure((10, 1.2 + 0.6 * len(lanes)))
+    ax = fig.add_subplot()
+    for i, lane in enumerate(lanes):
+        ax.broken_barh([(a, b - a) for a, b in lane["compute"]], (i - 0.35, 0.7), color="#4c72b0", label=None)
+        ax.broken_barh([(a, b - a) for a, b in lane["comm"]], (i - 0.2, 0.4), color="#dd8452", label=None)
+    ax.set_yticks(range(len(lanes)), [f"rank {lane['rank']}" for lane in lanes])
+    ax.invert_yaxis()
+    ax.set_xlabel("µs from the first interval (the ranks' clocks aligned by their base times)")
+    many = f"{len(lanes)} rank{'s' if len(lanes) != 1 else ''}"
+    ax.set_title(f"{many}, {data['device_name'] or data['device']}: compute (blue), communication (orange)", fontsize=9)
+    fig.tight_layout()
+    return _save(fig, path, data)
+
+
 def _check_png_path(path: Path) -> None:
     if path.suffix.lower() != ".png":
         raise TraceError(f"{path}: the picture is a PNG; give a file name ending in .png")

@@ -235,6 +235,25 @@ def analyze(traces: list[Trace]) -> dict:
             "collectives": _collectives(traces, colls_by_rank, world)}
 
 
+def lanes(traces: list[Trace]) -> dict:
+    """Each rank's compute and communication over its active steps, on the clock the ranks share (their base
+    times), in µs from the run's first interval: what --plot draws as one lane per rank, side by side."""
+    world, gpu = len(traces), traces[0].device == "cuda"
+    rows = []
+    for r, t in enumerate(traces):
+        off, compute, comm = _offset(t), [], []
+        for st in t.steps:
+            c, m, _ = step_work(st, gpu, off, world)
+            compute += [(a + off, b + off) for a, b in c]
+            comm += [(a + off, b + off) for a, b in m]
+        rows.append((r, intervals.merge(compute), intervals.merge(comm)))
+    starts = [a for _, c, m in rows for a, _ in c + m]
+    t0 = min(starts) if starts else 0.0
+    return {"device": traces[0].device, "device_name": traces[0].device_name,
+            "ranks": [{"rank": r, "compute": [(a - t0, b - t0) for a, b in c], "comm": [(a - t0, b - t0) for a, b in m]}
+                      for r, c, m in rows]}
+
+
 def _collectives(traces: list[Trace], colls_by_rank: list[list[list[Collective]]], world: int) -> list[dict]:
     out = []
     for s, st in enumerate(traces[0].steps):
