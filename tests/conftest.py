@@ -150,7 +150,9 @@ def session_folder(tmp_path_factory, name: str) -> Path:
     """A folder every test worker of this session shares (xdist gives each worker a base folder of its own, in the
     session's)."""
     base = tmp_path_factory.getbasetemp()
-    return (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / name
+    folder = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / name
+    folder.mkdir(exist_ok=True)  # made here: the first test to use it may write into it before any run does
+    return folder
 
 
 @pytest.fixture(scope="session")
