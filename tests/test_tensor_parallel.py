@@ -143,3 +143,16 @@ def test_a_ranks_files_end_in_its_rank():
                      rank=3)
     assert run.stem("64", "_tp4_sp") == "64_bf16_cold_active5_tp4_sp_eager_rank3"
     assert ranks.rank_file(Path("t/64_bf16_cold_tp4_eager_rank3.json.gz"), 0) == Path("t/64_bf16_cold_tp4_eager_rank0.json.gz")
+
+
+def test_expect_reads_each_gloo_rank_back(gloo_run):
+    """--expect 08_tensor_parallel on a saved rank trace gives what the run itself printed: every guess held."""
+    proc, folder = gloo_run
+    for r in (0, 1):
+        read = subprocess.run([sys.executable, str(ROOT / "inspect_trace.py"), "--expect", "08_tensor_parallel",
+                               str(folder / f"2x32x64x256_fp32_cold_tp2_eager_rank{r}.json")],
+                              capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert read.returncode == 0, read.stderr
+        assert "08_tensor_parallel eager, TP=2, MLP eager, 3 steps (read from the trace)" in read.stdout
+        assert re.search(r"^\s+ok\s+1 all_reduce per step$", read.stdout, flags=re.M), read.stdout[-2000:]
+        assert "BROKEN" not in read.stdout

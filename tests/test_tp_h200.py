@@ -54,3 +54,34 @@ def test_the_fused_shard_runs_the_fused_kernel():
     data = raw(TP / "h200_tp1_64x128x768x3072_fused_eager_rank0.json.gz")
     names = {e["name"] for e in data["traceEvents"] if e.get("cat") == "kernel"}
     assert any(n.startswith("_geglu_") for n in names), names
+
+
+# What each run printed on the H200 when it was recorded (tests/data/tp/h200_tp1_record_log.txt): read back from the
+# saved trace alone, --expect 08_tensor_parallel must give the same verdicts.
+AT_RECORDING = {"eager": ["confirmed", "not applicable", "confirmed", "not applicable"],
+                "fused_eager": ["confirmed", "not applicable", "not applicable"],
+                "chunks4_eager": ["confirmed", "not applicable", "confirmed", "not applicable"]}
+
+
+@pytest.mark.parametrize("variant", AT_RECORDING)
+def test_expect_reads_the_run_back_from_its_trace(variant):
+    import inspect_trace as it
+
+    t = load_trace(TP / f"h200_tp1_64x128x768x3072_{variant}_rank0.json.gz")
+    exps, said = it.expectations_for("08_tensor_parallel", t)
+    assert [v for _, v, _ in it.check(t, exps)] == AT_RECORDING[variant]
+    mlp = "fused" if variant.startswith("fused") else "eager"
+    chunks = ", 4 chunks" if variant.startswith("chunks4") else ""
+    assert said == f"08_tensor_parallel eager, TP=1, MLP {mlp}{chunks}, 3 steps (read from the trace)"
+    log = (TP / "h200_tp1_record_log.txt").read_text()
+    texts = [ex.text for ex in exps]
+    assert all(f"  {text}" in log for text in texts)  # the same guesses, in the recording's words
+
+
+def test_expect_on_a_trace_that_is_no_rank_is_one_line(tmp_path, capsys):
+    import inspect_trace as it
+
+    path = Path(__file__).parent / "data" / "h200_mlp_eager.json.gz"
+    assert it.main([str(path), "--expect", "08_tensor_parallel"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a rank of a distributed run" in err

@@ -319,6 +319,7 @@ SCRIPTS = {
     "04_fused_mlp": ("batch", "seq", "dim", "hidden"),
     "06_model": (),  # its flags come from the annotations and the file name: modules.model_flags
     "07_train_step": (),  # its flags come from the optimizer's ops, the kernels and the file name: training.train_flags
+    "08_tensor_parallel": (),  # from distributedInfo, the collectives, the kernels and the file name: ranks.tp_flags
 }
 
 
@@ -375,6 +376,10 @@ def args_from_trace(script: str, trace: Trace) -> _ArgsFromTrace:
         from .training import train_flags  # training.py builds on this file
 
         train_flags(a, trace, words)
+    elif script == "08_tensor_parallel":
+        from .ranks import tp_flags  # ranks.py builds on this file
+
+        tp_flags(a, trace, words)
     elif len(dims) == len(names):
         for name, d in zip(names, dims):
             setattr(a, name, int(d))
@@ -403,6 +408,11 @@ def expectations_for(script: str, trace: Trace) -> tuple[list[Expect], str]:
         return list(exps), (f"{script} {mode}, {optimizer} {impl}, MLP {args.mlp}"
                             f"{', checkpointed' if args.checkpoint else ''}, {params} parameter tensors, "
                             f"{args.active} steps (read from the trace)")
+    if script == "08_tensor_parallel":  # its expectations also take the ranks and the device
+        sp = ", sequence parallel" if args.sequence_parallel else ""
+        chunks = f", {args.chunks} chunks" if args.chunks > 1 else ""
+        return (list(module.expectations(args, args.world, trace.device == "cuda")),
+                f"{script} {mode}, TP={args.world}{sp}, MLP {args.mlp}{chunks}, {args.active} steps (read from the trace)")
     if callable(getattr(module, "expectations", None)):
         return list(module.expectations(args)), said
     table = getattr(module, "EXPECT", None)

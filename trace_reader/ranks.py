@@ -134,6 +134,17 @@ def _info(t: Trace) -> dict:
     return info
 
 
+def tp_flags(a, trace: Trace, words: list[str]) -> None:
+    """08_tensor_parallel.py's flags, set on `a` from the trace first, then the name 08 gives its files
+    (64x128x768x3072_bf16_cold_tp2[_sp][_fused][_chunksC]_eager_rank0): the ranks from distributedInfo, --mlp fused
+    from the fused kernel, --sequence-parallel from an all-gather in the steps, --chunks from the name (else 1)."""
+    a.world = _info(trace)["world_size"]
+    names = {k.name for st in trace.steps for k in st.kernels} | {e.name for st in trace.steps for e in st.spans}
+    a.mlp = "fused" if "fused" in words or any(n.startswith("_geglu_") for n in names) else "eager"
+    a.sequence_parallel = "sp" in words or any(kind_of(n) == "all_gather" for n in names)
+    a.chunks = next((int(w[len("chunks"):]) for w in words if re.fullmatch(r"chunks[1-9]\d{0,3}", w)), 1)
+
+
 def run_files(paths: list[str | Path]) -> list[Path]:
     """The trace files named, a folder standing for the one run it holds (files differing only in _rank<N>)."""
     files: list[Path] = []
