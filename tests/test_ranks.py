@@ -267,3 +267,22 @@ def test_plot_draws_the_ranks_side_by_side(tmp_path, capsys):
     # a name that is no PNG: one line, before any report
     code, out, err = run_cli([*paths, "--plot", tmp_path / "ranks.jpg"], capsys)
     assert code == 2 and out == "" and err.count("\n") == 1 and "ending in .png" in err
+
+
+def test_tp_flags_from_the_trace_or_the_name(tmp_path):
+    """08's flags read back: sequence parallel from an all-gather in the steps OR the name's _sp, either alone;
+    --chunks from the name only; the ranks from distributedInfo; fused from the kernel's name."""
+    import argparse
+
+    def flags(kernels, stem):
+        (path,) = write(tmp_path, [gpu_rank(0, 2, kernels)], stem=stem)
+        a = argparse.Namespace()
+        ranks.tp_flags(a, it.load_trace(path), path.name.split(".")[0].split("_"))
+        return a.world, a.sequence_parallel, a.chunks, a.mlp
+
+    gather = gpu("ncclDevKernel_AllGather_RING_LL", 100, 10)
+    assert flags([gpu("nvjet_gemm", 0, 50)], "x_tp2_eager") == (2, False, 1, "eager")
+    assert flags([gather], "x_tp2_eager") == (2, True, 1, "eager")  # the trace alone says it
+    assert flags([gpu("nvjet_gemm", 0, 50)], "x_tp2_sp_eager") == (2, True, 1, "eager")  # the name alone
+    assert flags([gpu("_geglu_tma_kernel", 0, 50)], "x_tp2_chunks4_eager") == (2, False, 4, "fused")
+    assert flags([gpu("nvjet_gemm", 0, 50)], "x_tp2_chunks0_eager")[2] == 1  # not a chunk count
