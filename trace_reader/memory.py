@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from .expect import COMPILED_REGION, Expect, NotApplicable, _need_steps
 from .kernels import BOOKKEEPING_OPS
 from .peaks import device_peak
-from .read import Event, Step, Trace, _read_json
+from .read import Event, Step, Trace, side_events
 
 DEVICE_TYPE = {"cpu": 0, "cuda": 1}  # c10::DeviceType
 
@@ -61,12 +61,8 @@ def read_allocs(path: str) -> list[Alloc]:
 
 @functools.lru_cache(maxsize=8)
 def _read_allocs(path: str, mtime_ns: int, size: int) -> tuple[Alloc, ...]:  # cached per file version
-    data = _read_json(path)
-    events = data.get("traceEvents") if isinstance(data, dict) else None
     allocs = []
-    for raw in events if isinstance(events, list) else []:
-        if not isinstance(raw, dict) or raw.get("name") != "[memory]" or raw.get("ph") not in ("i", "I"):
-            continue
+    for raw in side_events(path, mtime_ns, size)[1]:
         args = raw.get("args")
         if not isinstance(args, dict):
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import functools
 import gc
 import gzip
 import json
@@ -230,6 +231,23 @@ def _read_json(path: str | Path, max_bytes: int | None = None) -> dict:
         raise TraceError(f"{p}: JSON nested too deeply to be a trace") from None
     except MemoryError:
         raise TraceError(f"{p}: out of memory while parsing the JSON") from None
+
+
+@functools.lru_cache(maxsize=2)
+def side_events(path: str, mtime_ns: int, size: int) -> tuple[tuple[dict, ...], tuple[dict, ...]]:
+    """(fwdbwd flow ends, "[memory]" events) of a trace file, raw: the events parse_trace leaves out that the
+    training and memory readers need, taken in one read of the file per version (mtime and size are the key)."""
+    data = _read_json(path)
+    events = data.get("traceEvents") if isinstance(data, dict) else None
+    flows, memory = [], []
+    for raw in events if isinstance(events, list) else []:
+        if not isinstance(raw, dict):
+            continue
+        if raw.get("cat") == "fwdbwd" and raw.get("ph") in ("s", "f"):
+            flows.append(raw)
+        elif raw.get("name") == "[memory]" and raw.get("ph") in ("i", "I"):
+            memory.append(raw)
+    return tuple(flows), tuple(memory)
 
 
 @contextlib.contextmanager

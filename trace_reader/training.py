@@ -27,7 +27,7 @@ from collections import defaultdict
 from .expect import Expect, NotApplicable, _need_steps
 from .kernels import BOOKKEEPING_OPS, DTYPE_BYTES, GEMM_OPS, _dims, _numel, _shape, _types, gemm_flops, is_gemm, short
 from .memory import DEVICE_TYPE, read_allocs
-from .read import BACKWARD_RE, STEP_RE, Event, Step, Trace, _read_json
+from .read import BACKWARD_RE, STEP_RE, Event, Step, Trace, side_events
 
 PHASES = ("forward", "backward", "optimizer")
 ACCUMULATE_GRAD = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
@@ -147,12 +147,8 @@ def implementation(opt: dict) -> str:
 @functools.lru_cache(maxsize=8)
 def _flows(path: str, mtime_ns: int, size: int) -> tuple[tuple, ...]:  # cached per file version
     """((id, "s" | "f", pid, tid, ts), ...) of the trace file's fwdbwd flow events; odd ones skipped."""
-    data = _read_json(path)
-    events = data.get("traceEvents") if isinstance(data, dict) else None
     out = []
-    for raw in events if isinstance(events, list) else []:
-        if not isinstance(raw, dict) or raw.get("cat") != "fwdbwd" or raw.get("ph") not in ("s", "f"):
-            continue
+    for raw in side_events(path, mtime_ns, size)[0]:
         ts, fid = raw.get("ts"), raw.get("id")
         if type(ts) not in (int, float) or type(fid) not in (int, str):
             continue
