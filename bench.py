@@ -123,6 +123,15 @@ def parse_args(argv=None):
 _l2_flush = None
 
 
+def keep_compile_workers():
+    """Inductor stops its Triton-compile worker processes after a minute idle and starts them again (each
+    importing torch) at the next compile: a burst of host work that overlapped the first timing rounds of a
+    shape, slowing the host-bound variants by up to 3x in one H200 run. Kept alive, they start once."""
+    import torch._inductor.config as inductor_config
+    if hasattr(inductor_config, "quiesce_async_compile_pool"):  # absent in older torch: nothing to keep
+        inductor_config.quiesce_async_compile_pool = False
+
+
 def median_us(fn, rep_ms=100, inference=True):
     """Median GPU time of fn in µs: CUDA events around each call, L2 evicted by a 256 MB read before each.
     inference=False for a fn that runs a backward (autograd cannot run under inference mode)."""
@@ -468,6 +477,7 @@ def main(argv=None):
         return 2
     dtype = DTYPES[args.dtype]
     torch.manual_seed(0)
+    keep_compile_workers()
     ceiling, bandwidth = gemm_ceiling_tflops(dtype), copy_bandwidth_tbps()
     try:
         from importlib.metadata import version

@@ -177,6 +177,7 @@ def main(argv=None):
     else:  # the CPU's own, smaller yardsticks: its fractions are of this CPU, nothing to quote
         ceiling, bandwidth = bench.cpu_ceilings(dtype)
     compiled_math = torch.compile(attention.math_attention, dynamic=False)
+    bench.keep_compile_workers()  # no worker start-up burst inside a timing
     record = bench.versions(device)
     table = [f"{record['device']}: {args.dtype} GEMM ceiling {flop_rate(ceiling)}, device copy {byte_rate(bandwidth / 1e3)} "
              f"(measured now{'' if device == 'cuda' else ': ' + bench.CPU_CEILINGS})"]

@@ -280,6 +280,7 @@ def main(argv=None):
     else:  # the CPU's own, smaller yardsticks: its floors and fractions are of this CPU, nothing to quote
         ceiling, bandwidth = bench.cpu_ceilings(dtype)
         bandwidth /= 1e3  # TB/s
+    bench.keep_compile_workers()  # no worker start-up burst inside a timing
     record = bench.versions(args.device)
     table = [(f"{record['device']}: {args.dtype} GEMM ceiling {flop_rate(ceiling)}, device copy {byte_rate(bandwidth)} "
               f"(measured now{'' if cuda else ': ' + bench.CPU_CEILINGS})"),

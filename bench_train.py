@@ -321,6 +321,7 @@ def main(argv=None):
         liger_version = version("liger-kernel")
     except Exception:  # noqa: BLE001 - not installed, or no metadata: the record says None
         liger_version = None
+    bench.keep_compile_workers()  # no worker start-up burst inside a timing
     record = {**bench.versions(args.device), "liger_kernel": liger_version, "dtype": args.dtype,
               **bench.timing_fields(cuda), "ceiling_tflops": ceiling,
               "floor": "3 x forward GEMM FLOPs / ceiling_tflops (backward's GEMMs do twice forward's)",

@@ -251,3 +251,15 @@ def test_gpu_wrong_variant_stops_the_run(tmp_path, monkeypatch, capsys, factor):
     err = capsys.readouterr().err
     assert err.startswith("bench.py: wrong result") and "fused at 256x128x512" in err and err.count("\n") == 1
     assert timed == [] and list(tmp_path.iterdir()) == []  # nothing timed, nothing written (no .partial either)
+
+
+def test_compile_workers_are_kept_alive_for_the_timings():
+    """A re-spawned compile-worker pool once slowed a shape's first rounds: the benchmarks switch its idle stop off."""
+    import torch._inductor.config as inductor_config
+    before = inductor_config.quiesce_async_compile_pool
+    try:
+        inductor_config.quiesce_async_compile_pool = True
+        bench.keep_compile_workers()
+        assert inductor_config.quiesce_async_compile_pool is False
+    finally:
+        inductor_config.quiesce_async_compile_pool = before
