@@ -256,6 +256,8 @@ def test_gpu_wrong_variant_stops_the_run(tmp_path, monkeypatch, capsys, factor):
 def test_compile_workers_are_kept_alive_for_the_timings():
     """A re-spawned compile-worker pool once slowed a shape's first rounds: the benchmarks switch its idle stop off."""
     import torch._inductor.config as inductor_config
+
+    import bench
     before = inductor_config.quiesce_async_compile_pool
     try:
         inductor_config.quiesce_async_compile_pool = True
