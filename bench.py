@@ -71,8 +71,9 @@ MAX_AUTOTUNE_SHAPES = {(8192, 768, 3072), (1, 4096, 11008), (64, 4096, 11008), (
 GRAPH_MAX_M = 128  # CUDA-graph replays where host time matters: few tokens, short kernels
 # The GPU's clock follows its power draw and heat: on the H200 the same eager forward took 4.39 and
 # 4.84 ms minutes apart at the large shape. Rounds with a rotating order keep any variant from always
-# running last, on the hottest GPU.
-ROUNDS = 3
+# running last, on the hottest GPU. Five, not three: on the lent H200 a busy host slowed two consecutive rounds
+# of the host-bound variants at one shape or another in each of two runs, and a median of three kept one of them.
+ROUNDS = 5
 NO_GPU = "bench.py needs a CUDA GPU; torch.cuda.is_available() is False here (run it on the GPU machine)"
 
 
@@ -441,7 +442,7 @@ def markdown_table(record, path="results/bench_h200.json"):
     lines = [f"Measured on {record['date'][:10]} on an {record['device']} (torch {record['torch']}, triton "
              f"{record['triton']}, CUDA {record['cuda']}, liger-kernel {record['liger_kernel']}, {record['dtype']}); "
              f"ceilings {record['ceiling_tflops']:.0f} TFLOP/s (GEMM) and {record['copy_tbps']:.2f} TB/s (copy). "
-             f"µs, median of {ROUNDS} rounds; full record: `{path}` and `.txt`.", "",
+             f"µs, median of {len(record['shapes'][0]['variants']['eager']['rounds_us'])} rounds; full record: `{path}` and `.txt`.", "",
              "| M×dim→hidden | floor (bound) | eager | compile | max-autotune | Liger | fused (of floor) "
              "| fused vs best other | GPU time alone (graph): fused vs best other (fused of floor) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
