@@ -384,7 +384,7 @@ def test_markdown_table_of_a_record_by_hand():
 
 def test_timing_fields_say_how_each_device_timed():
     assert bench.timing_fields(True) == {
-        "timer": "bench.median_us (CUDA events, L2 evicted before each call); middle of 3 round-robin rounds",
+        "timer": "bench.median_us (CUDA events, L2 evicted before each call); middle of 5 round-robin rounds",
         "ceiling_gemm": "8192x8192x8192"}
     assert bench.timing_fields(False) == {
         "timer": "bench.cpu_median_us: time.perf_counter median of 5 calls (CPU smoke test)",
@@ -697,7 +697,7 @@ def test_main_writes_what_the_record_says_it_measured(tmp_path, monkeypatch):
     assert {k: v for k, v in record.items() if k not in ("shapes", "fused_config", "liger_kernel")} == {
         "device": "a GPU", "date": "2026-11-30T00:00:00", "dtype": "fp16",
         "timer": "CUDA events, median over ~100 ms of calls, L2 evicted by a 256 MB read before each call; "
-                 "middle of 3 round-robin rounds",
+                 "middle of 5 round-robin rounds",
         "ceiling_tflops": 680.0, "ceiling_gemm": "8192x8192x8192",
         "copy_tbps": 4.0, "copy": "1 GiB device-to-device, bytes read + written",
         "floor": "max(6*M*dim*hidden / ceiling, bytes / copy) with bytes = the 3 weights + x + y"}
