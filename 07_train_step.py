@@ -139,6 +139,14 @@ def swapped(kind, block, d, h):
     return new
 
 
+def checkpoint_layers(model):
+    """transformers' activation checkpointing: torch.utils.checkpoint around each decoder layer."""
+    if hasattr(model, "activation_checkpointing_enable"):  # the newer name; the old one warns that it is deprecated
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:  # transformers before the rename
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def build_lm(args, run, model06):
     """06_model.py's decoder at a preset, in training mode, its modules annotated (not under --compile)."""
     config = model06.preset_config(args.model)
@@ -151,8 +159,8 @@ def build_lm(args, run, model06):
             model06.swap_mlps(model, args.mlp, run)
             common.check_close(run, f"--mlp {args.mlp}", model(input_ids=ids[:, :64], use_cache=False).logits,
                                expected, "the model with its own MLP")
-    if args.checkpoint:  # torch.utils.checkpoint around each decoder layer
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if args.checkpoint:
+        checkpoint_layers(model)
     if not args.compile:  # a record_function in a module hook would split Dynamo's graph
         model06.annotate_modules(model)
     return model.train(), ids

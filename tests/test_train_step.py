@@ -160,6 +160,22 @@ def test_each_optimizer_implementation(tmp_path, optimizer):
 
 # ----------------------------------------------------------------------------------------------- bad input
 
+def test_checkpointing_a_model_warns_nothing():
+    """--checkpoint on a transformers model: every decoder layer checkpointed, without the deprecation warning the
+    old method name gives (a reader would take it for a problem of the suite)."""
+    import warnings
+
+    from transformers import GemmaForCausalLM
+
+    config = importlib.import_module("06_model").preset_config("tiny")
+    config.num_hidden_layers = 2
+    model = GemmaForCausalLM(config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        train07.checkpoint_layers(model)
+    assert all(layer.gradient_checkpointing for layer in model.model.layers)
+
+
 def test_bad_flags_are_one_line(tmp_path, monkeypatch):
     cases = [(["--mlp", "fused"], "--mlp fused runs a Triton kernel, which needs a CUDA GPU"),
              (["--layers", "0"], "must be between 1 and 1000"),
@@ -531,6 +547,28 @@ def test_docs_h200_numbers_are_the_committed_traces():
         total = max(sum(v[i] for v in t["bytes"].values()) for i in range(len(t["times_us"])))
         act = max(t["bytes"]["activation"])
         assert f"{label} {total / 2**20:,.1f} MiB" in page and f"activations {act / 2**20:,.1f} MiB" in page
+
+
+def test_comparing_two_training_steps_shows_each_phase():
+    """inspect_trace.py A B on two training traces: each phase's GPU µs and kernels side by side (the raw JSON's
+    numbers, _phase_gpu), and each optimizer's implementation; a forward-only trace beside one leaves it out."""
+    from trace_reader import compare
+
+    a, b = (it.load_trace(TRAIN / f"h200_train_mlp_{n}.json.gz") for n in ("forloop", "foreach"))
+    text = compare.compare(a, b)
+    pa, pb = _phase_gpu("mlp_forloop"), _phase_gpu("mlp_foreach")
+    lines = text.splitlines()
+    for phase in ("forward", "backward", "optimizer"):
+        (ua, ka), (ub, kb) = pa[phase], pb[phase]
+        change = f"{100 * (ub - ua) / ua:+.0f}%"
+        row = next(line.split() for line in lines if line.startswith(phase + " "))
+        assert row == [phase, f"{ua:,.1f}", f"{ub:,.1f}", change, str(ka), str(kb)], row
+    assert "optimizer A: AdamW, looks for-loop" in text and "optimizer B: AdamW, looks foreach" in text
+    data = compare.comparison_data(a, b)["training"]
+    assert data["a"]["phases"]["optimizer"]["gpu_us"] == pytest.approx(pa["optimizer"][0], rel=1e-9)
+    forward_only = it.load_trace(Path(__file__).parent / "data" / "h200_mlp_eager.json.gz")
+    assert compare.comparison_data(forward_only, b)["training"] is None
+    assert "phase by phase" not in compare.compare(forward_only, b)
 
 
 # ----------------------------------------------------------------- inspect_trace.py --expect 07_train_step

@@ -514,7 +514,18 @@ def comparison_data(a: Trace, b: Trace) -> dict:
         "only_a": [one(n, t) for n, t in m.lone_a.items()],
         "only_b": [one(n, t) for n, t in m.lone_b.items()],
         "ops_gone": m.ops_gone, "ops_new": m.ops_new,
+        "training": _training(a, b),
     }
+
+
+def _training(a: Trace, b: Trace) -> dict | None:
+    """Both traces' training phases (per step, medians: training.phases_summary), where both run a backward."""
+    from . import training  # training.py builds on expect.py, which imports report.py: loaded when used
+
+    sides = {"a": training.phases_summary(a), "b": training.phases_summary(b)}
+    if None in sides.values():
+        return None
+    return {side: {k: v for k, v in summary.items() if k != "steps"} for side, summary in sides.items()}
 
 
 # ------------------------------------------------------------------------------------------------ the text
@@ -547,6 +558,7 @@ def render(d: dict, full_names: bool = False) -> str:
         out += [f"note: {whole} has no ProfilerStep spans, so its \"per step\" below is per trace; the other's is "
                 "per step", ""]
     out += _steps_table(da, db)
+    out += _training_lines(d.get("training"), da["device"] == db["device"] == "cuda")
 
     na, nb = d["launch_order_steps"]["a"], d["launch_order_steps"]["b"]
     out += ["", f"{what}, time per step: A {_us(d['kernel_us']['a'])} µs, B {_us(d['kernel_us']['b'])} µs "
@@ -575,6 +587,30 @@ def render(d: dict, full_names: bool = False) -> str:
         out += ["", f"{label}:" + ("" if ops else " (none)")]
         out += [f"  {calls:g}/step  {nm(name)}" for name, calls in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))]
     return "\n".join(out)
+
+
+def _training_lines(t: dict | None, gpu: bool) -> list[str]:
+    """Two training steps phase by phase, and each one's optimizer (GPU µs on GPUs, else CPU µs)."""
+    if t is None:
+        return []
+    key, unit = ("gpu_us", "GPU") if gpu else ("cpu_us", "CPU")
+    rows = []
+    for p in ("forward", "backward", "optimizer"):
+        fa, fb = t["a"]["phases"].get(p), t["b"]["phases"].get(p)
+        if fa is None or fb is None or fa[key] is None or fb[key] is None:
+            continue
+        rows.append([p, _us(fa[key]), _us(fb[key]), _change(fa[key], fb[key]),
+                     *([f"{fa['kernels']:g}", f"{fb['kernels']:g}"] if gpu else [])])
+    out = ["", f"Training step, phase by phase ({unit} µs per step, median over the steps):"]
+    out.append(_table(["phase", f"A {unit} µs", f"B {unit} µs", "change", *(["kernels A", "kernels B"] if gpu else [])],
+                      rows, right=set(range(1, 6))) if rows else "(no phase in both)")
+    for side in "ab":
+        o = t[side]["optimizer"]
+        if o is not None:
+            kernels = f", {o['kernels']:g} kernels" if gpu and o.get("kernels") is not None else ""
+            out.append(f"optimizer {side.upper()}: {o['class'] or '?'}, looks {o['implementation']}: "
+                       f"{o['ops']:g} ops{kernels} per step")
+    return out
 
 
 def _replaced(r: dict, hidden: dict, nm) -> list[str]:

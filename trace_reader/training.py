@@ -236,6 +236,22 @@ def analyze(trace: Trace, flows=None) -> dict | None:
     """The training step as data; None when no step runs a backward. Per step and per phase: CPU µs, GPU µs,
     kernels, GEMMs and their FLOPs; medians over the steps; backward's GEMM FLOPs over forward's; the
     optimizer's ops and kernels; the backward ops by time with the forward op each came from (fwdbwd flows)."""
+    summary = phases_summary(trace)
+    if summary is None:
+        return None
+    pairs = links(trace, flows)
+    gpu = trace.device == "cuda"
+    return {
+        "device": trace.device,
+        **summary,
+        "links_per_step": len(pairs) / len(trace.steps),
+        "slowest_backward": slowest_backward(trace, pairs, gpu)[:TOP_LINKS],
+    }
+
+
+def phases_summary(trace: Trace) -> dict | None:
+    """The phases of a training step, without the backward links: per step and median (see analyze); None
+    when no step runs a backward."""
     if not trace.steps or not has_backward(trace):
         return None
     gpu = trace.device == "cuda"
@@ -262,17 +278,9 @@ def analyze(trace: Trace, flows=None) -> dict | None:
         optimizer["implementation"] = implementation(opts[len(opts) // 2])
         names = {m.group(1) for st in trace.steps for e in st.spans if (m := OPTIMIZER_STEP_RE.match(e.name))}
         optimizer["class"] = next(iter(names)) if len(names) == 1 else None
-    pairs = links(trace, flows)
-    return {
-        "device": trace.device,
-        "phases_from": "annotations" if annotated else "torch.optim and autograd spans",
-        "steps": steps,
-        "phases": phases,
-        "backward_over_forward_flops": statistics.median(ratios) if ratios else None,
-        "optimizer": optimizer,
-        "links_per_step": len(pairs) / len(trace.steps),
-        "slowest_backward": slowest_backward(trace, pairs, gpu)[:TOP_LINKS],
-    }
+    return {"phases_from": "annotations" if annotated else "torch.optim and autograd spans", "steps": steps,
+            "phases": phases, "backward_over_forward_flops": statistics.median(ratios) if ratios else None,
+            "optimizer": optimizer}
 
 
 def _table(headers, rows, right):
