@@ -530,6 +530,12 @@ def test_gemm_or_pointwise_by_name_and_op():
 
     assert is_gemm(k("anything", "aten::mm")) and is_gemm(k("sm90_xmma_gemm_bf16bf16")) and is_gemm(k("nvjet_tst"))
     assert not is_gemm(k("triton_poi_fused_mm_0")) and not is_gemm(k("elementwise_kernel", "aten::mul"))
+    # max-autotune's Triton templates, named after the ops they hold, launched by no aten GEMM op
+    for name in ("triton_tem_fused_mm_0", "triton_tem_fused_addmm_0", "triton_tem_fused_addmm_gelu_1",
+                 "triton_tem_fused__unsafe_view_mm_4", "triton_tem_fused_bmm_2", "triton_tem_fused_baddbmm_3"):
+        assert is_gemm(k(name)), name
+    for name in ("triton_tem_fused_flex_attention_0", "triton_poi_fused_addmm_gelu_0", "triton_tem_fused_summary_0"):
+        assert not is_gemm(k(name)), name
     assert is_pointwise(k("elementwise_kernel")) and not is_pointwise(k("Memset", is_kernel=False))
     assert not is_pointwise(k("cutlass_kernel"))
     assert op_dtype(op("aten::mm", types=["Scalar", "c10::Half", "float"])) == "float16"

@@ -26,7 +26,9 @@ BOOKKEEPING_OPS = VIEW_OPS | {
 # Conversions that are a no-op when the tensor already fits: they compute only when they call something.
 NO_OP_ALONE = {"aten::to", "aten::contiguous"}
 GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation"}
-GEMM_NAME_RE = re.compile(r"gemm|nvjet|cutlass|xmma|cublas|_mm_|^triton_tem_fused_mm|matmul", re.I)
+# Inductor names a max-autotune template after the ops it holds: triton_tem_fused_mm_0, ..._addmm_gelu_1, ..._bmm_2.
+GEMM_NAME_RE = re.compile(r"gemm|nvjet|cutlass|xmma|cublas|_mm_|matmul"
+                          r"|^triton_tem_fused(?:_\w*)?_(?:addmm|baddbmm|bmm|mm)(?:_|$)", re.I)
 POINTWISE_NAME_RE = re.compile(r"elementwise|triton_poi_|pointwise|_geglu_|_swiglu_", re.I)
 # Inductor's C++ kernels under cpp.enable_kernel_profile: cpp_fused_* (generated loops), graph_<id>_..kernel
 # (its C++ templates: the CPU's FlexAttention, max-autotune's GEMMs).
