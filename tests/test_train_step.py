@@ -571,6 +571,25 @@ def test_comparing_two_training_steps_shows_each_phase():
     assert "phase by phase" not in compare.compare(forward_only, b)
 
 
+def test_comparing_two_cpu_training_steps(runs):
+    """On CPU traces the phases compare by CPU µs: each annotation's duration, median over the steps (raw JSON),
+    and no kernel columns."""
+    from trace_reader import compare
+
+    def phase_us(path, phase):
+        spans = sorted(e["dur"] for e in raw(path) if e.get("cat") == "user_annotation" and e.get("name") == phase)
+        return spans[len(spans) // 2]
+
+    a, b = runs["plain"][3], runs["checkpoint"][3]
+    text = compare.compare(it.load_trace(a), it.load_trace(b))
+    assert "(CPU µs per step, median over the steps)" in text and "kernels A" not in text
+    for phase in ("forward", "backward", "optimizer"):
+        ua, ub = phase_us(a, phase), phase_us(b, phase)
+        row = next(line.split() for line in text.splitlines() if line.startswith(phase + " "))
+        assert row == [phase, f"{ua:,.1f}" if ua < 1e3 else f"{ua:,.0f}", f"{ub:,.1f}" if ub < 1e3 else f"{ub:,.0f}",
+                       f"{100 * (ub - ua) / ua:+.0f}%"], row
+
+
 # ----------------------------------------------------------------- inspect_trace.py --expect 07_train_step
 
 LOG = TRAIN / "h200_train_record_log.txt"
