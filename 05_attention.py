@@ -19,7 +19,8 @@ What to look for in the trace (Perfetto, or the report printed below):
 - --compile on math: the scale, mask and softmax chain becomes one fused kernel; the RoPE pointwise ops fuse too.
 - views (view, transpose, expand) launch nothing.
 - --decode: one new token per sequence attends to a KV cache of --seq entries: little compute per byte of
-  cache read, so the step is memory-bound; flash then splits the KV sequence (flash_fwd_splitkv_kernel + a combine kernel).
+  cache read, so the step is memory-bound; where batch x heads leaves SMs idle, flash splits the KV sequence
+  (flash_fwd_splitkv_kernel + a combine kernel).
 """
 
 import warnings
@@ -137,6 +138,32 @@ def other_tensors(args, elt):
 
 
 # Guess first, then look: what each variant's trace should hold. Checked against the trace after the run.
+def flash_splits(programs: int, kv_len: int, head_dim: int) -> list:
+    """At one query token flash runs one program per (sequence, head): fewer programs than SMs leave SMs idle, so
+    it splits the KV sequence into blocks of its key tile and merges the partial results in a second kernel. With a
+    program for every SM already, or a cache of one key block, it may not split: then the guess does not apply."""
+    key_block = 256 if head_dim <= 64 else 128 if head_dim <= 128 else 64  # flash's key tile (kBlockN) at decode
+
+    def idle_sms(t):
+        sms = t.device_props[0].get("numSms") if t.device_props else None
+        if kv_len <= key_block:
+            return f"a KV cache of {kv_len} is one block of flash's {key_block}-key tile: nothing to split"
+        if type(sms) is not int:
+            return "the trace does not say how many SMs the GPU has"
+        if programs >= sms:
+            return f"batch x heads = {programs} programs for {sms} SMs: no SM idle, flash need not split"
+        return None
+
+    def applies(check):
+        def run(t):
+            why = idle_sms(t)
+            return check.check(t) if why is None else it.NotApplicable(why)
+        return it.Expect(check.text, run, check.device)
+
+    return [applies(it.kernel(r"splitkv", what="flash splits the KV sequence when batch x heads leaves SMs idle")),
+            applies(it.kernel(r"combine", per_step=1, what="and merges the splits"))]
+
+
 def expectations(args, score_bytes, kv_bytes, others=(0, "")):
     impl, backend, compiled, decode = args.impl, args.backend, args.compile, args.decode
     exp = [it.steps(args.active, "attention_fwd")]
@@ -166,8 +193,7 @@ def expectations(args, score_bytes, kv_bytes, others=(0, "")):
         if decode:
             exp.append(memory.streams(rf"{SDPA_KERNEL[backend]}|{FLASH_COMBINE}", kv_bytes, "the KV cache"))
         if decode and backend == "flash":
-            exp += [it.kernel(r"splitkv", what="flash splits the KV sequence at one query token"),
-                    it.kernel(r"combine", per_step=1, what="and merges the splits")]
+            exp += flash_splits(args.batch * args.heads, args.seq, args.head_dim)
     else:
         flex = r"^triton_tem_fused_flex_(attention|decoding)"
         exp += [it.kernel(flex, per_step=1, what="FlexAttention's Triton template"),

@@ -328,6 +328,36 @@ NO_TRITON = importlib.util.find_spec("triton") is None
 # in 05's math path, aten::reshape of GQA's expanded heads copies.
 FALSE_ON_HOPPER = {"": r"^every GEMM launch is preceded by cudaOccupancyMaxActiveBlocksPerMultiprocessor",
                    "05 math": r"^view ops \(aten::t, transpose, reshape, view, \.\.\.\) launch no kernel"}
+# ---- flash at decode: it splits the KV sequence only where batch x heads leaves SMs idle ------------------------
+
+def test_flash_splits_only_where_sms_would_idle():
+    """The split guess is checked with fewer (sequence, head) programs than SMs and a cache longer than one key
+    block (128 keys at head_dim 128, 256 at 64); else it does not apply. gpu_trace's H200 has 132 SMs."""
+    from test_inspect_trace import GELU, MUL
+
+    attention = importlib.import_module("05_attention")
+    data = gpu_trace()
+    for e in data["traceEvents"]:
+        if e.get("cat") == "kernel" and e["name"] in (GELU, MUL):
+            e["name"] = {GELU: "void pytorch_flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128>>(params)",
+                         MUL: "void pytorch_flash::flash_fwd_splitkv_combine_kernel<Flash_fwd_kernel_traits<128>>"}[
+                e["name"]]
+    split, whole = parse(data), parse(gpu_trace())
+
+    def said(t, programs, kv_len, head_dim=128):
+        return [v for v, _ in verdicts(t, attention.flash_splits(programs, kv_len, head_dim))]
+
+    assert said(split, 131, 129) == ["confirmed", "confirmed"]
+    assert said(whole, 131, 129) == ["broken", "broken"]  # idle SMs and no split: the guess is wrong
+    assert said(whole, 132, 4096) == ["not applicable"] * 2  # a program per SM
+    assert said(whole, 1, 128) == ["not applicable"] * 2  # one key block at head_dim 128
+    assert said(whole, 1, 256, head_dim=64) == ["not applicable"] * 2 and said(whole, 1, 257, head_dim=64)[0] == "broken"
+    assert said(whole, 1, 64, head_dim=256) == ["not applicable"] * 2 and said(whole, 1, 65, head_dim=256)[0] == "broken"
+    data = gpu_trace()
+    data["deviceProperties"] = [{"id": 0, "name": "NVIDIA H200"}]  # no SM count: cannot tell
+    assert said(parse(data), 1, 4096) == ["not applicable"] * 2
+
+
 ATTN = ["--batch", "1", "--heads", "4", "--kv_heads", "2", "--head_dim", "16"]
 MLP_2304 = ["--batch", "2", "--seq", "128", "--dim", "2304", "--hidden", "9216"]
 ODD_MLP = ["--batch", "3", "--seq", "7", "--dim", "96", "--hidden", "200"]
@@ -347,6 +377,9 @@ RUNS = {
     **{f"05 {impl} seq {s}": ("05_attention.py", ["--impl", impl, "--seq", str(s), *ATTN])
        for impl, seqs in (("sdpa", (16, 64, 128)), ("math", (16, 128)), ("flex", (16, 128))) for s in seqs},
     "05 flash seq 1024": ("05_attention.py", ["--impl", "sdpa", "--backend", "flash", "--seq", "1024", *ATTN]),
+    # Llama-3-8B's attention at one token: 1 x 32 programs leave an H200's SMs idle, 16 x 32 do not
+    "05 flash decode batch 1": ("05_attention.py", ["--impl", "sdpa", "--backend", "flash", "--decode", "--batch", "1"]),
+    "05 flash decode batch 16": ("05_attention.py", ["--impl", "sdpa", "--backend", "flash", "--decode", "--batch", "16"]),
     "06 tiny decode": ("06_model.py", ["--preset", "tiny", "--phase", "decode"]),
 }
 
@@ -389,6 +422,16 @@ def test_no_claim_that_holds_breaks_at_shapes_nobody_tuned(gpu_runs, key):
     false = [b for b in broken(proc.stdout) if not any(re.match(p, b) for p in known)]
     tail = proc.stdout[proc.stdout.index("Expectations (guess first"):]
     assert false == [], tail[:4000]
+
+
+@GPU
+def test_flash_decode_splits_where_sms_idle(gpu_runs):
+    """At batch 1 the split guess is checked (and holds); at batch 16, 512 programs fill the GPU: not applicable."""
+    def split_lines(key):
+        return [ln.split()[0] for ln in gpu_runs[key].stdout.splitlines() if "splitkv" in ln or "merges the splits" in ln]
+
+    assert split_lines("05 flash decode batch 1") == ["ok", "ok"]
+    assert split_lines("05 flash decode batch 16") == ["n/a", "n/a"]
 
 
 @GPU
