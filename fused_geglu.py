@@ -682,35 +682,37 @@ def _geglu_backward_kernel(grad_m_ptr, g_ptr, u_ptr, grad_g_ptr, grad_u_ptr, n, 
 BACKWARD_BLOCK = 1024  # elements per program: 8 per thread at 4 warps, 16-byte bf16 loads
 
 
-@torch.library.custom_op("fused_geglu::geglu_backward", mutates_args=())
-def geglu_backward_op(grad_m: torch.Tensor, g: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(grad_g, grad_u) of m = gelu_tanh(g) * u: one Triton kernel (fp32 math, outputs in g's dtype); on a CPU
-    without the interpreter the same in fp32 PyTorch ops. A custom op so torch.compile can trace the backward."""
+@torch.library.custom_op("fused_geglu::geglu_backward_", mutates_args=("g", "u"))
+def geglu_backward_(grad_m: torch.Tensor, g: torch.Tensor, u: torch.Tensor) -> None:
+    """In place, of m = gelu_tanh(g) * u: g becomes grad_g and u grad_u. One Triton kernel (fp32 math; each element
+    read before its gradient is written over it); on a CPU without the interpreter the same in fp32 PyTorch ops.
+    A custom op so torch.compile can trace the backward."""
     if g.device.type != "cuda" and not INTERPRET:
-        dm, gf, uf = grad_m.float(), g.float(), u.float()
-        grad_u = dm * F.gelu(gf, approximate="tanh")
-        grad_g = torch.ops.aten.gelu_backward(dm * uf, gf, approximate="tanh")
-        return grad_g.to(g.dtype), grad_u.to(g.dtype)
-    grad_m, g, u = grad_m.contiguous(), g.contiguous(), u.contiguous()
-    grad_g, grad_u = torch.empty_like(g), torch.empty_like(g)
+        dm, gf, uf = grad_m.float(), g.float(), u.float()  # fp32 g and u are g and u themselves: both first
+        grad_g, grad_u = torch.ops.aten.gelu_backward(dm * uf, gf, approximate="tanh"), dm * F.gelu(gf, approximate="tanh")
+        g.copy_(grad_g)
+        u.copy_(grad_u)
+        return
+    if not (g.is_contiguous() and u.is_contiguous()):
+        raise ValueError("geglu_backward_ writes the gradients over g and u: both must be contiguous")
+    grad_m = grad_m.contiguous()
     if g.numel():
-        _launch(_geglu_backward_kernel, (_cdiv(g.numel(), BACKWARD_BLOCK),), (grad_m, g, u, grad_g, grad_u, g.numel()),
+        _launch(_geglu_backward_kernel, (_cdiv(g.numel(), BACKWARD_BLOCK),), (grad_m, g, u, g, u, g.numel()),
                 BLOCK=BACKWARD_BLOCK, num_warps=4, num_stages=1)
-    return grad_g, grad_u
 
 
-@geglu_backward_op.register_fake
+@geglu_backward_.register_fake
 def _(grad_m, g, u):
-    return torch.empty_like(g), torch.empty_like(g)
+    return None
 
 
 def _geglu_backward(ctx, grad_m):
     """g and u recomputed (two cuBLAS GEMMs: saving them would keep two [M, hidden] tensors alive from forward
-    to backward), the pointwise part in one kernel (geglu_backward_op), then the gradients' GEMMs; x's two
-    summed in one addmm."""
+    to backward), their gradients written over them in one kernel (geglu_backward_: two [M, hidden] buffers fewer
+    at the peak than new outputs), then the gradients' GEMMs; x's two summed in one addmm."""
     x2d, w_gate, w_up = ctx.saved_tensors
-    g, u = x2d @ w_gate.T, x2d @ w_up.T
-    grad_g, grad_u = geglu_backward_op(grad_m, g, u)
+    grad_g, grad_u = x2d @ w_gate.T, x2d @ w_up.T  # g and u, until geglu_backward_ turns them into their gradients
+    geglu_backward_(grad_m, grad_g, grad_u)
     need_x, need_wg, need_wu = ctx.needs_input_grad
     return (torch.addmm(grad_g @ w_gate, grad_u, w_up) if need_x else None,
             grad_g.T @ x2d if need_wg else None,

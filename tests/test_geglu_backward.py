@@ -1,4 +1,4 @@
-"""The fused MLP's backward (fused_geglu._geglu_backward): its pointwise kernel (geglu_backward_op) against fp64
+"""The fused MLP's backward (fused_geglu._geglu_backward): its pointwise kernel (geglu_backward_, in place) against fp64
 autograd of gelu_tanh(g) * u, and the whole FusedGeGLUMLP's gradients against fp32 autograd of the eager MLP.
 
 CPU: the Triton kernel under Triton's interpreter, in a child process (TRITON_INTERPRET must be set before Triton
@@ -41,9 +41,15 @@ def reference(dm, g, u):
     m = F.gelu(g, approximate="tanh") * u
     return torch.autograd.grad(m, (g, u), dm.double())
 
+def backward(dm, g, u):
+    # geglu_backward_ writes the gradients over its g and u: give it copies
+    grad_g, grad_u = g.clone(), u.clone()
+    fg.geglu_backward_(dm, grad_g, grad_u)
+    return grad_g, grad_u
+
 def pointwise_case(M, N, dt, scale=1.0):
     dm, g, u = (torch.randn(M, N).mul(scale).to(DTYPES[dt]) for _ in range(3))
-    grad_g, grad_u = fg.geglu_backward_op(dm, g, u)
+    grad_g, grad_u = backward(dm, g, u)
     ref_g, ref_u = reference(dm, g, u)
     return dict(err_g=rel(grad_g, ref_g), err_u=rel(grad_u, ref_u), shape=list(grad_g.shape),
                 dtypes=[str(grad_g.dtype), str(grad_u.dtype)], want_dtype=str(DTYPES[dt]),
@@ -76,7 +82,7 @@ for dt in ("bf16", "fp32"):
 # far out on both sides: exp(-2y) overflows for very negative g; the gradients must stay finite
 g = torch.tensor([[-60.0, -10.0, -3.0, 0.0, 3.0, 10.0, 60.0, 1e4, -1e4]])
 dm, u = torch.ones_like(g), torch.full_like(g, 2.0)
-grad_g, grad_u = fg.geglu_backward_op(dm, g, u)
+grad_g, grad_u = backward(dm, g, u)
 ref_g, ref_u = reference(dm, g, u)
 emit("pointwise-extreme", err_g=rel(grad_g, ref_g), err_u=rel(grad_u, ref_u),
      finite=bool(torch.isfinite(grad_g).all() and torch.isfinite(grad_u).all()))
@@ -145,13 +151,32 @@ def test_cpu_module_gradients():
 
 
 def test_compiled_backward_traces_the_op():
-    """torch.compile traces the backward through the custom op's fake: shapes and dtypes of both gradients."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
+    """torch.compile traces the backward through the in-place op (AOTAutograd functionalizes its mutation): a
+    compiled training step of the module gives eager's gradients (CPU fallback ops here, Inductor-free backend)."""
+    torch.manual_seed(0)
+    dim, hidden = 24, 40
+    eager, fused = fused_geglu.FusedGeGLUMLP(dim, hidden), fused_geglu.FusedGeGLUMLP(dim, hidden)
+    fused.load_state_dict(eager.state_dict())
+    x = torch.randn(7, dim)
+    xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
+    eager(xe).square().sum().backward()
+    torch.compile(fused, backend="aot_eager", fullgraph=True)(xc).square().sum().backward()
+    for (name, pe), pc in zip(eager.named_parameters(), fused.parameters()):
+        assert torch.allclose(pc.grad, pe.grad, rtol=1e-5, atol=1e-6), name
+    assert torch.allclose(xc.grad, xe.grad, rtol=1e-5, atol=1e-6)
 
-    with FakeTensorMode():
-        g = torch.empty(5, 7, dtype=torch.bfloat16)
-        grad_g, grad_u = fused_geglu.geglu_backward_op(torch.empty_like(g), g, torch.empty_like(g))
-    assert [tuple(t.shape) for t in (grad_g, grad_u)] == [(5, 7)] * 2 and grad_g.dtype == torch.bfloat16
+
+def test_the_gradients_are_written_over_g_and_u():
+    """In place: g's buffer ends as grad_g and u's as grad_u (no new [M, hidden] tensors), the values fp64's."""
+    torch.manual_seed(0)
+    dm, g, u = (torch.randn(5, 9) for _ in range(3))
+    ref_g, ref_u = namespace["reference"](dm, g, u)
+    grad_g, grad_u = g.clone(), u.clone()
+    where = (grad_g.data_ptr(), grad_u.data_ptr())
+    fused_geglu.geglu_backward_(dm, grad_g, grad_u)
+    assert (grad_g.data_ptr(), grad_u.data_ptr()) == where
+    assert torch.allclose(grad_g.double(), ref_g, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(grad_u.double(), ref_u, rtol=1e-5, atol=1e-6)
 
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
