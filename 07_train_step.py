@@ -91,7 +91,8 @@ def expectations(args, params, param_bytes):
                                            "checkpointed forward once more") if args.checkpoint else
                    training.backward_flops(1.5, 2.5, "a gradient for each GEMM's input and one for its weight"))
     out.append(training.optimizer_kind(args.optim_impl, params, OPS_PER_PARAMETER[args.optimizer]))
-    out.append(training.peak_after_forward(args.checkpoint, param_bytes))
+    out.append(training.peak_after_forward(args.checkpoint, param_bytes,
+                                           "the fused MLP (g and u)" if args.mlp == "fused" else None))
     return out
 
 

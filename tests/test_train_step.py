@@ -9,6 +9,7 @@ recipe, tests/data/record_h200_train.sh; their tests come with the fixtures.
 import gzip
 import importlib
 import json
+import re
 import stat
 from pathlib import Path
 
@@ -327,11 +328,39 @@ def test_memory_peak_phase_by_hand(tmp_path):
                                         "at_forward_end_bytes": 400}]
     assert it.check(t, [training.peak_after_forward(False, 0)])[0][1] == "confirmed"  # 400 >= half of 450
     assert it.check(t, [training.peak_after_forward(True, 0)])[0][1] == "confirmed"
+    assert it.check(t, [training.peak_after_forward(False, 0, "the fused MLP")])[0][1] == "confirmed"
     # memory events, none on this device: that is broken, not n/a
     data["traceEvents"] = [{**e, "args": {**e["args"], "Device Type": 1}} if e.get("name") == "[memory]" else e
                            for e in data["traceEvents"]]
     path.write_text(json.dumps(data))
     assert it.check(it.load_trace(path), [training.peak_after_forward(False, 0)])[0][1] == "broken"
+
+
+def test_a_module_that_rebuilds_moves_the_peak_into_backward(tmp_path):
+    """100 B held when forward ends, the peak 400 B in backward (rebuilt tensors): below half, broken for a plain
+    MLP; confirmed where a module rebuilds in backward (the fused MLP), broken there too if the peak is in the
+    optimizer with more than the parameters held."""
+    path = tmp_path / "mem.json"
+    path.write_text(json.dumps(cpu_trace_with_allocations([(15, 100), (250, 300), (300, -300)])))
+    t = it.load_trace(path)
+    assert training.memory_peak(t) == [{"number": 2, "phase": "backward", "peak_bytes": 400,
+                                        "at_forward_end_bytes": 100}]
+    assert it.check(t, [training.peak_after_forward(False, 0)])[0][1] == "broken"  # 100 < half of 400
+    assert it.check(t, [training.peak_after_forward(False, 0, "the fused MLP")])[0][1] == "confirmed"
+    path.write_text(json.dumps(cpu_trace_with_allocations([(15, 100), (800, 300)])))
+    assert it.check(it.load_trace(path), [training.peak_after_forward(False, 50, "the fused MLP")])[0][1] == "broken"
+
+
+def test_the_fused_mlp_peak_the_page_quotes():
+    """docs/07's numbers for `--mlp fused --compile` on the H200, from that run's log: the peak in backward with
+    under half of it held when forward ends (what broke the plain guess), in every step."""
+    log = (TRAIN / "h200_train_mlp_fused_compile_log.txt").read_text()
+    seen = re.findall(r"#(\d+): peak ([\d.]+) MiB in (\w+), ([\d.]+) MiB held when forward ends", log)
+    assert [n for n, *_ in seen] == ["2", "3", "4"] and len({tuple(r[1:]) for r in seen}) == 1
+    peak, phase, held = float(seen[0][1]), seen[0][2], float(seen[0][3])
+    assert phase == "backward" and held < peak / 2 and "MLP fused" in log and "compile, cold" in log
+    page = " ".join((Path(__file__).parent.parent / "docs" / "07_train_step.md").read_text().split())
+    assert f"{peak:.1f} MiB in backward, {held:.1f} MiB held when forward ends" in page
 
 
 def test_memory_peak_in_the_optimizer_by_hand(tmp_path):
