@@ -836,3 +836,206 @@ CPU time per annotation (record_function; its spans, µs per step):
 annotation  median    min–max
 ----------  ------  ---------
 fwd           80.0  80.0–80.0"""
+
+
+# ---- report.py: the header, long and uneven step lists, annotations, the CPU's work, views ----------------------
+
+def steps_of(kernels_per_step: list[tuple[int, list[str]]], span: float = 90.0) -> dict:
+    """GPU steps at 0, 100, 200, ... µs, `span` µs each, numbered as given. The j-th kernel `k` of a step: op
+    aten::k starts 9 + 40 j µs in, launches kernel_k at 10 + 40 j (a 2 µs call); it runs 15 + 40 j .. 30 + 40 j."""
+    from test_reader_report import x
+
+    ev, ext = [], 0
+    for i, (number, names) in enumerate(kernels_per_step):
+        ev.append(x(f"ProfilerStep#{number}", "user_annotation", 100 * i, span))
+        for j, name in enumerate(names):
+            ext, at = ext + 1, 100 * i + 40 * j
+            ev += [x(f"aten::{name}", "cpu_op", at + 9, 5, **{"External id": ext}),
+                   x("cudaLaunchKernel", "cuda_runtime", at + 10, 2, **{"External id": ext, "correlation": ext}),
+                   x(f"kernel_{name}", "kernel", at + 15, 15, pid=0, tid=7, correlation=ext)]
+    return {"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}
+
+
+def block(text: str, first: str) -> list[str]:
+    """The report's lines from the one starting with `first` up to the next blank line."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(first))
+    end = next((i for i in range(start, len(lines)) if not lines[i]), len(lines))
+    return lines[start:end]
+
+
+def test_header_names_the_gpu_its_size_and_the_version_fields():
+    """150109880320 B = 139.8 GiB; the metadata's version fields (and torch/triton) are listed, a bool one is not."""
+    import inspect_trace as it
+    from test_inspect_trace import parse
+    from test_reader_report import two_kernels_step
+
+    data = two_kernels_step()
+    data["deviceProperties"] = [{"name": "NVIDIA H200", "computeMajor": 9, "computeMinor": 0, "numSms": 132,
+                                 "totalGlobalMem": 150109880320}]
+    data.update(schemaVersion=1, cuda_driver_version=13000, torch="2.11", kineto_version_checked=True, trace_id="x")
+    assert it.report(parse(data)).splitlines()[:4] == [
+        "trace   <test>", "device  NVIDIA H200 (sm_90, 132 SMs, 140 GiB)",
+        "versions schemaVersion=1, cuda_driver_version=13000, torch=2.11", "steps   1 active ProfilerStep (#2)"]
+
+
+def test_a_cpu_trace_from_a_gpu_machine_names_the_gpu_it_left_out():
+    import inspect_trace as it
+    from test_inspect_trace import parse
+    from test_reader_report import x
+
+    data = {"traceEvents": [x("ProfilerStep#2", "user_annotation", 0, 10), x("aten::add", "cpu_op", 1, 5)],
+            "deviceProperties": [{"name": "NVIDIA H200"}]}
+    assert it.report(parse(data)).splitlines()[1] == \
+        "device  CPU only (no GPU activity in the trace; the machine has NVIDIA H200, not profiled)"
+
+
+def test_report_json_keeps_the_peak_and_the_ops_without_their_per_step_lists():
+    import inspect_trace as it
+    from test_inspect_trace import parse
+    from test_reader_report import two_kernels_step
+
+    d = it.report_data(parse(two_kernels_step()))
+    assert d["peak"]["source"] == "NVIDIA H200 datasheet (not in torch's table)"
+    assert (d["peak"]["tflops"]["bfloat16"], d["peak"]["gbs"]) == (989.5, 4800.0)
+    assert [set(r) for r in d["cpu_ops"]] == [{"name", "calls_per_step", "self_us_per_step"}] * 4
+
+
+def test_nine_uneven_steps_their_numbers_orders_and_quantiles():
+    """Steps #2, #4, ..., #18 (not consecutive: listed by their ends), 90 µs each. #2..#10 launch a then b, #12 and
+    #14 b then a, #16 and #18 a alone. Two kernels: busy 15 + 15 = 30; GPU idle on the host 0..10, 30..50 and
+    70..90 = 50, after the launches 10..15 and 50..55 = 10: busy 30/90 = 33%, host 50/90 = 56%. One kernel: busy
+    15, host 10 + 60 = 70 (78%), after 5: busy 17%. Quantiles, nearest rank of 9 sorted values (index 0, 4, 7, 8):
+    kernels 1, 2, 2, 2; busy% 17, 33, 33, 33; host% 56, 56, 78, 78."""
+    import inspect_trace as it
+    from test_inspect_trace import parse
+
+    ab, ba = ["a", "b"], ["b", "a"]
+    text = it.report(parse(steps_of([(2, ab), (4, ab), (6, ab), (8, ab), (10, ab), (12, ba), (14, ba),
+                                     (16, ["a"]), (18, ["a"])])))
+    assert text.splitlines()[2] == "steps   9 active ProfilerStep (#2, #4, #6, ..., #14, #16, #18)"
+    assert "\nsteps differ: 5 steps with 2 kernels (#2, #4, #6, #8, ...); 2 steps with 2 kernels in another order " \
+           "(#12, #14); 2 steps with 1 kernels (#16, #18)\n" in text
+    assert block(text, "step    kernels") == [
+        "step    kernels  GPU busy  CPU span  wall  busy%  host%  verdict   lag median  lag max",
+        "------  -------  --------  --------  ----  -----  -----  --------  ----------  -------",
+        "#2            2      30.0      90.0  90.0    33%    56%  overhead         5.0      5.0",
+        "#4            2      30.0      90.0  90.0    33%    56%  overhead         5.0      5.0",
+        "#6            2      30.0      90.0  90.0    33%    56%  overhead         5.0      5.0",
+        "...",
+        "#14           2      30.0      90.0  90.0    33%    56%  overhead         5.0      5.0",
+        "#16           1      15.0      90.0  90.0    17%    78%  overhead         5.0      5.0",
+        "#18           1      15.0      90.0  90.0    17%    78%  overhead         5.0      5.0",
+    ]
+    assert block(text, "min ")[:5] == [
+        "min           1      15.0      90.0  90.0    17%    56%                   5.0      5.0",
+        "median        2      30.0      90.0  90.0    33%    56%                   5.0      5.0",
+        "p90           2      30.0      90.0  90.0    33%    78%                   5.0      5.0",
+        "max           2      30.0      90.0  90.0    33%    78%                   5.0      5.0",
+        "(9 steps: the first and last 3, then each column's quantiles; --all-steps lists all)",
+    ]
+
+
+def test_two_steps_show_a_kernels_range():
+    import inspect_trace as it
+    from test_inspect_trace import parse
+
+    text = it.report(parse(steps_of([(2, ["a"]), (3, ["a"])])))
+    assert block(text, "#  kernel")[2] == \
+        "1  kernel_a  aten::a               1     15.0  15.0–15.0  5.0     100.0%         -  -"
+
+
+def test_gpu_work_without_a_launch_call_idles_after_no_launch():
+    """A trace without runtime calls (the GPU's own clock only): kernel 20..30 and a memset 40..45 in a 100 µs step.
+    Nothing was launched, so no idle time waits on a launch: 0..20 and 30..40 count after the launch (30 µs); after
+    the step's last work, 45..100, the GPU waits on the host (55 µs). 2 items of GPU work, 1 kernel."""
+    import inspect_trace as it
+    from test_inspect_trace import parse
+
+    [st] = it.report_data(parse(unlaunched_step()))["steps"]
+    assert (st["kernels"], st["gpu_work"], st["gpu_busy_us"]) == (1, 2, 15.0)
+    assert st["idle_us"] == {"waiting_on_host": 55.0, "after_launch": 30.0}
+
+
+def unlaunched_step() -> dict:
+    """unlaunched_step's trace, with the CUDA runtime and driver versions in its metadata."""
+    from test_reader_report import x
+
+    return {"traceEvents": [x("ProfilerStep#2", "user_annotation", 0, 100), x("k", "kernel", 20, 10, pid=0, tid=7),
+                            x("Memset (Device)", "gpu_memset", 40, 5, pid=0, tid=7)],
+            "deviceProperties": [{"name": "NVIDIA H200"}], "cuda_runtime_version": 12080, "cuda_driver_version": 13000}
+
+
+def test_gpu_time_per_annotation_sorts_by_gpu_then_cpu_time_and_counts_the_backward_thread():
+    """One 200 µs step on thread 1: `fwd` 1..60 launches a 10 µs kernel, `loss` 61..70 a 30 µs one, `backward`
+    100..190 waits while the autograd engine (thread 2) runs MmBackward0, whose `bwd_hook` 112..140 launches a
+    20 µs kernel at 120: it counts for bwd_hook and for backward. Thread 3's `prefetch` opened before the step
+    (-10..50: in no step's CPU time) launches a 5 µs kernel. By GPU time, then CPU time: loss 30 (CPU 9), backward
+    20 (90), bwd_hook 20 (28), fwd 10 (59), prefetch 5 (0)."""
+    import inspect_trace as it
+    from test_inspect_trace import parse
+    from test_reader_report import x
+
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 200), x("fwd", "user_annotation", 1, 59),
+          x("loss", "user_annotation", 61, 9), x("backward", "user_annotation", 100, 90),
+          x("autograd::engine::evaluate_function: MmBackward0", "cpu_op", 110, 40, tid=2),
+          x("bwd_hook", "user_annotation", 112, 28, tid=2), x("prefetch", "user_annotation", -10, 60, tid=3)]
+    for ext, (op, at, tid, start, dur) in enumerate([("aten::a", 10, 1, 20, 10), ("aten::b", 62, 1, 70, 30),
+                                                      ("aten::mm", 115, 2, 125, 20), ("aten::c", 5, 3, 40, 5)]):
+        ev += [x(op, "cpu_op", at, 6, tid=tid, **{"External id": ext}),
+               x("cudaLaunchKernel", "cuda_runtime", at + 5, 1, tid=tid, **{"External id": ext, "correlation": ext}),
+               x(f"k_{op[6:]}", "kernel", start, dur, pid=0, tid=7, correlation=ext)]
+    text = it.report(parse({"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}))
+    assert block(text, "annotation") == [
+        "annotation  GPU median  GPU min–max  CPU median",
+        "----------  ----------  -----------  ----------",
+        "loss              30.0            -         9.0",
+        "backward          20.0            -        90.0",
+        "bwd_hook          20.0            -        28.0",
+        "fwd               10.0            -        59.0",
+        "prefetch           5.0            -         0.0",
+    ]
+
+
+def test_view_ops_table_counts_calls_kernels_and_their_time():
+    """two_kernels_step with a reshape that copies (its aten::clone launches a 5 µs kernel) and two views."""
+    import inspect_trace as it
+    from test_inspect_trace import parse
+    from test_reader_report import two_kernels_step, x
+
+    data = two_kernels_step()
+    data["traceEvents"] += [
+        x("aten::reshape", "cpu_op", 20, 10), x("aten::clone", "cpu_op", 21, 8, **{"External id": 3}),
+        x("cudaLaunchKernel", "cuda_runtime", 22, 2, **{"External id": 3, "correlation": 13}),
+        x("k_copy", "kernel", 35, 5, pid=0, tid=7, correlation=13),
+        x("aten::view", "cpu_op", 60, 1), x("aten::view", "cpu_op", 62, 1)]
+    t = parse(data)
+    assert it.report_data(t)["views"] == [
+        {"op": "aten::reshape", "calls_per_step": 1.0, "kernels": 1, "cuda_us": 5.0},
+        {"op": "aten::view", "calls_per_step": 2.0, "kernels": 0, "cuda_us": 0.0}]
+    assert block(it.report(t), "View ops") == [
+        "View ops (no data moved, so no kernel expected):",
+        "op             calls/step  kernels  CUDA µs",
+        "-------------  ----------  -------  -------",
+        "aten::reshape           1        1      5.0",
+        "aten::view              2        0      0.0",
+    ]
+
+
+def test_a_triton_kernel_without_its_source_is_a_lower_bound_and_full_names_stay_whole():
+    """two_kernels_step whose first op is an Inductor launch of 66 characters with recorded shapes and no source."""
+    import inspect_trace as it
+    from test_inspect_trace import parse
+    from test_reader_report import two_kernels_step
+
+    name = "triton_poi_fused__unsafe_view_gelu_mul_view_add_transpose_clone_0"
+    data = two_kernels_step()
+    for e in data["traceEvents"]:
+        if e["name"] in ("aten::a", "kernel_a"):
+            e["name"] = name
+        if e["name"] == name and e["cat"] == "cpu_op":
+            e["args"].update({"Input Dims": [[4, 8], [4, 8]], "Input type": ["float", "float"]})
+    lines = it.report(parse(data), full_names=True).splitlines()
+    assert ">= : Triton kernel whose source was not read (--kernel-files reads it); a buffer it reads and writes " \
+           "(in_out_ptr) counted once" in lines
+    assert f"{name}           1           3.0" in block("\n".join(lines), "name ")  # CPU self time: 5 - 2 µs
