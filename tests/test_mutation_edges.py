@@ -958,7 +958,8 @@ def test_gpu_work_without_a_launch_call_idles_after_no_launch():
 
 
 def unlaunched_step() -> dict:
-    """unlaunched_step's trace, with the CUDA runtime and driver versions in its metadata."""
+    """One 100 µs step whose GPU work has no launch call: kernel `k` 20..30, a memset 40..45; the CUDA runtime
+    12.8 and driver 13.0 in the metadata."""
     from test_reader_report import x
 
     return {"traceEvents": [x("ProfilerStep#2", "user_annotation", 0, 100), x("k", "kernel", 20, 10, pid=0, tid=7),
@@ -1039,3 +1040,98 @@ def test_a_triton_kernel_without_its_source_is_a_lower_bound_and_full_names_stay
     assert ">= : Triton kernel whose source was not read (--kernel-files reads it); a buffer it reads and writes " \
            "(in_out_ptr) counted once" in lines
     assert f"{name}           1           3.0" in block("\n".join(lines), "name ")  # CPU self time: 5 - 2 µs
+
+
+def test_late_work_of_an_earlier_step_is_no_idle_time_of_the_later_one():
+    """Step #2 (0..100) launches two kernels at 10 and 20 that run late on another stream, 130..140 and 150..160;
+    step #3 (100..200) launches at 105 one that runs 110..120. #3 idles 100..105 on the host, 105..110 after its
+    launch; from its last kernel's end (120) to its span's (200), the GPU runs #2's work 20 µs: 60 µs on the host.
+    #2's gaps 120..130 and 140..150 come after its launches."""
+    import inspect_trace as it
+    from test_inspect_trace import parse
+    from test_reader_report import x
+
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 100), x("ProfilerStep#3", "user_annotation", 100, 100)]
+    for ext, (at, start, stream) in enumerate([(10, 130, 8), (20, 150, 8), (105, 110, 7)]):
+        ev += [x("aten::a", "cpu_op", at - 1, 3, **{"External id": ext}),
+               x("cudaLaunchKernel", "cuda_runtime", at, 1, **{"External id": ext, "correlation": ext}),
+               x("kernel_a", "kernel", start, 10, pid=0, tid=stream, correlation=ext)]
+    steps = it.report_data(parse({"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}))["steps"]
+    assert [s["idle_us"] for s in steps] == [{"waiting_on_host": 0.0, "after_launch": 20.0},
+                                             {"waiting_on_host": 65.0, "after_launch": 5.0}]
+
+
+def test_cpu_work_thread_by_thread_keeps_the_lane_of_its_first_step():
+    """Step #2 (0..90): the main thread's aten::linear routes to aten::addmm 11..41 (30 µs, the unit); thread 2
+    runs aten::add 5..15, before it, yet listed after the main thread. Step #3 (100..190): addmm 111..151 (40 µs),
+    then the add 160..170 on the main thread. The same order of units, the add's lane that of step #2: thread 2."""
+    import inspect_trace as it
+    from test_inspect_trace import parse
+    from test_reader_report import x
+
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 90), x("aten::linear", "cpu_op", 10, 32),
+          x("aten::addmm", "cpu_op", 11, 30), x("aten::add", "cpu_op", 5, 10, tid=2),
+          x("ProfilerStep#3", "user_annotation", 100, 90), x("aten::linear", "cpu_op", 110, 42),
+          x("aten::addmm", "cpu_op", 111, 40), x("aten::add", "cpu_op", 160, 10)]
+    assert block(it.report(parse({"traceEvents": ev})), "Work in order") == [
+        "Work in order (the CPU's kernels: fused C++ kernels, GEMMs and other computing aten ops, each with what it "
+        "calls; mean over 2 of 2 steps, those in the typical order; thread by thread, main = the one running the "
+        "step loop):",
+        "#  thread  kernel       mean µs    min–max",
+        "-  ------  -----------  -------  ---------",
+        "1  main 1  aten::addmm     35.0  30.0–40.0",
+        "2  1/2     aten::add       10.0  10.0–10.0",
+        "every step runs the same 2 units of work in the same order",
+        "Inductor C++ kernels: none: an eager run (no Torch-Compiled Region in the trace)",
+    ]
+
+
+NO_KERNEL_PROFILE = ("Work in order: none seen. The compiled code runs inside its Torch-Compiled Region, its C++ "
+                     "kernels not in the trace: profile with torch._inductor.config.cpp.enable_kernel_profile = True")
+
+
+@pytest.mark.parametrize("inside, lines", [
+    ([("cpp_fused_gelu_0", 20), ("cpp_fused_mul_1", 40), ("cpp_fused_gelu_0", 60)], [
+        "#  kernel            mean µs  min–max",  # one step: no range
+        "-  ----------------  -------  -------",
+        "1  cpp_fused_gelu_0     10.0        -",
+        "2  cpp_fused_mul_1      10.0        -",
+        "3  cpp_fused_gelu_0     10.0        -",
+        "Inductor C++ kernels: cpp_fused_gelu_0, cpp_fused_mul_1"]),
+    ([("aten::addmm", 20)], [
+        "Inductor C++ kernels: none: compiled, and Inductor generated no C++ kernel for this graph: it calls "
+        "aten::addmm instead (cpp.enable_kernel_profile on, as the suite's scripts set it, would show any)"]),
+    ([], [NO_KERNEL_PROFILE,
+          "Inductor C++ kernels: none: compiled, but nothing ran inside the compiled region that the trace names: "
+          "recorded without cpp.enable_kernel_profile (the suite's scripts set it)",
+          "CPU time per annotation: no record_function annotation in this trace"]),
+])
+def test_compiled_cpu_step_names_its_cpp_kernels_or_why_none(inside, lines):
+    """One 100 µs CPU step: a Torch-Compiled Region 10..90 with 10 µs ops inside it at the times given."""
+    import inspect_trace as it
+    from test_inspect_trace import parse
+    from test_reader_report import x
+
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 100), x("Torch-Compiled Region: 0/0", "cpu_op", 10, 80)]
+    text = it.report(parse({"traceEvents": ev + [x(name, "cpu_op", ts, 10) for name, ts in inside]}))
+    assert [line for line in lines if line not in text.splitlines()] == []
+
+
+# ---- kernels.py: bytes and names at their limits -----------------------------------------------------------------
+
+def test_kernel_bytes_of_a_batched_gemm_and_an_inductor_count_of_zero():
+    from trace_reader.kernels import gemm_bytes, gemm_operands, pointwise_bytes
+
+    # [3, 4, 8] @ [3, 8, 16] in bf16: read (96 + 384) * 2, write the [3, 4, 16] output, 192 * 2
+    assert gemm_bytes(op("aten::bmm", [[3, 4, 8], [3, 8, 16]], ["c10::BFloat16"] * 2)) == 1344.0
+    assert gemm_operands(op("aten::_addmm_activation", [[16], [4, 8], [8, 16]])) == ([4, 8], [8, 16])
+    # Inductor's count is a positive number of GB; 0 is no count: the shapes are read instead
+    assert pointwise_bytes(op("k", [[4, 8]], ["float"], kernel_num_gb=0)) == (256.0, True)
+
+
+def test_short_name_keeps_the_functor_past_the_unary_wrappers():
+    from trace_reader.kernels import short
+
+    name = ("void at::native::vectorized_elementwise_kernel<4, at::native::BUnaryFunctor<float, float, float, "
+            "at::native::binary_internal::MulFunctor<float>>, std::array<char*, 2ul>>(int, T2, T3)")
+    assert short(name, False) == "vectorized_elementwise_kernel<…MulFunctor…>"
