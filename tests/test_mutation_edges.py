@@ -1135,3 +1135,87 @@ def test_short_name_keeps_the_functor_past_the_unary_wrappers():
     name = ("void at::native::vectorized_elementwise_kernel<4, at::native::BUnaryFunctor<float, float, float, "
             "at::native::binary_internal::MulFunctor<float>>, std::array<char*, 2ul>>(int, T2, T3)")
     assert short(name, False) == "vectorized_elementwise_kernel<…MulFunctor…>"
+
+
+# ---- plot.py's numbers: the roofline's points and labels, the benchmark's bars -----------------------------------
+
+def test_roofline_of_work_without_an_op_places_nothing_and_names_the_versions():
+    """unlaunched_step: shares 10 / 15 and 5 / 15 of the GPU time; CUDA 12080 reads 12.8, 13000 reads 13.0."""
+    from test_inspect_trace import parse
+    from trace_reader.plot import roofline_points
+
+    rf = roofline_points(parse(unlaunched_step()))
+    assert (rf.versions, rf.peak_source) == ("CUDA runtime 12.8, driver 13.0",
+                                             "NVIDIA H200 datasheet (not in torch's table)")
+    assert rf.points == [] and rf.not_placed == [(1, "k", "?", "no shapes", pytest.approx(10 / 15)),
+                                                 (2, "Memset (Device)", "?", "memory op, no math", pytest.approx(5 / 15))]
+
+
+def test_roofline_points_from_shapes_or_inductors_byte_count():
+    """One step, four 10 µs kernels. addmm [4, 8] @ [8, 16] + a [1] bias in bf16: 2*4*8*16 = 1024 FLOPs, bytes
+    (1 + 32 + 128) * 2 read + 64 * 2 written = 450. bmm [3, 4, 8] @ [3, 8, 16] without types: 3072 FLOPs, and
+    Inductor's 1e-6 GB = 1000 bytes. mm without types or a count: no bytes, not placed. mul of [4, 8.0] (no shape: a
+    float) and [2]: 2 elements, 1 FLOP each; 2 * 4 bytes read, 2 * 4 written."""
+    from test_inspect_trace import parse
+    from test_reader_report import x
+    from trace_reader.plot import roofline_points
+
+    bf16 = "c10::BFloat16"
+    ops = [("aten::addmm", {"Input Dims": [[1], [4, 8], [8, 16]], "Input type": [bf16] * 3}),
+           ("aten::bmm", {"Input Dims": [[3, 4, 8], [3, 8, 16]], "kernel_num_gb": 1e-6}),
+           ("aten::mm", {"Input Dims": [[4, 8], [8, 16]]}),
+           ("aten::mul", {"Input Dims": [[4, 8.0], [2]], "Input type": ["float", "float"]})]
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 200)]
+    for i, (name, args) in enumerate(ops):
+        ev += [x(name, "cpu_op", 10 + 40 * i, 5, **{"External id": i}, **args),
+               x("cudaLaunchKernel", "cuda_runtime", 11 + 40 * i, 2, **{"External id": i, "correlation": i}),
+               x(f"k_{name[6:]}", "kernel", 16 + 40 * i, 10, pid=0, tid=7, correlation=i)]
+    rf = roofline_points(parse({"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}))
+    assert [(p.number, p.name, p.kind, p.flops, p.bytes) for p in rf.points] == [
+        (1, "k_addmm", "GEMM", 1024.0, 450.0), (2, "k_bmm", "GEMM", 3072.0, 1000.0), (4, "k_mul", "pointwise", 2.0, 16.0)]
+    assert rf.not_placed == [(3, "k_mm", "aten::mm", "no shapes", 0.25)]
+    assert rf.gemm_shapes == ["4×8×16", "3×4×8×16"] and (rf.dtype, rf.peak_tflops) == ("bfloat16", 989.5)
+
+
+def roof_point(**kw):
+    from trace_reader.plot import Point
+
+    return Point(**{"number": 3, "name": "k", "op": "aten::mul", "kind": "pointwise", "calls": 1.0, "share": 0.25,
+                    "flops": 2048.0, "bytes": 1024.0, "flop_s": 3e12, "achieved": "1,500 GB/s", **kw})
+
+
+def test_roofline_labels_and_list_lines_by_hand():
+    from trace_reader.plot import _label, _line
+
+    long_op = "LigerGELUMulFunction_with_a_name_of_fifty_chars"  # 47 characters: cut to 43 and "…"
+    assert _label(roof_point(op=long_op)) == "#3 LigerGELUMulFunction_with_a_name_of_fifty_c…, 25%"
+    assert _label(roof_point(lower_bound=True), "B") == "B#3 aten::mul, 25% (bytes ≥: too far right)"
+    name = "triton_poi_fused__unsafe_view_gelu_mul_transpose_add_10"  # 55 characters: cut to 53 and "…"
+    assert _line(roof_point(name=name, achieved=">=1,500 GB/s", lower_bound=True, of_peak=0.5)) == (
+        "#3  triton_poi_fused__unsafe_view_gelu_mul_transpose_add_… aten::mul                  2 FLOP/B  "
+        ">=1,500 GB/s (>=3 TFLOP/s) = 50.0% of peak, 25.0% of GPU time")
+
+
+def test_a_picture_that_cannot_be_written_says_where_and_why(tmp_path, monkeypatch):
+    import errno
+    import tempfile
+
+    from trace_reader import plot
+    from trace_reader.read import TraceError
+
+    def refuse(**kw):
+        raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    with pytest.raises(TraceError) as e:
+        plot._save(None, tmp_path / "p.png", {})
+    assert str(e.value) == f"cannot write in {tmp_path}: Permission denied"
+
+
+def test_bench_bars_skip_what_is_no_shape_and_label_the_rest_by_their_sizes():
+    from trace_reader.plot import bench_bars
+
+    timed = {"eager": {"median_us": 8.0}}
+    record = {"shapes": ["not a shape", {"B": 2, "variants": timed},  # no floor
+                         {"B": 2, "S": 128, "flops": 10, "bytes": 20, "floor_us": 4.0, "variants": timed}]}
+    assert bench_bars(record) == [{"shape": "2×128", "floor_us": 4.0, "variants": {"eager": {"us": 8.0, "of_floor": 0.5}}}]
