@@ -1219,3 +1219,89 @@ def test_bench_bars_skip_what_is_no_shape_and_label_the_rest_by_their_sizes():
     record = {"shapes": ["not a shape", {"B": 2, "variants": timed},  # no floor
                          {"B": 2, "S": 128, "flops": 10, "bytes": 20, "floor_us": 4.0, "variants": timed}]}
     assert bench_bars(record) == [{"shape": "2×128", "floor_us": 4.0, "variants": {"eager": {"us": 8.0, "of_floor": 0.5}}}]
+
+
+# ---- memory.py: which device's allocations, the step's base, a rewritten file ------------------------------------
+
+def load_written(tmp_path, events: list[dict], name: str = "m.json"):
+    import inspect_trace as it
+
+    path = tmp_path / name
+    path.write_text(__import__("json").dumps({"traceEvents": events}))
+    return it.load_trace(path)
+
+
+def mem(ts, nbytes, total, device_type):
+    return {"ph": "i", "name": "[memory]", "ts": ts, "pid": 1, "tid": 1,
+            "args": {"Bytes": nbytes, "Total Allocated": total, "Device Type": device_type, "Device Id": 0}}
+
+
+def test_step_peak_counts_the_traces_device_from_the_total_before_the_first_allocation(tmp_path):
+    """A GPU step 0..100: CUDA allocates 100 B (total 1100), then 50 (1150), frees 150: the total before was
+    1100 - 100 = 1000, the peak 150 above it. The CPU's 4000 B in the same step are another device's."""
+    from test_reader_report import x
+    from trace_reader.memory import step_peaks
+
+    t = load_written(tmp_path, [x("ProfilerStep#2", "user_annotation", 0, 100), x("cudaLaunchKernel", "cuda_runtime", 5, 1),
+                                mem(10, 100, 1100, 1), mem(15, 4000, 9000, 0), mem(20, 50, 1150, 1), mem(30, -150, 1000, 1)])
+    assert step_peaks(t) == {2: 150.0}
+
+
+def test_allocations_are_read_again_when_the_file_changes(tmp_path):
+    import os
+
+    from test_reader_report import x
+    from trace_reader.memory import read_allocs
+
+    t = load_written(tmp_path, [x("ProfilerStep#2", "user_annotation", 0, 100), mem(10, 1000, 1000, 0)])
+    assert [a.nbytes for a in read_allocs(t.path)] == [1000.0]
+    before = os.stat(t.path)
+    t2 = load_written(tmp_path, [x("ProfilerStep#2", "user_annotation", 0, 100), mem(10, 2000, 2000, 0)])
+    os.utime(t2.path, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))  # same size, a second later
+    assert os.stat(t2.path).st_size == before.st_size and [a.nbytes for a in read_allocs(t2.path)] == [2000.0]
+
+
+# ---- modules.py: the MLP the trace shows, more failing modules than a line lists ---------------------------------
+
+def layers_step(n: int, kernel: str = "k_mlp") -> dict:
+    """One `decode` step of n decoder layers, 100 µs apart; each layer's mlp calls aten::gelu, which launches
+    `kernel` (5 µs)."""
+    from test_reader_report import x
+
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 100 * n + 100), x("decode", "user_annotation", 1, 100 * n)]
+    for i in range(n):
+        t0 = 100 * i + 10
+        ev += [x(f"model.layers.{i}", "user_annotation", t0, 80), x(f"model.layers.{i}.mlp", "user_annotation", t0 + 1, 60),
+               x("aten::gelu", "cpu_op", t0 + 2, 5, **{"External id": i}),
+               x("cudaLaunchKernel", "cuda_runtime", t0 + 3, 1, **{"External id": i, "correlation": i}),
+               x(kernel, "kernel", t0 + 10, 5, pid=0, tid=7, correlation=i)]
+    return {"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}
+
+
+def test_the_mlp_kernel_in_the_trace_wins_over_the_file_name():
+    import argparse
+
+    from test_inspect_trace import parse
+    from trace_reader import modules
+
+    a = argparse.Namespace(compile=False)
+    modules.model_flags(a, parse(layers_step(2, "_geglu_tanh_forward_kernel")), ["gemma", "mlp-eager"])
+    assert (a.mlp, a.layers, a.phase) == ("liger", 2, "decode")
+
+
+@pytest.mark.parametrize("n, more", [(3, ""), (4, " (+1 more)")])
+def test_module_launches_lists_three_failing_modules_then_counts(n, more):
+    from test_inspect_trace import parse
+    from trace_reader import modules
+
+    said = modules.module_launches("mlp", "GeGLU", has=("geglu",)).check(parse(layers_step(n)))
+    assert said == "; ".join(f"model.layers.{i}.mlp: nothing matches ['geglu']" for i in range(3)) + more
+
+
+# ---- peaks.py: an entry that is no DeviceInfo call ------------------------------------------------------------------
+
+def test_device_table_reads_the_entries_after_one_that_is_no_call():
+    from trace_reader.peaks import Peak, parse_device_info
+
+    assert parse_device_info('_device_mapping = {"A": 3, **more, "B": DeviceInfo(tops={}, dram_bw_gbs=2)}') == \
+        {"B": Peak("torch._inductor.analysis.device_info", {}, 2)}
