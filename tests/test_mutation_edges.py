@@ -677,20 +677,31 @@ def test_the_port_holder_is_named_with_its_command_line():
     assert serve_trace._port_holder(port) is None  # closed: nobody listens
 
 
+def fake_shape(M, dim, hidden, dtype, tol, c, b, tuned):
+    """A shape's record as bench_shape makes it, its times _bench_record's decode shape's."""
+    return {**_bench_record()["shapes"][1], "M": M, "dim": dim, "hidden": hidden, "tuned": tuned, "tol": tol,
+            "skipped": [], "parts": {}, "rel_err": 0.0, "flops": 1.0, "bytes": 1.0, "floor_compute_us": 1.0,
+            "floor_memory_us": 2.0}
+
+
+def fake_bench(monkeypatch, **fakes):
+    """bench.main without a GPU: ceilings 680 TFLOP/s and 4 TB/s, fake_shape's times, no table and no chart; `fakes`
+    replace more of bench's functions."""
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench, "keep_compile_workers", lambda: None)
+    monkeypatch.setattr(bench, "gemm_ceiling_tflops", lambda dtype: 680.0)
+    monkeypatch.setattr(bench, "copy_bandwidth_tbps", lambda: 4.0)
+    monkeypatch.setattr(bench, "versions", lambda device="cuda": {"device": "a GPU", "date": "2026-11-30T00:00:00"})
+    for name, fn in {"bench_shape": fake_shape, "shape_lines": lambda *a: [], "table_text": lambda record: "",
+                     "bench_chart_next_to": lambda record, out, title: "", **fakes}.items():
+        monkeypatch.setattr(bench, name, fn)
+
+
 def test_main_writes_what_the_record_says_it_measured(tmp_path, monkeypatch):
     """bench.main's record beside its numbers: how it timed, the ceilings' workloads, the floor's formula."""
     import json
 
-    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(bench, "gemm_ceiling_tflops", lambda dtype: 680.0)
-    monkeypatch.setattr(bench, "copy_bandwidth_tbps", lambda: 4.0)
-    monkeypatch.setattr(bench, "versions", lambda device="cuda": {"device": "a GPU", "date": "2026-11-30T00:00:00"})
-    monkeypatch.setattr(bench, "bench_shape", lambda M, dim, hidden, dtype, tol, c, b, tuned: {
-        **_bench_record()["shapes"][1], "tuned": tuned, "tol": tol, "skipped": [], "parts": {}, "rel_err": 0.0,
-        "flops": 1.0, "bytes": 1.0, "floor_compute_us": 1.0, "floor_memory_us": 2.0})
-    monkeypatch.setattr(bench, "shape_lines", lambda *a: [])
-    monkeypatch.setattr(bench, "table_text", lambda record: "")
-    monkeypatch.setattr(bench, "bench_chart_next_to", lambda record, out, title: "")
+    fake_bench(monkeypatch)
     out = tmp_path / "new" / "b.json"  # its folder made first: the partial record goes there too
     assert bench.main(["--shapes", "1x4096x11008,2x4096x11008", "--dtype", "fp16", "--out", str(out)]) == 0
     record = json.loads(out.read_text())
@@ -1305,3 +1316,25 @@ def test_device_table_reads_the_entries_after_one_that_is_no_call():
 
     assert parse_device_info('_device_mapping = {"A": 3, **more, "B": DeviceInfo(tops={}, dram_bw_gbs=2)}') == \
         {"B": Peak("torch._inductor.analysis.device_info", {}, 2)}
+
+
+def test_main_prints_each_shape_keeps_a_partial_record_and_draws_beside_the_record(tmp_path, monkeypatch, capsys):
+    """--out two new folders deep; while the second shape runs, OUT.partial holds the first; the chart goes next to
+    OUT; each shape's lines are printed as they come."""
+    import json
+
+    out = tmp_path / "a" / "b" / "r.json"
+    partial = tmp_path / "a" / "b" / "r.json.partial"
+    seen, drawn = [], []
+
+    def shape(M, *rest):
+        seen.append([s["M"] for s in json.loads(partial.read_text())["shapes"]] if partial.exists() else None)
+        return fake_shape(M, *rest)
+
+    fake_bench(monkeypatch, bench_shape=shape, shape_lines=lambda r, c, b: [f"shape M={r['M']}", "its verdict"],
+               bench_chart_next_to=lambda record, path, title: drawn.append((path, title)) or "the chart's line")
+    assert bench.main(["--shapes", "1x8x16,2x8x16", "--out", str(out)]) == 0
+    assert seen == [None, [1]] and not partial.exists() and out.exists()
+    assert drawn == [(out, "GeGLU MLP forward")]
+    printed = capsys.readouterr().out
+    assert "\nshape M=1\nits verdict\nshape M=2\nits verdict\n" in printed and printed.endswith("\nthe chart's line\n")
