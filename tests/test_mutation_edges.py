@@ -1158,8 +1158,9 @@ def test_roofline_of_work_without_an_op_places_nothing_and_names_the_versions():
     rf = roofline_points(parse(unlaunched_step()))
     assert (rf.versions, rf.peak_source) == ("CUDA runtime 12.8, driver 13.0",
                                              "NVIDIA H200 datasheet (not in torch's table)")
-    assert rf.points == [] and rf.not_placed == [(1, "k", "?", "no shapes", pytest.approx(10 / 15)),
-                                                 (2, "Memset (Device)", "?", "memory op, no math", pytest.approx(5 / 15))]
+    assert rf.points == [] and rf.not_placed == [
+        (1, "k", "?", "no shapes", pytest.approx(10 / 15)),
+        (2, "Memset (Device)", "?", "memory op, no math", pytest.approx(5 / 15))]
 
 
 def test_roofline_points_from_shapes_or_inductors_byte_count():
@@ -1183,7 +1184,8 @@ def test_roofline_points_from_shapes_or_inductors_byte_count():
                x(f"k_{name[6:]}", "kernel", 16 + 40 * i, 10, pid=0, tid=7, correlation=i)]
     rf = roofline_points(parse({"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}))
     assert [(p.number, p.name, p.kind, p.flops, p.bytes) for p in rf.points] == [
-        (1, "k_addmm", "GEMM", 1024.0, 450.0), (2, "k_bmm", "GEMM", 3072.0, 1000.0), (4, "k_mul", "pointwise", 2.0, 16.0)]
+        (1, "k_addmm", "GEMM", 1024.0, 450.0), (2, "k_bmm", "GEMM", 3072.0, 1000.0),
+        (4, "k_mul", "pointwise", 2.0, 16.0)]
     assert rf.not_placed == [(3, "k_mm", "aten::mm", "no shapes", 0.25)]
     assert rf.gemm_shapes == ["4×8×16", "3×4×8×16"] and (rf.dtype, rf.peak_tflops) == ("bfloat16", 989.5)
 
@@ -1229,20 +1231,25 @@ def test_bench_bars_skip_what_is_no_shape_and_label_the_rest_by_their_sizes():
     timed = {"eager": {"median_us": 8.0}}
     record = {"shapes": ["not a shape", {"B": 2, "variants": timed},  # no floor
                          {"B": 2, "S": 128, "flops": 10, "bytes": 20, "floor_us": 4.0, "variants": timed}]}
-    assert bench_bars(record) == [{"shape": "2×128", "floor_us": 4.0, "variants": {"eager": {"us": 8.0, "of_floor": 0.5}}}]
+    assert bench_bars(record) == [
+        {"shape": "2×128", "floor_us": 4.0, "variants": {"eager": {"us": 8.0, "of_floor": 0.5}}}]
 
 
 # ---- memory.py: which device's allocations, the step's base, a rewritten file ------------------------------------
 
 def load_written(tmp_path, events: list[dict], name: str = "m.json"):
+    """The trace of these events, written to a file and loaded from it (the memory reader reads the file)."""
+    import json
+
     import inspect_trace as it
 
     path = tmp_path / name
-    path.write_text(__import__("json").dumps({"traceEvents": events}))
+    path.write_text(json.dumps({"traceEvents": events}))
     return it.load_trace(path)
 
 
 def mem(ts, nbytes, total, device_type):
+    """A "[memory]" event: device type 0 is the CPU, 1 CUDA."""
     return {"ph": "i", "name": "[memory]", "ts": ts, "pid": 1, "tid": 1,
             "args": {"Bytes": nbytes, "Total Allocated": total, "Device Type": device_type, "Device Id": 0}}
 
@@ -1253,8 +1260,9 @@ def test_step_peak_counts_the_traces_device_from_the_total_before_the_first_allo
     from test_reader_report import x
     from trace_reader.memory import step_peaks
 
-    t = load_written(tmp_path, [x("ProfilerStep#2", "user_annotation", 0, 100), x("cudaLaunchKernel", "cuda_runtime", 5, 1),
-                                mem(10, 100, 1100, 1), mem(15, 4000, 9000, 0), mem(20, 50, 1150, 1), mem(30, -150, 1000, 1)])
+    t = load_written(tmp_path, [
+        x("ProfilerStep#2", "user_annotation", 0, 100), x("cudaLaunchKernel", "cuda_runtime", 5, 1),
+        mem(10, 100, 1100, 1), mem(15, 4000, 9000, 0), mem(20, 50, 1150, 1), mem(30, -150, 1000, 1)])
     assert step_peaks(t) == {2: 150.0}
 
 
@@ -1282,7 +1290,8 @@ def layers_step(n: int, kernel: str = "k_mlp") -> dict:
     ev = [x("ProfilerStep#2", "user_annotation", 0, 100 * n + 100), x("decode", "user_annotation", 1, 100 * n)]
     for i in range(n):
         t0 = 100 * i + 10
-        ev += [x(f"model.layers.{i}", "user_annotation", t0, 80), x(f"model.layers.{i}.mlp", "user_annotation", t0 + 1, 60),
+        ev += [x(f"model.layers.{i}", "user_annotation", t0, 80),
+               x(f"model.layers.{i}.mlp", "user_annotation", t0 + 1, 60),
                x("aten::gelu", "cpu_op", t0 + 2, 5, **{"External id": i}),
                x("cudaLaunchKernel", "cuda_runtime", t0 + 3, 1, **{"External id": i, "correlation": i}),
                x(kernel, "kernel", t0 + 10, 5, pid=0, tid=7, correlation=i)]
@@ -1338,3 +1347,21 @@ def test_main_prints_each_shape_keeps_a_partial_record_and_draws_beside_the_reco
     assert drawn == [(out, "GeGLU MLP forward")]
     printed = capsys.readouterr().out
     assert "\nshape M=1\nits verdict\nshape M=2\nits verdict\n" in printed and printed.endswith("\nthe chart's line\n")
+
+
+def test_a_gemm_measured_at_no_rate_is_no_point_on_log_axes():
+    """Two launches of k_mm by aten::mm: the first, [4, 8] @ [8, 16] in bf16 (the shapes the point would take), took
+    0 µs and gives no rate; the second, of 0 rows, took 10 µs at 0 FLOP/s. The group's rate, 0, has no place on a
+    log axis."""
+    from test_inspect_trace import parse
+    from test_reader_report import x
+    from trace_reader.plot import roofline_points
+
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 100)]
+    for i, (rows, dur) in enumerate([(4, 0), (0, 10)]):
+        ev += [x("aten::mm", "cpu_op", 10 + 40 * i, 5, **{"External id": i, "Input Dims": [[rows, 8], [8, 16]],
+                                                          "Input type": ["c10::BFloat16"] * 2}),
+               x("cudaLaunchKernel", "cuda_runtime", 11 + 40 * i, 2, **{"External id": i, "correlation": i}),
+               x("k_mm", "kernel", 16 + 40 * i, dur, pid=0, tid=7, correlation=i)]
+    rf = roofline_points(parse({"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}))
+    assert rf.points == [] and rf.not_placed == [(1, "k_mm", "aten::mm", "no shapes", 1.0)]
