@@ -683,20 +683,31 @@ def test_the_port_holder_is_named_with_its_command_line():
     assert serve_trace._port_holder(port) is None  # closed: nobody listens
 
 
+def fake_shape(M, dim, hidden, dtype, tol, c, b, tuned):
+    """A shape's record as bench_shape makes it, its times _bench_record's decode shape's."""
+    return {**_bench_record()["shapes"][1], "M": M, "dim": dim, "hidden": hidden, "tuned": tuned, "tol": tol,
+            "skipped": [], "parts": {}, "rel_err": 0.0, "flops": 1.0, "bytes": 1.0, "floor_compute_us": 1.0,
+            "floor_memory_us": 2.0}
+
+
+def fake_bench(monkeypatch, **fakes):
+    """bench.main without a GPU: ceilings 680 TFLOP/s and 4 TB/s, fake_shape's times, no table and no chart; `fakes`
+    replace more of bench's functions."""
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench, "keep_compile_workers", lambda: None)
+    monkeypatch.setattr(bench, "gemm_ceiling_tflops", lambda dtype: 680.0)
+    monkeypatch.setattr(bench, "copy_bandwidth_tbps", lambda: 4.0)
+    monkeypatch.setattr(bench, "versions", lambda device="cuda": {"device": "a GPU", "date": "2026-11-30T00:00:00"})
+    for name, fn in {"bench_shape": fake_shape, "shape_lines": lambda *a: [], "table_text": lambda record: "",
+                     "bench_chart_next_to": lambda record, out, title: "", **fakes}.items():
+        monkeypatch.setattr(bench, name, fn)
+
+
 def test_main_writes_what_the_record_says_it_measured(tmp_path, monkeypatch):
     """bench.main's record beside its numbers: how it timed, the ceilings' workloads, the floor's formula."""
     import json
 
-    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(bench, "gemm_ceiling_tflops", lambda dtype: 680.0)
-    monkeypatch.setattr(bench, "copy_bandwidth_tbps", lambda: 4.0)
-    monkeypatch.setattr(bench, "versions", lambda device="cuda": {"device": "a GPU", "date": "2026-11-30T00:00:00"})
-    monkeypatch.setattr(bench, "bench_shape", lambda M, dim, hidden, dtype, tol, c, b, tuned: {
-        **_bench_record()["shapes"][1], "tuned": tuned, "tol": tol, "skipped": [], "parts": {}, "rel_err": 0.0,
-        "flops": 1.0, "bytes": 1.0, "floor_compute_us": 1.0, "floor_memory_us": 2.0})
-    monkeypatch.setattr(bench, "shape_lines", lambda *a: [])
-    monkeypatch.setattr(bench, "table_text", lambda record: "")
-    monkeypatch.setattr(bench, "bench_chart_next_to", lambda record, out, title: "")
+    fake_bench(monkeypatch)
     out = tmp_path / "new" / "b.json"  # its folder made first: the partial record goes there too
     assert bench.main(["--shapes", "1x4096x11008,2x4096x11008", "--dtype", "fp16", "--out", str(out)]) == 0
     record = json.loads(out.read_text())
@@ -842,3 +853,521 @@ CPU time per annotation (record_function; its spans, µs per step):
 annotation  median    min–max
 ----------  ------  ---------
 fwd           80.0  80.0–80.0"""
+
+
+# ---- report.py: the header, long and uneven step lists, annotations, the CPU's work, views ----------------------
+
+def steps_of(kernels_per_step: list[tuple[int, list[str]]], span: float = 90.0) -> dict:
+    """GPU steps at 0, 100, 200, ... µs, `span` µs each, numbered as given. The j-th kernel `k` of a step: op
+    aten::k starts 9 + 40 j µs in, launches kernel_k at 10 + 40 j (a 2 µs call); it runs 15 + 40 j .. 30 + 40 j."""
+    from test_reader_report import x
+
+    ev, ext = [], 0
+    for i, (number, names) in enumerate(kernels_per_step):
+        ev.append(x(f"ProfilerStep#{number}", "user_annotation", 100 * i, span))
+        for j, name in enumerate(names):
+            ext, at = ext + 1, 100 * i + 40 * j
+            ev += [x(f"aten::{name}", "cpu_op", at + 9, 5, **{"External id": ext}),
+                   x("cudaLaunchKernel", "cuda_runtime", at + 10, 2, **{"External id": ext, "correlation": ext}),
+                   x(f"kernel_{name}", "kernel", at + 15, 15, pid=0, tid=7, correlation=ext)]
+    return {"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}
+
+
+def block(text: str, first: str) -> list[str]:
+    """The report's lines from the one starting with `first` up to the next blank line."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(first))
+    end = next((i for i in range(start, len(lines)) if not lines[i]), len(lines))
+    return lines[start:end]
+
+
+def test_header_names_the_gpu_its_size_and_the_version_fields():
+    """150109880320 B = 139.8 GiB; the metadata's version fields (and torch/triton) are listed, a bool one is not."""
+    import inspect_trace as it
+    from test_inspect_trace import parse
+    from test_reader_report import two_kernels_step
+
+    data = two_kernels_step()
+    data["deviceProperties"] = [{"name": "NVIDIA H200", "computeMajor": 9, "computeMinor": 0, "numSms": 132,
+                                 "totalGlobalMem": 150109880320}]
+    data.update(schemaVersion=1, cuda_driver_version=13000, torch="2.11", kineto_version_checked=True, trace_id="x")
+    assert it.report(parse(data)).splitlines()[:4] == [
+        "trace   <test>", "device  NVIDIA H200 (sm_90, 132 SMs, 140 GiB)",
+        "versions schemaVersion=1, cuda_driver_version=13000, torch=2.11", "steps   1 active ProfilerStep (#2)"]
+
+
+def test_a_cpu_trace_from_a_gpu_machine_names_the_gpu_it_left_out():
+    import inspect_trace as it
+    from test_inspect_trace import parse
+    from test_reader_report import x
+
+    data = {"traceEvents": [x("ProfilerStep#2", "user_annotation", 0, 10), x("aten::add", "cpu_op", 1, 5)],
+            "deviceProperties": [{"name": "NVIDIA H200"}]}
+    assert it.report(parse(data)).splitlines()[1] == \
+        "device  CPU only (no GPU activity in the trace; the machine has NVIDIA H200, not profiled)"
+
+
+def test_report_json_keeps_the_peak_and_the_ops_without_their_per_step_lists():
+    import inspect_trace as it
+    from test_inspect_trace import parse
+    from test_reader_report import two_kernels_step
+
+    d = it.report_data(parse(two_kernels_step()))
+    assert d["peak"]["source"] == "NVIDIA H200 datasheet (not in torch's table)"
+    assert (d["peak"]["tflops"]["bfloat16"], d["peak"]["gbs"]) == (989.5, 4800.0)
+    assert [set(r) for r in d["cpu_ops"]] == [{"name", "calls_per_step", "self_us_per_step"}] * 4
+
+
+def test_nine_uneven_steps_their_numbers_orders_and_quantiles():
+    """Steps #2, #4, ..., #18 (not consecutive: listed by their ends), 90 µs each. #2..#10 launch a then b, #12 and
+    #14 b then a, #16 and #18 a alone. Two kernels: busy 15 + 15 = 30; GPU idle on the host 0..10, 30..50 and
+    70..90 = 50, after the launches 10..15 and 50..55 = 10: busy 30/90 = 33%, host 50/90 = 56%. One kernel: busy
+    15, host 10 + 60 = 70 (78%), after 5: busy 17%. Quantiles, nearest rank of 9 sorted values (index 0, 4, 7, 8):
+    kernels 1, 2, 2, 2; busy% 17, 33, 33, 33; host% 56, 56, 78, 78."""
+    import inspect_trace as it
+    from test_inspect_trace import parse
+
+    ab, ba = ["a", "b"], ["b", "a"]
+    text = it.report(parse(steps_of([(2, ab), (4, ab), (6, ab), (8, ab), (10, ab), (12, ba), (14, ba),
+                                     (16, ["a"]), (18, ["a"])])))
+    assert text.splitlines()[2] == "steps   9 active ProfilerStep (#2, #4, #6, ..., #14, #16, #18)"
+    assert "\nsteps differ: 5 steps with 2 kernels (#2, #4, #6, #8, ...); 2 steps with 2 kernels in another order " \
+           "(#12, #14); 2 steps with 1 kernels (#16, #18)\n" in text
+    assert block(text, "step    kernels") == [
+        "step    kernels  GPU busy  CPU span  wall  busy%  host%  verdict   lag median  lag max",
+        "------  -------  --------  --------  ----  -----  -----  --------  ----------  -------",
+        "#2            2      30.0      90.0  90.0    33%    56%  overhead         5.0      5.0",
+        "#4            2      30.0      90.0  90.0    33%    56%  overhead         5.0      5.0",
+        "#6            2      30.0      90.0  90.0    33%    56%  overhead         5.0      5.0",
+        "...",
+        "#14           2      30.0      90.0  90.0    33%    56%  overhead         5.0      5.0",
+        "#16           1      15.0      90.0  90.0    17%    78%  overhead         5.0      5.0",
+        "#18           1      15.0      90.0  90.0    17%    78%  overhead         5.0      5.0",
+    ]
+    assert block(text, "min ")[:5] == [
+        "min           1      15.0      90.0  90.0    17%    56%                   5.0      5.0",
+        "median        2      30.0      90.0  90.0    33%    56%                   5.0      5.0",
+        "p90           2      30.0      90.0  90.0    33%    78%                   5.0      5.0",
+        "max           2      30.0      90.0  90.0    33%    78%                   5.0      5.0",
+        "(9 steps: the first and last 3, then each column's quantiles; --all-steps lists all)",
+    ]
+
+
+def test_two_steps_show_a_kernels_range():
+    import inspect_trace as it
+    from test_inspect_trace import parse
+
+    text = it.report(parse(steps_of([(2, ["a"]), (3, ["a"])])))
+    assert block(text, "#  kernel")[2] == \
+        "1  kernel_a  aten::a               1     15.0  15.0–15.0  5.0     100.0%         -  -"
+
+
+def test_gpu_work_without_a_launch_call_idles_after_no_launch():
+    """A trace without runtime calls (the GPU's own clock only): kernel 20..30 and a memset 40..45 in a 100 µs step.
+    Nothing was launched, so no idle time waits on a launch: 0..20 and 30..40 count after the launch (30 µs); after
+    the step's last work, 45..100, the GPU waits on the host (55 µs). 2 items of GPU work, 1 kernel."""
+    import inspect_trace as it
+    from test_inspect_trace import parse
+
+    [st] = it.report_data(parse(unlaunched_step()))["steps"]
+    assert (st["kernels"], st["gpu_work"], st["gpu_busy_us"]) == (1, 2, 15.0)
+    assert st["idle_us"] == {"waiting_on_host": 55.0, "after_launch": 30.0}
+
+
+def unlaunched_step() -> dict:
+    """One 100 µs step whose GPU work has no launch call: kernel `k` 20..30, a memset 40..45; the CUDA runtime
+    12.8 and driver 13.0 in the metadata."""
+    from test_reader_report import x
+
+    return {"traceEvents": [x("ProfilerStep#2", "user_annotation", 0, 100), x("k", "kernel", 20, 10, pid=0, tid=7),
+                            x("Memset (Device)", "gpu_memset", 40, 5, pid=0, tid=7)],
+            "deviceProperties": [{"name": "NVIDIA H200"}], "cuda_runtime_version": 12080, "cuda_driver_version": 13000}
+
+
+def test_gpu_time_per_annotation_sorts_by_gpu_then_cpu_time_and_counts_the_backward_thread():
+    """One 200 µs step on thread 1: `fwd` 1..60 launches a 10 µs kernel, `loss` 61..70 a 30 µs one, `backward`
+    100..190 waits while the autograd engine (thread 2) runs MmBackward0, whose `bwd_hook` 112..140 launches a
+    20 µs kernel at 120: it counts for bwd_hook and for backward. Thread 3's `prefetch` opened before the step
+    (-10..50: in no step's CPU time) launches a 5 µs kernel. By GPU time, then CPU time: loss 30 (CPU 9), backward
+    20 (90), bwd_hook 20 (28), fwd 10 (59), prefetch 5 (0)."""
+    import inspect_trace as it
+    from test_inspect_trace import parse
+    from test_reader_report import x
+
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 200), x("fwd", "user_annotation", 1, 59),
+          x("loss", "user_annotation", 61, 9), x("backward", "user_annotation", 100, 90),
+          x("autograd::engine::evaluate_function: MmBackward0", "cpu_op", 110, 40, tid=2),
+          x("bwd_hook", "user_annotation", 112, 28, tid=2), x("prefetch", "user_annotation", -10, 60, tid=3)]
+    for ext, (op, at, tid, start, dur) in enumerate([("aten::a", 10, 1, 20, 10), ("aten::b", 62, 1, 70, 30),
+                                                      ("aten::mm", 115, 2, 125, 20), ("aten::c", 5, 3, 40, 5)]):
+        ev += [x(op, "cpu_op", at, 6, tid=tid, **{"External id": ext}),
+               x("cudaLaunchKernel", "cuda_runtime", at + 5, 1, tid=tid, **{"External id": ext, "correlation": ext}),
+               x(f"k_{op[6:]}", "kernel", start, dur, pid=0, tid=7, correlation=ext)]
+    text = it.report(parse({"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}))
+    assert block(text, "annotation") == [
+        "annotation  GPU median  GPU min–max  CPU median",
+        "----------  ----------  -----------  ----------",
+        "loss              30.0            -         9.0",
+        "backward          20.0            -        90.0",
+        "bwd_hook          20.0            -        28.0",
+        "fwd               10.0            -        59.0",
+        "prefetch           5.0            -         0.0",
+    ]
+
+
+def test_view_ops_table_counts_calls_kernels_and_their_time():
+    """two_kernels_step with a reshape that copies (its aten::clone launches a 5 µs kernel) and two views."""
+    import inspect_trace as it
+    from test_inspect_trace import parse
+    from test_reader_report import two_kernels_step, x
+
+    data = two_kernels_step()
+    data["traceEvents"] += [
+        x("aten::reshape", "cpu_op", 20, 10), x("aten::clone", "cpu_op", 21, 8, **{"External id": 3}),
+        x("cudaLaunchKernel", "cuda_runtime", 22, 2, **{"External id": 3, "correlation": 13}),
+        x("k_copy", "kernel", 35, 5, pid=0, tid=7, correlation=13),
+        x("aten::view", "cpu_op", 60, 1), x("aten::view", "cpu_op", 62, 1)]
+    t = parse(data)
+    assert it.report_data(t)["views"] == [
+        {"op": "aten::reshape", "calls_per_step": 1.0, "kernels": 1, "cuda_us": 5.0},
+        {"op": "aten::view", "calls_per_step": 2.0, "kernels": 0, "cuda_us": 0.0}]
+    assert block(it.report(t), "View ops") == [
+        "View ops (no data moved, so no kernel expected):",
+        "op             calls/step  kernels  CUDA µs",
+        "-------------  ----------  -------  -------",
+        "aten::reshape           1        1      5.0",
+        "aten::view              2        0      0.0",
+    ]
+
+
+def test_a_triton_kernel_without_its_source_is_a_lower_bound_and_full_names_stay_whole():
+    """two_kernels_step whose first op is an Inductor launch of 66 characters with recorded shapes and no source."""
+    import inspect_trace as it
+    from test_inspect_trace import parse
+    from test_reader_report import two_kernels_step
+
+    name = "triton_poi_fused__unsafe_view_gelu_mul_view_add_transpose_clone_0"
+    data = two_kernels_step()
+    for e in data["traceEvents"]:
+        if e["name"] in ("aten::a", "kernel_a"):
+            e["name"] = name
+        if e["name"] == name and e["cat"] == "cpu_op":
+            e["args"].update({"Input Dims": [[4, 8], [4, 8]], "Input type": ["float", "float"]})
+    lines = it.report(parse(data), full_names=True).splitlines()
+    assert ">= : Triton kernel whose source was not read (--kernel-files reads it); a buffer it reads and writes " \
+           "(in_out_ptr) counted once" in lines
+    assert f"{name}           1           3.0" in block("\n".join(lines), "name ")  # CPU self time: 5 - 2 µs
+
+
+def test_late_work_of_an_earlier_step_is_no_idle_time_of_the_later_one():
+    """Step #2 (0..100) launches two kernels at 10 and 20 that run late on another stream, 130..140 and 150..160;
+    step #3 (100..200) launches at 105 one that runs 110..120. #3 idles 100..105 on the host, 105..110 after its
+    launch; from its last kernel's end (120) to its span's (200), the GPU runs #2's work 20 µs: 60 µs on the host.
+    #2's gaps 120..130 and 140..150 come after its launches."""
+    import inspect_trace as it
+    from test_inspect_trace import parse
+    from test_reader_report import x
+
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 100), x("ProfilerStep#3", "user_annotation", 100, 100)]
+    for ext, (at, start, stream) in enumerate([(10, 130, 8), (20, 150, 8), (105, 110, 7)]):
+        ev += [x("aten::a", "cpu_op", at - 1, 3, **{"External id": ext}),
+               x("cudaLaunchKernel", "cuda_runtime", at, 1, **{"External id": ext, "correlation": ext}),
+               x("kernel_a", "kernel", start, 10, pid=0, tid=stream, correlation=ext)]
+    steps = it.report_data(parse({"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}))["steps"]
+    assert [s["idle_us"] for s in steps] == [{"waiting_on_host": 0.0, "after_launch": 20.0},
+                                             {"waiting_on_host": 65.0, "after_launch": 5.0}]
+
+
+def test_cpu_work_thread_by_thread_keeps_the_lane_of_its_first_step():
+    """Step #2 (0..90): the main thread's aten::linear routes to aten::addmm 11..41 (30 µs, the unit); thread 2
+    runs aten::add 5..15, before it, yet listed after the main thread. Step #3 (100..190): addmm 111..151 (40 µs),
+    then the add 160..170 on the main thread. The same order of units, the add's lane that of step #2: thread 2."""
+    import inspect_trace as it
+    from test_inspect_trace import parse
+    from test_reader_report import x
+
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 90), x("aten::linear", "cpu_op", 10, 32),
+          x("aten::addmm", "cpu_op", 11, 30), x("aten::add", "cpu_op", 5, 10, tid=2),
+          x("ProfilerStep#3", "user_annotation", 100, 90), x("aten::linear", "cpu_op", 110, 42),
+          x("aten::addmm", "cpu_op", 111, 40), x("aten::add", "cpu_op", 160, 10)]
+    assert block(it.report(parse({"traceEvents": ev})), "Work in order") == [
+        "Work in order (the CPU's kernels: fused C++ kernels, GEMMs and other computing aten ops, each with what it "
+        "calls; mean over 2 of 2 steps, those in the typical order; thread by thread, main = the one running the "
+        "step loop):",
+        "#  thread  kernel       mean µs    min–max",
+        "-  ------  -----------  -------  ---------",
+        "1  main 1  aten::addmm     35.0  30.0–40.0",
+        "2  1/2     aten::add       10.0  10.0–10.0",
+        "every step runs the same 2 units of work in the same order",
+        "Inductor C++ kernels: none: an eager run (no Torch-Compiled Region in the trace)",
+    ]
+
+
+NO_KERNEL_PROFILE = ("Work in order: none seen. The compiled code runs inside its Torch-Compiled Region, its C++ "
+                     "kernels not in the trace: profile with torch._inductor.config.cpp.enable_kernel_profile = True")
+
+
+@pytest.mark.parametrize("inside, lines", [
+    ([("cpp_fused_gelu_0", 20), ("cpp_fused_mul_1", 40), ("cpp_fused_gelu_0", 60)], [
+        "#  kernel            mean µs  min–max",  # one step: no range
+        "-  ----------------  -------  -------",
+        "1  cpp_fused_gelu_0     10.0        -",
+        "2  cpp_fused_mul_1      10.0        -",
+        "3  cpp_fused_gelu_0     10.0        -",
+        "Inductor C++ kernels: cpp_fused_gelu_0, cpp_fused_mul_1"]),
+    ([("aten::addmm", 20)], [
+        "Inductor C++ kernels: none: compiled, and Inductor generated no C++ kernel for this graph: it calls "
+        "aten::addmm instead (cpp.enable_kernel_profile on, as the suite's scripts set it, would show any)"]),
+    ([], [NO_KERNEL_PROFILE,
+          "Inductor C++ kernels: none: compiled, but nothing ran inside the compiled region that the trace names: "
+          "recorded without cpp.enable_kernel_profile (the suite's scripts set it)",
+          "CPU time per annotation: no record_function annotation in this trace"]),
+])
+def test_compiled_cpu_step_names_its_cpp_kernels_or_why_none(inside, lines):
+    """One 100 µs CPU step: a Torch-Compiled Region 10..90 with 10 µs ops inside it at the times given."""
+    import inspect_trace as it
+    from test_inspect_trace import parse
+    from test_reader_report import x
+
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 100), x("Torch-Compiled Region: 0/0", "cpu_op", 10, 80)]
+    text = it.report(parse({"traceEvents": ev + [x(name, "cpu_op", ts, 10) for name, ts in inside]}))
+    assert [line for line in lines if line not in text.splitlines()] == []
+
+
+# ---- kernels.py: bytes and names at their limits -----------------------------------------------------------------
+
+def test_kernel_bytes_of_a_batched_gemm_and_an_inductor_count_of_zero():
+    from trace_reader.kernels import gemm_bytes, gemm_operands, pointwise_bytes
+
+    # [3, 4, 8] @ [3, 8, 16] in bf16: read (96 + 384) * 2, write the [3, 4, 16] output, 192 * 2
+    assert gemm_bytes(op("aten::bmm", [[3, 4, 8], [3, 8, 16]], ["c10::BFloat16"] * 2)) == 1344.0
+    assert gemm_operands(op("aten::_addmm_activation", [[16], [4, 8], [8, 16]])) == ([4, 8], [8, 16])
+    # Inductor's count is a positive number of GB; 0 is no count: the shapes are read instead
+    assert pointwise_bytes(op("k", [[4, 8]], ["float"], kernel_num_gb=0)) == (256.0, True)
+
+
+def test_short_name_keeps_the_functor_past_the_unary_wrappers():
+    from trace_reader.kernels import short
+
+    name = ("void at::native::vectorized_elementwise_kernel<4, at::native::BUnaryFunctor<float, float, float, "
+            "at::native::binary_internal::MulFunctor<float>>, std::array<char*, 2ul>>(int, T2, T3)")
+    assert short(name, False) == "vectorized_elementwise_kernel<…MulFunctor…>"
+
+
+# ---- plot.py's numbers: the roofline's points and labels, the benchmark's bars -----------------------------------
+
+def test_roofline_of_work_without_an_op_places_nothing_and_names_the_versions():
+    """unlaunched_step: shares 10 / 15 and 5 / 15 of the GPU time; CUDA 12080 reads 12.8, 13000 reads 13.0."""
+    from test_inspect_trace import parse
+    from trace_reader.plot import roofline_points
+
+    rf = roofline_points(parse(unlaunched_step()))
+    assert (rf.versions, rf.peak_source) == ("CUDA runtime 12.8, driver 13.0",
+                                             "NVIDIA H200 datasheet (not in torch's table)")
+    assert rf.points == [] and rf.not_placed == [
+        (1, "k", "?", "no shapes", pytest.approx(10 / 15)),
+        (2, "Memset (Device)", "?", "memory op, no math", pytest.approx(5 / 15))]
+
+
+def test_roofline_points_from_shapes_or_inductors_byte_count():
+    """One step, four 10 µs kernels. addmm [4, 8] @ [8, 16] + a [1] bias in bf16: 2*4*8*16 = 1024 FLOPs, bytes
+    (1 + 32 + 128) * 2 read + 64 * 2 written = 450. bmm [3, 4, 8] @ [3, 8, 16] without types: 3072 FLOPs, and
+    Inductor's 1e-6 GB = 1000 bytes. mm without types or a count: no bytes, not placed. mul of [4, 8.0] (no shape: a
+    float) and [2]: 2 elements, 1 FLOP each; 2 * 4 bytes read, 2 * 4 written."""
+    from test_inspect_trace import parse
+    from test_reader_report import x
+    from trace_reader.plot import roofline_points
+
+    bf16 = "c10::BFloat16"
+    ops = [("aten::addmm", {"Input Dims": [[1], [4, 8], [8, 16]], "Input type": [bf16] * 3}),
+           ("aten::bmm", {"Input Dims": [[3, 4, 8], [3, 8, 16]], "kernel_num_gb": 1e-6}),
+           ("aten::mm", {"Input Dims": [[4, 8], [8, 16]]}),
+           ("aten::mul", {"Input Dims": [[4, 8.0], [2]], "Input type": ["float", "float"]})]
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 200)]
+    for i, (name, args) in enumerate(ops):
+        ev += [x(name, "cpu_op", 10 + 40 * i, 5, **{"External id": i}, **args),
+               x("cudaLaunchKernel", "cuda_runtime", 11 + 40 * i, 2, **{"External id": i, "correlation": i}),
+               x(f"k_{name[6:]}", "kernel", 16 + 40 * i, 10, pid=0, tid=7, correlation=i)]
+    rf = roofline_points(parse({"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}))
+    assert [(p.number, p.name, p.kind, p.flops, p.bytes) for p in rf.points] == [
+        (1, "k_addmm", "GEMM", 1024.0, 450.0), (2, "k_bmm", "GEMM", 3072.0, 1000.0),
+        (4, "k_mul", "pointwise", 2.0, 16.0)]
+    assert rf.not_placed == [(3, "k_mm", "aten::mm", "no shapes", 0.25)]
+    assert rf.gemm_shapes == ["4×8×16", "3×4×8×16"] and (rf.dtype, rf.peak_tflops) == ("bfloat16", 989.5)
+
+
+def roof_point(**kw):
+    from trace_reader.plot import Point
+
+    return Point(**{"number": 3, "name": "k", "op": "aten::mul", "kind": "pointwise", "calls": 1.0, "share": 0.25,
+                    "flops": 2048.0, "bytes": 1024.0, "flop_s": 3e12, "achieved": "1,500 GB/s", **kw})
+
+
+def test_roofline_labels_and_list_lines_by_hand():
+    from trace_reader.plot import _label, _line
+
+    long_op = "LigerGELUMulFunction_with_a_name_of_fifty_chars"  # 47 characters: cut to 43 and "…"
+    assert _label(roof_point(op=long_op)) == "#3 LigerGELUMulFunction_with_a_name_of_fifty_c…, 25%"
+    assert _label(roof_point(lower_bound=True), "B") == "B#3 aten::mul, 25% (bytes ≥: too far right)"
+    name = "triton_poi_fused__unsafe_view_gelu_mul_transpose_add_10"  # 55 characters: cut to 53 and "…"
+    assert _line(roof_point(name=name, achieved=">=1,500 GB/s", lower_bound=True, of_peak=0.5)) == (
+        "#3  triton_poi_fused__unsafe_view_gelu_mul_transpose_add_… aten::mul                  2 FLOP/B  "
+        ">=1,500 GB/s (>=3 TFLOP/s) = 50.0% of peak, 25.0% of GPU time")
+
+
+def test_a_picture_that_cannot_be_written_says_where_and_why(tmp_path, monkeypatch):
+    import errno
+    import tempfile
+
+    from trace_reader import plot
+    from trace_reader.read import TraceError
+
+    def refuse(**kw):
+        raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    with pytest.raises(TraceError) as e:
+        plot._save(None, tmp_path / "p.png", {})
+    assert str(e.value) == f"cannot write in {tmp_path}: Permission denied"
+
+
+def test_bench_bars_skip_what_is_no_shape_and_label_the_rest_by_their_sizes():
+    from trace_reader.plot import bench_bars
+
+    timed = {"eager": {"median_us": 8.0}}
+    record = {"shapes": ["not a shape", {"B": 2, "variants": timed},  # no floor
+                         {"B": 2, "S": 128, "flops": 10, "bytes": 20, "floor_us": 4.0, "variants": timed}]}
+    assert bench_bars(record) == [
+        {"shape": "2×128", "floor_us": 4.0, "variants": {"eager": {"us": 8.0, "of_floor": 0.5}}}]
+
+
+# ---- memory.py: which device's allocations, the step's base, a rewritten file ------------------------------------
+
+def load_written(tmp_path, events: list[dict], name: str = "m.json"):
+    """The trace of these events, written to a file and loaded from it (the memory reader reads the file)."""
+    import json
+
+    import inspect_trace as it
+
+    path = tmp_path / name
+    path.write_text(json.dumps({"traceEvents": events}))
+    return it.load_trace(path)
+
+
+def mem(ts, nbytes, total, device_type):
+    """A "[memory]" event: device type 0 is the CPU, 1 CUDA."""
+    return {"ph": "i", "name": "[memory]", "ts": ts, "pid": 1, "tid": 1,
+            "args": {"Bytes": nbytes, "Total Allocated": total, "Device Type": device_type, "Device Id": 0}}
+
+
+def test_step_peak_counts_the_traces_device_from_the_total_before_the_first_allocation(tmp_path):
+    """A GPU step 0..100: CUDA allocates 100 B (total 1100), then 50 (1150), frees 150: the total before was
+    1100 - 100 = 1000, the peak 150 above it. The CPU's 4000 B in the same step are another device's."""
+    from test_reader_report import x
+    from trace_reader.memory import step_peaks
+
+    t = load_written(tmp_path, [
+        x("ProfilerStep#2", "user_annotation", 0, 100), x("cudaLaunchKernel", "cuda_runtime", 5, 1),
+        mem(10, 100, 1100, 1), mem(15, 4000, 9000, 0), mem(20, 50, 1150, 1), mem(30, -150, 1000, 1)])
+    assert step_peaks(t) == {2: 150.0}
+
+
+def test_allocations_are_read_again_when_the_file_changes(tmp_path):
+    import os
+
+    from test_reader_report import x
+    from trace_reader.memory import read_allocs
+
+    t = load_written(tmp_path, [x("ProfilerStep#2", "user_annotation", 0, 100), mem(10, 1000, 1000, 0)])
+    assert [a.nbytes for a in read_allocs(t.path)] == [1000.0]
+    before = os.stat(t.path)
+    t2 = load_written(tmp_path, [x("ProfilerStep#2", "user_annotation", 0, 100), mem(10, 2000, 2000, 0)])
+    os.utime(t2.path, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))  # same size, a second later
+    assert os.stat(t2.path).st_size == before.st_size and [a.nbytes for a in read_allocs(t2.path)] == [2000.0]
+
+
+# ---- modules.py: the MLP the trace shows, more failing modules than a line lists ---------------------------------
+
+def layers_step(n: int, kernel: str = "k_mlp") -> dict:
+    """One `decode` step of n decoder layers, 100 µs apart; each layer's mlp calls aten::gelu, which launches
+    `kernel` (5 µs)."""
+    from test_reader_report import x
+
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 100 * n + 100), x("decode", "user_annotation", 1, 100 * n)]
+    for i in range(n):
+        t0 = 100 * i + 10
+        ev += [x(f"model.layers.{i}", "user_annotation", t0, 80),
+               x(f"model.layers.{i}.mlp", "user_annotation", t0 + 1, 60),
+               x("aten::gelu", "cpu_op", t0 + 2, 5, **{"External id": i}),
+               x("cudaLaunchKernel", "cuda_runtime", t0 + 3, 1, **{"External id": i, "correlation": i}),
+               x(kernel, "kernel", t0 + 10, 5, pid=0, tid=7, correlation=i)]
+    return {"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}
+
+
+def test_the_mlp_kernel_in_the_trace_wins_over_the_file_name():
+    import argparse
+
+    from test_inspect_trace import parse
+    from trace_reader import modules
+
+    a = argparse.Namespace(compile=False)
+    modules.model_flags(a, parse(layers_step(2, "_geglu_tanh_forward_kernel")), ["gemma", "mlp-eager"])
+    assert (a.mlp, a.layers, a.phase) == ("liger", 2, "decode")
+
+
+@pytest.mark.parametrize("n, more", [(3, ""), (4, " (+1 more)")])
+def test_module_launches_lists_three_failing_modules_then_counts(n, more):
+    from test_inspect_trace import parse
+    from trace_reader import modules
+
+    said = modules.module_launches("mlp", "GeGLU", has=("geglu",)).check(parse(layers_step(n)))
+    assert said == "; ".join(f"model.layers.{i}.mlp: nothing matches ['geglu']" for i in range(3)) + more
+
+
+# ---- peaks.py: an entry that is no DeviceInfo call ------------------------------------------------------------------
+
+def test_device_table_reads_the_entries_after_one_that_is_no_call():
+    from trace_reader.peaks import Peak, parse_device_info
+
+    assert parse_device_info('_device_mapping = {"A": 3, **more, "B": DeviceInfo(tops={}, dram_bw_gbs=2)}') == \
+        {"B": Peak("torch._inductor.analysis.device_info", {}, 2)}
+
+
+def test_main_prints_each_shape_keeps_a_partial_record_and_draws_beside_the_record(tmp_path, monkeypatch, capsys):
+    """--out two new folders deep; while the second shape runs, OUT.partial holds the first; the chart goes next to
+    OUT; each shape's lines are printed as they come."""
+    import json
+
+    out = tmp_path / "a" / "b" / "r.json"
+    partial = tmp_path / "a" / "b" / "r.json.partial"
+    seen, drawn = [], []
+
+    def shape(M, *rest):
+        seen.append([s["M"] for s in json.loads(partial.read_text())["shapes"]] if partial.exists() else None)
+        return fake_shape(M, *rest)
+
+    fake_bench(monkeypatch, bench_shape=shape, shape_lines=lambda r, c, b: [f"shape M={r['M']}", "its verdict"],
+               bench_chart_next_to=lambda record, path, title: drawn.append((path, title)) or "the chart's line")
+    assert bench.main(["--shapes", "1x8x16,2x8x16", "--out", str(out)]) == 0
+    assert seen == [None, [1]] and not partial.exists() and out.exists()
+    assert drawn == [(out, "GeGLU MLP forward")]
+    printed = capsys.readouterr().out
+    assert "\nshape M=1\nits verdict\nshape M=2\nits verdict\n" in printed and printed.endswith("\nthe chart's line\n")
+
+
+def test_a_gemm_measured_at_no_rate_is_no_point_on_log_axes():
+    """Two launches of k_mm by aten::mm: the first, [4, 8] @ [8, 16] in bf16 (the shapes the point would take), took
+    0 µs and gives no rate; the second, of 0 rows, took 10 µs at 0 FLOP/s. The group's rate, 0, has no place on a
+    log axis."""
+    from test_inspect_trace import parse
+    from test_reader_report import x
+    from trace_reader.plot import roofline_points
+
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 100)]
+    for i, (rows, dur) in enumerate([(4, 0), (0, 10)]):
+        ev += [x("aten::mm", "cpu_op", 10 + 40 * i, 5, **{"External id": i, "Input Dims": [[rows, 8], [8, 16]],
+                                                          "Input type": ["c10::BFloat16"] * 2}),
+               x("cudaLaunchKernel", "cuda_runtime", 11 + 40 * i, 2, **{"External id": i, "correlation": i}),
+               x("k_mm", "kernel", 16 + 40 * i, dur, pid=0, tid=7, correlation=i)]
+    rf = roofline_points(parse({"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}))
+    assert rf.points == [] and rf.not_placed == [(1, "k_mm", "aten::mm", "no shapes", 1.0)]

@@ -511,13 +511,12 @@ def _lag(step: dict, which: str) -> float | None:
 
 def _text_gpu(d: dict, full: bool, all_steps: bool) -> list[str]:
     n = len(d["steps"])
-    rows, lower_bound, no_rate = [], False, 0
+    rows, lower_bound = [], False
     for i, g in enumerate(d["kernels"], 1):
         rate = g["rate"]
         achieved = "-" if rate is None else f"{_num(rate)} {g['unit']}"
         if g["rate_is_lower_bound"]:
             achieved, lower_bound = f">={_num(rate)} GB/s", True
-        no_rate += rate is None and g["launched_by"] not in ("?",)
         of_peak = "unknown" if rate is not None and not g["peak"] else "-"
         if g["of_peak"] is not None:
             of_peak = f"{_num(100 * g['of_peak'])}% of {g['peak']:,.0f}"
