@@ -213,6 +213,35 @@ def _read_capped(p: Path, max_bytes: int) -> bytes:
     return b"".join(parts)
 
 
+@functools.cache
+def _fast_loads():
+    """orjson.loads where it is installed and refuses deep nesting (orjson 3.13.0 recurses until the process
+    crashes, a 300,000-deep file is enough); else None. Only a speed-up: the stdlib decodes everything without it."""
+    try:
+        import orjson
+    except ImportError:
+        return None
+    try:
+        orjson.loads(b"[" * 2048 + b"]" * 2048)
+    except orjson.JSONDecodeError:
+        return orjson.loads
+    return None
+
+
+def _loads(text: bytes) -> object:
+    """The JSON value of text, by orjson where usable (2.4x faster on a long trace; see _fast_loads). What orjson
+    refuses goes to the stdlib decoder, which then accepts it (NaN, Infinity, 1e400, lone surrogates, UTF-16) or
+    words the error as it always has. Two differences remain, both past what a profiler writes: orjson reads an
+    integer beyond 64 bits as a float, and accepts nesting up to 1024 deep where the stdlib stops near 1000."""
+    fast = _fast_loads()
+    if fast is not None:
+        try:
+            return fast(text)
+        except ValueError:  # orjson.JSONDecodeError is one
+            pass
+    return json.loads(text)
+
+
 def _read_json(path: str | Path, max_bytes: int | None = None) -> dict:
     p = Path(path)
     if not p.exists():
@@ -220,13 +249,15 @@ def _read_json(path: str | Path, max_bytes: int | None = None) -> dict:
     if not p.is_file():
         raise TraceError(f"{p}: not a file")
     try:
-        return json.loads(_read_capped(p, MAX_JSON_BYTES if max_bytes is None else max_bytes))
+        return _loads(_read_capped(p, MAX_JSON_BYTES if max_bytes is None else max_bytes))
     except (OSError, EOFError, zlib.error) as e:
         raise TraceError(f"{p}: cannot read ({e.__class__.__name__}: {e}); truncated or not gzip?") from None
     except UnicodeDecodeError:
         raise TraceError(f"{p}: not text JSON (binary content)") from None
     except json.JSONDecodeError as e:
         raise TraceError(f"{p}: not valid JSON ({e.msg}: line {e.lineno}, column {e.colno}); truncated file?") from None
+    except ValueError as e:  # an integer of more than sys.get_int_max_str_digits() digits (4300)
+        raise TraceError(f"{p}: not valid JSON ({str(e).split(':')[0]})") from None
     except RecursionError:
         raise TraceError(f"{p}: JSON nested too deeply to be a trace") from None
     except MemoryError:
