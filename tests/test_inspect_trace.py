@@ -771,7 +771,7 @@ def test_unusable_times_are_skipped_and_counted_and_the_edges_kept():
     del bad[0]["ts"]
     # not complete events, or of no category the reader uses: ignored, not counted as skipped
     other = [5, "x", None, [1], ev("B", "cpu_op", 5, 1, ph="B"), ev("flow", "ac2g", 5, float("nan")),
-             ev("nocat", None, 5, "x")]
+             ev("nocat", None, 5, "x"), ev("list cat", ["a", "list"], 5, 1, ph="i")]
     t = it.parse_trace({"traceEvents": good + bad + other})
     assert t.skipped == len(bad) and t.device == "cpu" and not t.has_gpu_work
     [st] = t.steps
