@@ -25,7 +25,8 @@ LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 # The autograd engine runs each backward node as one of these, on its own thread on a GPU.
-BACKWARD_RE = re.compile(r"^autograd::engine::evaluate_function: ")
+BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
+BACKWARD_RE = re.compile("^" + re.escape(BACKWARD_PREFIX))
 WHOLE_TRACE = "(the whole trace: no ProfilerStep#N spans)"  # the one step of a trace recorded without steps
 OCCUPANCY = "cudaOccupancyMaxActiveBlocksPerMultiprocessor"
 _TS = attrgetter("ts")
