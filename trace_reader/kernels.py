@@ -101,7 +101,7 @@ def gemm_bytes(op: Event | None) -> float | None:
 
 
 def _numel(shape: list) -> int:
-    return math.prod(int(d) for d in shape)
+    return math.prod(map(int, shape))
 
 
 def _broadcast(shapes: list[list]) -> list:
@@ -111,7 +111,7 @@ def _broadcast(shapes: list[list]) -> list:
         if len(shape) > len(out):
             out = [1] * (len(shape) - len(out)) + out
         shape = [1] * (len(out) - len(shape)) + shape
-        out = [max(a, b) for a, b in zip(out, shape)]
+        out = [b if b > a else a for a, b in zip(out, shape)]  # max(a, b), without a call per dimension
     return out
 
 
