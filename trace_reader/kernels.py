@@ -283,14 +283,13 @@ def most_common(sequences: list[tuple[str, ...]]) -> list[str]:
 
 def _view_cuda_time(op: Event) -> tuple[int, float]:
     """Kernels launched by this op or anything it called, and their total time."""
-    if not op.children and not op.kernels:  # a view as it should be: alone, no kernel
-        return 0, 0.0
     n, t = 0, 0.0
     todo = [op]
-    while todo:
+    while todo:  # a view as it should be launches nothing, nor do the views it calls: no sum over nothing
         e = todo.pop()
-        n += len(e.kernels)
-        t += sum(k.dur for k in e.kernels)
+        if e.kernels:
+            n += len(e.kernels)
+            t += sum(k.dur for k in e.kernels)
         todo.extend(e.children)
     return n, t
 
