@@ -276,6 +276,7 @@ def test_orjson_decodes_only_where_it_refuses_deep_nesting(monkeypatch):
     assert repr(read._loads(b"[NaN]")) == "[nan]"  # refused by the fast one: the stdlib's answer
 
 
+@pytest.mark.subprocess
 def test_the_child_without_orjson_reads_with_the_stdlib(tmp_path):
     """python_for("stdlib") leaves orjson out of the child (else the CLI tests above would test orjson twice)."""
     script = tmp_path / "which.py"
