@@ -358,7 +358,7 @@ def report_data(trace: Trace) -> dict:
     for st in trace.steps:
         for op in st.ops(VIEW_OPS):
             nk, t = _view_cuda_time(op)
-            v = views.get(op.name) or views.setdefault(op.name, [0, 0, 0.0])
+            v = views.setdefault(op.name, [0, 0, 0.0])
             v[0], v[1], v[2] = v[0] + 1, v[1] + nk, v[2] + t
     launches = [k for st in trace.steps for k in st.kernels if k.launch is not None]
     occupancy = []
