@@ -5,8 +5,9 @@
 
 The first active step of each trace (every event from its ProfilerStep#k start until the next step starts:
 CPU ops, runtime calls, kernels, flow arrows) is copied --steps times with shifted timestamps and fresh
-ids, so the long trace has the same structure as the real one. Timed in this process, median of --runs:
-load+report of A, and load A + load B + compare (B defaults to A). Then a long step, --launches kernels of
+ids, so the long trace has the same structure as the real one. Timed in this process, median of --runs, in
+wall and CPU time (on a shared machine the CPU time is the reader's own): load, load+report of A, and load A +
+load B + compare (B defaults to A); then the CLI in a child process. Then a long step, --launches kernels of
 decoder layers whose GEMMs all share one kernel name, compared with the same layers fused (attention, GeGLU)
 and with as many launches of fused layers (compare() alone: the traces are parsed before the clock starts).
 Nothing is written outside a temp dir.
@@ -18,6 +19,7 @@ import argparse
 import copy
 import gzip
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -102,13 +104,16 @@ def decoder_steps(kernels: list[tuple[str, float, str]], steps: int = 2) -> dict
     return {"traceEvents": events}
 
 
-def timed(fn, runs: int) -> float:
-    times = []
+def timed(fn, runs: int) -> tuple[float, float]:
+    """Median wall and CPU seconds of fn: on a machine shared with other work, the CPU time of this process
+    is what the reader costs, the wall time also what the others took."""
+    walls, cpus = [], []
     for _ in range(runs):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def main() -> int:
@@ -142,20 +147,24 @@ def main() -> int:
         t_load = timed(lambda: it.load_trace(big_a), args.runs)
         t_report = timed(lambda: it.report(it.load_trace(big_a)), args.runs)
         t_compare = timed(lambda: it.compare(it.load_trace(big_a), it.load_trace(big_b)), args.runs)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), os.times()
         cli = subprocess.run([sys.executable, "inspect_trace.py", str(big_a)], capture_output=True,
                              cwd=Path(__file__).parent)
-        t_cli = time.perf_counter() - t0
-        print(f"median of {args.runs} runs: load {t_load:.2f} s, load+report {t_report:.2f} s, "
-              f"load A+B+compare {t_compare:.2f} s")
-        print(f"whole CLI, one run (process start, imports, datasheet lookup): {t_cli:.2f} s, exit {cli.returncode}")
+        t_cli, c1 = time.perf_counter() - t0, os.times()
+        cpu_cli = c1.children_user + c1.children_system - c0.children_user - c0.children_system  # 0 on Windows
+        print(f"median of {args.runs} runs: load {t_load[0]:.2f} s, load+report {t_report[0]:.2f} s, "
+              f"load A+B+compare {t_compare[0]:.2f} s")
+        print(f"  the same, CPU time of this process: load {t_load[1]:.2f} s, load+report {t_report[1]:.2f} s, "
+              f"load A+B+compare {t_compare[1]:.2f} s")
+        print(f"whole CLI, one run (process start, imports, datasheet lookup): {t_cli:.2f} s, exit {cli.returncode} "
+              f"(CPU {cpu_cli:.2f} s)")
     # Two long steps: the same layers eager and fused (fewer launches fused); then as many launches each, so the
     # fused step holds more layers and some of it pairs with nothing.
     layers = -(-args.launches // len(decoder_layer(False)))
     eager = it.parse_trace(decoder_steps((decoder_layer(False) * layers)[:args.launches]), "<eager>")
     for kernels in (decoder_layer(True) * layers, (decoder_layer(True) * args.launches)[:args.launches]):
         fused = it.parse_trace(decoder_steps(kernels), "<fused>")
-        t_long = timed(lambda: it.compare(eager, fused), args.runs)
+        t_long = timed(lambda: it.compare(eager, fused), args.runs)[0]
         print(f"compare a step of {len(eager.steps[0].kernels)} launches with one of {len(fused.steps[0].kernels)} "
               f"(decoder layers, eager vs fused), median of {args.runs} runs: {t_long:.2f} s")
     return 0

@@ -556,7 +556,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(cpu, tmp_path):
     assert proc.returncode == 2 and "missing.json" in proc.stderr
 
 
-def test_load_trace_raises_trace_error(cpu, tmp_path):
+def test_load_trace_raises_trace_error(cpu, tmp_path, decoder):
     for case, path in bad_inputs(tmp_path, cpu["dir"] / "eager.json").items():
         with pytest.raises(it.TraceError) as e:
             it.load_trace(path)
@@ -771,7 +771,7 @@ def test_unusable_times_are_skipped_and_counted_and_the_edges_kept():
     del bad[0]["ts"]
     # not complete events, or of no category the reader uses: ignored, not counted as skipped
     other = [5, "x", None, [1], ev("B", "cpu_op", 5, 1, ph="B"), ev("flow", "ac2g", 5, float("nan")),
-             ev("nocat", None, 5, "x")]
+             ev("nocat", None, 5, "x"), ev("list cat", ["a", "list"], 5, 1, ph="i")]
     t = it.parse_trace({"traceEvents": good + bad + other})
     assert t.skipped == len(bad) and t.device == "cpu" and not t.has_gpu_work
     [st] = t.steps
@@ -1011,7 +1011,7 @@ def test_each_guess_says_what_it_checks_and_where_it_applies():
 
 # ------------------------------------------------------------ trace files, good and bad (fast: mutmut runs these)
 
-def test_load_trace_reads_plain_and_gzip_files_and_keeps_the_path(tmp_path):
+def test_load_trace_reads_plain_and_gzip_files_and_keeps_the_path(tmp_path, decoder):
     text = json.dumps(gpu_trace()).encode()
     plain, zipped, odd = tmp_path / "t.json", tmp_path / "t.json.gz", tmp_path / "gz_named.json"
     plain.write_bytes(b" \n\t" * 500_000 + text)  # leading blanks over more than one 1 MiB chunk
@@ -1061,7 +1061,7 @@ def test_a_plain_file_over_the_cap_is_refused_before_reading(tmp_path):
         assert str(e.value) == f"{huge}: larger than {says}, the reader's limit for one trace"
 
 
-def test_each_bad_file_is_one_line_that_says_what_is_wrong(tmp_path):
+def test_each_bad_file_is_one_line_that_says_what_is_wrong(tmp_path, decoder):
     text = json.dumps(gpu_trace())
     files = {
         "empty.json": b"", "blank.json": b" \n" * 700_000, "list.json": b"  [1, 2]", "text.json": b"hello",

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import python_for
 
 import inspect_trace as it
 from trace_reader import read
@@ -20,8 +21,9 @@ DATA = ROOT / "tests" / "data"
 TRITON = "triton_poi_fused__unsafe_view_gelu_mul_0"
 
 
-def cli(*args, timeout=60):
-    return subprocess.run([sys.executable, str(ROOT / "inspect_trace.py"), *map(str, args)],
+def cli(*args, timeout=60, decoder="orjson"):
+    """The CLI in a child process, decoding with orjson where installed, or with the stdlib's decoder."""
+    return subprocess.run([*python_for(decoder), str(ROOT / "inspect_trace.py"), *map(str, args)],
                           capture_output=True, text=True, cwd=ROOT, timeout=timeout)
 
 
@@ -116,7 +118,7 @@ def test_gzip_bomb_of_zeros_costs_no_memory(tmp_path):
     assert rss < 400, f"{rss:.0f} MiB"  # the interpreter and imports; not the 2 GiB
 
 
-def test_decompressed_size_is_capped_with_one_line(tmp_path):
+def test_decompressed_size_is_capped_with_one_line(tmp_path, decoder):
     # '{' then blanks: valid so far, so only the cap stops it. In-process with a small cap to keep the test fast;
     # the same code runs under the 1 GiB default.
     path = bomb(tmp_path / "blank.json.gz", b" " * (4 << 20), 8, head=b'{"traceEvents": [')
@@ -143,7 +145,7 @@ def test_plain_file_over_the_cap_is_refused_before_reading(tmp_path):
 
 # ---------------------------------------------------------------------------------------- malformed fields
 
-def test_malformed_fields_are_skipped_not_a_traceback(tmp_path):
+def test_malformed_fields_are_skipped_not_a_traceback(tmp_path, decoder):
     data = raw("mlp_eager")
     data["deviceProperties"][0]["name"] = {"not": "a string"}
     data["deviceProperties"][0]["numSms"] = "132"
@@ -162,7 +164,7 @@ def test_malformed_fields_are_skipped_not_a_traceback(tmp_path):
     kernels[5]["ts"] = "soon"
     path = tmp_path / "malformed.json"
     path.write_text(json.dumps(data))  # json writes NaN as NaN, as a careless exporter would
-    proc = cli(path)
+    proc = cli(path, decoder=decoder)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     text = proc.stdout
     assert "\ndevice  ? (no usable name) (sm_90, 140 GiB)\n" in text
@@ -183,12 +185,107 @@ def test_malformed_fields_are_skipped_not_a_traceback(tmp_path):
     assert len(verdicts) == 1 and "-bound, GPU busy" in verdicts[0]
 
 
-def test_wrong_types_where_numbers_belong_are_one_line(tmp_path):
+def test_wrong_types_where_numbers_belong_are_one_line(tmp_path, decoder):
     data = raw("mlp_eager")
     data["traceEvents"] = {"not": "a list"}
     path = tmp_path / "events_dict.json"
     path.write_text(json.dumps(data))
-    one_line_error(cli(path), "no 'traceEvents' list")
+    one_line_error(cli(path, decoder=decoder), "no 'traceEvents' list")
     deep = tmp_path / "deep.json"
     deep.write_text('{"traceEvents": ' + "[" * 100_000 + "]" * 100_000 + "}")
-    one_line_error(cli(deep), "nested too deeply")
+    one_line_error(cli(deep, decoder=decoder), "nested too deeply")
+
+
+# ------------------------------------------------------------------------------ the JSON, under both decoders
+
+STEP = '{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 100}'
+
+
+def one_op(**fields: str) -> str:
+    """A trace of one step and one CPU op whose fields are the given JSON texts (ts, dur, name, args)."""
+    op = {"ts": "10", "dur": "5", "name": '"aten::mm"', **fields}
+    body = ", ".join(f'"{k}": {v}' for k, v in op.items())
+    return f'{{"traceEvents": [{STEP}, {{"ph": "X", "cat": "cpu_op", "pid": 1, "tid": 1, {body}}}]}}'
+
+
+CONTROL = one_op(name='"a\x01"').encode()  # a raw control character inside a string
+CUT = one_op().encode()[:-3]  # the file ends after the op's last field
+# file contents -> (steps, skipped events, the op's name) read, or the one-line error said after the path
+HOSTILE_JSON = {
+    "nan": (one_op(ts="NaN").encode(), (1, 1, None)),
+    "infinity": (one_op(dur="Infinity").encode(), (1, 1, None)),
+    "minus_infinity": (one_op(dur="-Infinity").encode(), (1, 1, None)),
+    "1e400": (one_op(ts="1e400").encode(), (1, 1, None)),
+    "lone_surrogate": (one_op(name='"\\ud800mm"').encode(), (1, 0, "\ud800mm")),
+    "utf16": (one_op().encode("utf-16-le"), (1, 0, "aten::mm")),
+    "duplicate_key": (one_op(name='"a", "name": "b"').encode(), (1, 0, "b")),
+    "huge_int": (one_op(args='{"External id": ' + "9" * 5000 + "}").encode(),
+                 "not valid JSON (Exceeds the limit (4300 digits) for integer string conversion)"),
+    "deep": (b'{"traceEvents": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "JSON nested too deeply to be a trace"),
+    "deep_in_args": (one_op(args="[" * 2000 + "]" * 2000).encode(), "JSON nested too deeply to be a trace"),
+    "latin1": (one_op(name='"caf\xe9"').encode("latin-1"), "not text JSON (binary content)"),
+    "control_char": (CONTROL, "not valid JSON (Invalid control character at: line 1, column "
+                              f"{CONTROL.index(1) + 1}); truncated file?"),
+    "extra_data": (b'{"traceEvents": []} x', "not valid JSON (Extra data: line 1, column 21); truncated file?"),
+    "cut": (CUT, f"not valid JSON (Expecting ',' delimiter: line 1, column {len(CUT) + 1}); truncated file?"),
+    "not_events": (b'{"traceEvents": {"a": 1}}', "JSON, but not a torch.profiler trace (no 'traceEvents' list)"),
+    "a_list": (b"[" + STEP.encode() + b"]",
+               "not a torch.profiler trace (a JSON object starts with '{', this starts with b'[{\"ph\": ')"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_JSON))
+def test_hostile_json_reads_the_same_under_both_decoders(tmp_path, decoder, case):
+    """orjson refuses NaN, Infinity, 1e400, lone surrogates and UTF-16, which the stdlib reads: those go to the
+    stdlib, so both decoders read the same trace or say the same line (the stdlib's wording, line and column)."""
+    content, expected = HOSTILE_JSON[case]
+    path = tmp_path / f"{case}.json"
+    path.write_bytes(content)
+    if isinstance(expected, str):
+        with pytest.raises(it.TraceError) as e:
+            it.load_trace(path)
+        assert str(e.value) == f"{path}: {expected}"
+        return
+    t = it.load_trace(path)
+    names = [e.name for st in t.steps for e in st.spans]
+    assert (len(t.steps), t.skipped, names[0] if names else None) == expected
+
+
+def test_orjson_decodes_only_where_it_refuses_deep_nesting(monkeypatch):
+    """A decoder that accepts any depth (orjson 3.13.0 recurses until the process crashes) is not used; one that
+    stops is; none installed: the stdlib. What the decoder in use refuses, the stdlib decodes (read._loads)."""
+    import types
+
+    class Refused(ValueError):
+        pass
+
+    def stops(text):  # refuses past 1024 levels, and NaN, as orjson 3.12 does
+        if text.count(b"[") > 1024 or b"NaN" in text:
+            raise Refused(text[:8])
+        return "fast"
+
+    probe = read._fast_loads.__wrapped__  # the check itself, not its cached answer
+    monkeypatch.setitem(sys.modules, "orjson", types.SimpleNamespace(loads=stops, JSONDecodeError=Refused))
+    assert probe() is stops
+    monkeypatch.setitem(sys.modules, "orjson", types.SimpleNamespace(loads=lambda text: "fast", JSONDecodeError=Refused))
+    assert probe() is None
+    monkeypatch.setitem(sys.modules, "orjson", None)  # not installed
+    assert probe() is None
+    monkeypatch.setattr(read, "_fast_loads", lambda: stops)
+    assert read._loads(b"[1]") == "fast"
+    assert repr(read._loads(b"[NaN]")) == "[nan]"  # refused by the fast one: the stdlib's answer
+
+
+@pytest.mark.subprocess
+def test_the_child_without_orjson_reads_with_the_stdlib(tmp_path):
+    """python_for("stdlib") leaves orjson out of the child (else the CLI tests above would test orjson twice)."""
+    script = tmp_path / "which.py"
+    script.write_text(f"import sys; sys.path.insert(0, {str(ROOT)!r}); from trace_reader import read; "
+                      "print(getattr(read._fast_loads(), '__module__', None))")
+    said = {}
+    for decoder in ("orjson", "stdlib"):
+        proc = subprocess.run([*python_for(decoder), str(script)], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        said[decoder] = proc.stdout.strip()
+    assert said["stdlib"] == "None"
+    assert said["orjson"] == ("orjson" if read._fast_loads() is not None else "None")

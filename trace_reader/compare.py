@@ -145,8 +145,8 @@ def launch_order(trace: Trace) -> tuple[list[Unit], int]:
 
 def _op_calls(trace: Trace) -> dict[str, float]:
     n = max(len(trace.steps), 1)
-    c: Counter = Counter(e.name for st in trace.steps for e in st.spans if not STEP_RE.match(e.name))
-    return {k: v / n for k, v in c.items()}
+    c: Counter = Counter(e.name for st in trace.steps for e in st.spans)
+    return {k: v / n for k, v in c.items() if not STEP_RE.match(k)}  # one match per name, not per span
 
 
 def _hidden(trace: Trace) -> str | None:

@@ -9,6 +9,7 @@ from collections import defaultdict
 from .read import Event, Trace
 
 REGION_RE = re.compile(r"^Torch-Compiled Region: (.*)$")
+REGION_PREFIX = "Torch-Compiled Region: "  # tested first: a regex per span of a long trace costs 0.1 s
 # Dynamo's CompileId: "frame/compile", behind "!N/" when compiled autograd compiled it; "Unknown" or "!N" otherwise
 ID_RE = re.compile(r"^(?:!\d{1,9}/)?(\d{1,9})/(\d{1,9})$")
 STEPS_LISTED = 4
@@ -24,7 +25,7 @@ def compiled_regions(trace: Trace) -> dict | None:
     enclosed one written "1/0 inside 0/0"; other_ids: ids that are not frame/compile (e.g. "Unknown")."""
     per_step, frames, breaks, other = [], defaultdict(set), set(), set()
     for st in trace.steps:
-        regions = [e for e in st.spans if REGION_RE.match(e.name)]
+        regions = [e for e in st.spans if e.name.startswith(REGION_PREFIX) and REGION_RE.match(e.name)]
         ids = []
         for r, outer in _enclosing(regions):
             rid = _id(r)

@@ -103,7 +103,7 @@ def gemm_bytes(op: Event | None) -> float | None:
 
 
 def _numel(shape: list) -> int:
-    return math.prod(int(d) for d in shape)
+    return math.prod(map(int, shape))
 
 
 def _broadcast(shapes: list[list]) -> list:
@@ -113,7 +113,7 @@ def _broadcast(shapes: list[list]) -> list:
         if len(shape) > len(out):
             out = [1] * (len(shape) - len(out)) + out
         shape = [1] * (len(out) - len(shape)) + shape
-        out = [max(a, b) for a, b in zip(out, shape)]
+        out = [b if b > a else a for a, b in zip(out, shape)]  # max(a, b), without a call per dimension
     return out
 
 
@@ -287,10 +287,11 @@ def _view_cuda_time(op: Event) -> tuple[int, float]:
     """Kernels launched by this op or anything it called, and their total time."""
     n, t = 0, 0.0
     todo = [op]
-    while todo:
+    while todo:  # a view as it should be launches nothing, nor do the views it calls: no sum over nothing
         e = todo.pop()
-        n += len(e.kernels)
-        t += sum(k.dur for k in e.kernels)
+        if e.kernels:
+            n += len(e.kernels)
+            t += sum(k.dur for k in e.kernels)
         todo.extend(e.children)
     return n, t
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import bisect
 import statistics
 from collections import Counter, defaultdict
+from operator import attrgetter
 
 from .compiled import compiled_regions, describe
 from .kernels import (CPP_KERNEL_RE, VIEW_OPS, _view_cuda_time, cpu_lanes, gemm_flops, is_gemm, is_pointwise,
@@ -26,6 +27,7 @@ RECORD_SHAPES = "profile with torch.profiler.profile(..., record_shapes=True) to
 # which still waits that long for launches is "partly overhead"-bound (launching sooner would shorten it too).
 COMPUTE_BUSY = 0.5
 HOST_WAIT_LARGE = 0.2
+_DUR = attrgetter("dur")
 
 
 def _table(headers: list[str], rows: list[list], right: set[int] = frozenset()) -> str:
@@ -94,28 +96,31 @@ def _group(trace: Trace) -> list[dict]:
     peak = device_peak(trace.device_name)
     for st in trace.steps:
         for k in st.gpu:
-            key = (k.name, k.op.name if k.op is not None else "?")
-            g = groups.setdefault(key, {"name": k.name, "op": key[1], "durs": [], "lags": [], "rates": [],
-                                        "unit": None, "peak": None})
+            op = k.op
+            key = (k.name, op.name if op is not None else "?")
+            g = groups.get(key)
+            if g is None:
+                g = groups[key] = {"name": k.name, "op": key[1], "durs": [], "lags": [], "rates": [], "unit": None,
+                                   "peak": None}
             g["durs"].append(k.dur)
             if k.launch is not None:
                 g["lags"].append(k.event.ts - k.launch.ts)
-            op = k.op
             # The op's work is spread over all the kernels it launched (e.g. a split-K GEMM's two kernels);
             # a workspace memset is not part of the math.
             op_time = sum(x.dur for x in op.kernels if x.is_kernel) if op is not None else 0.0
             if not k.is_kernel or op_time <= 0:
                 continue
-            flops = gemm_flops(op) if is_gemm(k) else None
+            gemm = is_gemm(k)  # else, being a kernel, it is_pointwise
+            flops = gemm_flops(op) if gemm else None
             kf = op.args.get("kernel_flop")
-            if flops is None and is_gemm(k) and type(kf) in (int, float) and 0 < kf < 1e18:
+            if flops is None and gemm and type(kf) in (int, float) and 0 < kf < 1e18:
                 flops = float(kf)  # an Inductor Triton GEMM carries its own count
             if flops is not None:
                 g["unit"] = "TFLOP/s"
                 g["rates"].append(flops / op_time / 1e6)
                 if peak is not None:
                     g["peak"] = peak.tflops.get(op_dtype(op) or "")
-            elif is_pointwise(k) and (moved := pointwise_bytes(op, trace.kernel_sources)) is not None:
+            elif not gemm and (moved := pointwise_bytes(op, trace.kernel_sources)) is not None:
                 g["unit"] = "GB/s" if moved[1] else "GB/s+"  # "+": a lower bound, see pointwise_bytes
                 g["rates"].append(moved[0] / op_time / 1e3)
                 if peak is not None:
@@ -226,8 +231,16 @@ def gpu_time_by_annotation(trace: Trace) -> dict[str, list[float]]:
     for i, st in enumerate(trace.steps):
         for k in st.gpu:
             for name in annotations_around(k, st):
-                per.setdefault(name, [0.0] * len(trace.steps))[i] += k.dur
+                _row(per, name, len(trace.steps))[i] += k.dur
     return per
+
+
+def _row(per: dict[str, list[float]], name: str, n: int) -> list[float]:
+    """per[name], n zeros when new (built only then: a row per event would be 10^5 lists of 5,000 steps)."""
+    row = per.get(name)
+    if row is None:
+        row = per[name] = [0.0] * n
+    return row
 
 
 def cpu_time_by_annotation(trace: Trace) -> dict[str, list[float]]:
@@ -244,7 +257,7 @@ def cpu_time_by_annotation(trace: Trace) -> dict[str, list[float]]:
             if e.ts < open_until.get(key, float("-inf")):
                 continue
             open_until[key] = e.end
-            per.setdefault(e.name, [0.0] * len(trace.steps))[i] += e.dur
+            _row(per, e.name, len(trace.steps))[i] += e.dur
     return per
 
 
@@ -280,8 +293,13 @@ def cpu_self_times(trace: Trace) -> list[dict]:
     calls: Counter = Counter()
     for i, st in enumerate(trace.steps):
         for e in st.spans:
-            per[e.name][i] += e.self_time - sum(c.dur for c in e.calls)
-            calls[e.name] += 1
+            name, spent = e.name, e.dur  # e.self_time, less its calls: the same float, no sum over nothing
+            if e.children:
+                spent -= sum(map(_DUR, e.children))
+            if e.calls:
+                spent -= sum(map(_DUR, e.calls))
+            per[name][i] += spent
+            calls[name] += 1
         for owner in [st.span, *st.spans]:
             for c in owner.calls:
                 per[c.name][i] += c.dur
@@ -469,12 +487,15 @@ def _step_rows(steps: list[dict], cols: list, all_steps: bool) -> list[list]:
         return [row(f) for f in steps]
     rows = [row(f) for f in steps[:EDGE]] + [["..."] + [""] * len(cols)] + [row(f) for f in steps[-EDGE:]]
     rows.append([""] * (len(cols) + 1))
+    columns = []  # per column: (format, the steps with a value, their values), read once for the four rows
+    for _, fmt, value in cols:
+        have = [f for f in steps if value is not None and value(f) is not None]
+        columns.append((fmt, have, [value(f) for f in have]))
     for label, q in (("min", 0.0), ("median", 0.5), ("p90", 0.9), ("max", 1.0)):
         cells = []
-        for _, fmt, value in cols:
-            have = [f for f in steps if value is not None and value(f) is not None]
-            target = _quantile([value(f) for f in have], q) if have else None
-            cells.append(next(fmt(f) for f in have if value(f) == target) if have else "")
+        for fmt, have, values in columns:
+            target = _quantile(values, q) if have else None
+            cells.append(next(fmt(f) for f, v in zip(have, values) if v == target) if have else "")
         rows.append([label] + cells)
     return rows
 

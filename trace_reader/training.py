@@ -27,7 +27,7 @@ from collections import defaultdict
 from .expect import Expect, NotApplicable, _need_steps
 from .kernels import BOOKKEEPING_OPS, DTYPE_BYTES, GEMM_OPS, _dims, _numel, _shape, _types, gemm_flops, is_gemm, short
 from .memory import DEVICE_TYPE, read_allocs
-from .read import BACKWARD_RE, STEP_RE, Event, Step, Trace, side_events
+from .read import BACKWARD_PREFIX, BACKWARD_RE, STEP_RE, Event, Step, Trace, side_events
 
 PHASES = ("forward", "backward", "optimizer")
 ACCUMULATE_GRAD = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
@@ -40,7 +40,7 @@ TOP_LINKS = 8  # backward ops listed, the slowest first
 
 def has_backward(trace: Trace) -> bool:
     """Does any step run the autograd engine (a training step rather than an inference forward)?"""
-    return any(e.cat == "cpu_op" and BACKWARD_RE.match(e.name) for st in trace.steps for e in st.spans)
+    return any(e.cat == "cpu_op" and e.name.startswith(BACKWARD_PREFIX) for st in trace.steps for e in st.spans)
 
 
 # ------------------------------------------------------------------------------------------------ phases
