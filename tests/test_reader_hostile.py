@@ -289,3 +289,23 @@ def test_the_child_without_orjson_reads_with_the_stdlib(tmp_path):
         said[decoder] = proc.stdout.strip()
     assert said["stdlib"] == "None"
     assert said["orjson"] == ("orjson" if read._fast_loads() is not None else "None")
+
+
+def test_two_items_alike_but_for_a_launch(tmp_path, capsys):
+    """Two kernels over the same µs 10..15, one launched at 2 and one with no launch in the trace: a report, not a
+    traceback. Step 0..100: idle before the work 10, 2 of it before the launch (the host) and 8 after; then the
+    GPU waits 85 more on the host until the step ends."""
+    from trace_reader import report
+
+    path = tmp_path / "alike.json"
+    path.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 100, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 5, "pid": 1, "tid": 1,
+         "args": {"External id": 1}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 2, "dur": 1, "pid": 1, "tid": 1,
+         "args": {"External id": 1, "correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": "k1", "ts": 10, "dur": 5, "pid": 0, "tid": 7, "args": {"correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": "k2", "ts": 10, "dur": 5, "pid": 0, "tid": 8,
+         "args": {"External id": 1}}]}))
+    assert report._idle(it.load_trace(path)) == [(87.0, 8.0)]
+    assert it.main([str(path)]) == 0 and "Traceback" not in capsys.readouterr().err

@@ -524,3 +524,15 @@ def test_every_known_script_checks_a_saved_trace(script, fixture):
     exps, said = it.expectations_for(script, t)
     assert said.startswith(f"{script} {'compile' if 'compile' in fixture else 'eager'}, 3 steps") and len(exps) >= 5
     assert all(v in ("confirmed", "broken", "not applicable") for _, v, _ in it.check(t, exps))
+
+
+def test_the_json_report_is_the_same_whatever_the_hash_seed():
+    """A training trace's kernels sit inside two annotations each (train_step and forward, ...): the report built
+    from them must not follow Python's per-process string hashing (it once did: three seeds, three outputs)."""
+    import os
+
+    trace = ROOT / "tests/data/train/h200_train_mlp_foreach.json.gz"
+    outs = {subprocess.run([sys.executable, str(ROOT / "inspect_trace.py"), "--json", str(trace)], capture_output=True,
+                           text=True, env={**os.environ, "PYTHONHASHSEED": seed}, check=True).stdout
+            for seed in ("1", "2", "3")}
+    assert len(outs) == 1

@@ -6,6 +6,7 @@ compiled regions, views, occupancy queries. report_data() is the report as data
 from __future__ import annotations
 
 import bisect
+import math
 import statistics
 from collections import Counter, defaultdict
 from operator import attrgetter
@@ -141,8 +142,10 @@ def _idle(trace: Trace) -> list[tuple[float, float]]:
     """
     n = len(trace.steps)
     host, after = [0.0] * n, [0.0] * n
-    items = sorted((k.event.ts, k.event.end, k.launch.ts if k.launch is not None else None, i)
-                   for i, st in enumerate(trace.steps) for k in st.gpu)
+    # Work with no launch in the trace sorts after launched work that starts and ends with it (None is no number).
+    items = sorted(((k.event.ts, k.event.end, k.launch.ts if k.launch is not None else None, i)
+                    for i, st in enumerate(trace.steps) for k in st.gpu),
+                   key=lambda it: (it[0], it[1], math.inf if it[2] is None else it[2], it[3]))
     merged: list[list[float]] = []
     cursor = float("-inf")
     for start, end, launch, i in items:
@@ -261,8 +264,9 @@ def cpu_time_by_annotation(trace: Trace) -> dict[str, list[float]]:
     return per
 
 
-def annotations_around(k: Kernel, st: Step) -> set[str]:
-    """The record_function names (ProfilerStep#k aside) around the CPU call that launched k in step st.
+def annotations_around(k: Kernel, st: Step) -> list[str]:
+    """The record_function names (ProfilerStep#k aside) around the CPU call that launched k in step st, sorted (so
+    that the tables and the JSON built from them keep one order from run to run, whatever the string hashes).
 
     A kernel launched by the autograd engine (its call's outermost op an `autograd::engine::evaluate_function`,
     on a thread that holds no step span) also counts for the annotations open on the step's thread when it was
@@ -274,7 +278,7 @@ def annotations_around(k: Kernel, st: Step) -> set[str]:
         top, node = node, node.parent
     if node is None and top is not None and BACKWARD_RE.match(top.name) and k.launch is not None:
         names |= _open_on_step_thread(st, top, k.launch.ts)
-    return names
+    return sorted(names)
 
 
 def _open_on_step_thread(st: Step, engine_op: Event, ts: float) -> set[str]:
