@@ -125,9 +125,9 @@ _l2_flush = None
 
 
 def keep_compile_workers():
-    """Inductor stops its Triton-compile worker processes after a minute idle and starts them again (each
-    importing torch) at the next compile: a burst of host work that overlapped the first timing rounds of a
-    shape, slowing the host-bound variants by up to 3x in one H200 run. Kept alive, they start once."""
+    """Inductor stops its Triton-compile worker processes after a minute idle and starts them again (each importing
+    torch) at the next compile: host work that can overlap a shape's first timing rounds. Kept alive, they start
+    once. (Not the only noise: on the H200 a run with them kept alive still had one shape whose host was busy.)"""
     import torch._inductor.config as inductor_config
     if hasattr(inductor_config, "quiesce_async_compile_pool"):  # absent in older torch: nothing to keep
         inductor_config.quiesce_async_compile_pool = False
