@@ -23,6 +23,7 @@ What to look for in the trace (Perfetto, or the report printed below):
   (flash_fwd_splitkv_kernel + a combine kernel).
 """
 
+import functools
 import warnings
 
 import torch
@@ -47,8 +48,11 @@ CUDA_ONLY = {"cudnn", "efficient"}  # sdpa's CPU kernels: flash (aten::_scaled_d
 
 
 # FlexAttention is meant to be compiled (its docs): eager flex_attention runs a slow reference that
-# materialises the scores. Compiled, it is one Triton kernel generated for the mask.
-compiled_flex_attention = torch.compile(flex_attention)
+# materialises the scores. Compiled, it is one Triton kernel generated for the mask. Made on first use:
+# torch.compile imports Dynamo (4 CPU-s), which the math and sdpa runs do not need.
+@functools.cache
+def compiled_flex_attention():
+    return torch.compile(flex_attention)
 
 
 def sdpa_refusal(call):
@@ -113,7 +117,7 @@ class Attention(nn.Module):
         elif self.impl == "sdpa":
             o = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
         else:
-            o = compiled_flex_attention(q, k, v, block_mask=self.block_mask, enable_gqa=True)
+            o = compiled_flex_attention()(q, k, v, block_mask=self.block_mask, enable_gqa=True)
         return self.o_proj(o.transpose(1, 2).contiguous().view(b, s, -1))  # back to [b, s, heads * d]
 
 

@@ -86,7 +86,7 @@ def variants(decode, s, compiled_math):
     fns = {"math": lambda q, k, v, bm: attention.math_attention(q, k, v, causal),
            "math compiled": lambda q, k, v, bm: compiled_math(q, k, v, causal)}
     fns.update({name: sdpa(backend) for name, backend in SDPA.items()})
-    fns["flex compiled"] = lambda q, k, v, bm: attention.compiled_flex_attention(q, k, v, block_mask=bm, enable_gqa=True)
+    fns["flex compiled"] = lambda q, k, v, bm: attention.compiled_flex_attention()(q, k, v, block_mask=bm, enable_gqa=True)
     return fns
 
 

@@ -100,10 +100,10 @@ def test_post_command_runs_quietly_and_confirms_what_applies_on_a_cpu(command, r
 
 @pytest.mark.parametrize("command,name", [
     (PART1[0], "01_matmul_add/64_bf16_cold_eager"),  # the post's own example
-    (PART1[1], "01_matmul_add/512_bf16_cold_eager"),
+    (PART1[1], "01_matmul_add/256_bf16_cold_eager"),
     (PART1[2], "01_matmul_add/64_bf16_warm_eager"),  # the post's Perfetto link: .../64_bf16_warm_eager.json
-    (PART1[3], "01_matmul_add/512_bf16_warm_eager"),
-    (PART1[4], "01_matmul_add/512_bf16_warm_compile"),
+    (PART1[3], "01_matmul_add/256_bf16_warm_eager"),
+    (PART1[4], "01_matmul_add/256_bf16_warm_compile"),
     (PART2[0], "02_linear/1024x32x64_bf16_cold_eager"),
     (PART2[1], "02_linear/1024x32x64_bf16_cold_compile"),
     (PART2[2], "03_simple_mlp/1x128x768x3072_bf16_cold_eager"),

@@ -5,8 +5,10 @@ numbers HTA gives (why the GPU idles, launch-to-start lag, CPU self time, GPU ti
 Every awkward trace is built here from the committed H200 traces or the hand-built kineto-format trace of
 test_inspect_trace.py, by editing the parsed JSON."""
 
+import contextlib
 import copy
 import gzip
+import io
 import json
 import statistics
 import subprocess
@@ -29,6 +31,18 @@ DATA = ROOT / "tests" / "data"
 def cli(*args):
     return subprocess.run([sys.executable, str(ROOT / "inspect_trace.py"), *map(str, args)],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+def here(*args):
+    """What cli(*args) gives, inspect_trace.main run in this process: for --expect, which imports the script and
+    so torch, a child would import torch again (3 CPU-s); test_readme runs the pages' --expect commands as children."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = it.main([str(a) for a in args])
+        except SystemExit as e:  # argparse's own exits
+            code = e.code
+    return subprocess.CompletedProcess(["inspect_trace.py", *args], code, out.getvalue(), err.getvalue())
 
 
 def raw(name: str) -> dict:
@@ -373,7 +387,7 @@ def test_cpu_self_time_on_a_gpu_trace_includes_runtime_calls():
 # ------------------------------------------------------------------------------------ --json and --expect
 
 def test_json_is_the_report_as_data():
-    proc = cli("--json", "--expect", "03_simple_mlp", DATA / "h200_mlp_eager.json.gz")
+    proc = here("--json", "--expect", "03_simple_mlp", DATA / "h200_mlp_eager.json.gz")
     assert proc.returncode == 1, proc.stderr  # one guess broken, as in the text report
     d = json.loads(proc.stdout)
     t = it.load_trace(DATA / "h200_mlp_eager.json.gz")
@@ -390,7 +404,7 @@ def test_json_is_the_report_as_data():
 
 
 def test_expect_reads_the_mode_from_the_trace():
-    eager = cli("--expect", "03_simple_mlp", DATA / "h200_mlp_eager.json.gz")
+    eager = here("--expect", "03_simple_mlp", DATA / "h200_mlp_eager.json.gz")
     # the H200 issues no occupancy query before its GEMMs (CUDA 13, nvjet): one guess broken, exit 1
     assert eager.returncode == 1, eager.stderr
     assert "\n03_simple_mlp eager, 3 steps (read from the trace)\n" in eager.stdout
@@ -401,7 +415,7 @@ def test_expect_reads_the_mode_from_the_trace():
     assert [v for _, v, _ in it.check(comp, exps)].count("broken") == 0
     for bad in (["--expect", "os", DATA / "h200_mlp_eager.json.gz"],
                 ["--expect", "03_simple_mlp", DATA / "h200_mlp_eager.json.gz", DATA / "h200_mlp_compile.json.gz"]):
-        proc = cli(*bad)
+        proc = here(*bad)
         assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, bad
 
 

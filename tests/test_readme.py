@@ -129,7 +129,7 @@ def command(argv):
 # without native bf16 (this project's 2-core machines) does about 1 GFLOP/s in bf16: a 1024³ GEMM takes 3 s, one
 # MLP step at 8192 tokens a minute or more. Here they run smaller, every other flag as written; a GPU runs them
 # at full size.
-SMALLER = {("--size", "4096"): ("512", "a 4096³ bf16 GEMM takes minutes per call on 2 CPU cores; 512³ is 512× less"),
+SMALLER = {("--size", "4096"): ("256", "a 4096³ bf16 GEMM takes minutes per call on 2 CPU cores; 256³ is 4096× less"),
            ("--batch", "64"): ("1", "8192 tokens through a 768→3072 MLP is 116 GFLOP per step; 128 tokens is 64× less"),
            # 07_train_step.py's decoder: the same architecture at 06's tiny preset
            ("--model", "gemma-2b"): ("tiny", "two Gemma-2B-shaped layers train at minutes per step on 2 CPU cores"),
@@ -313,8 +313,8 @@ def test_shared_runs_run_each_command_once(tmp_path):
 def test_trace_names_are_read_from_the_comments():
     assert len(NAMED) >= 9  # Part 1's commands name their files
     assert (["01_matmul_add.py", "--size", "64"], "64_bf16_cold_eager") in NAMED
-    assert smaller_name("4096_bf16_cold_eager") == "512_bf16_cold_eager"
-    assert smaller_name("01_matmul_add/4096_bf16_cold_eager.json") == "01_matmul_add/512_bf16_cold_eager.json"
+    assert smaller_name("4096_bf16_cold_eager") == "256_bf16_cold_eager"
+    assert smaller_name("01_matmul_add/4096_bf16_cold_eager.json") == "01_matmul_add/256_bf16_cold_eager.json"
     assert smaller_name("05_attention/4x4096_x.json") == "05_attention/4x4096_x.json"  # not a leading size
 
 

@@ -35,10 +35,11 @@ def run(script, *args, env=None, **kw):
                           env={**os.environ, **(env or {})}, cwd=ROOT, **kw)
 
 
-def run_here(script, *args, out):
+def run_here(script, *args, out, device="cpu"):
     """What `run(script, *args, "--out", out)` gives, the script's main() run in this process instead (conftest's
     run_script_main): for what a run writes, prints and exits with, where its process's start is not the point."""
-    code, stdout, stderr = run_script_main(script, importlib.import_module(script[:-3]).main, out, *args)
+    code, stdout, stderr = run_script_main(script, importlib.import_module(script[:-3]).main, out, *args,
+                                           device=device)
     return subprocess.CompletedProcess([script, *args], code, stdout, stderr)
 
 
@@ -185,7 +186,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, says):
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU message")
 def test_device_cuda_without_gpu(tmp_path):
-    proc = run("03_simple_mlp.py", *MLP, "--device", "cuda", "--out", str(tmp_path))
+    proc = run_here("03_simple_mlp.py", *MLP, out=tmp_path, device="cuda")
     assert proc.returncode == 2 and "no CUDA GPU" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -460,12 +461,12 @@ def test_expect_reads_a_batched_run_from_its_name(tmp_path):
         assert ("'aten::bmm' 1x per step" in guesses) is batched and ("'aten::mm' 1x per step" in guesses) is not batched
 
 
-def test_open_hint_works_from_another_folder(tmp_path):
+def test_open_hint_works_from_another_folder(tmp_path, monkeypatch):
     """Run from elsewhere, the printed `open:` command names inspect_trace.py and the trace as typed from there."""
     here = tmp_path / "elsewhere"
     here.mkdir()
-    proc = subprocess.run([sys.executable, str(ROOT / "02_linear.py"), *LINEAR, "--device", "cpu", "--out", "t"],
-                          capture_output=True, text=True, cwd=here)
+    monkeypatch.chdir(here)
+    proc = run_here("02_linear.py", *LINEAR, out="t")
     assert proc.returncode == 0, proc.stderr
     hint = re.search(r"^open: +uv run (\S+) --open (\S+) ", proc.stdout, flags=re.M)
     assert hint and hint.group(1) == str(ROOT / "inspect_trace.py"), proc.stdout[:1500]
@@ -475,7 +476,7 @@ def test_open_hint_works_from_another_folder(tmp_path):
 
 
 def test_plot_on_a_cpu_is_refused_before_the_run(tmp_path):
-    proc = run("02_linear.py", *LINEAR, "--plot", "--out", str(tmp_path))
+    proc = run_here("02_linear.py", *LINEAR, "--plot", out=tmp_path)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == ("02_linear.py: error: --plot on the CPU: a CPU trace has no roofline (no GPU kernels, "
                            "no device peaks); run without --plot\n")

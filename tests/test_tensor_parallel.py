@@ -1,5 +1,5 @@
-"""08_tensor_parallel.py for real: one 2-rank gloo run on the CPU at a tiny shape (shared by the module), read
-back by inspect_trace.py; bad launches refused in one line on every rank; one CUDA GPU under torchrun when present."""
+"""08_tensor_parallel.py for real: one 2-rank gloo run on the CPU at a tiny shape (the page's torchrun command,
+run once in the session: test_readme runs it too), read back by inspect_trace.py; bad launches refused in one line on every rank; one CUDA GPU under torchrun when present."""
 
 import importlib
 import json
@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import run_script_main
+from test_readme import COMMANDS, CPU_SHAPE, page_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--batch", "2", "--seq", "32", "--dim", "64", "--hidden", "256", "--dtype", "fp32"]
@@ -27,10 +28,16 @@ def torchrun(nproc, *args, out, device="cpu"):
                           capture_output=True, text=True, cwd=ROOT, timeout=540, env=env)
 
 
+PAGE_RUN = ["torchrun", "--standalone", "--nproc-per-node", "2", "08_tensor_parallel.py"]
+
+
 @pytest.fixture(scope="module")
-def gloo_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("tp")
-    return torchrun(2, *TINY, out=out), out / "08_tensor_parallel"
+def gloo_run(shared_runs, tmp_path_factory):
+    """The page's 2-rank command on the CPU, which test_readme runs at TINY (its CPU_SHAPE): three processes that
+    import torch, so run once for both files."""
+    assert PAGE_RUN in COMMANDS and CPU_SHAPE["08_tensor_parallel.py"] == TINY
+    pages = page_runs(shared_runs, tmp_path_factory)
+    return pages.run(PAGE_RUN), pages.out / "08_tensor_parallel"
 
 
 def test_two_gloo_ranks_write_a_trace_each_and_rank_0_merges_them(gloo_run):
@@ -145,14 +152,17 @@ def test_a_ranks_files_end_in_its_rank():
     assert ranks.rank_file(Path("t/64_bf16_cold_tp4_eager_rank3.json.gz"), 0) == Path("t/64_bf16_cold_tp4_eager_rank0.json.gz")
 
 
-def test_expect_reads_each_gloo_rank_back(gloo_run):
-    """--expect 08_tensor_parallel on a saved rank trace gives what the run itself printed: every guess held."""
+def test_expect_reads_each_gloo_rank_back(gloo_run, capsys):
+    """--expect 08_tensor_parallel on a saved rank trace gives what the run itself printed: every guess held. Read
+    in this process: --expect imports the script, and so torch, which a fresh process would import again."""
+    import inspect_trace
+
     proc, folder = gloo_run
     for r in (0, 1):
-        read = subprocess.run([sys.executable, str(ROOT / "inspect_trace.py"), "--expect", "08_tensor_parallel",
-                               str(folder / f"2x32x64x256_fp32_cold_tp2_eager_rank{r}.json")],
-                              capture_output=True, text=True, cwd=ROOT, timeout=300)
-        assert read.returncode == 0, read.stderr
-        assert "08_tensor_parallel eager, TP=2, MLP eager, 3 steps (read from the trace)" in read.stdout
-        assert re.search(r"^\s+ok\s+1 all_reduce per step$", read.stdout, flags=re.M), read.stdout[-2000:]
-        assert "BROKEN" not in read.stdout
+        code = inspect_trace.main(["--expect", "08_tensor_parallel",
+                                   str(folder / f"2x32x64x256_fp32_cold_tp2_eager_rank{r}.json")])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        assert "08_tensor_parallel eager, TP=2, MLP eager, 3 steps (read from the trace)" in out
+        assert re.search(r"^\s+ok\s+1 all_reduce per step$", out, flags=re.M), out[-2000:]
+        assert "BROKEN" not in out
