@@ -26,6 +26,7 @@ BOOKKEEPING_OPS = VIEW_OPS | {
 # Conversions that are a no-op when the tensor already fits: they compute only when they call something.
 NO_OP_ALONE = {"aten::to", "aten::contiguous"}
 GEMM_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation"}
+BIAS_FIRST = {"aten::addmm", "aten::baddbmm", "aten::_addmm_activation"}  # (bias, a, b, ...): the operands at 1, 2
 # Inductor names a max-autotune template after the ops it holds: triton_tem_fused_mm_0, ..._addmm_gelu_1, ..._bmm_2.
 GEMM_NAME_RE = re.compile(r"gemm|nvjet|cutlass|xmma|cublas|_mm_|matmul"
                           r"|^triton_tem_fused(?:_\w*)?_(?:addmm|baddbmm|bmm|mm)(?:_|$)", re.I)
@@ -61,9 +62,14 @@ def _types(op: Event) -> list:
     return types if isinstance(types, list) else []
 
 
+def operand_index(op: Event) -> int:
+    """Where a matmul op's first operand is in its inputs: after the bias of addmm and its kin."""
+    return 1 if op.name in BIAS_FIRST else 0
+
+
 def gemm_operands(op: Event) -> tuple[list[int] | None, list[int] | None]:
     """The recorded shapes of a matmul op's two operands (after addmm's bias); (None, None) when not recorded."""
-    first = 1 if op.name in ("aten::addmm", "aten::baddbmm", "aten::_addmm_activation") else 0
+    first = operand_index(op)
     dims = _dims(op)
     return (_shape(dims[first]), _shape(dims[first + 1])) if len(dims) >= first + 2 else (None, None)
 
@@ -73,7 +79,7 @@ def gemm_flops(op: Event | None) -> float | None:
     if op is None or op.name not in GEMM_OPS:
         return None
     dims = _dims(op)
-    first = 1 if op.name in ("aten::addmm", "aten::baddbmm", "aten::_addmm_activation") else 0
+    first = operand_index(op)
     if len(dims) < first + 2:
         return None
     a, b = _shape(dims[first]), _shape(dims[first + 1])
@@ -92,7 +98,7 @@ def gemm_bytes(op: Event | None) -> float | None:
     flops = gemm_flops(op)
     if flops is None:
         return None
-    first = 1 if op.name in ("aten::addmm", "aten::baddbmm", "aten::_addmm_activation") else 0
+    first = operand_index(op)
     dims, types = _dims(op), _types(op)  # an `out=` buffer after the operands is written, not read
     tensors = [(d, t) for d, t in zip(dims[:first + 2], types) if isinstance(d, list) and d]
     if len(types) < first + 2 or any(t not in DTYPE_BYTES for _, t in tensors):

@@ -77,11 +77,16 @@ def _read_allocs(path: str, mtime_ns: int, size: int) -> tuple[Alloc, ...]:  # c
     return tuple(allocs)
 
 
+def device_allocs(trace: Trace) -> list[Alloc]:
+    """The trace's "[memory]" events on its own device (a CPU trace's on the CPU, a GPU trace's on the GPU)."""
+    want = DEVICE_TYPE[trace.device]
+    return [a for a in read_allocs(trace.path) if a.device[0] == want]
+
+
 def step_peaks(trace: Trace) -> dict[int, float] | None:
     """{ProfilerStep number: peak bytes allocated above the step's start} on the trace's device;
     None when the trace has no memory events for that device (profiled without profile_memory=True)."""
-    want = DEVICE_TYPE[trace.device]
-    allocs = [a for a in read_allocs(trace.path) if a.device[0] == want]
+    allocs = device_allocs(trace)
     if not allocs:
         return None
     times = [a.ts for a in allocs]
@@ -149,8 +154,7 @@ def temporaries(trace: Trace, min_bytes: float, between_ops: bool = True) -> dic
     op returns (flash's split-KV accumulators, cuDNN's workspace, the CPU flash kernel's per-thread buffers, a
     compiled region's buffers). Without "Addr" an allocation cannot be paired with its free and counts. A step with
     no allocation at all maps to None; the whole answer is None when the trace has no memory events for its device."""
-    want = DEVICE_TYPE[trace.device]
-    allocs = [a for a in read_allocs(trace.path) if a.device[0] == want]
+    allocs = device_allocs(trace)
     if not allocs:
         return None
     frees: dict[tuple, list[float]] = {}

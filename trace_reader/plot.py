@@ -24,7 +24,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .kernels import gemm_bytes, gemm_flops, op_dtype, pointwise_bytes, short
+from .kernels import gemm_bytes, gemm_flops, op_dtype, operand_index, pointwise_bytes, short
 from .peaks import device_peak
 from .read import Trace, TraceError, _no_gc
 from .report import _group, _num
@@ -171,7 +171,7 @@ def roofline_points(trace: Trace) -> Roofline:
 
 def _gemm_shape(op) -> str:
     dims = op.args.get("Input Dims") or []
-    first = 1 if op.name in ("aten::addmm", "aten::baddbmm", "aten::_addmm_activation") else 0
+    first = operand_index(op)
     try:
         a, b = dims[first], dims[first + 1]
         return "×".join(str(x) for x in ([a[0]] if len(a) == 3 else []) + [a[-2], a[-1], b[-1]])

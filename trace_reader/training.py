@@ -26,7 +26,7 @@ from collections import defaultdict
 
 from .expect import Expect, NotApplicable, _need_steps
 from .kernels import BOOKKEEPING_OPS, DTYPE_BYTES, GEMM_OPS, _dims, _numel, _shape, _types, gemm_flops, is_gemm, short
-from .memory import DEVICE_TYPE, read_allocs
+from .memory import device_allocs
 from .read import BACKWARD_PREFIX, BACKWARD_RE, STEP_RE, Event, Step, Trace, side_events
 
 PHASES = ("forward", "backward", "optimizer")
@@ -351,8 +351,7 @@ def memory_peak(trace: Trace) -> list[dict] | None:
     """Per step, where the allocator's running total peaks: the phase it falls in, the peak and the total held
     when forward ends (bytes above the lowest total of the step), from the "[memory]" events (profile_memory=True).
     None without such events on the trace's device."""
-    want = DEVICE_TYPE[trace.device]
-    allocs = [a for a in read_allocs(trace.path) if a.device[0] == want] if trace.has_memory_events else []
+    allocs = device_allocs(trace) if trace.has_memory_events else []
     if not allocs:
         return None
     out = []
