@@ -9,13 +9,12 @@ import bisect
 import math
 import statistics
 from collections import Counter, defaultdict
-from operator import attrgetter
 
 from .compiled import compiled_regions, describe
 from .kernels import (CPP_KERNEL_RE, VIEW_OPS, _view_cuda_time, cpu_lanes, gemm_flops, is_gemm, is_pointwise,
                       most_common, op_dtype, pointwise_bytes, short)
 from .peaks import device_peak
-from .read import BACKWARD_RE, MAX_US, OCCUPANCY, STEP_RE, Event, Kernel, Step, Trace, TraceError, _no_gc
+from .read import _DUR, BACKWARD_RE, MAX_US, OCCUPANCY, STEP_RE, Event, Kernel, Step, Trace, TraceError, _no_gc
 
 # Steps shown one per row; a longer trace shows its first and last EDGE steps and quantiles (--all-steps: all).
 STEP_ROWS = 8
@@ -28,7 +27,6 @@ RECORD_SHAPES = "profile with torch.profiler.profile(..., record_shapes=True) to
 # which still waits that long for launches is "partly overhead"-bound (launching sooner would shorten it too).
 COMPUTE_BUSY = 0.5
 HOST_WAIT_LARGE = 0.2
-_DUR = attrgetter("dur")
 
 
 def _table(headers: list[str], rows: list[list], right: set[int] = frozenset()) -> str:
@@ -297,9 +295,7 @@ def cpu_self_times(trace: Trace) -> list[dict]:
     calls: Counter = Counter()
     for i, st in enumerate(trace.steps):
         for e in st.spans:
-            name, spent = e.name, e.dur  # e.self_time, less its calls: the same float, no sum over nothing
-            if e.children:
-                spent -= sum(map(_DUR, e.children))
+            name, spent = e.name, e.self_time  # less its runtime calls (no sum over nothing)
             if e.calls:
                 spent -= sum(map(_DUR, e.calls))
             per[name][i] += spent
