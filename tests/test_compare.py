@@ -328,6 +328,25 @@ def test_sizes_pair_what_no_word_does_and_the_rest_is_one_group():
     assert [(g.old_us, g.new_us) for g in m.groups] == [(3.0, 2.0), (5.0, 4.0), (1.0, 7.0)]
 
 
+def test_what_nothing_tells_apart_is_one_group_per_layer_not_split_by_position():
+    """An eager MLP (gate GEMM, GeLU, up GEMM, mul, a split-K down GEMM and its reduce) against two Triton kernels
+    launched from Python (no CPU op, no shapes: an H200 decode trace of the model rung). Nothing says which of
+    A's six became which of B's two; pairing by position made "gate GEMM -> fused gate/up kernel, +82%" and
+    "the rest -> down kernel, -51%". Each layer's block is one group, its µs the sum of its kernels."""
+    kept = [("rmsnorm_k", 3.0, "aten::mul")]
+    old = [("gemm_128x8", 18.0, "aten::mm"), ("gelu_k", 1.2, "aten::gelu"), ("gemm_128x8", 18.4, "aten::mm"),
+           ("mul_k", 1.3, "aten::mul"), ("gemm_splitK", 18.5, "aten::mm"), ("splitKreduce_kernel", 1.5, None)]
+    new = [("_geglu_small_m_kernel", 33.1, None), ("_linear_small_m_kernel", 19.9, None)]
+    layers = 3
+    a = it.parse_trace(kineto([(kept + old) * layers + kept] * 2))
+    b = it.parse_trace(kineto([(kept + new) * layers + kept] * 2))
+    (g,) = it.match(a, b).groups
+    assert g.by == cmp.REST and g.times == layers
+    assert sorted(g.old) == sorted(n for n, _, _ in old) and g.new == [n for n, _, _ in new]
+    assert g.old_us == pytest.approx(layers * (18.0 + 1.2 + 18.4 + 1.3 + 18.5 + 1.5))
+    assert g.new_us == pytest.approx(layers * (33.1 + 19.9))
+
+
 def test_each_layers_replacement_pairs_with_its_own_even_when_the_next_is_nearer_above():
     """Two layers of mm, mm, GeLU, mm; B launches its (other) GeLU kernel one GEMM earlier in each layer. A's first
     GeLU sits after 2 of the 6 GEMMs that stayed, B's after 1 and 4: one below, two above. Each layer's GeLU is

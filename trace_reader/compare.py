@@ -335,6 +335,21 @@ def _link(uf: _Union, mine: list[_Atom], theirs: list[_Atom], keys, why) -> None
             uf.union(x, y, why(x, y))
 
 
+def _link_whole(uf: _Union, mine: list[_Atom], theirs: list[_Atom]) -> None:
+    """Atoms that nothing tells apart: each joins every atom of `theirs` in the nearest gap (at most MAX_GAP kept
+    kernels away), so the block is replaced as a whole, never split by launch position alone."""
+    by_gap: dict[int, list[_Atom]] = defaultdict(list)
+    for y in theirs:
+        by_gap[y.gap].append(y)
+    for x in mine:
+        for dist in range(MAX_GAP + 1):
+            near = by_gap.get(x.gap - dist, []) + (by_gap.get(x.gap + dist, []) if dist else [])
+            for y in near:
+                uf.union(x, y, REST)
+            if near:
+                break
+
+
 def _link_both(uf: _Union, side_a: list[_Atom], side_b: list[_Atom], keys, why) -> None:
     _link(uf, side_a, side_b, keys, why)
     _link(uf, side_b, side_a, keys, why)
@@ -394,6 +409,8 @@ def _group(ua: list[Unit], ub: list[Unit], pairs: list[tuple[int, int]], hidden=
     _link(uf, alone(atoms_a), atoms_b, lambda x: x.tags, words)
     _link(uf, alone(atoms_b), atoms_a, lambda x: x.tags, words)
     _link_both(uf, alone(atoms_a), alone(atoms_b), lambda x: x.sizes, lambda x, y: SIZES)
+    # what neither trace's words nor sizes pair: one group with what is left of the other trace near it, if any
+    _link_whole(uf, alone(atoms_a), alone(atoms_b))
     _link(uf, alone(atoms_a), atoms_b, lambda x: {"*"}, lambda x, y: REST)
     _link(uf, alone(atoms_b), atoms_a, lambda x: {"*"}, lambda x, y: REST)
 
