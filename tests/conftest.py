@@ -12,6 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import zygote  # noqa: E402 - tests/, on the path as pytest puts a conftest's folder there
+
 
 def _keep_bytecode() -> None:
     """Where Python may not write bytecode (PYTHONDONTWRITEBYTECODE, set in many container images) and the
@@ -130,9 +132,10 @@ class SharedRuns:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
 
-    def run(self, cmd: list[str], env: dict, timeout: int = 600) -> subprocess.CompletedProcess:
+    def run(self, cmd: list[str], env: dict, timeout: int = 600, fresh: bool = False) -> subprocess.CompletedProcess:
         """`cmd` run in the repository root with `env` (once per session), as subprocess.run(capture_output=True,
-        text=True) returns it."""
+        text=True) returns it: a Python script in a child of tests/zygote.py's servers (torch imported already),
+        or with `fresh`, exactly as written, in a process of its own."""
         import filelock  # torch's own dependency: there wherever torch is
 
         changed = sorted((k, v) for k, v in env.items() if os.environ.get(k) != v)
@@ -140,7 +143,8 @@ class SharedRuns:
         record = self.folder / f"{key}.json"
         with filelock.FileLock(f"{record}.lock"):
             if not record.exists():
-                proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=env)
+                proc = (subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=env)
+                        if fresh else zygote.run(cmd, env, ROOT, timeout))
                 record.write_text(json.dumps([proc.returncode, proc.stdout, proc.stderr]))
         code, stdout, stderr = json.loads(record.read_text())
         return subprocess.CompletedProcess(cmd, code, stdout, stderr)
@@ -157,7 +161,8 @@ def session_folder(tmp_path_factory, name: str) -> Path:
 
 @pytest.fixture(scope="session")
 def shared_runs(tmp_path_factory) -> SharedRuns:
-    return SharedRuns(session_folder(tmp_path_factory, "shared-runs"))
+    yield SharedRuns(session_folder(tmp_path_factory, "shared-runs"))
+    zygote.close_all()
 
 
 # A script run as __main__ with orjson made unimportable: the trace reader's stdlib decoder, in a child process.

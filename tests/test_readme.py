@@ -65,6 +65,9 @@ def readme_commands():
 
 ENVS = {tuple(argv): env for env, argv in readme_commands()}
 COMMANDS = [argv for _, argv in readme_commands()]
+# The README's first command, the main job, runs as a reader types it (`uv run ...`, a fresh process); the others
+# through tests/zygote.py (conftest.SharedRuns).
+FRESH = {tuple(COMMANDS[0])}
 
 
 def test_readme_has_the_two_setup_commands():
@@ -102,10 +105,13 @@ def test_slug_is_githubs():
 
 
 def test_readme_commands_run_through_uv_under_uv_run():
-    """Under `uv run pytest` (uv sets UV in the environment) the commands go through `uv run`, as a reader's do."""
+    """Under `uv run pytest` (uv sets UV in the environment) the commands are `uv run` commands, as a reader's are;
+    the README's main command (FRESH) runs so, in a process of its own, the others as `python SCRIPT` in a child of
+    a Python that has imported torch already (tests/zygote.py: the same run, without a minute of imports)."""
     if not os.environ.get("UV"):
         pytest.skip("not started by `uv run`: the commands run with this interpreter")
     assert launcher()[1:] == ["run", "--frozen"]
+    assert COMMANDS[0] == ["03_simple_mlp.py", "--compile"] and ("03_simple_mlp.py", "--compile") in FRESH
 
 
 def launcher():
@@ -211,7 +217,7 @@ class Runs:
         self.shared, self.out = shared, out
 
     def run(self, argv):
-        return self.shared.run(command(as_run_here(argv, self.out)), run_env(argv))
+        return self.shared.run(command(as_run_here(argv, self.out)), run_env(argv), fresh=tuple(argv) in FRESH)
 
     def trace(self, path):
         """The README's traces/<script>/<file>: made by that script's README commands (run as needed)."""

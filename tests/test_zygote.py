@@ -1,0 +1,74 @@
+"""tests/zygote.py runs a script as a fresh `python SCRIPT ARGS` would: the same exit code, stdout, stderr, argv,
+environment and folder. Each case is run both ways and compared: subprocess.run is the expected value."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import zygote
+
+CASES = {
+    "prints": "import sys; print('out', sys.argv[1:]); print('err', file=sys.stderr)",
+    "exit_3": "import sys; print('before'); sys.exit(3)",
+    "exit_message": "import sys; sys.exit('a one-line error')",
+    "raises": "print('partial'); raise ValueError('boom')",
+    "environment": "import os; print(os.environ['ZYGOTE_TEST'], os.environ.get('PYTEST_CURRENT_TEST', '-'))",
+    "folder_and_path": "import os, sys; print(os.getcwd()); print(sys.path[0]); print(__name__, __file__)",
+    "atexit": "import atexit; atexit.register(lambda: print('at exit'))",
+    "no_stdin": "import sys; print(repr(sys.stdin.read()))",
+    "c_level_write": "import os; os.write(1, b'fd one\\n'); os.write(2, b'fd two\\n')",
+}
+
+
+@pytest.fixture
+def servers(monkeypatch):
+    monkeypatch.setattr(zygote, "PRELOAD", ["json"])  # a light server: what is compared is the run, not the imports
+    yield
+    zygote.close_all()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_run_is_what_a_fresh_process_gives(case, tmp_path, servers):
+    script = tmp_path / "scripts" / f"{case}.py"
+    script.parent.mkdir()
+    script.write_text(textwrap.dedent(CASES[case]) + "\n")
+    env = {**os.environ, "ZYGOTE_TEST": f"value for {case}"}
+    cmd = [sys.executable, str(script), "one", "two words"]
+    want = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
+    got = zygote.run(cmd, env, tmp_path, timeout=60)
+    assert zygote.what_runs(cmd) is not None  # it did go through a server
+    assert (got.returncode, got.stdout, got.stderr) == (want.returncode, want.stdout, want.stderr)
+
+
+def test_a_module_runs_as_python_dash_m(tmp_path, servers):
+    (tmp_path / "zygote_mod.py").write_text("import sys; print(__name__, sys.argv[1:]); sys.exit(4)\n")
+    cmd = [sys.executable, "-m", "zygote_mod", "x"]
+    want = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=os.environ, timeout=60)
+    got = zygote.run(cmd, dict(os.environ), tmp_path, timeout=60)
+    assert (got.returncode, got.stdout, got.stderr) == (want.returncode, want.stdout, want.stderr)
+    assert want.returncode == 4 and "__main__ ['x']" in want.stdout
+
+
+def test_a_run_past_its_time_is_killed_with_what_it_printed(tmp_path, servers):
+    script = tmp_path / "slow.py"
+    script.write_text("import subprocess, sys, time\nprint('started', flush=True)\n"
+                      "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\ntime.sleep(60)\n")
+    with pytest.raises(subprocess.TimeoutExpired) as e:
+        zygote.run([sys.executable, str(script)], dict(os.environ), tmp_path, timeout=3)
+    assert e.value.output == "started\n"
+    # the server answers the next run: the killed run's process group took its own child with it
+    (tmp_path / "quick.py").write_text("print(1)\n")
+    ok = zygote.run([sys.executable, str(tmp_path / "quick.py")], dict(os.environ), tmp_path, timeout=30)
+    assert ok.returncode == 0 and ok.stdout == "1\n"
+
+
+def test_what_is_not_a_python_script_runs_as_a_process_of_its_own():
+    assert zygote.what_runs([sys.executable, "-c", "print(1)"]) is None
+    assert zygote.what_runs(["uv", "run", "--frozen", "torchrun", "x.py"]) is None
+    assert zygote.what_runs(["/bin/echo", "x.py"]) is None
+    assert zygote.what_runs(["uv", "run", "--frozen", "a.py", "--x"]) == ("a.py", None, ["--x"])
+    assert zygote.what_runs(["uv", "run", "--frozen", "python", "-m", "m", "y"]) == (None, "m", ["y"])
+    assert zygote.what_runs([sys.executable, "b.py"]) == ("b.py", None, [])

@@ -1,0 +1,206 @@
+"""`python SCRIPT ARGS`, run in a child forked from a Python that has imported torch (and Dynamo, Inductor,
+transformers, matplotlib) already: the same run as a fresh process, without its imports, 3 to 20 CPU-seconds each
+on the suite's 2-core machines (the pages' commands are about 70 runs).
+
+One server per environment: a server is started with the environment of the runs it serves, so whatever torch or
+a library reads from the environment when it is imported (OMP_NUM_THREADS, TRITON_INTERPRET, HF_HUB_OFFLINE, ...)
+is what a fresh process with that environment would read. The child gets the command's argv, sys.path[0] (the
+script's folder), a current folder, stdin from /dev/null and stdout/stderr to files; it exits as Python would: the
+script's SystemExit code, 1 after a traceback on stderr, atexit handlers run first. Nothing of torch runs in the
+server before it forks (no thread pool, no CUDA), so the fork is safe.
+"""
+
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+PRELOAD = ["torch", "torch._dynamo", "torch._inductor.compile_fx", "transformers", "matplotlib.pyplot"]
+
+SERVER = r"""
+import importlib, json, os, runpy, signal, sys, time
+for name in json.loads(sys.argv[1]):
+    try:
+        importlib.import_module(name)
+    except Exception:  # not installed here: the child imports what it needs itself
+        pass
+requests, replies = sys.stdin, sys.stdout
+sys.stdout = sys.stderr  # nothing of an import may write into the replies
+
+def child(req):
+    os.setsid()  # its own process group: a timeout kills what it started too
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    for fd, path in ((1, req["stdout"]), (2, req["stderr"])):
+        f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(f, fd)
+        os.close(f)
+    sys.stdin = open(0, closefd=False)
+    sys.stdout = open(1, "w", closefd=False)
+    sys.stderr = open(2, "w", closefd=False, errors="backslashreplace")
+    os.environ.clear()
+    os.environ.update(req["env"])
+    os.chdir(req["cwd"])
+    code = 0
+    try:
+        if req["module"]:
+            sys.argv = [req["module"], *req["args"]]
+            sys.path[0] = os.getcwd()
+            runpy.run_module(req["module"], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = [req["script"], *req["args"]]
+            sys.path[0] = os.path.dirname(os.path.abspath(req["script"]))
+            runpy.run_path(req["script"], run_name="__main__")
+    except SystemExit as e:
+        if e.code is None:
+            code = 0
+        elif isinstance(e.code, int):
+            code = e.code
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
+    except BaseException as e:
+        import traceback
+        tb = e.__traceback__  # from the script's own frames on, as Python prints it: not this server's, not runpy's
+        while tb is not None and tb.tb_frame.f_code.co_filename in ("<string>", "<frozen runpy>", runpy.__file__):
+            tb = tb.tb_next
+        traceback.print_exception(type(e), e, tb)
+        code = 1
+    try:
+        import atexit
+        atexit._run_exitfuncs()
+    finally:
+        for f in (sys.stdout, sys.stderr, sys.__stderr__):
+            try:
+                f.flush()
+            except Exception:
+                pass
+        os._exit(code & 0xFF)
+
+for line in requests:
+    req = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        child(req)
+    deadline, status = time.monotonic() + req["timeout"], None
+    while status is None:
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            status = os.waitstatus_to_exitcode(st)
+        elif time.monotonic() > deadline:
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            status = "timeout"
+        else:
+            time.sleep(0.02)
+    replies.write(json.dumps({"code": status}) + "\n")
+    replies.flush()
+"""
+
+
+class _Server:
+    def __init__(self, env: dict):
+        self.proc = subprocess.Popen([sys.executable, "-c", SERVER, json.dumps(PRELOAD)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+        self.busy = threading.Lock()
+
+    def run(self, req: dict):
+        """The child's exit status (or "timeout"); the caller holds self.busy."""
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the zygote server died")
+        return json.loads(line)["code"]
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+_servers: dict[str, list[_Server]] = {}
+_servers_lock = threading.Lock()
+
+
+# Set by pytest for each test: a server's environment is the same without it (the child gets the run's own).
+VOLATILE = {"PYTEST_CURRENT_TEST"}
+
+
+def _idle_server(env: dict) -> _Server:
+    """A server of this environment that no other thread is using (its `busy` lock taken), a new one if none is."""
+    env = {k: v for k, v in env.items() if k not in VOLATILE}
+    key = json.dumps(sorted(env.items()))
+    with _servers_lock:
+        pool = _servers.setdefault(key, [])
+        pool[:] = [s for s in pool if s.proc.poll() is None]
+        for s in pool:
+            if s.busy.acquire(blocking=False):
+                return s
+        s = _Server(env)
+        s.busy.acquire()
+        pool.append(s)
+        return s
+
+
+def close_all() -> None:
+    with _servers_lock:
+        for pool in _servers.values():
+            for s in pool:
+                s.close()
+        _servers.clear()
+
+
+def what_runs(cmd: list[str]) -> tuple[str | None, str | None, list[str]] | None:
+    """(script, module, args) of `python SCRIPT ARGS` or `python -m MODULE ARGS` with this interpreter (or
+    `uv run --frozen SCRIPT.py ARGS`, this interpreter's project); None for anything else."""
+    start = 3 if len(cmd) > 3 and Path(cmd[0]).name == "uv" and cmd[1:3] == ["run", "--frozen"] else \
+        1 if cmd and cmd[0] == sys.executable else None
+    if start is None or len(cmd) <= start:
+        return None
+    rest = cmd[start:]
+    if start == 3 and rest[0] == "python":
+        rest = rest[1:]
+    elif start == 3 and not rest[0].endswith(".py"):
+        return None  # a console script (torchrun, pytest): a process of its own
+    if rest and rest[0] == "-m" and len(rest) > 1:
+        return None, rest[1], rest[2:]
+    if rest and rest[0].endswith(".py"):
+        return rest[0], None, rest[1:]
+    return None
+
+
+def _may_see_a_gpu(env: dict) -> bool:
+    """A run that may use CUDA gets a process of its own: CUDA does not survive a fork once a parent has touched it."""
+    if env.get("CUDA_VISIBLE_DEVICES") == "":
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def run(cmd: list[str], env: dict, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+    """subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout), through a server
+    where `cmd` is a Python script or module (what_runs) on the CPU, else as a process of its own."""
+    what = what_runs(cmd)
+    if what is None or _may_see_a_gpu(env):
+        return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env)
+    script, module, args = what
+    with tempfile.TemporaryDirectory(prefix="zygote-") as tmp:
+        out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
+        server = _idle_server(env)
+        try:
+            code = server.run({"script": script, "module": module, "args": args, "cwd": str(cwd), "env": env,
+                               "stdout": str(out), "stderr": str(err), "timeout": timeout})
+        finally:
+            server.busy.release()
+        stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
+    if code == "timeout":
+        raise subprocess.TimeoutExpired(cmd, timeout, stdout, stderr)
+    return subprocess.CompletedProcess(cmd, code, stdout, stderr)
+
