@@ -636,8 +636,7 @@ def _geglu(x2d, w_gate, w_up, use_tma, kernel, config, save_gu):
     x2d, w_gate, w_up = x2d.contiguous(), w_gate.contiguous(), w_up.contiguous()
     M, K = x2d.shape
     N = w_gate.shape[0]
-    m = torch.empty((M, N), device=x2d.device, dtype=x2d.dtype)
-    g, u = (torch.empty_like(m), torch.empty_like(m)) if save_gu else (None, None)
+    m, g, u = (torch.empty((M, N), device=x2d.device, dtype=x2d.dtype) if save_gu or i == 0 else None for i in range(3))
     if M == 0:
         return m, g, u
     upcast, cfg = _upcast_needed(x2d), config or cfg or default_config(path, M)
