@@ -298,11 +298,13 @@ def fused_vs_peers(r):
 
 def markdown(record):
     """The record as a markdown table (written beside it as .md): per case, each variant's µs, its fraction of the
-    floor and its peak memory; "—" where a variant did not run."""
-    rows = ["| case | floor | " + " | ".join(VARIANTS) + " | fused vs best peer |", "| --- " * (len(VARIANTS) + 3) + "|"]
+    floor and its peak memory; "—" where a variant did not run. A column per variant the run asked for (timed or
+    skipped somewhere), so a record made before a variant existed reads as it did."""
+    asked = [name for name in VARIANTS if any(name in r["variants"] or name in r["skipped"] for r in record["shapes"])]
+    rows = ["| case | floor | " + " | ".join(asked) + " | fused vs best peer |", "| --- " * (len(asked) + 3) + "|"]
     for r in record["shapes"]:
         cells = []
-        for name in VARIANTS:
+        for name in asked:
             v = r["variants"].get(name)
             peak = "" if v is None or v["peak_mib"] is None else f", {v['peak_mib']:,.0f} MiB"
             cells.append("—" if v is None else f"{v['median_us']:,.1f} µs ({v['of_floor']:.2f}{peak})")

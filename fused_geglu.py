@@ -43,9 +43,13 @@ long as the GPU work itself (bench.py's "host µs" line; the machine's host spee
 Under torch.compile the two ops are `torch.library.triton_op`s: their bodies are traced, and the kernels
 enter Inductor's graph through `wrap_triton`, so a compiled model launches them from generated code.
 
-Training: `geglu_op`'s backward saves only x and recomputes g and u with two cuBLAS GEMMs; one Triton kernel,
-`_geglu_backward_kernel`, then reads grad_m, g and u once and writes grad_g and grad_u (fp32 math), where
-PyTorch ops would take several passes over [M, hidden]. `bench_train.py` times it against eager, compile and Liger.
+Training: with SAVE_GU the tiled kernels' epilogue also stores g and u (in x's dtype) from the accumulators that made
+m, and backward uses them; FusedGeGLUMLP(recompute=True) saves only x and recomputes them with two cuBLAS GEMMs
+instead (less memory, two more GEMMs). Either way one Triton kernel, `_geglu_backward_kernel`, reads grad_m, g and u
+once and writes grad_g and grad_u over g and u (fp32 math), where PyTorch ops would take several passes over
+[M, hidden]. Eager training calls the launchers from a plain autograd.Function (torch.library's dispatch costs more
+host time than the launches); torch.compile sees the triton_ops. `bench_train.py` times both modes against eager,
+compile and Liger.
 
 Read `bench.py` for the timings. `geglu()` is the bare launcher, `FusedGeGLUMLP` the nn.Module whose
 parameters carry the same names as `SimpleGeGLUMLP` in 03_simple_mlp.py.
