@@ -716,21 +716,30 @@ def _geglu_backward_kernel(grad_m_ptr, g_ptr, u_ptr, grad_g_ptr, grad_u_ptr, n, 
 BACKWARD_BLOCK = 1024  # elements per program: 8 per thread at 4 warps, 16-byte bf16 loads
 
 
+def _torch_backward(grad_m, g, u):
+    """(grad_g, grad_u) in fp32 PyTorch ops: for a CPU without the interpreter."""
+    dm, gf, uf = grad_m.float(), g.float(), u.float()  # fp32 g and u are g and u themselves: both read first
+    return torch.ops.aten.gelu_backward(dm * uf, gf, approximate="tanh"), dm * F.gelu(gf, approximate="tanh")
+
+
+def _launch_backward(grad_m, g, u, grad_g, grad_u):
+    """The kernel over contiguous g and u, into grad_g and grad_u (which may be g and u themselves)."""
+    if g.numel():
+        _launch(_geglu_backward_kernel, (_cdiv(g.numel(), BACKWARD_BLOCK),),
+                (grad_m.contiguous(), g, u, grad_g, grad_u, g.numel()), BLOCK=BACKWARD_BLOCK, num_warps=4, num_stages=1)
+
+
 def backward_in_place(grad_m, g, u):
     """Of m = gelu_tanh(g) * u, in place: g becomes grad_g and u grad_u. One Triton kernel (fp32 math; each element
     read before its gradient is written over it); on a CPU without the interpreter the same in fp32 PyTorch ops."""
     if g.device.type != "cuda" and not INTERPRET:
-        dm, gf, uf = grad_m.float(), g.float(), u.float()  # fp32 g and u are g and u themselves: both first
-        grad_g, grad_u = torch.ops.aten.gelu_backward(dm * uf, gf, approximate="tanh"), dm * F.gelu(gf, approximate="tanh")
+        grad_g, grad_u = _torch_backward(grad_m, g, u)
         g.copy_(grad_g)
         u.copy_(grad_u)
         return
     if not (g.is_contiguous() and u.is_contiguous()):
         raise ValueError("geglu_backward_ writes the gradients over g and u: both must be contiguous")
-    grad_m = grad_m.contiguous()
-    if g.numel():
-        _launch(_geglu_backward_kernel, (_cdiv(g.numel(), BACKWARD_BLOCK),), (grad_m, g, u, g, u, g.numel()),
-                BLOCK=BACKWARD_BLOCK, num_warps=4, num_stages=1)
+    _launch_backward(grad_m, g, u, g, u)
     # A kernel's writes bump no version counter: autograd must see g and u as changed (saved ones are re-read by a
     # second backward through the same graph, which the check then refuses)
     torch.autograd.graph.increment_version(g)
@@ -740,7 +749,7 @@ def backward_in_place(grad_m, g, u):
 @torch.library.custom_op("fused_geglu::geglu_backward_", mutates_args=("g", "u"))
 def geglu_backward_(grad_m: torch.Tensor, g: torch.Tensor, u: torch.Tensor) -> None:
     """backward_in_place as a custom op, so torch.compile can trace the backward (AOTAutograd functionalizes the
-    mutation)."""
+    mutation; where g and u are made inside the backward graph, Inductor writes over them)."""
     backward_in_place(grad_m, g, u)
 
 
@@ -749,14 +758,25 @@ def _(grad_m, g, u):
     return None
 
 
-def _gradients(needs, grad_m, x2d, w_gate, w_up, g, u, in_place):
-    """(grad_x, grad_w_gate, grad_w_up), each None where `needs` says no: in_place turns g and u into their gradients
-    (no new [M, hidden] buffers at the peak), then the gradients' GEMMs; x's two summed in one addmm."""
-    in_place(grad_m, g, u)
+@torch.library.triton_op("fused_geglu::geglu_backward", mutates_args=())
+def geglu_backward_op(grad_m: torch.Tensor, g: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(grad_g, grad_u) as new tensors, for a compiled graph whose g and u were saved by forward: those are inputs of
+    the backward graph, which Inductor may not write over, so the in-place op would cost it a copy of both first."""
+    if g.device.type != "cuda" and (not INTERPRET or _tracing(g)):
+        return tuple(t.to(g.dtype) for t in _torch_backward(grad_m, g, u))
+    g, u = g.contiguous(), u.contiguous()
+    grad_g, grad_u = torch.empty_like(g), torch.empty_like(u)
+    _launch_backward(grad_m, g, u, grad_g, grad_u)
+    return grad_g, grad_u
+
+
+def _gradients(needs, x2d, w_gate, w_up, grad_g, grad_u):
+    """(grad_x, grad_w_gate, grad_w_up) from g's and u's gradients, each None where `needs` says no: the gradients'
+    GEMMs, x's two summed in one addmm."""
     need_x, need_wg, need_wu = needs
-    return (torch.addmm(g @ w_gate, u, w_up) if need_x else None,
-            g.T @ x2d if need_wg else None,
-            u.T @ x2d if need_wu else None)
+    return (torch.addmm(grad_g @ w_gate, grad_u, w_up) if need_x else None,
+            grad_g.T @ x2d if need_wg else None,
+            grad_u.T @ x2d if need_wu else None)
 
 
 def _recompute_gu(x2d, w_gate, w_up):
@@ -771,8 +791,9 @@ def _geglu_setup_context(ctx, inputs, output):
 
 def _geglu_backward(ctx, grad_m):
     x2d, w_gate, w_up = ctx.saved_tensors
-    return _gradients(ctx.needs_input_grad, grad_m, x2d, w_gate, w_up, *_recompute_gu(x2d, w_gate, w_up),
-                      geglu_backward_)
+    g, u = _recompute_gu(x2d, w_gate, w_up)
+    geglu_backward_(grad_m, g, u)  # in place: g and u are the graph's own, two [M, hidden] buffers fewer at the peak
+    return _gradients(ctx.needs_input_grad, x2d, w_gate, w_up, g, u)
 
 
 geglu_op.register_autograd(_geglu_backward, setup_context=_geglu_setup_context)
@@ -787,7 +808,7 @@ def _saving_setup_context(ctx, inputs, output):
 
 def _saving_backward(ctx, grad_m, _grad_g, _grad_u):
     x2d, w_gate, w_up, g, u = ctx.saved_tensors
-    return _gradients(ctx.needs_input_grad, grad_m, x2d, w_gate, w_up, g, u, geglu_backward_)
+    return _gradients(ctx.needs_input_grad, x2d, w_gate, w_up, *geglu_backward_op(grad_m, g, u))
 
 
 geglu_saving_gu_op.register_autograd(_saving_backward, setup_context=_saving_setup_context)
@@ -813,7 +834,8 @@ class _TrainingGeGLU(torch.autograd.Function):
     def backward(ctx, grad_m):
         x2d, w_gate, w_up, *gu = ctx.saved_tensors
         g, u = gu or _recompute_gu(x2d, w_gate, w_up)
-        return *_gradients(ctx.needs_input_grad[:3], grad_m, x2d, w_gate, w_up, g, u, backward_in_place), None
+        backward_in_place(grad_m, g, u)  # eager: saved or not, g and u are written over (no new [M, hidden] buffers)
+        return *_gradients(ctx.needs_input_grad[:3], x2d, w_gate, w_up, g, u), None
 
 
 def _training_geglu(x2d, w_gate, w_up, recompute):

@@ -1,7 +1,7 @@
-"""The fused MLP's backward: its pointwise kernel (backward_in_place, and the op geglu_backward_) against fp64 autograd
-of gelu_tanh(g) * u, and the whole FusedGeGLUMLP's gradients in both training modes (g and u saved by the forward
-kernel, or recomputed) against fp32 autograd of the eager MLP; what each mode saves for backward, counted by autograd's
-saved-tensor hooks; which path eager and compiled training take.
+"""The fused MLP's backward: its pointwise kernel (backward_in_place and the op geglu_backward_, in place; the op
+geglu_backward, out of place) against fp64 autograd of gelu_tanh(g) * u, and the whole FusedGeGLUMLP's gradients in
+both training modes (g and u saved by the forward kernel, or recomputed) against fp32 autograd of the eager MLP; what
+each mode saves for backward, counted by autograd's saved-tensor hooks; which path eager and compiled training take.
 
 CPU: the Triton kernel under Triton's interpreter, in a child process (TRITON_INTERPRET must be set before Triton
 decorates a kernel, and must not leak into other modules), at tiny odd shapes; the CPU fallback (no interpreter) in
@@ -54,9 +54,13 @@ def pointwise_case(M, N, dt, scale=1.0):
     dm, g, u = (torch.randn(M, N).mul(scale).to(DTYPES[dt]) for _ in range(3))
     grad_g, grad_u = backward(dm, g, u)
     ref_g, ref_u = reference(dm, g, u)
+    kept = g.clone(), u.clone()
+    op_g, op_u = fg.geglu_backward_op(dm, g, u)  # out of place: new tensors, g and u as they were
     return dict(err_g=rel(grad_g, ref_g), err_u=rel(grad_u, ref_u), shape=list(grad_g.shape),
-                dtypes=[str(grad_g.dtype), str(grad_u.dtype)], want_dtype=str(DTYPES[dt]),
-                finite=bool(torch.isfinite(grad_g).all() and torch.isfinite(grad_u).all()))
+                dtypes=[str(t.dtype) for t in (grad_g, grad_u, op_g, op_u)], want_dtype=str(DTYPES[dt]),
+                finite=bool(torch.isfinite(grad_g).all() and torch.isfinite(grad_u).all()),
+                op_err=max(rel(op_g, ref_g), rel(op_u, ref_u)), op_shape=list(op_g.shape),
+                op_kept_inputs=bool(torch.equal(g, kept[0]) and torch.equal(u, kept[1])))
 
 def second_backward_refused(tokens, device):
     # the default mode's backward writes over the saved g and u: a second one through the graph must be refused
@@ -129,8 +133,9 @@ POINTWISE = [f"pointwise-{dt}-{s}" for dt in ("bf16", "fp32") for s in ("37x57",
 def test_pointwise_kernel_interpreted(interpreted, case):
     r = interpreted[case]
     dt, shape = case.split("-")[1:]
-    assert r["shape"] == [int(d) for d in shape.split("x")] and r["dtypes"] == [r["want_dtype"]] * 2
-    assert r["finite"] and r["err_g"] < TOL[dt] and r["err_u"] < TOL[dt], r
+    assert r["shape"] == r["op_shape"] == [int(d) for d in shape.split("x")] and r["dtypes"] == [r["want_dtype"]] * 4
+    assert r["finite"] and r["err_g"] < TOL[dt] and r["err_u"] < TOL[dt] and r["op_err"] < TOL[dt], r
+    assert r["op_kept_inputs"], r
 
 
 def test_pointwise_kernel_far_out_stays_finite(interpreted):
@@ -157,7 +162,8 @@ def test_module_gradients_interpreted(interpreted, case):
 def test_cpu_fallback_matches_fp64(dt):
     torch.manual_seed(0)
     r = namespace["pointwise_case"](37, 57, dt)
-    assert r["finite"] and r["dtypes"] == [r["want_dtype"]] * 2 and r["err_g"] < TOL[dt] and r["err_u"] < TOL[dt], r
+    assert r["finite"] and r["dtypes"] == [r["want_dtype"]] * 4 and r["err_g"] < TOL[dt] and r["err_u"] < TOL[dt], r
+    assert r["op_err"] < TOL[dt] and r["op_kept_inputs"], r
 
 
 @pytest.mark.skipif(fused_geglu.INTERPRET or torch.cuda.is_available(), reason="CPU without the interpreter only")
@@ -170,25 +176,42 @@ def test_cpu_module_gradients(recompute):
 
 
 def _graph_ops(module, x):
-    """The torch.ops a compiled training step's Dynamo graph calls, and x's gradient (aot_eager: AOTAutograd traces
-    the backward too, no Inductor)."""
-    seen = set()
+    """{"dynamo" | "forward" | "backward": the ops each graph of a compiled training step calls (an op that an
+    auto-functionalized in-place op wraps counts too)}, after running it (aot_eager: AOTAutograd's graphs, no
+    Inductor)."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    graphs = {}
+
+    def record(kind, gm):
+        nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
+        graphs[kind] = {str(n.target) for n in nodes} | {str(a) for n in nodes for a in n.args
+                                                         if isinstance(a, torch._ops.OpOverload)}
+
+    def compiler(kind):
+        def compile_(gm, example_inputs):
+            record(kind, gm)
+            return make_boxed_func(gm.forward)
+        return compile_
+
+    aot = aot_autograd(fw_compiler=compiler("forward"), bw_compiler=compiler("backward"))
 
     def backend(gm, example_inputs):
-        seen.update(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
-        return aot_eager(gm, example_inputs)
+        record("dynamo", gm)
+        return aot(gm, example_inputs)
 
-    from torch._dynamo.backends.debugging import aot_eager
     torch.compile(module, backend=backend, fullgraph=True)(x).square().sum().backward()
-    return seen
+    return graphs
 
 
 @pytest.mark.parametrize("recompute, op", [(False, "fused_geglu.geglu_saving_gu.default"),
                                            (True, "fused_geglu.geglu.default")])
 def test_compiled_training_traces_the_ops(recompute, op):
     """torch.compile sees each mode as its op (Dynamo cannot trace the launchers' host-side choices; eager training
-    goes around the ops) and traces the backward through the in-place op (AOTAutograd functionalizes its mutation):
-    a compiled training step gives eager's gradients (CPU fallback ops here)."""
+    goes around the ops). In backward, recompute=True writes over the g and u it made (the in-place op, which
+    AOTAutograd functionalizes); the default's g and u come from forward, inputs of the backward graph, so its
+    backward makes new tensors (geglu_backward, traced through here) and nothing in the graph is in place. A compiled
+    training step gives eager's gradients (CPU fallback ops here)."""
     torch.manual_seed(0)
     dim, hidden = 24, 40
     eager = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP(dim, hidden)
@@ -197,8 +220,9 @@ def test_compiled_training_traces_the_ops(recompute, op):
     x = torch.randn(7, dim)
     xe, xc = x.clone().requires_grad_(), x.clone().requires_grad_()
     eager(xe).square().sum().backward()
-    ops = _graph_ops(fused, xc)
-    assert op in ops and not {o for o in ops if o.startswith("fused_geglu.")} - {op}, ops
+    graphs = _graph_ops(fused, xc)
+    assert op in graphs["dynamo"] and not {o for o in graphs["dynamo"] if o.startswith("fused_geglu.")} - {op}
+    assert ("fused_geglu.geglu_backward_.default" in graphs["backward"]) == recompute, graphs["backward"]
     for (name, pe), pc in zip(eager.named_parameters(), fused.parameters()):
         assert torch.allclose(pc.grad, pe.grad, rtol=1e-5, atol=1e-6), name
     assert torch.allclose(xc.grad, xe.grad, rtol=1e-5, atol=1e-6)
@@ -211,7 +235,7 @@ def test_eager_training_goes_around_the_dispatcher(recompute, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a custom op was called in eager training")
 
-    for name in ("geglu_op", "geglu_saving_gu_op", "geglu_backward_"):
+    for name in ("geglu_op", "geglu_saving_gu_op", "geglu_backward_", "geglu_backward_op"):
         monkeypatch.setattr(fused_geglu, name, refuse)
     fused = fused_geglu.FusedGeGLUMLP(8, 16, recompute=recompute)
     x = torch.randn(5, 8, requires_grad=True)
@@ -334,6 +358,7 @@ def test_gpu_pointwise_kernel(dt, shape):
     with torch.device("cuda"):
         r = namespace["pointwise_case"](*shape, dt)
     assert r["finite"] and r["err_g"] < TOL[dt] and r["err_u"] < TOL[dt], r
+    assert r["op_err"] < TOL[dt] and r["op_kept_inputs"] and r["dtypes"] == [r["want_dtype"]] * 4, r
 
 
 @cuda
