@@ -48,8 +48,8 @@ m, and backward uses them; FusedGeGLUMLP(recompute=True) saves only x and recomp
 instead (less memory, two more GEMMs). Either way one Triton kernel, `_geglu_backward_kernel`, reads grad_m, g and u
 once and writes grad_g and grad_u over g and u (fp32 math), where PyTorch ops would take several passes over
 [M, hidden]. Eager training calls the launchers from a plain autograd.Function (torch.library's dispatch costs more
-host time than the launches); torch.compile sees the triton_ops. `bench_train.py` times both modes against eager,
-compile and Liger.
+host time than the launches); torch.compile sees the ops (and, for saved g and u, an out-of-place backward op).
+`bench_train.py` times both modes against eager, compile and Liger.
 
 Read `bench.py` for the timings. `geglu()` is the bare launcher, `FusedGeGLUMLP` the nn.Module whose
 parameters carry the same names as `SimpleGeGLUMLP` in 03_simple_mlp.py.
