@@ -640,7 +640,8 @@ def _geglu(x2d, w_gate, w_up, use_tma, kernel, config, save_gu):
     x2d, w_gate, w_up = x2d.contiguous(), w_gate.contiguous(), w_up.contiguous()
     M, K = x2d.shape
     N = w_gate.shape[0]
-    m, g, u = (torch.empty((M, N), device=x2d.device, dtype=x2d.dtype) if save_gu or i == 0 else None for i in range(3))
+    m = torch.empty((M, N), device=x2d.device, dtype=x2d.dtype)
+    g, u = (torch.empty((M, N), device=x2d.device, dtype=x2d.dtype) for _ in "gu") if save_gu else (None, None)
     if M == 0:
         return m, g, u
     upcast, cfg = _upcast_needed(x2d), config or cfg or default_config(path, M)
@@ -660,7 +661,9 @@ def _geglu(x2d, w_gate, w_up, use_tma, kernel, config, save_gu):
     else:
         cfg = {k: v for k, v in cfg.items() if k not in ("FLATTEN", "ONE_DOT")}  # the TMA kernel's only
         _launch(_geglu_pointer_kernel, (_cdiv(M, cfg["BM"]) * _cdiv(N, cfg["BN"]),),
-                (x2d, w_gate, w_up, m, *((g, u) if save_gu else (m, m)), M, N, K, x2d.stride(0), w_gate.stride(0),
+                # Without SAVE_GU, g and u are never written: x2d stands in (not m, so that torch.compile's analysis of
+                # what a kernel writes never sees one output under three names)
+                (x2d, w_gate, w_up, m, *((g, u) if save_gu else (x2d, x2d)), M, N, K, x2d.stride(0), w_gate.stride(0),
                  w_up.stride(0), m.stride(0)),
                 DOT_PRECISION=_precision(x2d), UPCAST=upcast, FAST_TANH=_fast_tanh(x2d), SAVE_GU=save_gu, **cfg)
     return m, g, u

@@ -872,6 +872,13 @@ def test_traced_launches_go_through_wrap_triton(monkeypatch, M, kernels):
     if M == 1:  # down_proj splits K: its workspace is made in the graph, the counters zeroed there
         (_, grid, args, meta), = [w for w in wrapped if w[0] == "_linear_small_m_kernel"]
         assert grid[2] == meta["SPLIT_K"] > 1 and args[3] is not args[2]
+    else:  # the pointer kernel: no output under two names (the stand-ins for g and u are x); training's stores g, u
+        with FakeTensorMode():
+            saved = fused_geglu.geglu_saving_gu(x, w_gate, w_up)
+        (_, _, args, meta), (_, _, saving_args, saving_meta) = wrapped[0], wrapped[-1]
+        assert meta["SAVE_GU"] is False and args[4] is args[5] is args[0] and args[3] is not args[0]
+        assert saving_meta["SAVE_GU"] is True and all(a is t for a, t in zip(saving_args[3:6], saved, strict=True))
+        assert len({id(t) for t in saved}) == 3
 
 
 def test_the_tuned_table_can_send_the_module_to_cublas_and_04_past_it(monkeypatch, capsys):
