@@ -70,7 +70,10 @@ for dt in ("bf16", "fp16"):
         x = torch.randn(M, K).to(DTYPES[dt])
         wg, wu = (torch.randn(N, K).div(K ** 0.5).to(DTYPES[dt]) for _ in range(2))
         m = fg.geglu(x, wg, wu, kernel="tma", config=dict(fg.INTERPRETER_CONFIG, ONE_DOT=True))
-        emit(f"onedot-{dt}-{M}x{K}x{N}", err=rel(m, ref_geglu(x, wg, wu)), shape=list(m.shape))
+        saving = fg.geglu_saving_gu(x, wg, wu, kernel="tma", config=dict(fg.INTERPRETER_CONFIG, ONE_DOT=True))
+        emit(f"onedot-{dt}-{M}x{K}x{N}", err=rel(m, ref_geglu(x, wg, wu)), shape=list(m.shape),
+             saving_errs=[rel(saving[0], ref_geglu(x, wg, wu)), rel(saving[1], x.double() @ wg.double().T),
+                          rel(saving[2], x.double() @ wu.double().T)])
 
 # Training's forward: the tiled kernels' epilogue also stores g and u (SAVE_GU); at small M, F.linear makes them.
 for dt in ("bf16", "fp32"):
@@ -215,6 +218,7 @@ def test_tma_one_dot_variant_interpreted(interpreted, case):
     r = interpreted[case]
     M, K, N = map(int, case.split("-")[2].split("x"))
     assert r["shape"] == [M, N] and r["err"] < TOL[case.split("-")[1]], r
+    assert len(r["saving_errs"]) == 3 and max(r["saving_errs"]) < TOL[case.split("-")[1]], r  # m, g, u with SAVE_GU
 
 
 def test_extreme_inputs_stay_finite(interpreted):
