@@ -130,7 +130,7 @@ def mlp_maker(kind, config, run):
     if not is_geglu(config):
         raise common.Fail(f"--mlp {kind} replaces a GeGLU MLP (gelu_pytorch_tanh); this config's is "
                           f"{getattr(config, 'hidden_act', '?')}")
-    if not run.cuda and not (kind == "fused" and os.environ.get("TRITON_INTERPRET") == "1"):
+    if not run.cuda and not (kind in ("fused", "fused-recompute") and os.environ.get("TRITON_INTERPRET") == "1"):
         raise common.Fail(f"--mlp {kind} runs a Triton kernel, which needs a CUDA GPU; on this machine use --mlp eager")
     try:
         if kind == "liger":
@@ -138,8 +138,8 @@ def mlp_maker(kind, config, run):
         else:
             from fused_geglu import FusedGeGLUMLP
 
-            def make(c):
-                return FusedGeGLUMLP(c.hidden_size, c.intermediate_size)
+            def make(c):  # fused-recompute: 07_train_step.py's other training mode
+                return FusedGeGLUMLP(c.hidden_size, c.intermediate_size, recompute=kind == "fused-recompute")
     except ImportError as e:
         raise common.Fail(f"--mlp {kind} needs the {e.name or '?'} package, which is not installed here") from None
     return make

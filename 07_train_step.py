@@ -20,14 +20,16 @@ What to look for (guess first, then look; all but the last are checked after the
 - backward's GEMMs do about twice forward's FLOPs: each GEMM of forward (x @ W) has two in backward, the
   gradient of its input and the gradient of its weight. (The MLP's input stands for the previous layer's
   output, so it wants a gradient too.) With --checkpoint about three times: the forward runs again inside
-  backward. Not counted with --mlp fused: its GEMMs are inside a Triton kernel, no aten op.
+  backward. Not counted with --mlp fused or fused-recompute: their gate and up GEMMs are inside a Triton kernel,
+  no aten op.
 - backward runs on the autograd engine's own thread on a GPU (on the calling thread on a CPU). torch.profiler
   links each backward op to the forward op that made it; the report lists the slowest backward ops with theirs.
 - the optimizer: a for-loop AdamW runs several ops per parameter, each a kernel on a GPU; foreach a few
   multi-tensor ops (aten::_foreach_*) for all parameters at once; fused one aten::_fused_adamw_, one or two
   kernels at the post's shape. All memory-bound: they read and write the parameters, gradients and two moments.
 - memory (profile_memory=True in every run): the step's peak comes around the end of forward, when every
-  activation saved for backward is alive; with --checkpoint it moves into backward (a layer rebuilt at a time).
+  activation saved for backward is alive; with --checkpoint it moves into backward (a layer rebuilt at a time),
+  and with --mlp fused-recompute it may (the MLP saves no g or u and rebuilds them there).
   With very few tokens the optimizer's temporaries, each the size of a parameter, can top it: then "n/a".
 - a guess to check with two traces, not in one run: --checkpoint lowers the peak once there are several layers
   (--layers 4, or a model): only one layer's activations are rebuilt at a time. With one MLP it saves nothing,
@@ -66,6 +68,8 @@ IMPLEMENTATIONS = {"for-loop": {"foreach": False}, "foreach": {"foreach": True},
 # momentum buffer and update.
 OPS_PER_PARAMETER = {"adamw": 3, "sgd": 2}
 SNAPSHOT_ENTRIES = 200_000  # allocation events the CUDA memory snapshot keeps (the last ones)
+# fused_geglu.FusedGeGLUMLP's two training modes: g and u saved by the forward kernel, or recomputed in backward
+FUSED = {"fused": False, "fused-recompute": True}  # --mlp -> its recompute=
 
 
 class MLPStack(nn.Module):
@@ -86,13 +90,14 @@ class MLPStack(nn.Module):
 def expectations(args, params, param_bytes):
     """Guess first, then look: checked against the trace after the run."""
     out = [it.steps(args.active, "train_step"), training.phases_present()]
-    if args.mlp != "fused":  # the fused kernel's GEMMs are no aten op: the trace cannot count their FLOPs
+    if args.mlp not in FUSED:  # the fused kernel's GEMMs are no aten op: the trace cannot count their FLOPs
         out.append(training.backward_flops(2.25, 3.5, "--checkpoint: input and weight gradients, and the "
                                            "checkpointed forward once more") if args.checkpoint else
                    training.backward_flops(1.5, 2.5, "a gradient for each GEMM's input and one for its weight"))
     out.append(training.optimizer_kind(args.optim_impl, params, OPS_PER_PARAMETER[args.optimizer]))
     out.append(training.peak_after_forward(args.checkpoint, param_bytes,
-                                           "the fused MLP (g and u)" if args.mlp == "fused" else None))
+                                           "the fused MLP with recompute=True (g and u)"
+                                           if args.mlp == "fused-recompute" else None))
     return out
 
 
@@ -133,7 +138,7 @@ def swapped(kind, block, d, h):
         else:
             from fused_geglu import FusedGeGLUMLP
 
-            new = FusedGeGLUMLP(d, h)
+            new = FusedGeGLUMLP(d, h, recompute=FUSED[kind])
     except ImportError as e:
         raise common.Fail(f"--mlp {kind} needs the {e.name or '?'} package, which is not installed here") from None
     new.load_state_dict(block.state_dict())
@@ -173,8 +178,9 @@ def main():
                    help="the post's MLP, or 06_model.py's decoder at a preset (--dim/--hidden then come from it)")
     p.add_argument("--layers", type=common.int_arg(1, 1000), default=None,
                    help="MLPs in a row, or decoder layers (default: 1 MLP; the preset's layers)")
-    p.add_argument("--mlp", choices=["eager", "liger", "fused"], default="eager",
-                   help="the MLP: PyTorch ops, Liger's LigerGEGLUMLP or fused_geglu.FusedGeGLUMLP (CUDA only)")
+    p.add_argument("--mlp", choices=["eager", "liger", *FUSED], default="eager",
+                   help="the MLP: PyTorch ops, Liger's LigerGEGLUMLP or fused_geglu.FusedGeGLUMLP (CUDA only; fused "
+                   "saves g and u for backward, fused-recompute rebuilds them there)")
     p.add_argument("--optimizer", choices=list(OPTIMIZERS), default="adamw")
     p.add_argument("--optim-impl", choices=list(IMPLEMENTATIONS), default="foreach",
                    help="torch.optim's for-loop (foreach=False), foreach=True or fused=True")
@@ -205,7 +211,7 @@ def main():
     run = common.setup(__file__, args, elements=4 * weights + b * s * (L * (4 * h + 6 * d) + 4 * vocab))
     common.describe(run)
     check_optimizer(args, run)
-    if args.mlp == "fused" and run.cuda:  # the kernel it asks to see, at any token count
+    if args.mlp in FUSED and run.cuda:  # the kernel it asks to see, at any token count
         importlib.import_module("fused_geglu").show_the_kernel(run.device, b * s)
 
     if lm:

@@ -4,8 +4,9 @@
     uv run bench_train.py --device cpu           # tiny shapes on the CPU: the same code path, no numbers to quote
 
 MLP (forward + backward): the post's SimpleGeGLUMLP (eager), torch.compile of it, Liger's LigerGEGLUMLP (its own
-fused backward) and this suite's FusedGeGLUMLP (gate, up and GeGLU in one Triton kernel; its backward recomputes
-g and u with two GEMMs and runs the pointwise part in one kernel), all with the same weights, at the post's shape
+fused backward) and this suite's FusedGeGLUMLP (gate, up and GeGLU in one Triton kernel, the pointwise part of its
+backward in one more) in its two training modes: "fused" saves g and u from the forward kernel, "fused-recompute"
+saves neither and recomputes them with two GEMMs in backward. All with the same weights, at the post's shape
 (8192 tokens, 768 -> 3072) and two model sizes. One timed call: the gradients set to None, y = mlp(x),
 y.backward(dy) with a fixed dy; x wants a gradient too (it stands for the previous layer's output, as in
 07_train_step.py). Then the model's training step as 07_train_step.py builds it (06_model.py's decoder, the MLP
@@ -48,7 +49,8 @@ from trace_reader.plot import bench_chart_next_to, flop_rate
 
 train07 = importlib.import_module("07_train_step")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-VARIANTS = ["eager", "compile", "liger", "fused"]
+VARIANTS = ["eager", "compile", "liger", "fused", "fused-recompute"]
+TRITON_VARIANTS = ("liger", "fused", "fused-recompute")
 # The post's MLP, Gemma-2B's and Llama-2-7B's at 4096 tokens; Gemma-2B at 2 layers for the step (as the H200
 # fixtures of 07_train_step.py). On a CPU, shapes that take seconds.
 DEFAULTS = {"cuda": {"shapes": "8192x768x3072,4096x2048x16384,4096x4096x11008", "model": "gemma-2b", "layers": 2,
@@ -222,7 +224,7 @@ def model_case(args, run, ceiling, tol):
     skipped, models = {}, {}
     for name in args.variants:
         mlp = "eager" if name == "compile" else name
-        if mlp in ("liger", "fused") and not run.cuda:
+        if mlp in TRITON_VARIANTS and not run.cuda:
             skipped[name] = NEEDS_CUDA
             continue
         try:
@@ -271,33 +273,44 @@ def model_case(args, run, ceiling, tol):
 def case_lines(r):
     lines = [f"\n{r['label']}: forward {r['forward_flops'] / 1e9:.3g} GFLOP, x3 = {r['flops'] / 1e9:.3g} GFLOP; "
              f"floor {r['floor_us']:.1f} µs (3 x forward FLOPs / GEMM ceiling)",
-             f"  {'variant':<10}{'µs':>11}{'spread':>8}{'of floor':>10}{'vs eager':>10}{'peak MiB':>10}{'grad err':>10}"]
+             f"  {'variant':<16}{'µs':>11}{'spread':>8}{'of floor':>10}{'vs eager':>10}{'peak MiB':>10}{'grad err':>10}"]
     eager = r["variants"].get("eager", {}).get("median_us")
     for name, v in r["variants"].items():
         peak = f"{v['peak_mib']:10.1f}" if v["peak_mib"] is not None else f"{'-':>10}"
         vs = f"{eager / v['median_us']:9.2f}x" if eager else f"{'-':>10}"
-        lines.append(f"  {name:<10}{v['median_us']:11.1f}{bench.spread(v):8.1%}{v['of_floor']:10.2f}{vs}{peak}"
+        lines.append(f"  {name:<16}{v['median_us']:11.1f}{bench.spread(v):8.1%}{v['of_floor']:10.2f}{vs}{peak}"
                      f"{v['grad_rel_err']:10.1e}")
     lines += [f"  skipped: {name}: {why}" for name, why in r["skipped"].items()]
-    if "fused" in r["variants"] and len(r["variants"]) > 1:
-        best, ratio, slower = bench.fused_vs_best(r)
-        lines.append(f"  fused vs best of the others ({best}): {ratio:.2f}x{' SLOWER beyond the spread' if slower else ''}")
+    if (versus := fused_vs_peers(r)) is not None:
+        best, ratio, slower = versus
+        lines.append(f"  fused vs best peer ({best}): {ratio:.2f}x{' SLOWER beyond the spread' if slower else ''}")
     return lines
+
+
+def fused_vs_peers(r):
+    """bench.fused_vs_best against the peers alone (eager, compile, Liger; fused-recompute is the same module in its
+    other mode), or None where fused or every peer is missing."""
+    peers = {name: v for name, v in r["variants"].items() if name != "fused-recompute"}
+    if "fused" not in peers or len(peers) < 2:
+        return None
+    return bench.fused_vs_best({**r, "variants": peers})
 
 
 def markdown(record):
     """The record as a markdown table (written beside it as .md): per case, each variant's µs, its fraction of the
-    floor and its peak memory; "—" where a variant did not run."""
-    rows = ["| case | floor | " + " | ".join(VARIANTS) + " | fused vs best other |", "| --- " * (len(VARIANTS) + 3) + "|"]
+    floor and its peak memory; "—" where a variant did not run. A column per variant the run asked for (timed or
+    skipped somewhere), so a record made before a variant existed reads as it did."""
+    asked = [name for name in VARIANTS if any(name in r["variants"] or name in r["skipped"] for r in record["shapes"])]
+    rows = ["| case | floor | " + " | ".join(asked) + " | fused vs best peer |", "| --- " * (len(asked) + 3) + "|"]
     for r in record["shapes"]:
         cells = []
-        for name in VARIANTS:
+        for name in asked:
             v = r["variants"].get(name)
             peak = "" if v is None or v["peak_mib"] is None else f", {v['peak_mib']:,.0f} MiB"
             cells.append("—" if v is None else f"{v['median_us']:,.1f} µs ({v['of_floor']:.2f}{peak})")
         best = "—"
-        if "fused" in r["variants"] and len(r["variants"]) > 1:
-            other, ratio, slower = bench.fused_vs_best(r)
+        if (versus := fused_vs_peers(r)) is not None:
+            other, ratio, slower = versus
             best = f"{ratio:.2f}×{' (slower: ' + other + ')' if slower else ''}"
         rows.append(f"| {r['label']} | {r['floor_us']:,.1f} µs | " + " | ".join(cells) + f" | {best} |")
     rows += ["", (f"µs per step ({record['timer']}); of floor = 3 x forward FLOPs / GEMM ceiling "

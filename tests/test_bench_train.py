@@ -26,7 +26,7 @@ def record(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bench_train")
     out = tmp / "bt.json"
     code = bench_train.main(["--device", "cpu", "--shapes", "16x8x24,5x8x12", "--layers", "1", "--batch", "1",
-                             "--seq", "8", "--variants", "eager,liger,fused", "--out", str(out)])
+                             "--seq", "8", "--variants", "eager,liger,fused,fused-recompute", "--out", str(out)])
     assert code == 0
     return json.loads(out.read_text()), out
 
@@ -36,10 +36,12 @@ def test_cpu_record_says_cpu_and_its_arithmetic_holds(record):
     assert r["device_type"] == "cpu" and "CPU smoke test" in r["timer"] and r["ceiling_gemm"] == "512x512x512"
     assert out.with_suffix(".txt").exists() and out.with_suffix(".png").exists()
     rows = out.with_suffix(".md").read_text().splitlines()
+    # a column per variant asked for (compile was not), "—" where it did not run; no fused, so no comparison
+    assert rows[0] == "| case | floor | eager | liger | fused | fused-recompute | fused vs best peer |"
     for s, row in zip(r["shapes"], rows[2:5], strict=True):  # the markdown table: the same numbers
         v = s["variants"]["eager"]
-        assert row.startswith(f"| {s['label']} | {s['floor_us']:,.1f} µs | {v['median_us']:,.1f} µs "
-                              f"({v['of_floor']:.2f}) | — | — | — | — |")
+        assert row == (f"| {s['label']} | {s['floor_us']:,.1f} µs | {v['median_us']:,.1f} µs "
+                       f"({v['of_floor']:.2f}) | — | — | — | — |")
     mlp1, mlp2, model = r["shapes"]
     # forward: three GEMMs of tokens x dim x hidden, 2 FLOP per multiply-add
     assert [s["forward_flops"] for s in (mlp1, mlp2)] == [6 * 16 * 8 * 24, 6 * 5 * 8 * 12]
@@ -55,7 +57,7 @@ def test_cpu_record_says_cpu_and_its_arithmetic_holds(record):
         assert v["median_us"] > 0 and v["of_floor"] == pytest.approx(s["floor_us"] / v["median_us"])
         assert v["peak_mib"] is None  # CUDA only
         assert 0 <= v["grad_rel_err"] <= r["grad_tolerance"] == 1e-4  # fp32 on the CPU: the same math as fp32's
-        assert s["skipped"] == {"liger": bench_train.NEEDS_CUDA, "fused": bench_train.NEEDS_CUDA}
+        assert s["skipped"] == {name: bench_train.NEEDS_CUDA for name in ("liger", "fused", "fused-recompute")}
 
 
 def test_gradient_check_at_its_edge():
@@ -74,6 +76,19 @@ def test_gradient_check_at_its_edge():
                           "test")
 
 
+def test_fused_against_its_peers_only():
+    """"fused vs best peer": the best of eager, compile and Liger, never fused-recompute (the same module); none
+    without fused or without a peer. Ratio = the peer's µs / fused's."""
+    def case(**us):
+        return {"variants": {n: {"median_us": t, "rounds_us": [t]} for n, t in us.items()}}
+
+    assert bench_train.fused_vs_peers(case(eager=300.0, fused=200.0, **{"fused-recompute": 100.0})) == (
+        "eager", 1.5, False)
+    assert bench_train.fused_vs_peers(case(eager=300.0, compile=250.0, fused=500.0))[:2] == ("compile", 0.5)
+    assert bench_train.fused_vs_peers(case(fused=200.0, **{"fused-recompute": 100.0})) is None
+    assert bench_train.fused_vs_peers(case(eager=300.0, **{"fused-recompute": 100.0})) is None
+
+
 def test_grad_error_names_a_missing_gradient():
     want = {"a": torch.ones(3), "b": torch.ones(2)}
     assert bench_train.grad_error({"a": torch.ones(3), "b": torch.ones(2) * 1.5}, want) == pytest.approx(
@@ -83,7 +98,8 @@ def test_grad_error_names_a_missing_gradient():
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--variants", "eager,fast"], "--variants: expected a comma-separated list of eager, compile, liger, fused"),
+    (["--variants", "eager,fast"], "--variants: expected a comma-separated list of eager, compile, liger, fused, "
+                                   "fused-recompute, got 'eager,fast'"),
     (["--shapes", "0x8x8"], "--shapes: expected MxDIMxHIDDEN"),
     (["--layers", "0"], "must be between 1 and 1000")])
 def test_bad_flags_are_one_line(tmp_path, capsys, flags, message):
@@ -109,6 +125,6 @@ def test_gpu_every_variant_at_small_shapes(tmp_path):
     r = json.loads(out.read_text())
     assert r["device_type"] == "cuda"
     for s in r["shapes"]:
-        assert {"eager", "fused"} <= set(s["variants"]), s["skipped"]
+        assert {"eager", "fused", "fused-recompute"} <= set(s["variants"]), s["skipped"]
         for v in s["variants"].values():
             assert v["peak_mib"] > 0 and v["grad_rel_err"] <= r["grad_tolerance"]

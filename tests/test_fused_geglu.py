@@ -70,7 +70,23 @@ for dt in ("bf16", "fp16"):
         x = torch.randn(M, K).to(DTYPES[dt])
         wg, wu = (torch.randn(N, K).div(K ** 0.5).to(DTYPES[dt]) for _ in range(2))
         m = fg.geglu(x, wg, wu, kernel="tma", config=dict(fg.INTERPRETER_CONFIG, ONE_DOT=True))
-        emit(f"onedot-{dt}-{M}x{K}x{N}", err=rel(m, ref_geglu(x, wg, wu)), shape=list(m.shape))
+        saving = fg.geglu_saving_gu(x, wg, wu, kernel="tma", config=dict(fg.INTERPRETER_CONFIG, ONE_DOT=True))
+        emit(f"onedot-{dt}-{M}x{K}x{N}", err=rel(m, ref_geglu(x, wg, wu)), shape=list(m.shape),
+             saving_errs=[rel(saving[0], ref_geglu(x, wg, wu)), rel(saving[1], x.double() @ wg.double().T),
+                          rel(saving[2], x.double() @ wu.double().T)])
+
+# Training's forward: the tiled kernels' epilogue also stores g and u (SAVE_GU); at small M, F.linear makes them.
+for dt in ("bf16", "fp32"):
+    for M, K, N, kernel in [(37, 40, 72, "pointer"), (37, 40, 72, "tma"), (5, 40, 72, "small")]:
+        x = torch.randn(M, K).to(DTYPES[dt])
+        wg, wu = (torch.randn(N, K).div(K ** 0.5).to(DTYPES[dt]) for _ in range(2))
+        if kernel == "tma" and dt == "fp32":
+            continue  # TMA: bf16/fp16 only
+        m, g, u = fg.geglu_saving_gu(x, wg, wu, use_tma=None if kernel == "small" else kernel == "tma")
+        emit(f"save-gu-{dt}-{kernel}", path=fg.kernel_path(x, wg, wu, None if kernel == "small" else kernel == "tma"),
+             err=rel(m, ref_geglu(x, wg, wu)), err_g=rel(g, x.double() @ wg.double().T),
+             err_u=rel(u, x.double() @ wu.double().T), shapes=[list(t.shape) for t in (m, g, u)],
+             dtypes=sorted({str(t.dtype) for t in (m, g, u)}), want_dtype=str(DTYPES[dt]))
 
 # The small-M kernels (decode), with and without split-K, at shapes no tile divides; down_proj is the
 # same body without the epilogue.
@@ -123,13 +139,15 @@ with torch.no_grad():
     fused.to(torch.bfloat16)                       # .to() swaps the parameters' storage
     emit("stale-to-bf16", err=rel(fused(x.bfloat16()), eager(x)))
 
-# No tokens: an empty output, as nn.Linear gives, through the kernels' launchers and the training path.
-fused = fg.FusedGeGLUMLP(40, 72)
-with torch.no_grad():
-    shapes = [list(fused(torch.empty(0, 40)).shape), list(fused(torch.empty(2, 0, 40)).shape)]
-x = torch.empty(0, 40, requires_grad=True)
-fused(x).sum().backward()
-emit("no-tokens", shapes=shapes, grad_shape=list(x.grad.shape), weight_grad_zero=bool((fused.gate_proj.weight.grad == 0).all()))
+# No tokens: an empty output, as nn.Linear gives, through the kernels' launchers and both training modes.
+for recompute in (False, True):
+    fused = fg.FusedGeGLUMLP(40, 72, recompute=recompute)
+    with torch.no_grad():
+        shapes = [list(fused(torch.empty(0, 40)).shape), list(fused(torch.empty(2, 0, 40)).shape)]
+    x = torch.empty(0, 40, requires_grad=True)
+    fused(x).sum().backward()
+    emit(f"no-tokens{'-recompute' * recompute}", shapes=shapes, grad_shape=list(x.grad.shape),
+         weight_grad_zero=bool((fused.gate_proj.weight.grad == 0).all()))
 
 # Gradients (the backward recomputes with PyTorch ops) against eager's.
 eager = SimpleGeGLUMLP(40, 72)
@@ -176,7 +194,23 @@ def test_kernel_interpreted(interpreted, case):
 def test_interpreted_cases_are_all_there(interpreted):
     # A case that silently vanished from the child would otherwise go unnoticed.
     assert set(KERNEL_CASES) <= set(interpreted) and set(SMALL_CASES) <= set(interpreted)
+    assert {c for c in interpreted if c.startswith("save-gu-")} == set(SAVE_GU_CASES)
     assert sum("skipped" not in interpreted[c] for c in KERNEL_CASES) == 18
+
+
+SAVE_GU_CASES = ["save-gu-bf16-pointer", "save-gu-bf16-tma", "save-gu-bf16-small", "save-gu-fp32-pointer",
+                 "save-gu-fp32-small"]
+
+
+@pytest.mark.parametrize("case", SAVE_GU_CASES)
+def test_training_forward_saves_g_and_u_interpreted(interpreted, case):
+    """m as inference computes it, and g = x @ Wg^T, u = x @ Wu^T within x's dtype's rounding: from the tiled kernels'
+    epilogue (SAVE_GU), or F.linear where the small-M kernel would run."""
+    r = interpreted[case]
+    dt, kernel = case.split("-")[2:]
+    M = 5 if kernel == "small" else 37
+    assert r["path"] == kernel and r["shapes"] == [[M, 72]] * 3 and r["dtypes"] == [r["want_dtype"]]
+    assert max(r["err"], r["err_g"], r["err_u"]) < TOL[dt], r
 
 
 @pytest.mark.parametrize("case", [f"onedot-{dt}-{s}" for dt in ("bf16", "fp16") for s in ("37x40x72", "64x48x96")])
@@ -184,6 +218,7 @@ def test_tma_one_dot_variant_interpreted(interpreted, case):
     r = interpreted[case]
     M, K, N = map(int, case.split("-")[2].split("x"))
     assert r["shape"] == [M, N] and r["err"] < TOL[case.split("-")[1]], r
+    assert len(r["saving_errs"]) == 3 and max(r["saving_errs"]) < TOL[case.split("-")[1]], r  # m, g, u with SAVE_GU
 
 
 def test_extreme_inputs_stay_finite(interpreted):
@@ -222,14 +257,15 @@ def test_follows_changed_weights(interpreted, case):
     assert interpreted[case]["err"] < (2e-2 if "bf16" in case else 1e-5), interpreted[case]
 
 
-def test_no_tokens_give_an_empty_output_interpreted(interpreted):
-    r = interpreted["no-tokens"]
+@pytest.mark.parametrize("case", ["no-tokens", "no-tokens-recompute"])
+def test_no_tokens_give_an_empty_output_interpreted(interpreted, case):
+    r = interpreted[case]
     assert r["shapes"] == [[0, 40], [2, 0, 40]] and r["grad_shape"] == [0, 40] and r["weight_grad_zero"], r
 
 
-def _check_no_tokens(device):
-    """M = 0 gives an empty [0, dim] output, as nn.Linear does: inference, training, and the two custom ops."""
-    fused = fused_geglu.FusedGeGLUMLP(24, 40).to(device)
+def _check_no_tokens(device, recompute):
+    """M = 0 gives an empty [0, dim] output, as nn.Linear does: inference, training, and the custom ops."""
+    fused = fused_geglu.FusedGeGLUMLP(24, 40, recompute=recompute).to(device)
     linear = torch.nn.Linear(24, 24, bias=False).to(device)
     for x in (torch.empty(0, 24, device=device), torch.empty(3, 0, 24, device=device)):
         with torch.no_grad():
@@ -238,14 +274,18 @@ def _check_no_tokens(device):
     y = fused(x)
     y.sum().backward()
     assert y.shape == (0, 24) and x.grad.shape == (0, 24)
-    assert (fused.gate_proj.weight.grad == 0).all() and (fused.down_proj.weight.grad == 0).all()
+    for w in (fused.gate_proj.weight, fused.up_proj.weight, fused.down_proj.weight):
+        assert w.grad.shape == w.shape and (w.grad == 0).all()
     w = fused.gate_proj.weight.detach()
     m = fused_geglu.geglu_op(x.detach(), w, fused.up_proj.weight.detach())
     assert m.shape == (0, 40) and fused_geglu.down_proj_op(m, fused.down_proj.weight.detach()).shape == (0, 24)
+    saved = fused_geglu.geglu_saving_gu_op(x.detach(), w, fused.up_proj.weight.detach())
+    assert [t.shape for t in saved] == [(0, 40)] * 3
 
 
-def test_no_tokens_give_an_empty_output():
-    _check_no_tokens("cpu")
+@pytest.mark.parametrize("recompute", [False, True])
+def test_no_tokens_give_an_empty_output(recompute):
+    _check_no_tokens("cpu", recompute)
 
 
 def test_backward_matches_eager(interpreted):
@@ -348,8 +388,9 @@ def _has_tma():
 
 
 @cuda
-def test_gpu_no_tokens_give_an_empty_output():
-    _check_no_tokens("cuda")
+@pytest.mark.parametrize("recompute", [False, True])
+def test_gpu_no_tokens_give_an_empty_output(recompute):
+    _check_no_tokens("cuda", recompute)
 
 
 @cuda
@@ -368,6 +409,28 @@ def test_gpu_irregular_shapes(shape, dt):
     _check_gpu(*shape, dt, use_tma=False, tol=TOL[dt])
     if _has_tma() and shape[1] % 8 == 0 and shape[2] % 8 == 0:
         _check_gpu(*shape, dt, use_tma=True, tol=TOL[dt])
+
+
+@cuda
+@pytest.mark.parametrize("shape", [(8192, 768, 3072), (1000, 136, 200), (4097, 768, 3080), (37, 40, 72)])
+@pytest.mark.parametrize("use_tma", [True, False])
+def test_gpu_training_forward_stores_g_and_u(shape, use_tma):
+    """SAVE_GU: g and u as stored equal x @ W^T (fp64 here) within bf16's rounding, every element (the outputs start
+    as NaN: one left unwritten shows); m as inference's kernel gives it."""
+    if use_tma and not _has_tma():
+        pytest.skip("TMA needs compute capability 9.0+")
+    M, K, N = shape
+    x = torch.randn(M, K, device="cuda").bfloat16()
+    wg, wu = (torch.randn(N, K, device="cuda").div(K ** 0.5).bfloat16() for _ in range(2))
+    with pytest.MonkeyPatch.context() as mp:
+        _nan_outputs(mp)
+        m, g, u = fused_geglu.geglu_saving_gu(x, wg, wu, use_tma=use_tma)
+    assert fused_geglu.kernel_path(x, wg, wu, use_tma) == ("tma" if use_tma else "pointer")
+    for got, w in ((g, wg), (u, wu)):
+        ref = x.double() @ w.double().T
+        # bf16 keeps 8 significant bits: rounding moves a value by at most 2^-8 of itself; 1e-4 for the fp32 sums
+        assert got.dtype == torch.bfloat16 and ((got.double() - ref).abs() <= 2 ** -8 * ref.abs() + 1e-4).all()
+    torch.testing.assert_close(m, fused_geglu.geglu(x, wg, wu, use_tma=use_tma))
 
 
 @cuda
@@ -741,6 +804,7 @@ def _ptxas_report(kernel, args, meta):
     signature.update({name: "constexpr" for name in kernel.arg_names[len(args):]})
     compiled = triton.compile(compiler.ASTSource(fn=kernel, signature=signature, constexprs=meta),
                               target=GPUTarget("cuda", 90, 32), options=options)
+    _ptxas_report.shared = compiled.metadata.shared  # bytes of shared memory a program asks for
     ptx = Path(os.environ.get("TMPDIR", "/tmp")) / f"fused_geglu_{os.getpid()}.ptx"
     ptx.write_text(compiled.asm["ptx"])
     try:  # Triton's wheel may carry more than one ptxas; the one that reads this PTX version
@@ -755,22 +819,28 @@ def _ptxas_report(kernel, args, meta):
 
 @pytest.mark.skipif(fused_geglu.INTERPRET or fused_geglu.TensorDescriptor is None, reason="needs Triton's compiler")
 def test_hopper_config_compiles_without_wgmma_serialisation():
-    """The default TMA config, compiled for sm_90a: no spills, and no "wgmma ... serialized" (ptxas C7515), which
-    two accumulators with FLATTEN do get (the check can fail)."""
+    """The default TMA config, compiled for sm_90a, with and without SAVE_GU: no spills, and no "wgmma ... serialized"
+    (ptxas C7515), which two accumulators with FLATTEN do get (the check can fail)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
     M, K, N = 4096, 4096, 11008
     x, w_gate, w_up = torch.empty(M, K, dtype=torch.bfloat16), *(torch.empty(N, K, dtype=torch.bfloat16) for _ in "gu")
     m = torch.empty(M, N, dtype=torch.bfloat16)
 
-    def report(cfg):
+    def report(cfg, save_gu=False):
         BM, BN, BK = cfg["BM"], cfg["BN"], cfg["BK"]
+        m_desc = TensorDescriptor.from_tensor(m, [BM, BN])
         args = (TensorDescriptor.from_tensor(x, [BM, BK]), TensorDescriptor.from_tensor(w_gate, [BN, BK]),
-                TensorDescriptor.from_tensor(w_up, [BN, BK]), TensorDescriptor.from_tensor(m, [BM, BN]), M, N, K)
+                TensorDescriptor.from_tensor(w_up, [BN, BK]), m_desc, m_desc, m_desc, M, N, K)
         return _ptxas_report(fused_geglu._geglu_tma_kernel, args,
-                             dict(NUM_SMS=132, UPCAST=False, FAST_TANH=True, **cfg))
+                             dict(NUM_SMS=132, UPCAST=False, FAST_TANH=True, SAVE_GU=save_gu, **cfg))
 
     default = report(fused_geglu.HOPPER_CONFIG)
     assert "Used" in default and "C7515" not in default and " 0 bytes spill stores" in default, default
+    shared = _ptxas_report.shared
+    # Training's variant stores g and u too: still no spills, and its pipeline still fits an H200's 227 KB per SM.
+    saving = report(fused_geglu.HOPPER_CONFIG, save_gu=True)
+    assert "C7515" not in saving and " 0 bytes spill stores" in saving, saving
+    assert _ptxas_report.shared <= 227 * 1024 and shared <= 227 * 1024, (shared, _ptxas_report.shared)
     assert "C7515" in report(dict(fused_geglu.HOPPER_CONFIG, ONE_DOT=False))
 
 
@@ -806,6 +876,13 @@ def test_traced_launches_go_through_wrap_triton(monkeypatch, M, kernels):
     if M == 1:  # down_proj splits K: its workspace is made in the graph, the counters zeroed there
         (_, grid, args, meta), = [w for w in wrapped if w[0] == "_linear_small_m_kernel"]
         assert grid[2] == meta["SPLIT_K"] > 1 and args[3] is not args[2]
+    else:  # the pointer kernel: no output under two names (the stand-ins for g and u are x); training's stores g, u
+        with FakeTensorMode():
+            saved = fused_geglu.geglu_saving_gu(x, w_gate, w_up)
+        (_, _, args, meta), (_, _, saving_args, saving_meta) = wrapped[0], wrapped[-1]
+        assert meta["SAVE_GU"] is False and args[4] is args[5] is args[0] and args[3] is not args[0]
+        assert saving_meta["SAVE_GU"] is True and all(a is t for a, t in zip(saving_args[3:6], saved, strict=True))
+        assert len({id(t) for t in saved}) == 3
 
 
 def test_the_tuned_table_can_send_the_module_to_cublas_and_04_past_it(monkeypatch, capsys):

@@ -11,6 +11,7 @@ import importlib
 import json
 import re
 import stat
+import types
 from pathlib import Path
 
 import pytest
@@ -179,6 +180,7 @@ def test_checkpointing_a_model_warns_nothing():
 
 def test_bad_flags_are_one_line(tmp_path, monkeypatch):
     cases = [(["--mlp", "fused"], "--mlp fused runs a Triton kernel, which needs a CUDA GPU"),
+             (["--mlp", "fused-recompute"], "--mlp fused-recompute runs a Triton kernel, which needs a CUDA GPU"),
              (["--layers", "0"], "must be between 1 and 1000"),
              (["--optim-impl", "fast"], "invalid choice: 'fast'"),
              (["--model", "tiny", "--seq", "4096"], "--seq 4096 is longer than the tiny preset's 2048 positions")]
@@ -349,6 +351,36 @@ def test_a_module_that_rebuilds_moves_the_peak_into_backward(tmp_path):
     assert it.check(t, [training.peak_after_forward(False, 0, "the fused MLP")])[0][1] == "confirmed"
     path.write_text(json.dumps(cpu_trace_with_allocations([(15, 100), (800, 300)])))
     assert it.check(it.load_trace(path), [training.peak_after_forward(False, 50, "the fused MLP")])[0][1] == "broken"
+
+
+@pytest.mark.parametrize("mlp, verdict", [("eager", "broken"), ("liger", "broken"), ("fused", "broken"),
+                                          ("fused-recompute", "confirmed")])
+def test_the_memory_guess_per_mlp(tmp_path, mlp, verdict):
+    """07's guesses for each --mlp, on a trace whose peak (400 B) is in backward with 100 B held when forward ends:
+    the fused MLP saves g and u as eager and Liger do, so the plain guess holds it to half the peak held (broken
+    here); fused-recompute rebuilds them in backward, so the peak may come there (confirmed). Neither fused mode has
+    its gate and up GEMMs as aten ops: no FLOPs guess for them."""
+    path = tmp_path / "mem.json"
+    path.write_text(json.dumps(cpu_trace_with_allocations([(15, 100), (250, 300), (300, -300)])))
+    args = types.SimpleNamespace(active=1, mlp=mlp, checkpoint=False, optimizer="adamw", optim_impl="foreach")
+    exps = train07.expectations(args, 1, 0)
+    assert len(exps) == (4 if mlp.startswith("fused") else 5)
+    memory = [e for e in exps if e.text.startswith("memory peaks")]
+    assert [v for _, v, _ in it.check(it.load_trace(path), memory)] == [verdict]
+
+
+@pytest.mark.parametrize("name, told", [("mlp-fused-recompute", "fused-recompute"), ("mlp-fused", "fused"),
+                                        ("mlp-eager", "fused")])
+def test_expect_reads_the_fused_mode_from_the_file_name(tmp_path, capsys, name, told):
+    """Both modes launch the same kernels: the kernels say the MLP is fused (whatever the name says), the name which
+    mode."""
+    data = hand_trace()
+    data["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "_geglu_pointer_kernel", "pid": 0, "tid": 7,
+                                "ts": 60, "dur": 5, "args": {}})
+    path = tmp_path / f"mlp-1L_8x16x32x32_adamw-foreach_{name}_bf16_cold_eager.json"
+    path.write_text(json.dumps(data))
+    _, out, err = expect_cli(path, capsys)  # exit 1: the hand-built step has no "train_step" annotation to count
+    assert not err and f"07_train_step eager, adamw foreach, MLP {told}, 1 parameter tensors" in out, out[-600:]
 
 
 def test_the_fused_mlp_peak_the_page_quotes():

@@ -435,7 +435,7 @@ def train_flags(a, trace: Trace, words: list[str]) -> None:
         head, _, rest = w.partition("-")
         if head in OPTIMIZER_CLASSES.values() and rest:
             told["optimizer"], told["optim_impl"] = head, rest
-        elif head == "mlp" and rest in ("eager", "liger", "fused"):
+        elif head == "mlp" and rest in ("eager", "liger", "fused", "fused-recompute"):
             told["mlp"] = rest
     data = analyze(trace)
     opt = data["optimizer"] if data is not None else None
@@ -450,6 +450,8 @@ def train_flags(a, trace: Trace, words: list[str]) -> None:
     names = {k.name for st in trace.steps for k in st.kernels}
     seen = [kind for kind, pattern in MLP_KERNELS.items() if any(pattern.search(n) for n in names)]
     a.mlp = seen[0] if len(seen) == 1 else told.get("mlp", "eager")
+    if a.mlp == "fused" and told.get("mlp") == "fused-recompute":  # both modes run the same kernels: the name tells
+        a.mlp = "fused-recompute"
     a.checkpoint = "ckpt" in words or _recomputes_forward(trace)
     if (found := parameters(trace)) is not None:
         a.params, a.param_bytes = found
