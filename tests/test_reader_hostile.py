@@ -322,6 +322,47 @@ def test_an_integer_past_the_stdlib_limit_in_args_not_read(tmp_path, decoder):
     assert (op.ext, op.args) == (3, {})
 
 
+EVENT_FIELDS = ("name", "cat", "ts", "dur", "end", "pid", "tid", "args", "ext", "corr")
+
+
+def _events_read(t) -> list[tuple]:
+    """Every event of a Trace as the reader holds it: its fields, and its place (parent, step, owner, launch)."""
+    named = lambda e: None if e is None else (e.name, e.ts)  # noqa: E731
+    out = []
+    for st in t.steps:
+        for e in [st.span, *st.spans]:
+            out.append((*(getattr(e, f) for f in EVENT_FIELDS), named(e.parent), len(e.children), len(e.kernels),
+                        [named(c) for c in e.calls], None if e.step is None else e.step.number))
+        for k in st.gpu:
+            out.append((*(getattr(k.event, f) for f in EVENT_FIELDS), named(k.launch), named(k.op), k.occupancy_query))
+    return out
+
+
+@pytest.mark.parametrize("name", ["h200_mlp_compile", "foreign/h200_foreign_threads", "train/h200_train_gemma_2l"])
+def test_msgspec_and_the_stdlib_read_the_same_trace(monkeypatch, name):
+    """Not only the report: every event, its fields and its links, the same under both decoders."""
+    if read._fast() is None:
+        pytest.skip("msgspec is not installed here: the stdlib decodes every trace")
+    path = DATA / f"{name}.json.gz"
+    fast = it.load_trace(path)
+    assert type(fast.steps[0].spans[0]).__name__ == "DecodedEvent"  # msgspec's structs, not the stdlib's dicts
+    monkeypatch.setattr(read, "_fast", lambda: None)
+    slow = it.load_trace(path)
+    assert type(slow.steps[0].spans[0]) is read.Event
+    assert (fast.meta, fast.skipped, fast.whole, fast.has_memory_events) == (
+        slow.meta, slow.skipped, slow.whole, slow.has_memory_events)
+    assert _events_read(fast) == _events_read(slow)
+
+
+def test_both_kinds_of_event_have_the_same_attributes():
+    if read._fast() is None:
+        pytest.skip("msgspec is not installed here")
+    from trace_reader import fast_json
+
+    decoded = set(fast_json.DecodedEvent.__struct_fields__) - {"ph", "raw_args", "parsed_args"} | {"args"}
+    assert decoded == set(read.Event.__slots__)
+
+
 def test_msgspec_decodes_only_where_it_refuses_deep_nesting(monkeypatch):
     """A decoder that accepts any depth (orjson 3.13.0 recursed until the process crashed) is not used; one that
     stops is; none installed: the stdlib. What the decoder in use refuses, the stdlib decodes (read._loads)."""

@@ -21,14 +21,15 @@ class DecodedEvent(_EventMethods, msgspec.Struct, eq=False):
     pid: Any = None
     tid: Any = None
     raw_args: msgspec.Raw = msgspec.field(default=None, name="args")
-    # The reader's own, set after the decode. Typed None: a trace that gives one a value is read by the stdlib.
+    # The reader's own, set after the decode. Typed as their defaults: a trace that gives one another value is
+    # read by the stdlib.
     end: None = None
     ext: None = None
     corr: None = None
     parent: None = None
-    children: None = None
-    calls: None = None
-    kernels: None = None
+    children: tuple[()] = ()
+    calls: tuple[()] = ()
+    kernels: tuple[()] = ()
     step: None = None
     parsed_args: None = None
 

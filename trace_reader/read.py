@@ -81,9 +81,10 @@ class Event(_EventMethods):
         self.args = args = args if isinstance(args, dict) else {}
         self.ext, self.corr = args.get("External id"), args.get("correlation")  # the links parse_trace follows
         self.parent: Event | None = None
-        self.children: list[Event] = []
-        self.calls: list[Event] = []  # runtime/driver calls made directly inside this op
-        self.kernels: list[Kernel] = []  # GPU work launched directly inside this op
+        # A list from the first one added (most events have none: 3 lists each would be 10^5-10^6 lists).
+        self.children: list[Event] | tuple = ()
+        self.calls: list[Event] | tuple = ()  # runtime/driver calls made directly inside this op
+        self.kernels: list[Kernel] | tuple = ()  # GPU work launched directly inside this op
         self.step: Step | None = None
 
 
@@ -449,11 +450,10 @@ def _parse_fast(text: bytes, path: str) -> Trace | None:
         return None
     meta, events = decoded
     spans, calls, gpu, into = _event_lists()
-    skipped, memory, links = 0, False, _fast().links
+    skipped, memory, links, sort = 0, False, _fast().links, into.get
     try:
         for e in events:  # as parse_trace does with each dict, and Event.__init__ with the fields it keeps
-            out = into.get(e.cat) if e.ph == "X" else None
-            if out is None:
+            if e.ph != "X" or (out := sort(e.cat)) is None:
                 memory = memory or e.name == "[memory]"
                 continue
             ts, dur = e.ts, e.dur or 0.0
@@ -462,7 +462,6 @@ def _parse_fast(text: bytes, path: str) -> Trace | None:
                 continue
             e.dur, e.end = dur, ts + dur
             e.ext, e.corr = links(e.raw_args)
-            e.children, e.calls, e.kernels = [], [], []
             out.append(e)
     except _Refused:
         return None
@@ -526,7 +525,7 @@ def _assemble(spans: list[Event], calls: list[Event], gpu: list[Event], skipped:
         owner = by_ext.get(c.ext) or _innermost(threads, c)
         c.parent = owner
         if owner is not None:
-            owner.calls.append(c)
+            owner.calls = _added(owner.calls, c)
         corr = c.corr
         if corr is not None:
             by_corr[corr] = c
@@ -548,7 +547,7 @@ def _assemble(spans: list[Event], calls: list[Event], gpu: list[Event], skipped:
         op = launch.parent if launch is not None else by_ext.get(g.ext)
         k = Kernel(g, launch, op, launch is not None and id(launch) in queried)
         if op is not None:
-            op.kernels.append(k)
+            op.kernels = _added(op.kernels, k)
         if whole:
             st = steps[0]  # all of it, wherever the GPU ran it
         elif launch is not None:
@@ -574,6 +573,14 @@ def _assemble(spans: list[Event], calls: list[Event], gpu: list[Event], skipped:
     return Trace(path, meta, steps, props, has_gpu_work, skipped, has_memory_events=memory, whole=whole)
 
 
+def _added(items: list | tuple, item) -> list:
+    """items with item added: an event's children, calls and kernels are () until the first (see Event)."""
+    if items:
+        items.append(item)
+        return items
+    return [item]
+
+
 def _launches(call: Event) -> bool:
     return "Launch" in call.name or "launch" in call.name
 
@@ -595,7 +602,7 @@ def _build_tree(spans: list[Event]) -> dict[tuple, tuple[list[float], list[Event
                 stack.pop()
             if stack:
                 s.parent = parent = stack[-1]
-                parent.children.append(s)
+                parent.children = _added(parent.children, s)
             stack.append(s)
     return {k: ([s.ts for s in v], v) for k, v in per.items()}
 
