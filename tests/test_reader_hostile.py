@@ -309,17 +309,21 @@ def test_hostile_args_read_the_same_under_both_decoders(tmp_path, decoder, case)
     assert (op.args, op.ext) == expected
 
 
-def test_an_integer_past_the_stdlib_limit_in_args_not_read(tmp_path, decoder):
-    """The one difference: msgspec checks the args the reader does not link by for valid JSON but does not decode
-    them, so an integer of more than 4300 digits there (the stdlib refuses the whole file) reads as no args."""
-    path = tmp_path / "digits.json"
-    path.write_text(one_op(args='{"External id": 3, "Input Dims": ' + "9" * 5000 + "}"))
-    if decoder == "stdlib":
-        with pytest.raises(it.TraceError, match="Exceeds the limit \\(4300 digits\\)"):
-            it.load_trace(path)
-        return
-    [op] = it.load_trace(path).steps[0].spans
-    assert (op.ext, op.args) == (3, {})
+def test_an_integer_past_the_stdlib_limit_where_the_reader_does_not_look(tmp_path, decoder):
+    """The one difference: msgspec checks the JSON it skips (an event's keys the reader does not use, the args it
+    does not link by) but does not decode it, so an integer of more than 4300 digits there, which makes the stdlib
+    refuse the whole file, is not read: the args it is in read as none."""
+    huge = "9" * 5000
+    for name, op in (("args", one_op(args='{"External id": 3, "Input Dims": ' + huge + "}")),
+                     ("key", one_op(name='"aten::mm", "unused": ' + huge, args='{"External id": 3}'))):
+        path = tmp_path / f"digits_{name}.json"
+        path.write_text(op)
+        if decoder == "stdlib":
+            with pytest.raises(it.TraceError, match="Exceeds the limit \\(4300 digits\\)"):
+                it.load_trace(path)
+            continue
+        [op] = it.load_trace(path).steps[0].spans
+        assert (op.name, op.ext, op.args) == ("aten::mm", 3, {} if name == "args" else {"External id": 3})
 
 
 EVENT_FIELDS = ("name", "cat", "ts", "dur", "end", "pid", "tid", "args", "ext", "corr")

@@ -47,7 +47,7 @@ class TraceError(Exception):
 
 
 class _EventMethods:
-    """What both kinds of event share: Event, made from a dict, and the one msgspec decodes (_fast().Event)."""
+    """What both kinds of event share: Event, made from a dict, and fast_json.DecodedEvent, decoded by msgspec."""
 
     __slots__ = ()
 
@@ -254,10 +254,10 @@ def _fast():
 
 
 def _args_of(raw, strict: bool = False) -> dict:
-    """A decoded event's args, from its raw JSON ({} where it is not an object). The args of an event the reader
-    has read are JSON msgspec checked, but not decoded: what msgspec cannot decode (an integer beyond 64 bits,
-    1e400) the stdlib does. Unreadable even so (an integer of more than 4300 digits): _Refused while reading the
-    trace (strict), after it {} (the only difference from a stdlib read, which refuses the whole file)."""
+    """A decoded event's args, from their raw JSON ({} where they are not an object). msgspec checked that JSON
+    while skipping it, without decoding it: what msgspec cannot decode (an integer beyond 64 bits, 1e400) the
+    stdlib does. Where the stdlib cannot either (an integer of more than 4300 digits): _Refused while the trace
+    is read (strict), {} after it (the one difference from the stdlib alone, which refuses the whole file)."""
     if raw is None:
         return {}
     try:
@@ -284,7 +284,9 @@ def _loads(text: bytes) -> object:
 
 def _fast_events(text: bytes) -> tuple[dict, list] | None:
     """(the top-level keys but traceEvents, decoded; the events, as msgspec's structs) of a trace's JSON; None
-    where msgspec is not in use or refuses any of it (then the stdlib reads it all, or says why it cannot)."""
+    where msgspec is not in use or refuses any of it (then the stdlib reads it all, or says why it cannot). What
+    the reader does not use is checked as JSON but not decoded: an integer of more than 4300 digits there does
+    not refuse the file as the stdlib does (see _args_of)."""
     fast = _fast()
     if fast is None:
         return None
