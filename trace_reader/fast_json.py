@@ -1,13 +1,13 @@
 """A trace's JSON decoded by msgspec, where it is installed (read._fast): any JSON into dicts and lists, as the
 stdlib's json would, and a trace's events straight into structs with only the fields the reader uses, each
-event's args kept as raw JSON until asked for (the report asks for the args of about one event in ten, and
-building them all was 40% of the decode)."""
+event's args kept as raw JSON until asked for (the report asks for the args of about one event in ten; decoding
+them all into dicts doubled the decode of a long trace: 0.86 s, not 0.45 s, for 87 MB)."""
 
 from typing import Any
 
 import msgspec
 
-from .read import _args_of, _EventMethods, _Refused
+from .read import _args_of, _EventMethods
 
 
 class DecodedEvent(_EventMethods, msgspec.Struct, eq=False):
