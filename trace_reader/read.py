@@ -101,22 +101,17 @@ class Kernel:
     launch: Event | None  # the cudaLaunchKernel / cuLaunchKernel call, via "correlation"
     op: Event | None  # the innermost CPU op or record_function span around the launch
     occupancy_query: bool  # cudaOccupancyMaxActiveBlocksPerMultiprocessor in the same op before this launch
+    # The event's, copied once: read for every kernel in every pass of the report.
+    name: str = field(init=False, repr=False, compare=False)
+    dur: float = field(init=False, repr=False, compare=False)
+    is_kernel: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def name(self) -> str:
-        return self.event.name
-
-    @property
-    def dur(self) -> float:
-        return self.event.dur
+    def __post_init__(self):
+        self.name, self.dur, self.is_kernel = self.event.name, self.event.dur, self.event.cat == "kernel"
 
     @property
     def order(self) -> float:
         return self.launch.ts if self.launch is not None else self.event.ts
-
-    @property
-    def is_kernel(self) -> bool:
-        return self.event.cat == "kernel"
 
 
 @dataclass
