@@ -165,25 +165,25 @@ def shared_runs(tmp_path_factory) -> SharedRuns:
     zygote.close_all()
 
 
-# A script run as __main__ with orjson made unimportable: the trace reader's stdlib decoder, in a child process.
-WITHOUT_ORJSON = ("import runpy, sys; sys.modules['orjson'] = None; sys.argv = sys.argv[1:]; "
-                  "runpy.run_path(sys.argv[0], run_name='__main__')")
+# A script run as __main__ with msgspec made unimportable: the trace reader's stdlib decoder, in a child process.
+WITHOUT_MSGSPEC = ("import runpy, sys; sys.modules['msgspec'] = None; sys.argv = sys.argv[1:]; "
+                   "runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
-@pytest.fixture(params=["orjson", "stdlib"])
+@pytest.fixture(params=["msgspec", "stdlib"])
 def decoder(request, monkeypatch) -> str:
-    """The trace reader's JSON decoder for this test: orjson (skipped where it is not installed, as on the GPU
-    image) or the stdlib's, which the reader falls back to (read._loads). Hostile-input tests run under both; a
-    child process gets the same decoder from python_for(decoder)."""
+    """The trace reader's JSON decoder for this test: msgspec (skipped where it is not installed, as on the GPU
+    image) or the stdlib's, which the reader falls back to (read._loads, read.load_trace). Hostile-input tests run
+    under both; a child process gets the same decoder from python_for(decoder)."""
     from trace_reader import read
 
-    if request.param == "orjson" and read._fast_loads() is None:
-        pytest.skip("orjson is not installed here: the stdlib decodes every trace")
+    if request.param == "msgspec" and read._fast() is None:
+        pytest.skip("msgspec is not installed here: the stdlib decodes every trace")
     if request.param == "stdlib":
-        monkeypatch.setattr(read, "_fast_loads", lambda: None)
+        monkeypatch.setattr(read, "_fast", lambda: None)
     return request.param
 
 
 def python_for(decoder: str) -> list[str]:
     """The start of a command that runs a script with the reader's `decoder`: [*python_for(d), SCRIPT, *ARGS]."""
-    return [sys.executable] + (["-c", WITHOUT_ORJSON] if decoder == "stdlib" else [])
+    return [sys.executable] + (["-c", WITHOUT_MSGSPEC] if decoder == "stdlib" else [])

@@ -784,9 +784,10 @@ def test_unusable_times_are_skipped_and_counted_and_the_edges_kept():
 def test_event_fields_of_odd_types():
     e = read.Event({"name": 7, "ts": "12.5", "dur": 3, "args": ["not", "a dict"], "pid": "p", "tid": 9})
     assert (e.name, e.cat, e.ts, e.dur, e.end, e.args, e.pid, e.tid) == ("7", "", 12.5, 3.0, 15.5, {}, "p", 9)
-    assert (e.parent, e.children, e.calls, e.kernels, e.step) == (None, [], [], [], None)
-    e = read.Event({"ts": 1, "cat": "kernel", "args": {"stream": 7}})
-    assert (e.name, e.cat, e.dur, e.end, e.args, e.pid, e.tid) == ("", "kernel", 0.0, 1.0, {"stream": 7}, None, None)
+    assert (e.parent, e.children, e.calls, e.kernels, e.step, e.ext, e.corr) == (None, (), (), (), None, None, None)
+    e = read.Event({"ts": 1, "cat": "kernel", "args": {"stream": 7, "External id": 3, "correlation": 4}})
+    assert (e.name, e.cat, e.dur, e.end, e.pid, e.tid) == ("", "kernel", 0.0, 1.0, None, None)
+    assert (e.args, e.ext, e.corr) == ({"stream": 7, "External id": 3, "correlation": 4}, 3, 4)
 
 
 def test_memory_events_are_noticed_whatever_their_phase():

@@ -21,8 +21,8 @@ DATA = ROOT / "tests" / "data"
 TRITON = "triton_poi_fused__unsafe_view_gelu_mul_0"
 
 
-def cli(*args, timeout=60, decoder="orjson"):
-    """The CLI in a child process, decoding with orjson where installed, or with the stdlib's decoder."""
+def cli(*args, timeout=60, decoder="msgspec"):
+    """The CLI in a child process, decoding with msgspec where installed, or with the stdlib's decoder."""
     return subprocess.run([*python_for(decoder), str(ROOT / "inspect_trace.py"), *map(str, args)],
                           capture_output=True, text=True, cwd=ROOT, timeout=timeout)
 
@@ -231,7 +231,7 @@ HOSTILE_JSON = {
     "huge_int": (one_op(args='{"External id": ' + "9" * 5000 + "}").encode(),
                  "not valid JSON (Exceeds the limit (4300 digits) for integer string conversion)"),
     "deep": (b'{"traceEvents": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "JSON nested too deeply to be a trace"),
-    # past orjson's depth (it refuses): the stdlib decides, so the answer is this Python's own
+    # past msgspec's depth (the recursion limit: it refuses): the stdlib decides, so the answer is this Python's own
     "deep_in_args": (one_op(args="[" * 2000 + "]" * 2000).encode(),
                      (1, 0, "aten::mm") if _stdlib_reads_nested(2000) else "JSON nested too deeply to be a trace"),
     "latin1": (one_op(name='"caf\xe9"').encode("latin-1"), "not text JSON (binary content)"),
@@ -242,13 +242,29 @@ HOSTILE_JSON = {
     "not_events": (b'{"traceEvents": {"a": 1}}', "JSON, but not a torch.profiler trace (no 'traceEvents' list)"),
     "a_list": (b"[" + STEP.encode() + b"]",
                "not a torch.profiler trace (a JSON object starts with '{', this starts with b'[{\"ph\": ')"),
+    # wrong types where msgspec decodes the events into typed fields: read as the stdlib path reads them
+    "ts_a_string": (one_op(ts='"10"').encode(), (1, 0, "aten::mm")),  # float("10"), as Event reads it
+    "ts_not_a_number": (one_op(ts='"soon"').encode(), (1, 1, None)),
+    "dur_a_list": (one_op(dur="[1]").encode(), (1, 1, None)),
+    "dur_an_empty_list": (one_op(dur="[]").encode(), (1, 0, "aten::mm")),  # `[] or 0.0`: no duration
+    "ts_true": (one_op(ts="true").encode(), (1, 0, "aten::mm")),  # float(True)
+    "name_a_number": (one_op(name="7").encode(), (1, 0, "7")),
+    "cat_a_list": (one_op(cat='["cpu_op"]').encode(), "malformed trace (TypeError: unhashable type: 'list')"),
+    "event_not_an_object": (f'{{"traceEvents": [{STEP}, 3, [], "x", null]}}'.encode(), (1, 0, None)),
+    "events_not_a_list": (b'{"traceEvents": "x"}', "JSON, but not a torch.profiler trace (no 'traceEvents' list)"),
+    "top_level_twice": (b'{"traceEvents": [], ' + one_op().encode()[1:], (1, 0, "aten::mm")),  # the last one counts
+    "reader_field_names": (one_op(children="[1]", end='"x"', parent="{}").encode(), (1, 0, "aten::mm")),
+    "latin1_in_args": (one_op(args='{"Input Dims": "caf\xe9"}').encode("latin-1"), "not text JSON (binary content)"),
+    "nan_in_args": (one_op(args='{"Input Dims": [NaN]}').encode(), (1, 0, "aten::mm")),
+    "deep_in_a_string": (one_op(name='"' + "[" * 5000 + '"').encode(), (1, 0, "[" * 5000)),
 }
 
 
 @pytest.mark.parametrize("case", list(HOSTILE_JSON))
 def test_hostile_json_reads_the_same_under_both_decoders(tmp_path, decoder, case):
-    """orjson refuses NaN, Infinity, 1e400, lone surrogates and UTF-16, which the stdlib reads: those go to the
-    stdlib, so both decoders read the same trace or say the same line (the stdlib's wording, line and column)."""
+    """msgspec refuses NaN, Infinity, 1e400, lone surrogates, UTF-16 and wrong types in the fields it types, which
+    the stdlib reads: those go to the stdlib, so both decoders read the same trace or say the same line (the
+    stdlib's wording, line and column)."""
     content, expected = HOSTILE_JSON[case]
     path = tmp_path / f"{case}.json"
     path.write_bytes(content)
@@ -262,44 +278,138 @@ def test_hostile_json_reads_the_same_under_both_decoders(tmp_path, decoder, case
     assert (len(t.steps), t.skipped, names[0] if names else None) == expected
 
 
-def test_orjson_decodes_only_where_it_refuses_deep_nesting(monkeypatch):
-    """A decoder that accepts any depth (orjson 3.13.0 recurses until the process crashes) is not used; one that
+BIG = 2**70  # past 64 bits: msgspec refuses it, the stdlib reads it
+# an op's args, as JSON text -> what the reader reads from them: (its args, the External id it links by)
+HOSTILE_ARGS = {
+    "beyond_64_bits": ('{"External id": %d, "correlation": 5}' % BIG, ({"External id": BIG, "correlation": 5}, BIG)),
+    "1e400": ('{"External id": 3, "Input Dims": 1e400}', ({"External id": 3, "Input Dims": float("inf")}, 3)),
+    "1e400_id": ('{"External id": 1e400}', ({"External id": float("inf")}, float("inf"))),
+    "a_list": ('[1, 2]', ({}, None)),
+    "null": ("null", ({}, None)),
+    "a_string": ('"External id"', ({}, None)),
+    "duplicate_key": ('{"External id": 1, "External id": 2}', ({"External id": 2}, 2)),
+    "lone_surrogate": ('{"External id": 4, "s": "\\ud800"}', ({"External id": 4, "s": "\ud800"}, 4)),
+    "id_an_object": ('{"External id": {"a": [1]}}', "malformed trace (TypeError: unhashable type: 'dict')"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_ARGS))
+def test_hostile_args_read_the_same_under_both_decoders(tmp_path, decoder, case):
+    """msgspec leaves an event's args as raw JSON until they are asked for; what it cannot decode there, the
+    stdlib does, so both decoders read the same args."""
+    text, expected = HOSTILE_ARGS[case]
+    path = tmp_path / f"{case}.json"
+    path.write_text(one_op(args=text))
+    if isinstance(expected, str):
+        with pytest.raises(it.TraceError) as e:
+            it.load_trace(path)
+        assert str(e.value) == f"{path}: {expected}"
+        return
+    [op] = it.load_trace(path).steps[0].spans
+    assert (op.args, op.ext) == expected
+
+
+def test_an_integer_past_the_stdlib_limit_where_the_reader_does_not_look(tmp_path, decoder):
+    """The one difference: msgspec checks the JSON it skips (an event's keys the reader does not use, the args it
+    does not link by) but does not decode it, so an integer of more than 4300 digits there, which makes the stdlib
+    refuse the whole file, is not read: the args it is in read as none."""
+    huge = "9" * 5000
+    for name, op in (("args", one_op(args='{"External id": 3, "Input Dims": ' + huge + "}")),
+                     ("key", one_op(name='"aten::mm", "unused": ' + huge, args='{"External id": 3}'))):
+        path = tmp_path / f"digits_{name}.json"
+        path.write_text(op)
+        if decoder == "stdlib":
+            with pytest.raises(it.TraceError, match="Exceeds the limit \\(4300 digits\\)"):
+                it.load_trace(path)
+            continue
+        [op] = it.load_trace(path).steps[0].spans
+        assert (op.name, op.ext, op.args) == ("aten::mm", 3, {} if name == "args" else {"External id": 3})
+
+
+EVENT_FIELDS = ("name", "cat", "ts", "dur", "end", "pid", "tid", "args", "ext", "corr")
+
+
+def _events_read(t) -> list[tuple]:
+    """Every event of a Trace as the reader holds it: its fields, and its place (parent, step, owner, launch)."""
+    named = lambda e: None if e is None else (e.name, e.ts)  # noqa: E731
+    out = []
+    for st in t.steps:
+        for e in [st.span, *st.spans]:
+            out.append((*(getattr(e, f) for f in EVENT_FIELDS), named(e.parent), len(e.children), len(e.kernels),
+                        [named(c) for c in e.calls], None if e.step is None else e.step.number))
+        for k in st.gpu:
+            out.append((*(getattr(k.event, f) for f in EVENT_FIELDS), named(k.launch), named(k.op), k.occupancy_query))
+    return out
+
+
+@pytest.mark.parametrize("name", ["h200_mlp_compile", "foreign/h200_foreign_threads", "train/h200_train_gemma_2l"])
+def test_msgspec_and_the_stdlib_read_the_same_trace(monkeypatch, name):
+    """Not only the report: every event, its fields and its links, the same under both decoders."""
+    if read._fast() is None:
+        pytest.skip("msgspec is not installed here: the stdlib decodes every trace")
+    path = DATA / f"{name}.json.gz"
+    fast = it.load_trace(path)
+    assert type(fast.steps[0].spans[0]).__name__ == "DecodedEvent"  # msgspec's structs, not the stdlib's dicts
+    monkeypatch.setattr(read, "_fast", lambda: None)
+    slow = it.load_trace(path)
+    assert type(slow.steps[0].spans[0]) is read.Event
+    assert (fast.meta, fast.skipped, fast.whole, fast.has_memory_events) == (
+        slow.meta, slow.skipped, slow.whole, slow.has_memory_events)
+    assert _events_read(fast) == _events_read(slow)
+
+
+def test_both_kinds_of_event_have_the_same_attributes():
+    if read._fast() is None:
+        pytest.skip("msgspec is not installed here")
+    from trace_reader import fast_json
+
+    decoded = set(fast_json.DecodedEvent.__struct_fields__) - {"ph", "raw_args", "parsed_args"} | {"args"}
+    assert decoded == set(read.Event.__slots__)
+
+
+def test_msgspec_decodes_only_where_it_refuses_deep_nesting(monkeypatch):
+    """A decoder that accepts any depth (orjson 3.13.0 recursed until the process crashed) is not used; one that
     stops is; none installed: the stdlib. What the decoder in use refuses, the stdlib decodes (read._loads)."""
     import types
+
+    import trace_reader
 
     class Refused(ValueError):
         pass
 
-    def stops(text):  # refuses past 1024 levels, and NaN, as orjson 3.12 does
+    def stops(text):  # refuses past 1024 levels, and NaN, as msgspec does (at the recursion limit)
         if text.count(b"[") > 1024 or b"NaN" in text:
             raise Refused(text[:8])
         return "fast"
 
-    probe = read._fast_loads.__wrapped__  # the check itself, not its cached answer
-    monkeypatch.setitem(sys.modules, "orjson", types.SimpleNamespace(loads=stops, JSONDecodeError=Refused))
-    assert probe() is stops
-    monkeypatch.setitem(sys.modules, "orjson", types.SimpleNamespace(loads=lambda text: "fast", JSONDecodeError=Refused))
+    probe = read._fast.__wrapped__  # the check itself, not its cached answer
+    stopping = types.SimpleNamespace(decode=stops, refused=Refused)
+    monkeypatch.setattr(trace_reader, "fast_json", stopping, raising=False)
+    assert probe() is stopping
+    monkeypatch.setattr(trace_reader, "fast_json", types.SimpleNamespace(decode=lambda text: "fast", refused=Refused))
     assert probe() is None
-    monkeypatch.setitem(sys.modules, "orjson", None)  # not installed
+    monkeypatch.delattr(trace_reader, "fast_json")
+    monkeypatch.delitem(sys.modules, "trace_reader.fast_json", raising=False)
+    monkeypatch.setitem(sys.modules, "msgspec", None)  # not installed
     assert probe() is None
-    monkeypatch.setattr(read, "_fast_loads", lambda: stops)
+    monkeypatch.setattr(read, "_fast", lambda: stopping)
     assert read._loads(b"[1]") == "fast"
     assert repr(read._loads(b"[NaN]")) == "[nan]"  # refused by the fast one: the stdlib's answer
 
 
 @pytest.mark.subprocess
-def test_the_child_without_orjson_reads_with_the_stdlib(tmp_path):
-    """python_for("stdlib") leaves orjson out of the child (else the CLI tests above would test orjson twice)."""
+def test_the_child_without_msgspec_reads_with_the_stdlib(tmp_path):
+    """python_for("stdlib") leaves msgspec out of the child (else the CLI tests above would test msgspec twice)."""
     script = tmp_path / "which.py"
     script.write_text(f"import sys; sys.path.insert(0, {str(ROOT)!r}); from trace_reader import read; "
-                      "print(getattr(read._fast_loads(), '__module__', None))")
+                      "print(read._fast() is not None)")
     said = {}
-    for decoder in ("orjson", "stdlib"):
+    for decoder in ("msgspec", "stdlib"):
         proc = subprocess.run([*python_for(decoder), str(script)], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stderr
         said[decoder] = proc.stdout.strip()
-    assert said["stdlib"] == "None"
-    assert said["orjson"] == ("orjson" if read._fast_loads() is not None else "None")
+    assert said["stdlib"] == "False"
+    assert said["msgspec"] == str(read._fast() is not None)
 
 
 def test_two_items_alike_but_for_a_launch(tmp_path, capsys):

@@ -46,31 +46,10 @@ class TraceError(Exception):
     """Bad input: the message is one line, meant for the reader."""
 
 
-class Event:
-    """One complete ("ph": "X") event; spans also get their place in the CPU call tree."""
+class _EventMethods:
+    """What both kinds of event share: Event, made from a dict, and fast_json.DecodedEvent, decoded by msgspec."""
 
-    __slots__ = ("name", "cat", "ts", "dur", "end", "pid", "tid", "args", "parent", "children", "calls",
-                 "kernels", "step")
-
-    def __init__(self, raw: dict):
-        name = raw.get("name", "")
-        self.name = name if type(name) is str else str(name)
-        self.cat = raw.get("cat", "")
-        self.ts = ts = float(raw["ts"])
-        self.dur = dur = float(raw.get("dur") or 0.0)
-        # NaN fails every comparison; absolute timestamps are µs since 1970 (~1.8e15)
-        if not (-1e17 <= ts <= 1e17 and 0.0 <= dur <= MAX_US):
-            raise ValueError(f"time out of range: ts={ts}, dur={dur}")
-        self.end = self.ts + self.dur
-        self.pid = raw.get("pid")
-        self.tid = raw.get("tid")
-        args = raw.get("args")
-        self.args = args if isinstance(args, dict) else {}
-        self.parent: Event | None = None
-        self.children: list[Event] = []
-        self.calls: list[Event] = []  # runtime/driver calls made directly inside this op
-        self.kernels: list[Kernel] = []  # GPU work launched directly inside this op
-        self.step: Step | None = None
+    __slots__ = ()
 
     @property
     def self_time(self) -> float:
@@ -81,6 +60,39 @@ class Event:
         return f"Event({self.name!r}, {self.cat}, ts={self.ts}, dur={self.dur})"
 
 
+class Event(_EventMethods):
+    """One complete ("ph": "X") event; spans also get their place in the CPU call tree."""
+
+    __slots__ = ("name", "cat", "ts", "dur", "end", "pid", "tid", "args", "ext", "corr", "parent", "children",
+                 "calls", "kernels", "step")
+
+    def __init__(self, raw: dict):
+        name = raw.get("name", "")
+        self.name = name if type(name) is str else str(name)
+        self.cat = raw.get("cat", "")
+        self.ts = ts = float(raw["ts"])
+        self.dur = dur = float(raw.get("dur") or 0.0)
+        if not _usable(ts, dur):
+            raise ValueError(f"time out of range: ts={ts}, dur={dur}")
+        self.end = self.ts + self.dur
+        self.pid = raw.get("pid")
+        self.tid = raw.get("tid")
+        args = raw.get("args")
+        self.args = args = args if isinstance(args, dict) else {}
+        self.ext, self.corr = args.get("External id"), args.get("correlation")  # the links parse_trace follows
+        self.parent: Event | None = None
+        # A list from the first one added (most events have none: 3 lists each would be 10^5-10^6 lists).
+        self.children: list[Event] | tuple = ()
+        self.calls: list[Event] | tuple = ()  # runtime/driver calls made directly inside this op
+        self.kernels: list[Kernel] | tuple = ()  # GPU work launched directly inside this op
+        self.step: Step | None = None
+
+
+def _usable(ts: float, dur: float) -> bool:
+    # NaN fails every comparison; absolute timestamps are µs since 1970 (~1.8e15)
+    return -1e17 <= ts <= 1e17 and 0.0 <= dur <= MAX_US
+
+
 @dataclass
 class Kernel:
     """GPU work (kernel, memcpy, memset) tied back to the CPU call that launched it."""
@@ -89,22 +101,17 @@ class Kernel:
     launch: Event | None  # the cudaLaunchKernel / cuLaunchKernel call, via "correlation"
     op: Event | None  # the innermost CPU op or record_function span around the launch
     occupancy_query: bool  # cudaOccupancyMaxActiveBlocksPerMultiprocessor in the same op before this launch
+    # The event's, copied once: read for every kernel in every pass of the report.
+    name: str = field(init=False, repr=False, compare=False)
+    dur: float = field(init=False, repr=False, compare=False)
+    is_kernel: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def name(self) -> str:
-        return self.event.name
-
-    @property
-    def dur(self) -> float:
-        return self.event.dur
+    def __post_init__(self):
+        self.name, self.dur, self.is_kernel = self.event.name, self.event.dur, self.event.cat == "kernel"
 
     @property
     def order(self) -> float:
         return self.launch.ts if self.launch is not None else self.event.ts
-
-    @property
-    def is_kernel(self) -> bool:
-        return self.event.cat == "kernel"
 
 
 @dataclass
@@ -221,43 +228,80 @@ def _read_capped(p: Path, max_bytes: int) -> bytes:
     return b"".join(parts)
 
 
+class _Refused(Exception):
+    """msgspec could not read part of a trace that the stdlib may: the stdlib reads the whole trace instead."""
+
+
 @functools.cache
-def _fast_loads():
-    """orjson.loads where it is installed and refuses deep nesting (orjson 3.13.0 recurses until the process
-    crashes, a 300,000-deep file is enough); else None. Only a speed-up: the stdlib decodes everything without it."""
+def _fast():
+    """The module fast_json (msgspec's decoders) where msgspec is installed and refuses deep nesting (a decoder
+    that recursed without limit would crash the process on a deeply nested file, as orjson 3.13.0 did); else None.
+    Only a speed-up: the stdlib decodes everything without it."""
     try:
-        import orjson
+        from . import fast_json
     except ImportError:
         return None
     try:
-        orjson.loads(b"[" * 2048 + b"]" * 2048)
-    except orjson.JSONDecodeError:
-        return orjson.loads
+        fast_json.decode(b"[" * 2048 + b"]" * 2048)
+    except fast_json.refused:
+        return fast_json
     return None
 
 
+def _args_of(raw, strict: bool = False) -> dict:
+    """A decoded event's args, from their raw JSON ({} where they are not an object). msgspec checked that JSON
+    while skipping it, without decoding it: what msgspec cannot decode (an integer beyond 64 bits, 1e400) the
+    stdlib does. Where the stdlib cannot either (an integer of more than 4300 digits): _Refused while the trace
+    is read (strict), {} after it (the one difference from the stdlib alone, which refuses the whole file)."""
+    if raw is None:
+        return {}
+    try:
+        args = _loads(bytes(raw))
+    except ValueError:
+        if strict:
+            raise _Refused from None
+        return {}
+    return args if isinstance(args, dict) else {}
+
+
 def _loads(text: bytes) -> object:
-    """The JSON value of text, by orjson where usable (2.4x faster on a long trace; see _fast_loads). What orjson
-    refuses goes to the stdlib decoder, which then accepts it (NaN, Infinity, 1e400, lone surrogates, UTF-16) or
-    words the error as it always has. Two differences remain, both past what a profiler writes: orjson reads an
-    integer beyond 64 bits as a float, and accepts nesting up to 1024 deep where the stdlib stops near 1000."""
-    fast = _fast_loads()
+    """The JSON value of text, by msgspec where usable (see _fast). What msgspec refuses goes to the stdlib
+    decoder, which then accepts it (NaN, Infinity, 1e400, integers beyond 64 bits, lone surrogates, UTF-16) or
+    words the error as it always has."""
+    fast = _fast()
     if fast is not None:
         try:
-            return fast(text)
-        except ValueError:  # orjson.JSONDecodeError is one
+            return fast.decode(text)
+        except fast.refused:
             pass
     return json.loads(text)
 
 
-def _read_json(path: str | Path, max_bytes: int | None = None) -> dict:
-    p = Path(path)
-    if not p.exists():
-        raise TraceError(f"{p}: no such file")
-    if not p.is_file():
-        raise TraceError(f"{p}: not a file")
+def _fast_events(text: bytes) -> tuple[dict, list] | None:
+    """(the top-level keys but traceEvents, decoded; the events, as msgspec's structs) of a trace's JSON; None
+    where msgspec is not in use or refuses any of it (then the stdlib reads it all, or says why it cannot). What
+    the reader does not use is checked as JSON but not decoded: an integer of more than 4300 digits there does
+    not refuse the file as the stdlib does (see _args_of)."""
+    fast = _fast()
+    if fast is None:
+        return None
     try:
-        return _loads(_read_capped(p, MAX_JSON_BYTES if max_bytes is None else max_bytes))
+        if not text.isascii():
+            text.decode()  # msgspec checks the UTF-8 of what it decodes, not of the args it skips
+        top = fast.top(text)
+        events = top.pop("traceEvents", None)
+        if events is None:
+            return None
+        return {k: fast.decode(v) for k, v in top.items()}, fast.events(events)
+    except (*fast.refused, UnicodeDecodeError):
+        return None
+
+
+@contextlib.contextmanager
+def _reading(p: Path):
+    """Reading and decoding a trace file: what can go wrong, each in one line."""
+    try:
+        yield
     except (OSError, EOFError, zlib.error) as e:
         raise TraceError(f"{p}: cannot read ({e.__class__.__name__}: {e}); truncated or not gzip?") from None
     except UnicodeDecodeError:
@@ -270,6 +314,25 @@ def _read_json(path: str | Path, max_bytes: int | None = None) -> dict:
         raise TraceError(f"{p}: JSON nested too deeply to be a trace") from None
     except MemoryError:
         raise TraceError(f"{p}: out of memory while parsing the JSON") from None
+
+
+def _read_text(path: str | Path, max_bytes: int | None = None) -> bytes:
+    p = Path(path)
+    if not p.exists():
+        raise TraceError(f"{p}: no such file")
+    if not p.is_file():
+        raise TraceError(f"{p}: not a file")
+    with _reading(p):
+        return _read_capped(p, MAX_JSON_BYTES if max_bytes is None else max_bytes)
+
+
+def _decode(text: bytes, path: str | Path) -> object:
+    with _reading(Path(path)):
+        return _loads(text)
+
+
+def _read_json(path: str | Path, max_bytes: int | None = None) -> dict:
+    return _decode(_read_text(path, max_bytes), path)
 
 
 @functools.lru_cache(maxsize=2)
@@ -316,9 +379,11 @@ def load_trace(path: str | Path, require_steps: bool = True, kernel_files: bool 
     Off by default: a trace is untrusted input and must not make the reader open other files.
     """
     with _no_gc():
-        data = _read_json(path, max_bytes)
+        text = _read_text(path, max_bytes)
         try:
-            trace = parse_trace(data, str(path))
+            trace = _parse_fast(text, str(path))
+            if trace is None:
+                trace = parse_trace(_decode(text, path), str(path))
         except (TypeError, ValueError, AttributeError, KeyError) as e:  # odd types where a trace has numbers
             raise TraceError(f"{path}: malformed trace ({type(e).__name__}: {e})") from None
     if require_steps and not trace.steps:
@@ -357,11 +422,7 @@ def parse_trace(data: object, path: str = "<trace>") -> Trace:
     """Build the Trace from the loaded JSON object (see load_trace)."""
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise TraceError(f"{path}: JSON, but not a torch.profiler trace (no 'traceEvents' list)")
-    spans: list[Event] = []
-    calls: list[Event] = []
-    gpu: list[Event] = []
-    # Each category the reader uses -> the list its events go to.
-    into = dict.fromkeys(CPU_SPAN_CATS, spans) | dict.fromkeys(LAUNCH_CATS, calls) | dict.fromkeys(GPU_CATS, gpu)
+    spans, calls, gpu, into = _event_lists()
     skipped, memory = 0, False
     for raw in data["traceEvents"]:
         if not isinstance(raw, dict):
@@ -374,7 +435,49 @@ def parse_trace(data: object, path: str = "<trace>") -> Trace:
             out.append(Event(raw))
         except (KeyError, TypeError, ValueError):
             skipped += 1  # no usable timestamp or duration (missing, NaN, negative, absurd): cannot be placed
+    meta = {k: v for k, v in data.items() if k != "traceEvents"}
+    return _assemble(spans, calls, gpu, skipped, memory, meta, path)
 
+
+def _parse_fast(text: bytes, path: str) -> Trace | None:
+    """The Trace of a trace's JSON text, decoded by msgspec (see fast_json); None where msgspec is not in use or
+    refuses any of it."""
+    decoded = _fast_events(text)
+    if decoded is None:
+        return None
+    meta, events = decoded
+    spans, calls, gpu, into = _event_lists()
+    skipped, memory, links, sort = 0, False, _fast().links, into.get
+    try:
+        for e in events:  # as parse_trace does with each dict, and Event.__init__ with the fields it keeps
+            if e.ph != "X" or (out := sort(e.cat)) is None:
+                memory = memory or e.name == "[memory]"
+                continue
+            ts, dur = e.ts, e.dur or 0.0
+            if ts is None or not _usable(ts, dur):
+                skipped += 1
+                continue
+            e.dur, e.end = dur, ts + dur
+            e.ext, e.corr = links(e.raw_args)
+            out.append(e)
+    except _Refused:
+        return None
+    return _assemble(spans, calls, gpu, skipped, memory, meta, path)
+
+
+def _event_lists() -> tuple[list, list, list, dict]:
+    """(CPU spans, runtime calls, GPU work): empty, and each category the reader uses -> the list its events go to."""
+    spans: list[Event] = []
+    calls: list[Event] = []
+    gpu: list[Event] = []
+    into = dict.fromkeys(CPU_SPAN_CATS, spans) | dict.fromkeys(LAUNCH_CATS, calls) | dict.fromkeys(GPU_CATS, gpu)
+    return spans, calls, gpu, into
+
+
+def _assemble(spans: list[Event], calls: list[Event], gpu: list[Event], skipped: int, memory: bool, meta: dict,
+              path: str) -> Trace:
+    """The Trace of a trace's events, sorted into its CPU spans, runtime calls and GPU work: the call tree,
+    the steps, each launch to its op and each GPU activity to its launch."""
     threads = _build_tree(spans)
 
     steps = [Step(int(m.group(1)), s) for s in spans
@@ -408,7 +511,7 @@ def parse_trace(data: object, path: str = "<trace>") -> Trace:
         if st is not None and ts <= st.span.end and s is not st.span:
             s.step = st
             st.spans.append(s)
-        ext = s.args.get("External id")
+        ext = s.ext
         if ext and (s.cat == "cpu_op" or ext not in by_ext):
             by_ext[ext] = s
 
@@ -416,11 +519,11 @@ def parse_trace(data: object, path: str = "<trace>") -> Trace:
     by_corr: dict[object, Event] = {}
     calls.sort(key=lambda c: c.ts)
     for c in calls:
-        owner = by_ext.get(c.args.get("External id")) or _innermost(threads, c)
+        owner = by_ext.get(c.ext) or _innermost(threads, c)
         c.parent = owner
         if owner is not None:
-            owner.calls.append(c)
-        corr = c.args.get("correlation")
+            owner.calls = _added(owner.calls, c)
+        corr = c.corr
         if corr is not None:
             by_corr[corr] = c
 
@@ -437,18 +540,18 @@ def parse_trace(data: object, path: str = "<trace>") -> Trace:
                 pending = False
 
     for g in gpu:
-        launch = by_corr.get(g.args.get("correlation"))
-        op = launch.parent if launch is not None else by_ext.get(g.args.get("External id"))
+        launch = by_corr.get(g.corr)
+        op = launch.parent if launch is not None else by_ext.get(g.ext)
         k = Kernel(g, launch, op, launch is not None and id(launch) in queried)
         if op is not None:
-            op.kernels.append(k)
+            op.kernels = _added(op.kernels, k)
         if whole:
             st = steps[0]  # all of it, wherever the GPU ran it
         elif launch is not None:
             st = step_at(launch.ts)
         elif op is not None:
             st = op.step
-        elif by_corr and g.args.get("correlation") is not None:
+        elif by_corr and g.corr is not None:
             # Its launch is not in the trace: the CPU made it before the recorded window (the profiler's warm-up
             # step), and the GPU, running behind without a per-step sync, ran it inside an active step's span.
             st = None
@@ -459,13 +562,20 @@ def parse_trace(data: object, path: str = "<trace>") -> Trace:
     for st in steps:
         st.gpu.sort(key=lambda k: k.order)
 
-    meta = {k: v for k, v in data.items() if k != "traceEvents"}
     props = meta.get("deviceProperties")
     props = [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
     # GPU activity or a launch makes it a GPU trace. Runtime calls that launch nothing (cudaGetDevice,
     # cudaStreamIsCapturing) do not: without a launch, no GPU work belongs to the trace.
     has_gpu_work = bool(gpu) or any(_launches(c) for c in calls)
     return Trace(path, meta, steps, props, has_gpu_work, skipped, has_memory_events=memory, whole=whole)
+
+
+def _added(items: list | tuple, item) -> list:
+    """items with item added: an event's children, calls and kernels are () until the first (see Event)."""
+    if items:
+        items.append(item)
+        return items
+    return [item]
 
 
 def _launches(call: Event) -> bool:
@@ -489,7 +599,7 @@ def _build_tree(spans: list[Event]) -> dict[tuple, tuple[list[float], list[Event
                 stack.pop()
             if stack:
                 s.parent = parent = stack[-1]
-                parent.children.append(s)
+                parent.children = _added(parent.children, s)
             stack.append(s)
     return {k: ([s.ts for s in v], v) for k, v in per.items()}
 
