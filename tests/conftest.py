@@ -162,7 +162,7 @@ def session_folder(tmp_path_factory, name: str) -> Path:
 @pytest.fixture(scope="session")
 def shared_runs(tmp_path_factory) -> SharedRuns:
     yield SharedRuns(session_folder(tmp_path_factory, "shared-runs"))
-    zygote.close_all()
+    zygote.close()
 
 
 # A script run as __main__ with msgspec made unimportable: the trace reader's stdlib decoder, in a child process.

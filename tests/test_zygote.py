@@ -24,20 +24,21 @@ CASES = {
 
 
 # No GPU for these runs, so that they go through a server on a GPU machine too (zygote.run gives a run that may use
-# CUDA a process of its own).
-NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
+# CUDA a process of its own); and a variable of their own, so that their servers are theirs alone (the same test
+# worker may hold the pages' servers).
+NO_GPU = {"CUDA_VISIBLE_DEVICES": "", "ZYGOTE_TEST": "a value of these tests"}
 
 
 @pytest.fixture
 def servers(monkeypatch):
     monkeypatch.setattr(zygote, "PRELOAD", ["json"])  # a light server: what is compared is the run, not the imports
     yield
-    zygote.close_all()
+    zygote.close({**os.environ, **NO_GPU})
 
 
 def served() -> int:
-    """How many servers are running: each case checks it went through one."""
-    return sum(s.proc.poll() is None for pool in zygote._servers.values() for s in pool)
+    """How many of these tests' servers are running: each case checks it went through one."""
+    return zygote.running({**os.environ, **NO_GPU})
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -45,7 +46,7 @@ def test_a_run_is_what_a_fresh_process_gives(case, tmp_path, servers):
     script = tmp_path / "scripts" / f"{case}.py"
     script.parent.mkdir()
     script.write_text(textwrap.dedent(CASES[case]) + "\n")
-    env = {**os.environ, **NO_GPU, "ZYGOTE_TEST": f"value for {case}"}
+    env = {**os.environ, **NO_GPU}
     cmd = [sys.executable, str(script), "one", "two words"]
     want = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=60)
     got = zygote.run(cmd, env, tmp_path, timeout=60)

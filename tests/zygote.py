@@ -132,10 +132,13 @@ _servers_lock = threading.Lock()
 VOLATILE = {"PYTEST_CURRENT_TEST"}
 
 
+def _key(env: dict) -> str:
+    return json.dumps(sorted((k, v) for k, v in env.items() if k not in VOLATILE))
+
+
 def _idle_server(env: dict) -> _Server:
     """A server of this environment that no other thread is using (its `busy` lock taken), a new one if none is."""
-    env = {k: v for k, v in env.items() if k not in VOLATILE}
-    key = json.dumps(sorted(env.items()))
+    env, key = {k: v for k, v in env.items() if k not in VOLATILE}, _key(env)
     with _servers_lock:
         pool = _servers.setdefault(key, [])
         pool[:] = [s for s in pool if s.proc.poll() is None]
@@ -148,12 +151,18 @@ def _idle_server(env: dict) -> _Server:
         return s
 
 
-def close_all() -> None:
+def running(env: dict) -> int:
+    """How many servers of this environment are running."""
     with _servers_lock:
-        for pool in _servers.values():
-            for s in pool:
+        return sum(s.proc.poll() is None for s in _servers.get(_key(env), []))
+
+
+def close(env: dict | None = None) -> None:
+    """Stop the servers of this environment, or all."""
+    with _servers_lock:
+        for key in [_key(env)] if env is not None else list(_servers):
+            for s in _servers.pop(key, []):
                 s.close()
-        _servers.clear()
 
 
 def what_runs(cmd: list[str]) -> tuple[str | None, str | None, list[str]] | None:
