@@ -85,3 +85,28 @@ def test_what_is_not_a_python_script_runs_as_a_process_of_its_own():
     assert zygote.what_runs(["uv", "run", "--frozen", "a.py", "--x"]) == ("a.py", None, ["--x"])
     assert zygote.what_runs(["uv", "run", "--frozen", "python", "-m", "m", "y"]) == (None, "m", ["y"])
     assert zygote.what_runs([sys.executable, "b.py"]) == ("b.py", None, [])
+
+
+def test_servers_are_bounded_and_a_busy_one_is_never_taken(tmp_path, servers, monkeypatch):
+    """At most MAX_SERVERS: a run in a third environment stops the least recently used idle server; when every
+    server is busy, the run gets a process of its own (and still gives the right answer)."""
+    monkeypatch.setattr(zygote, "MAX_SERVERS", 2)
+    (tmp_path / "env.py").write_text("import os; print(os.environ['ZYGOTE_TEST'])\n")
+    cmd = [sys.executable, str(tmp_path / "env.py")]
+    envs = [{**os.environ, **NO_GPU, "ZYGOTE_TEST": f"env {i}"} for i in range(3)]
+    try:
+        for env in envs:
+            assert zygote.run(cmd, env, tmp_path, timeout=60).stdout == f"{env['ZYGOTE_TEST']}\n"
+        assert [zygote.running(env) for env in envs] == [0, 1, 1]  # env 0's server, the oldest, stopped
+        held = [s for pool in zygote._servers.values() for s in pool]
+        for s in held:
+            s.busy.acquire()
+        try:
+            assert zygote.run(cmd, envs[0], tmp_path, timeout=60).stdout == "env 0\n"
+            assert [zygote.running(env) for env in envs] == [0, 1, 1]  # no server started or taken for it
+        finally:
+            for s in held:
+                s.busy.release()
+    finally:
+        for env in envs:
+            zygote.close(env)

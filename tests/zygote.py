@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 PRELOAD = ["torch", "torch._dynamo", "torch._inductor.compile_fx", "transformers", "matplotlib.pyplot"]
@@ -105,6 +106,7 @@ class _Server:
         self.proc = subprocess.Popen([sys.executable, "-c", SERVER, json.dumps(PRELOAD)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
         self.busy = threading.Lock()
+        self.used = time.monotonic()
 
     def run(self, req: dict):
         """The child's exit status (or "timeout"); the caller holds self.busy."""
@@ -128,26 +130,44 @@ _servers: dict[str, list[_Server]] = {}
 _servers_lock = threading.Lock()
 
 
-# Set by pytest for each test: a server's environment is the same without it (the child gets the run's own).
-VOLATILE = {"PYTEST_CURRENT_TEST"}
+# A server serves the runs whose environments differ from its own in these only (the child gets the run's own): set
+# by pytest for each test, or read only when CUDA starts, which never happens in a server (runs that may see a GPU
+# get a process of their own, so where there is one every server has CUDA_VISIBLE_DEVICES="").
+VOLATILE = {"PYTEST_CURRENT_TEST", "CUDA_VISIBLE_DEVICES"}
+# A server holds about 0.9 GB (torch, Dynamo, Inductor, transformers): at most this many per test process. Past it,
+# the least recently used idle one stops; if none is idle, the run gets a process of its own.
+MAX_SERVERS = 2
 
 
 def _key(env: dict) -> str:
     return json.dumps(sorted((k, v) for k, v in env.items() if k not in VOLATILE))
 
 
-def _idle_server(env: dict) -> _Server:
-    """A server of this environment that no other thread is using (its `busy` lock taken), a new one if none is."""
-    env, key = {k: v for k, v in env.items() if k not in VOLATILE}, _key(env)
+def _idle_server(env: dict) -> _Server | None:
+    """A server of this environment that no other thread is using (its `busy` lock taken), a new one if none is and
+    MAX_SERVERS allows (stopping the least recently used idle one if need be); None if every server is busy."""
+    env, key = {k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"}, _key(env)
     with _servers_lock:
-        pool = _servers.setdefault(key, [])
-        pool[:] = [s for s in pool if s.proc.poll() is None]
-        for s in pool:
+        for k in list(_servers):
+            _servers[k] = [s for s in _servers[k] if s.proc.poll() is None]
+        for s in _servers.setdefault(key, []):
             if s.busy.acquire(blocking=False):
+                s.used = time.monotonic()
                 return s
+        every = [s for pool in _servers.values() for s in pool]
+        if len(every) >= MAX_SERVERS:
+            idle = [s for s in sorted(every, key=lambda s: s.used) if s.busy.acquire(blocking=False)]
+            if not idle:
+                return None
+            for s in idle[1:]:
+                s.busy.release()
+            idle[0].close()
+            for pool in _servers.values():
+                if idle[0] in pool:
+                    pool.remove(idle[0])
         s = _Server(env)
         s.busy.acquire()
-        pool.append(s)
+        _servers[key].append(s)
         return s
 
 
@@ -197,12 +217,12 @@ def run(cmd: list[str], env: dict, cwd: Path, timeout: float) -> subprocess.Comp
     """subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout), through a server
     where `cmd` is a Python script or module (what_runs) on the CPU, else as a process of its own."""
     what = what_runs(cmd)
-    if what is None or _may_see_a_gpu(env):
+    server = None if what is None or _may_see_a_gpu(env) else _idle_server(env)
+    if server is None:
         return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env)
     script, module, args = what
     with tempfile.TemporaryDirectory(prefix="zygote-") as tmp:
         out, err = Path(tmp) / "stdout", Path(tmp) / "stderr"
-        server = _idle_server(env)
         try:
             code = server.run({"script": script, "module": module, "args": args, "cwd": str(cwd), "env": env,
                                "stdout": str(out), "stderr": str(err), "timeout": timeout})
