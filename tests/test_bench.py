@@ -114,14 +114,47 @@ def test_main_writes_the_record_and_its_table_together(tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "gemm_ceiling_tflops", lambda dtype: 680.0)
     monkeypatch.setattr(bench, "copy_bandwidth_tbps", lambda: 4.0)
     monkeypatch.setattr(bench, "versions", lambda device="cuda": {"device": "a GPU", "date": "2026-11-30T00:00:00"})
-    monkeypatch.setattr(bench, "bench_shape", lambda M, dim, hidden, *rest: _record(M, dim, hidden))
+    asked = []
+
+    def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune):
+        asked.append((M, dim, hidden, dtype, ceiling, bandwidth, max_autotune))
+        return _record(M, dim, hidden)
+    monkeypatch.setattr(bench, "bench_shape", bench_shape)
     monkeypatch.setattr(bench, "bench_chart_next_to", lambda record, out, title: "")
     out = tmp_path / "bench.json"
-    assert bench.main(["--shapes", "8192x768x3072,1x4096x11008", "--out", str(out)]) == 0
+    # 8192x768x3072 is among the shapes that get the max-autotune peer by default, 2x4096x11008 is not
+    assert bench.main(["--shapes", "8192x768x3072,2x4096x11008", "--out", str(out)]) == 0
     record = json.loads(out.read_text())
-    assert [r["M"] for r in record["shapes"]] == [8192, 1]
+    assert [r["M"] for r in record["shapes"]] == [8192, 2]
+    assert asked == [(8192, 768, 3072, torch.bfloat16, 680.0, 4.0, True), (2, 4096, 11008, torch.bfloat16, 680.0, 4.0,
+                                                                            False)]
     assert out.with_suffix(".txt").read_text() == bench.table_text(record)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "bench.txt"]
+    # the tuned table's rows where they were measured, without its timings
+    table = json.loads((ROOT / "fused_geglu_tuned.json").read_text())
+    assert record["fused_config"]["tuned"] == {k: table[k] for k in ("device", "capability", "date", "geglu", "down")}
+    asked.clear()
+    for flag, want in (("none", False), ("all", True)):
+        assert bench.main(["--shapes", "8192x768x3072", "--max-autotune", flag, "--out", str(out)]) == 0
+        assert asked.pop()[-1] is want
+
+
+def test_a_wrong_first_shape_stops_the_run_with_one_line_and_no_files(tmp_path, monkeypatch, capsys):
+    """A variant whose output differs at the first shape: exit 1, the reason on stderr, nothing written (no record,
+    no partial one: none was begun)."""
+    import bench
+
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench, "gemm_ceiling_tflops", lambda dtype: 680.0)
+    monkeypatch.setattr(bench, "copy_bandwidth_tbps", lambda: 4.0)
+    monkeypatch.setattr(bench, "versions", lambda device="cuda": {"device": "a GPU", "date": "2026-11-30T00:00:00"})
+
+    def wrong(*args):
+        raise AssertionError("fused differs from eager")
+    monkeypatch.setattr(bench, "bench_shape", wrong)
+    assert bench.main(["--shapes", "8192x768x3072", "--out", str(tmp_path / "bench.json")]) == 1
+    assert capsys.readouterr().err == "bench.py: wrong result, nothing timed for this shape: fused differs from eager\n"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_roofline_picks_the_bound_that_applies():

@@ -1371,3 +1371,30 @@ def test_a_gemm_measured_at_no_rate_is_no_point_on_log_axes():
                x("k_mm", "kernel", 16 + 40 * i, dur, pid=0, tid=7, correlation=i)]
     rf = roofline_points(parse({"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}))
     assert rf.points == [] and rf.not_placed == [(1, "k_mm", "aten::mm", "no shapes", 1.0)]
+
+
+# ---- report.py: number format, thread column, unknown device (survivors of the 2026-12-02 mutation sample) --------
+
+def test_num_switches_format_at_ten_and_a_hundred():
+    from trace_reader.report import _num
+
+    # three figures at most: one decimal from 10 up, none from 100 up, two significant figures below 10
+    assert [_num(v) for v in (9.96, 10.0, 10.5, 99.94, 100.0, 1234.5, 0.2734, -10.5)] == [
+        "10", "10.0", "10.5", "99.9", "100", "1,234", "0.27", "-10.5"]
+
+
+def test_thread_column_marks_more_than_three_thread_ids():
+    from trace_reader.report import _thread
+
+    assert _thread({"lane": 0, "tids": [11, 12, 13]}) == "main 11/12/13"
+    assert _thread({"lane": 1, "tids": [11, 12, 13, 14]}) == "11/12/13/…"
+    assert _thread({"lane": 1, "tids": ["a-very-long-thread-name"]}) == "a-very-long-"
+
+
+def test_a_trace_without_a_device_name_says_so_in_the_peak_line():
+    import inspect_trace as it
+
+    trace = two_layer_step()
+    trace["deviceProperties"] = [{}]
+    line = next(line for line in it.report(it.parse_trace(trace)).splitlines() if line.startswith("peak: "))
+    assert line.startswith("peak: ?: ")
