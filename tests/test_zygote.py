@@ -110,3 +110,11 @@ def test_servers_are_bounded_and_a_busy_one_is_never_taken(tmp_path, servers, mo
     finally:
         for env in envs:
             zygote.close(env)
+
+
+def test_fresh_processes_when_asked(tmp_path, servers, monkeypatch):
+    monkeypatch.setenv(zygote.FRESH_VARIABLE, "1")
+    (tmp_path / "quick.py").write_text("print(2)\n")
+    env = {**os.environ, **NO_GPU}
+    got = zygote.run([sys.executable, str(tmp_path / "quick.py")], env, tmp_path, timeout=60)
+    assert got.returncode == 0 and got.stdout == "2\n" and served() == 0

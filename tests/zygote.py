@@ -11,6 +11,7 @@ server before it forks (no thread pool, no CUDA), so the fork is safe.
 """
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -137,6 +138,9 @@ VOLATILE = {"PYTEST_CURRENT_TEST", "CUDA_VISIBLE_DEVICES"}
 # A server holds about 0.9 GB (torch, Dynamo, Inductor, transformers): at most this many per test process. Past it,
 # the least recently used idle one stops; if none is idle, the run gets a process of its own.
 MAX_SERVERS = 2
+# Set to 1, every run gets a process of its own, as before this module (a machine short of memory: the pages' tests
+# peak at about 3.5 GB above an idle 2-core machine's with the servers).
+FRESH_VARIABLE = "TESTS_FRESH_PROCESSES"
 
 
 def _key(env: dict) -> str:
@@ -217,7 +221,8 @@ def run(cmd: list[str], env: dict, cwd: Path, timeout: float) -> subprocess.Comp
     """subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout), through a server
     where `cmd` is a Python script or module (what_runs) on the CPU, else as a process of its own."""
     what = what_runs(cmd)
-    server = None if what is None or _may_see_a_gpu(env) else _idle_server(env)
+    fresh = what is None or os.environ.get(FRESH_VARIABLE) == "1" or _may_see_a_gpu(env)
+    server = None if fresh else _idle_server(env)
     if server is None:
         return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env)
     script, module, args = what
