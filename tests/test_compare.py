@@ -467,3 +467,39 @@ def test_readme_fused_mlp_figures_are_what_the_committed_traces_give():
     assert r["new"] == ["_geglu_tma_kernel"] and r["old_calls"] == {coop_a: 2, TRITON: 1} and d["only_a"] == []
     (down,) = d["same"]
     assert [float(x) for x in m.groups()] == [round(r["old_us"], 1), round(r["new_us"], 1), round(down["b"]["us"], 1)]
+
+
+def test_training_lines_by_hand():
+    """Two training steps' phases side by side (the dict comparison_data gives render): GPU µs and kernels on GPUs,
+    CPU µs on a CPU; a phase one side lacks is left out; each side's optimizer on a line of its own."""
+    phases_a = {"forward": {"gpu_us": 1186.0, "cpu_us": 300.0, "kernels": 2},
+                "backward": {"gpu_us": 11758.0, "cpu_us": 500.0, "kernels": 31},
+                "optimizer": {"gpu_us": 90.0, "cpu_us": 40.0, "kernels": 3}}
+    phases_b = {"forward": {"gpu_us": 1290.0, "cpu_us": 330.0, "kernels": 2},
+                "backward": {"gpu_us": 9253.0, "cpu_us": 450.0, "kernels": 25}}
+    t = {"a": {"phases": phases_a, "optimizer": {"class": "AdamW", "implementation": "foreach", "ops": 4, "kernels": 3}},
+         "b": {"phases": phases_b, "optimizer": {"class": None, "implementation": "fused", "ops": 1, "kernels": None}}}
+    gpu = cmp._training_lines(t, True)
+    assert gpu[:2] == ["", "Training step, phase by phase (GPU µs per step, median over the steps):"]
+    header, rows = gpu[2].splitlines()[0].split(), [r.split() for r in gpu[2].splitlines()[2:]]
+    assert header == ["phase", "A", "GPU", "µs", "B", "GPU", "µs", "change", "kernels", "A", "kernels", "B"]
+    # +9% = 100 * (1290 - 1186) / 1186 = 8.8; -21% = 100 * (9253 - 11758) / 11758 = -21.3
+    assert rows == [["forward", "1,186", "1,290", "+9%", "2", "2"], ["backward", "11,758", "9,253", "-21%", "31", "25"]]
+    fwd, bwd = gpu[2].splitlines()[2:4]  # numbers right-aligned: A's column ends at the same place in both rows
+    assert fwd.index("1,186") + len("1,186") == bwd.index("11,758") + len("11,758")
+    assert gpu[3:] == ["optimizer A: AdamW, looks foreach: 4 ops, 3 kernels per step",
+                       "optimizer B: ?, looks fused: 1 ops per step"]
+    cpu = cmp._training_lines(t, False)
+    assert cpu[1] == "Training step, phase by phase (CPU µs per step, median over the steps):"
+    assert [r.split() for r in cpu[2].splitlines()[2:]] == [["forward", "300.0", "330.0", "+10%"],
+                                                          ["backward", "500.0", "450.0", "-10%"]]
+    assert cpu[3:] == ["optimizer A: AdamW, looks foreach: 4 ops per step", "optimizer B: ?, looks fused: 1 ops per step"]
+    t["b"]["phases"] = {}
+    assert cmp._training_lines(t, True)[2] == "(no phase in both)"
+    assert cmp._training_lines(None, True) == []
+
+
+def test_names_count_repeats_and_times():
+    assert cmp._names(["k", "k", "m"], 1, str) == "2 × k + m"
+    assert cmp._names(["k", "m"], 3, str) == "3 × (k + m)"
+    assert cmp._names([], 4, str) == ""
