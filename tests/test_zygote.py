@@ -118,3 +118,15 @@ def test_fresh_processes_when_asked(tmp_path, servers, monkeypatch):
     env = {**os.environ, **NO_GPU}
     got = zygote.run([sys.executable, str(tmp_path / "quick.py")], env, tmp_path, timeout=60)
     assert got.returncode == 0 and got.stdout == "2\n" and served() == 0
+
+
+def test_a_preloaded_module_that_prints_does_not_garble_the_replies(tmp_path, monkeypatch):
+    (tmp_path / "noisy_zygote_module.py").write_text("print('imported')\n")
+    monkeypatch.setattr(zygote, "PRELOAD", ["noisy_zygote_module"])
+    (tmp_path / "quick.py").write_text("print(3)\n")
+    env = {**os.environ, **NO_GPU, "PYTHONPATH": str(tmp_path)}
+    try:
+        got = zygote.run([sys.executable, str(tmp_path / "quick.py")], env, tmp_path, timeout=60)
+        assert got.returncode == 0 and got.stdout == "3\n" and zygote.running(env) == 1
+    finally:
+        zygote.close(env)

@@ -23,13 +23,13 @@ PRELOAD = ["torch", "torch._dynamo", "torch._inductor.compile_fx", "transformers
 
 SERVER = r"""
 import importlib, json, os, runpy, signal, sys, time
+requests, replies = sys.stdin, sys.stdout
+sys.stdout = sys.stderr  # nothing an import prints may land in the replies
 for name in json.loads(sys.argv[1]):
     try:
         importlib.import_module(name)
     except Exception:  # not installed here: the child imports what it needs itself
         pass
-requests, replies = sys.stdin, sys.stdout
-sys.stdout = sys.stderr  # nothing of an import may write into the replies
 
 def child(req):
     os.setsid()  # its own process group: a timeout kills what it started too
