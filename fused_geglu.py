@@ -500,6 +500,13 @@ def _launch(kernel, grid, args, **meta):
         with torch.profiler.record_function(kernel.fn.__name__):
             return kernel[grid](*args, **meta)
     device = _driver().get_current_device()
+    compiled, constexprs = _compiled_for(kernel, grid, args, meta, device)
+    compiled[grid + (1,) * (3 - len(grid))](*args, *constexprs, stream=_driver().get_current_stream(device))
+
+
+def _compiled_for(kernel, grid, args, meta, device):
+    """(Triton's compiled kernel, its constexprs in parameter order) for these arguments: compiled once per
+    argument signature."""
     key = (kernel, device, *[_spec(a) if isinstance(a, _SPEC_TYPES) else a for a in args],
            *meta.items())
     entry = _compiled.get(key)
@@ -508,8 +515,7 @@ def _launch(kernel, grid, args, **meta):
         if len(_compiled) > 4096:  # integer arguments (M) are part of the key: keep it bounded
             _compiled.clear()
         entry = _compiled[key] = (compiled, tuple(meta[name] for name in kernel.arg_names[len(args):]))
-    compiled, constexprs = entry
-    compiled[grid + (1,) * (3 - len(grid))](*args, *constexprs, stream=_driver().get_current_stream(device))
+    return entry
 
 
 def _tracing(t):
@@ -568,8 +574,9 @@ def _cdiv(a, b):  # triton.cdiv is a constexpr function: about 2 µs a call from
     return -(-a // b)
 
 
-def _launch_small_m(x2d, weights, out, cfg, upcast, precision):
-    """The small-M kernel over weights = (w_gate, w_up) (GeGLU) or (w,) (down_proj): out = x2d @ w^T and epilogue."""
+def _small_m_launch(x2d, weights, out, cfg):
+    """(kernel, grid, tensors, rest, meta) of the small-M kernel over weights = (w_gate, w_up) (GeGLU) or (w,)
+    (down_proj): out = x2d @ w^T and epilogue. Its arguments are tensors + rest (the integers); meta its constexprs."""
     M, K = x2d.shape
     N = weights[0].shape[0]
     BM, BN, BK = cfg["BM"], cfg["BN"], cfg["BK"]
@@ -586,12 +593,12 @@ def _launch_small_m(x2d, weights, out, cfg, upcast, precision):
             stream = x2d.device.type == "cuda" and _driver().get_current_stream(x2d.device.index)
             part, counters = _split_k_workspace(x2d.device, stream, n_partials, tiles_m * tiles_n)
     geglu = len(weights) == 2
-    _launch(_geglu_small_m_kernel if geglu else _linear_small_m_kernel, (tiles_m, tiles_n, split_k),
-            (x2d, *weights, out, part, counters, M, N, K, x2d.stride(0), *(w.stride(0) for w in weights),
-             out.stride(0)),
-            BM=BM, BN=BN, BK=BK, SPLIT_K=split_k, UPCAST=upcast, DOT_PRECISION=precision,
-            **({"FAST_TANH": _fast_tanh(x2d)} if geglu else {}),
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    return (_geglu_small_m_kernel if geglu else _linear_small_m_kernel, (tiles_m, tiles_n, split_k),
+            (x2d, *weights, out, part, counters),
+            (M, N, K, x2d.stride(0), *(w.stride(0) for w in weights), out.stride(0)),
+            dict(BM=BM, BN=BN, BK=BK, SPLIT_K=split_k, UPCAST=_upcast_needed(x2d), DOT_PRECISION=_precision(x2d),
+                 **({"FAST_TANH": _fast_tanh(x2d)} if geglu else {}),
+                 num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
 
 
 def _precision(x2d):
@@ -626,61 +633,233 @@ def geglu_saving_gu(x2d, w_gate, w_up, *, use_tma=None, kernel=None, config=None
     return _geglu(x2d, w_gate, w_up, use_tma, kernel, config, save_gu=True)
 
 
+# Eager calls repeat a few shapes (a decode step's, a prefill chunk's) thousands of times, and with few tokens the
+# forward waits on the host. What geglu and down_proj work out per call (the checks, the kernel and tile by M, split-K,
+# the compiled kernel and its integer arguments) depends only on the key below: it is worked out once per key and kept
+# as a function of the call's tensors, so that a call costs its key, a lookup, its outputs and its launches.
+_plans = {}
+
+
+def _plan_key(kind, x2d, weights):
+    """What a call's plan depends on besides the module's globals, or None where every call is planned: a CPU
+    tensor, one being traced, a tensor not contiguous or not 16-byte aligned (the kernels specialise on alignment)."""
+    if type(x2d) is not torch.Tensor or not x2d.is_cuda or INTERPRET:  # subclasses: traced ones, DTensor...
+        return None
+    ptrs, contiguous = x2d.data_ptr(), x2d.is_contiguous()
+    for w in weights:
+        ptrs |= w.data_ptr()
+        contiguous = contiguous and w.is_contiguous()
+    if ptrs & 15 or not contiguous:
+        return None
+    device = x2d.get_device()
+    return (kind, x2d.shape, x2d.dtype, device, _driver().get_current_stream(device), TORCH_WHERE_FASTER,
+            *[(w.shape, w.dtype, w.get_device()) for w in weights])
+
+
+def _planned(key, make):
+    """The kept plan of key, made by make() on first use; make() itself where there is no key."""
+    if key is None:
+        return make()
+    run = _plans.get(key)
+    if run is None:
+        run = make()
+        if len(_plans) > 4096:  # M is part of the key: keep it bounded
+            _plans.clear()
+        _plans[key] = run
+    return run
+
+
+def _bind(kernel, grid, tensors, rest, meta):
+    """(launch, head, tail): launch(*head, *tensors, *tail) runs kernel on tensors like these with rest (its integer
+    arguments) and meta, on the current stream. Compiled now; launched later with no key to build, through the
+    compiled kernel's launcher itself where Triton has no launch hook set now (Proton's; what `kernel[grid]` adds to
+    a launch is that hook's check), else through its runner."""
+    device = _driver().get_current_device()
+    compiled, constexprs = _compiled_for(kernel, grid, (*tensors, *rest), meta, device)
+    grid, stream, tail = grid + (1,) * (3 - len(grid)), _driver().get_current_stream(device), (*rest, *constexprs)
+    runner = compiled[grid]
+    launcher = getattr(compiled, "run", None)
+    if _launch_hooked() or not all(hasattr(compiled, a) for a in ("function", "packed_metadata")) or launcher is None:
+        return (lambda *args: runner(*args, stream=stream)), (), tail
+    return launcher, (*grid, stream, compiled.function, compiled.packed_metadata, None, None, None), tail
+
+
+def _launch_hooked():
+    knobs = getattr(triton, "knobs", None)
+    return knobs is None or knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None
+
+
+def _torch_geglu(x2d, w_gate, w_up):  # g freed before u is made
+    return F.gelu(F.linear(x2d, w_gate), approximate="tanh") * F.linear(x2d, w_up), None, None
+
+
+def _torch_geglu_saving_gu(x2d, w_gate, w_up):
+    g, u = F.linear(x2d, w_gate), F.linear(x2d, w_up)
+    return F.gelu(g, approximate="tanh") * u, g, u
+
+
 def _geglu(x2d, w_gate, w_up, use_tma, kernel, config, save_gu):
     """(m, g, u), g and u None unless save_gu."""
+    chosen = use_tma is not None or kernel is not None or config is not None
+    key = None if chosen else _plan_key(("geglu", save_gu), x2d, (w_gate, w_up))
+    run = _planned(key, lambda: _geglu_plan(x2d, w_gate, w_up, use_tma, kernel, config, save_gu, key is not None))
+    return run(x2d, w_gate, w_up)
+
+
+def _geglu_plan(x2d, w_gate, w_up, use_tma, kernel, config, save_gu, kept):
+    """The function (x2d, w_gate, w_up) -> (m, g, u) that runs geglu for tensors like these; kept: it serves later
+    calls of the same plan key (see _plan_key), so the launch is bound in full."""
     _check_geglu_args(x2d, w_gate, w_up)
     path, cfg = plan(x2d, w_gate, w_up, use_tma) if kernel is None else (kernel, None)
     # No GPU and no interpreter (or nothing faster at this M): the same math through cuBLAS and PyTorch. So too in
     # training at small M: the small-M kernel has no epilogue that stores g and u (and a few tokens' GEMMs are cheap).
     if path == "torch" or (save_gu and path == "small"):
-        if not save_gu:  # g freed before u is made
-            return F.gelu(F.linear(x2d, w_gate), approximate="tanh") * F.linear(x2d, w_up), None, None
-        g, u = F.linear(x2d, w_gate), F.linear(x2d, w_up)
-        return F.gelu(g, approximate="tanh") * u, g, u
+        return _torch_geglu_saving_gu if save_gu else _torch_geglu
+    cfg = config or cfg or default_config(path, x2d.shape[0])
+    run = functools.partial(_run_geglu, path, cfg, save_gu)
+    if not kept or not x2d.shape[0]:
+        return run
+    # Bound from the first call's launch: later calls only make their outputs and the kernel's tensor arguments.
+    M, N = x2d.shape[0], w_gate.shape[0]
+    new = functools.partial(torch.empty, (M, N), device=x2d.device, dtype=x2d.dtype)
+    kernel, grid, tensors, rest, meta = _geglu_launch(path, cfg, save_gu, x2d, w_gate, w_up, new(), *_gu(new, save_gu))
+    if path == "small" and tensors[-2] is not tensors[3] and tensors[-2].numel() > KEPT_PARTIALS:
+        return run  # split-K partials of its own at each call
+    launch, head, tail = _bind(kernel, grid, tensors, rest, meta)
+    if path == "tma":
+        def run(x2d, w_gate, w_up):
+            m, g, u = new(), *_gu(new, save_gu)
+            launch(*head, *_tma_descriptors(cfg, x2d, w_gate, w_up, m, g, u), *tail)
+            return m, g, u
+    elif path == "pointer":
+        def run(x2d, w_gate, w_up):
+            m, g, u = new(), *_gu(new, save_gu)
+            launch(*head, x2d, w_gate, w_up, m, *((g, u) if save_gu else (x2d, x2d)), *tail)
+            return m, g, u
+    elif tensors[-2] is tensors[3]:  # small, without split-K: m stands in for the workspace
+        def run(x2d, w_gate, w_up):
+            m = new()
+            launch(*head, x2d, w_gate, w_up, m, m, m, *tail)
+            return m, None, None
+    else:  # small, with the split-K workspace bound
+        part, counters = tensors[-2:]
+
+        def run(x2d, w_gate, w_up):
+            m = new()
+            launch(*head, x2d, w_gate, w_up, m, part, counters, *tail)
+            return m, None, None
+    return run
+
+
+def _gu(new, save_gu):
+    return (new(), new()) if save_gu else (None, None)
+
+
+def _run_geglu(path, cfg, save_gu, x2d, w_gate, w_up):
+    """geglu's (m, g, u) by the kernel path and its config, every choice made again."""
     x2d, w_gate, w_up = x2d.contiguous(), w_gate.contiguous(), w_up.contiguous()
-    M, K = x2d.shape
-    N = w_gate.shape[0]
-    m = torch.empty((M, N), device=x2d.device, dtype=x2d.dtype)
-    g, u = (torch.empty((M, N), device=x2d.device, dtype=x2d.dtype) for _ in "gu") if save_gu else (None, None)
-    if M == 0:
-        return m, g, u
-    upcast, cfg = _upcast_needed(x2d), config or cfg or default_config(path, M)
-    if path == "small":
-        _launch_small_m(x2d, (w_gate, w_up), m, cfg, upcast, _precision(x2d))
-    elif path == "tma":
-        cfg = {"ONE_DOT": False, **cfg}  # every constexpr named: _launch passes them in order
-        BM, BN, BK = cfg["BM"], cfg["BN"], cfg["BK"]
-        num_sms = _num_sms(x2d.device)
-        m_desc = TensorDescriptor.from_tensor(m, [BM, BN])
-        gu_descs = (TensorDescriptor.from_tensor(g, [BM, BN]), TensorDescriptor.from_tensor(u, [BM, BN])) if save_gu \
-            else (m_desc, m_desc)  # not written without SAVE_GU
-        _launch(_geglu_tma_kernel, (min(num_sms, _cdiv(M, BM) * _cdiv(N, BN)),),
-                (TensorDescriptor.from_tensor(x2d, [BM, BK]), TensorDescriptor.from_tensor(w_gate, [BN, BK]),
-                 TensorDescriptor.from_tensor(w_up, [BN, BK]), m_desc, *gu_descs, M, N, K),
-                NUM_SMS=num_sms, UPCAST=upcast, FAST_TANH=_fast_tanh(x2d), SAVE_GU=save_gu, **cfg)
-    else:
-        cfg = {k: v for k, v in cfg.items() if k not in ("FLATTEN", "ONE_DOT")}  # the TMA kernel's only
-        _launch(_geglu_pointer_kernel, (_cdiv(M, cfg["BM"]) * _cdiv(N, cfg["BN"]),),
-                # Without SAVE_GU, g and u are never written: x2d stands in (not m, so that torch.compile's analysis of
-                # what a kernel writes never sees one output under three names)
-                (x2d, w_gate, w_up, m, *((g, u) if save_gu else (x2d, x2d)), M, N, K, x2d.stride(0), w_gate.stride(0),
-                 w_up.stride(0), m.stride(0)),
-                DOT_PRECISION=_precision(x2d), UPCAST=upcast, FAST_TANH=_fast_tanh(x2d), SAVE_GU=save_gu, **cfg)
+    new = functools.partial(torch.empty, (x2d.shape[0], w_gate.shape[0]), device=x2d.device, dtype=x2d.dtype)
+    m, g, u = new(), *_gu(new, save_gu)
+    if x2d.shape[0]:
+        kernel, grid, tensors, rest, meta = _geglu_launch(path, cfg, save_gu, x2d, w_gate, w_up, m, g, u)
+        _launch(kernel, grid, (*tensors, *rest), **meta)
     return m, g, u
+
+
+def _geglu_launch(path, cfg, save_gu, x2d, w_gate, w_up, m, g, u):
+    """(kernel, grid, tensors, rest, meta) of geglu's kernel on this path (see _small_m_launch)."""
+    if path == "small":
+        return _small_m_launch(x2d, (w_gate, w_up), m, cfg)
+    (M, K), N = x2d.shape, w_gate.shape[0]
+    flags = dict(UPCAST=_upcast_needed(x2d), FAST_TANH=_fast_tanh(x2d), SAVE_GU=save_gu)
+    if path == "tma":
+        cfg = {"ONE_DOT": False, **cfg}  # every constexpr named: _launch passes them in order
+        num_sms = _num_sms(x2d.device)
+        return (_geglu_tma_kernel, (min(num_sms, _cdiv(M, cfg["BM"]) * _cdiv(N, cfg["BN"])),),
+                _tma_descriptors(cfg, x2d, w_gate, w_up, m, g, u), (M, N, K), dict(NUM_SMS=num_sms, **flags, **cfg))
+    cfg = {k: v for k, v in cfg.items() if k not in ("FLATTEN", "ONE_DOT")}  # the TMA kernel's only
+    # Without SAVE_GU, g and u are never written: x2d stands in (not m, so that torch.compile's analysis of what a
+    # kernel writes never sees one output under three names)
+    return (_geglu_pointer_kernel, (_cdiv(M, cfg["BM"]) * _cdiv(N, cfg["BN"]),),
+            (x2d, w_gate, w_up, m, *((g, u) if save_gu else (x2d, x2d))),
+            (M, N, K, x2d.stride(0), w_gate.stride(0), w_up.stride(0), m.stride(0)),
+            dict(DOT_PRECISION=_precision(x2d), **flags, **cfg))
+
+
+def _tma_descriptors(cfg, x2d, w_gate, w_up, m, g, u):
+    """The TMA kernel's six descriptors: x, the weights, m, and g and u (m's stand in for them without SAVE_GU)."""
+    BM, BN, BK = cfg["BM"], cfg["BN"], cfg["BK"]
+    m_desc = TensorDescriptor.from_tensor(m, [BM, BN])
+    return (TensorDescriptor.from_tensor(x2d, [BM, BK]), TensorDescriptor.from_tensor(w_gate, [BN, BK]),
+            TensorDescriptor.from_tensor(w_up, [BN, BK]), m_desc,
+            *((TensorDescriptor.from_tensor(g, [BM, BN]), TensorDescriptor.from_tensor(u, [BM, BN])) if g is not None
+              else (m_desc, m_desc)))
 
 
 def down_proj(m, w_down, *, config=None):
     """y = m @ w_down^T. For few tokens the small-M kernel (split-K: the weight has only dim rows to spread
     over the GPU; cuBLAS leaves bandwidth unused there); otherwise, and on a CPU, F.linear (cuBLAS)."""
-    if m.dim() != 2 or (m.device.type != "cuda" and (not INTERPRET or _tracing(m))) or m.dtype != w_down.dtype:
-        return F.linear(m, w_down)
+    key = None if config is not None else _plan_key("down", m, (w_down,))
+    return _planned(key, lambda: _down_plan(m, w_down, config, key is not None))(m, w_down)
+
+
+def _down_plan(m, w_down, config, kept):
+    """The function (m, w_down) -> y for tensors like these (see _geglu_plan)."""
+    if (m.dim() != 2 or w_down.dim() != 2 or m.shape[1] != w_down.shape[1] or m.dtype != w_down.dtype
+            or (m.device.type != "cuda" and (not INTERPRET or _tracing(m)))):
+        return F.linear  # which raises on shapes that do not fit
     kernel, cfg = ("small", config) if config is not None else _by_m(m.device, m.shape[0], "down")
     if kernel != "small":
-        return F.linear(m, w_down)
+        return F.linear
+    run = functools.partial(_run_down, cfg)
+    if not kept or not m.shape[0]:
+        return run
+    new = functools.partial(torch.empty, (m.shape[0], w_down.shape[0]), device=m.device, dtype=m.dtype)
+    kernel, grid, tensors, rest, meta = _small_m_launch(m, (w_down,), new(), cfg)
+    workspace = None if tensors[-2] is tensors[2] else tensors[-2:]
+    if workspace is not None and workspace[0].numel() > KEPT_PARTIALS:
+        return run
+    launch, head, tail = _bind(kernel, grid, tensors, rest, meta)
+    if workspace is None:  # y stands in for it
+        def run(m, w_down):
+            y = new()
+            launch(*head, m, w_down, y, y, y, *tail)
+            return y
+    else:
+        part, counters = workspace
+
+        def run(m, w_down):
+            y = new()
+            launch(*head, m, w_down, y, part, counters, *tail)
+            return y
+    return run
+
+
+def mlp(x2d, w_gate, w_up, w_down):
+    """down_proj(geglu(x2d, w_gate, w_up), w_down), the eager module's forward, planned as one: one key a call, and
+    few Python calls (in a model's decode step each one costs several times what it does in a loop of its own)."""
+    key = _plan_key("mlp", x2d, (w_gate, w_up, w_down))
+    run = _plans.get(key)
+    if run is None:
+        if key is None:
+            return down_proj(geglu(x2d, w_gate, w_up), w_down)
+        run = _planned(key, lambda: _mlp_plan(x2d, w_gate, w_up, w_down))
+    return run(x2d, w_gate, w_up, w_down)
+
+
+def _mlp_plan(x2d, w_gate, w_up, w_down):
+    gate_up = _geglu_plan(x2d, w_gate, w_up, None, None, None, False, True)
+    m = torch.empty((x2d.shape[0], w_gate.shape[0]), device=x2d.device, dtype=x2d.dtype)  # what down_proj will get
+    down = _down_plan(m, w_down, None, True)
+    return lambda x2d, w_gate, w_up, w_down: down(gate_up(x2d, w_gate, w_up)[0], w_down)
+
+
+def _run_down(cfg, m, w_down):
     m, w_down = m.contiguous(), w_down.contiguous()
     y = torch.empty((m.shape[0], w_down.shape[0]), device=m.device, dtype=m.dtype)
     if m.shape[0]:
-        _launch_small_m(m, (w_down,), y, cfg, _upcast_needed(m), _precision(m))
+        kernel, grid, tensors, rest, meta = _small_m_launch(m, (w_down,), y, cfg)
+        _launch(kernel, grid, (*tensors, *rest), **meta)
     return y
 
 
@@ -886,6 +1065,6 @@ class FusedGeGLUMLP(nn.Module):
             return F.linear(_training_geglu(x2d, w_gate, w_up, self.recompute), w_down).reshape(out_shape)
         if torch.compiler.is_compiling():
             return down_proj_op(geglu_op(x2d, w_gate, w_up), w_down).reshape(out_shape)
-        # Eager inference: the launchers themselves, and down_proj() rather than self.down_proj(m): the same
-        # GEMM (the small-M kernel for few tokens) without nn.Module's call overhead.
-        return down_proj(geglu(x2d, w_gate, w_up), w_down).reshape(out_shape)
+        # Eager inference: the launchers themselves, planned once per shape (mlp), and down_proj rather than
+        # self.down_proj(m): the same GEMM (the small-M kernel for few tokens) without nn.Module's call overhead.
+        return mlp(x2d, w_gate, w_up, w_down).reshape(out_shape)

@@ -737,6 +737,69 @@ def test_gpu_cuda_graph_capture_of_the_eager_module():
     assert ((y.float() - y_eager.float()).norm() / y_eager.float().norm()).item() < 2e-2
 
 
+
+@cuda
+@pytest.mark.parametrize("M", [1, 5, 20, 64, 256, 300, 4096])
+@pytest.mark.parametrize("save_gu", [False, True])
+def test_gpu_a_kept_plan_launches_on_each_calls_own_tensors(M, save_gu, monkeypatch):
+    """Eager calls keep their plan per shape, dtype, device and stream: the second call of a shape plans nothing and
+    builds no launch key, yet computes on its own x and weights (new ones, and ones changed in place), on whichever
+    kernel the table picks at this M (small with and without split-K, TMA, cuBLAS + PyTorch)."""
+    K, N, dim = 512, 1536, 512
+    new = lambda *shape: torch.randn(*shape, device="cuda").div(shape[-1] ** 0.5).bfloat16()  # noqa: E731
+    run = fused_geglu.geglu_saving_gu if save_gu else fused_geglu.geglu
+
+    def check(x, wg, wu, wd):
+        g, u = x.float() @ wg.float().T, x.float() @ wu.float().T
+        m_ref = F.gelu(g, approximate="tanh") * u
+        out = run(x, wg, wu)
+        m = out[0] if save_gu else out
+        for got, ref in ((m, m_ref), *(zip(out[1:], (g, u)) if save_gu else ())):
+            assert ((got.float() - ref).norm() / ref.norm()).item() < TOL["bf16"]
+        y = fused_geglu.down_proj(m, wd)
+        y_ref = m.float() @ wd.float().T
+        assert ((y.float() - y_ref).norm() / y_ref.norm()).item() < TOL["bf16"]
+        y_mlp, y_ref = fused_geglu.mlp(x, wg, wu, wd), m_ref @ wd.float().T  # the module's eager forward, one plan
+        assert ((y_mlp.float() - y_ref).norm() / y_ref.norm()).item() < TOL["bf16"]
+
+    wg, wu, wd = new(N, K), new(N, K), new(dim, N)
+    check(new(M, K), wg, wu, wd)  # the first call of this key plans
+    planned, launched = [], []
+    plan_, launch_ = fused_geglu.plan, fused_geglu._launch
+    monkeypatch.setattr(fused_geglu, "plan", lambda *a, **k: planned.append(a) or plan_(*a, **k))
+    monkeypatch.setattr(fused_geglu, "_launch", lambda *a, **k: launched.append(a) or launch_(*a, **k))
+    check(new(M, K), wg, wu, wd)  # a new x
+    wg.copy_(new(N, K))  # a weight changed in place: read as it is now
+    check(new(M, K), wg, wu, wd)
+    check(new(M, K), new(N, K), new(N, K), new(dim, N))  # another module's weights of the same shapes
+    assert planned == [] and launched == [], "a kept plan was worked out again"
+    with torch.cuda.stream(torch.cuda.Stream()):  # another stream: a plan of its own, right there too
+        check(new(M, K), wg, wu, wd)
+        torch.cuda.current_stream().synchronize()
+    assert planned
+    x = new(M, 2 * K)[:, ::2]  # not contiguous: planned at each call, and right
+    planned.clear()
+    check(x, wg, wu, wd)
+    check(x, wg, wu, wd)
+    assert len(planned) == 4  # geglu's and mlp's, twice
+
+
+@cuda
+def test_gpu_a_launch_hook_set_before_planning_sees_the_kept_launches(monkeypatch):
+    """Kept plans launch through Triton's compiled launcher, skipping its runner, only while no launch hook is set:
+    one set first (Proton's) sees every launch of the plans made after it, first call and later ones."""
+    triton = pytest.importorskip("triton")
+    if getattr(triton, "knobs", None) is None:
+        pytest.skip("this Triton has no knobs: the kept plans use its runner")
+    monkeypatch.setattr(fused_geglu, "_plans", {})
+    seen = []
+    monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", lambda meta: seen.append(meta.get()["name"]))
+    x = torch.randn(1, 512, device="cuda", dtype=torch.bfloat16)
+    wg, wu, wd = (torch.randn(*s, device="cuda", dtype=torch.bfloat16) for s in ((1024, 512), (1024, 512), (512, 1024)))
+    for _ in range(2):
+        fused_geglu.mlp(x, wg, wu, wd)
+    assert seen == ["_geglu_small_m_kernel", "_linear_small_m_kernel"] * 2, seen
+
 # ---- the tuned table: kernel and config by M bucket, read once --------------------------------------------
 
 TABLE = {"capability": "9.0",
