@@ -376,6 +376,40 @@ def test_mlp_benchmark_prose():
                   bench_section) == span("fused") + span("eager")
 
 
+
+def test_kept_plans_prose():
+    """docs/04's host times after the plans were kept (results/bench_decode_host_h200.json) and docs/06's eager rerun
+    (results/bench_model_eager_h200.json): the numbers, and that the sentences' claims hold in the records."""
+    host = json.loads((ROOT / "results/bench_decode_host_h200.json").read_text())
+    assert host["device"] == "NVIDIA H200" and len(host["shapes"]) == 3
+    assert all(r["M"] <= 8 for r in host["shapes"])  # decode shapes
+    variants = [r["variants"] for r in host["shapes"]]
+
+    def span(name):
+        values = [v[name]["host_us"] for v in variants]
+        return [round(min(values), 1), round(max(values), 1)]
+
+    assert quoted(r"the fused forward enqueues in (\d+\.\d)–(\d+\.\d) µs against eager's\s+(\d+\.\d)–(\d+\.\d) µs") == \
+        span("fused") + span("eager")
+    assert max(span("fused")) < min(span("eager"))
+    # "the fastest variant timed from Python at all three (A× to B× eager)"
+    assert all(min(v, key=lambda k: v[k]["median_us"]) == "fused" for v in variants)
+    lead = [v["eager"]["median_us"] / v["fused"]["median_us"] for v in variants]
+    assert quoted(r"at all three \((\d\.\d\d)× to (\d\.\d\d)× eager\)") == [round(min(lead), 2), round(max(lead), 2)]
+    doc = (ROOT / "fused_geglu.py").read_text()  # its docstring quotes them rounded
+    assert [float(g) for g in one(r"(\d+)-(\d+) µs against eager's (\d+)-(\d+) at\s+three decode shapes", doc).groups()] == \
+        [round(x) for x in span("fused") + span("eager")]
+
+    model = json.loads((ROOT / "results/bench_model_eager_h200.json").read_text())
+    us = {r["phase"]: {v["mlp"]: v["median_us"] for v in r["variants"].values() if v["execution"] == "eager"}
+          for r in model["shapes"]}
+    assert quoted(r"still has the fused model slower: prefill (\d\.\d+)\s+against (\d\.\d+) ms, decode (\d\.\d+) against "
+                  r"(\d\.\d+)") == [round(us[phase][k] / 1e3, 3) for phase in ("prefill", "decode") for k in ("fused", "eager")]
+    assert all(us[phase]["fused"] > us[phase]["eager"] for phase in us)
+    spreads = [(max(v["rounds_us"]) - min(v["rounds_us"])) / v["median_us"] for r in model["shapes"]
+               for v in r["variants"].values()]
+    assert quoted(r"the rounds spread by up to (\d+)%") == [round(100 * max(spreads))]
+
 # --- the middle token counts (docs/04) and the training benchmark (docs/07), from their H200 records ------------
 
 def _ratio(shape):
