@@ -654,9 +654,9 @@ def _plan_key(kind, x2d, weights):
         contiguous = contiguous and w.is_contiguous()
     if ptrs & 15 or not contiguous:
         return None
-    device = x2d.get_device()
-    return (kind, x2d.shape, x2d.dtype, device, _driver().get_current_stream(device), TORCH_WHERE_FASTER,
-            *[(w.shape, w.dtype, w.get_device()) for w in weights])
+    device = _driver().get_current_device()  # where _launch launches, kept or not
+    return (kind, x2d.shape, x2d.dtype, x2d.get_device(), device, _driver().get_current_stream(device),
+            TORCH_WHERE_FASTER, *[(w.shape, w.dtype, w.get_device()) for w in weights])
 
 
 def _planned(key, make):
