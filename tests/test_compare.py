@@ -363,6 +363,7 @@ def test_each_layers_replacement_pairs_with_its_own_even_when_the_next_is_nearer
 
 # -------------------------------------------------------------------- recorded: the one-expression MLP
 
+@pytest.mark.profiles  # records two profiles in this process and runs the CLI: seconds, left out under mutmut
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
 def test_one_expression_mlp_eager_vs_compile(tmp_path, device):
@@ -503,3 +504,40 @@ def test_names_count_repeats_and_times():
     assert cmp._names(["k", "k", "m"], 1, str) == "2 × k + m"
     assert cmp._names(["k", "m"], 3, str) == "3 × (k + m)"
     assert cmp._names([], 4, str) == ""
+
+
+def test_step_table_by_hand():
+    """GPU busy and CPU span per step, A's and B's side by side, numbers right-aligned, the median and mean under
+    them; a side without steps (a trace with no events, read through the API) shows "-" for both.
+    By hand: GPU 10, 20, 60: median 20, mean 30; CPU 30, 50, 100: median 50, mean 60."""
+    da = {"steps": [{"step": 2, "gpu_busy_us": 10.0, "cpu_us": 30.0}, {"step": 3, "gpu_busy_us": 20.0, "cpu_us": 50.0},
+                    {"step": 4, "gpu_busy_us": 60.0, "cpu_us": 100.0}]}
+    assert cmp._steps_table(da, {"steps": []}) == [
+        "Per step (µs): GPU busy and CPU span, side by side (3 steps)",
+        "A step  A GPU  A CPU  B step  B GPU  B CPU\n"
+        "------  -----  -----  ------  -----  -----\n"
+        "#2       10.0   30.0\n"
+        "#3       20.0   50.0\n"
+        "#4       60.0  100.0\n"
+        "median   20.0   50.0  median      -      -\n"
+        "mean     30.0   60.0  mean        -      -"]
+
+
+def test_render_the_training_units_and_cpu_ops_by_calls_then_name():
+    """The training table in GPU µs where both traces are GPU traces, else in CPU µs; CPU ops gone or new: most
+    calls per step first, equal counts by name (not in the order the trace met them)."""
+    a = it.parse_trace(kineto([[("k_mul", 5.0, "aten::mul"), ("k_add", 5.0, "aten::add"), ("k_mm", 9.0, "aten::mm"),
+                                ("k_mm", 9.0, "aten::mm")]] * 2))
+    b = it.parse_trace(kineto([[("k_sub", 5.0, "aten::sub"), ("k_div", 5.0, "aten::div")]] * 2))
+    d = it.comparison_data(a, b)
+    assert d["training"] is None  # no backward in either: the phases come by hand
+    phases = {"forward": {"gpu_us": 100.0, "cpu_us": 40.0, "kernels": 2}}
+    d["training"] = {side: {"phases": phases, "optimizer": None} for side in "ab"}
+    lines = cmp.render(d).splitlines()
+    assert "Training step, phase by phase (GPU µs per step, median over the steps):" in lines
+    gone = lines.index("CPU ops gone in B:")
+    assert lines[gone + 1:gone + 4] == ["  2/step  aten::mm", "  1/step  aten::add", "  1/step  aten::mul"]
+    new = lines.index("CPU ops new in B:")
+    assert lines[new + 1:new + 3] == ["  1/step  aten::div", "  1/step  aten::sub"]
+    d["b"]["device"] = "cpu"
+    assert "Training step, phase by phase (CPU µs per step, median over the steps):" in cmp.render(d).splitlines()
