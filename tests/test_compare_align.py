@@ -189,6 +189,9 @@ def test_repeated_layers_one_change_each_are_one_group_times_n():
     (r,) = d["replaced"]
     assert (r["old"], r["new"], r["times"]) == (["nvjet", "softmax", "nvjet"], ["flash"], layers)
     assert (r["old_us"], r["new_us"]) == (pytest.approx(29.0 * layers), pytest.approx(25.0 * layers))
+    # per call: A's nvjet twice a layer (2 x 11 µs), softmax once (7 µs); B's flash once (25 µs)
+    assert r["old_us_per_call"] == {"nvjet": pytest.approx(11.0), "softmax": pytest.approx(7.0)}
+    assert r["new_us_per_call"] == {"flash": pytest.approx(25.0)}
     nvjet = next(s for s in d["same"] if s["name"] == "nvjet")
     assert (nvjet["a"]["calls"], nvjet["b"]["calls"]) == (6 * layers, 6 * layers)
     assert nvjet["a"]["us"] == pytest.approx(172.0 * layers)  # q, k, v, o, gate/up, down: no bmm among them
@@ -343,6 +346,20 @@ def test_compiled_cpu_run_on_the_a_side_says_why_too():
                     "torch._inductor.config.cpp.enable_kernel_profile)")
     assert lines[i + 1:i + 3] == ["    -> aten::gelu + aten::mul",
                                   "    ? -> 20.0 µs per step, calls × µs: A none; B 1 × 10.0 + 1 × 10.0"]
+
+
+@pytest.mark.parametrize("marker", ["Torch-Compiled Region: 0/0", "## Call CompiledFxGraph fabc ##"])
+def test_either_span_of_a_compiled_region_says_why(marker):
+    """A compiled region shows as either span (the region, or the call of its compiled graph): each alone is
+    enough for the reason."""
+    raw_b = cpu_trace([["aten::mm", "aten::mm", "aten::mm"]] * 3, compiled=True)
+    raw_b["traceEvents"] = [e for e in raw_b["traceEvents"] if e["cat"] != "user_annotation" or e["name"] == marker
+                            or e["name"].startswith("ProfilerStep#")]
+    b = it.parse_trace(raw_b)
+    assert {e.name for st in b.steps for e in st.spans if not e.name.startswith("ProfilerStep#")} == {
+        "aten::mm", marker}
+    d = it.comparison_data(it.parse_trace(cpu_trace([EAGER] * 3)), b)
+    assert d["hidden"] == {"a": None, "b": cmp.HIDDEN_CPP}
 
 @pytest.mark.parametrize("b_ops, compiled", [(["aten::mm", "cpp_fused_gelu_mul_0", "aten::mm", "aten::mm"], True),
                                              (["aten::mm", "aten::mm", "aten::mm"], False)])
