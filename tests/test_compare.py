@@ -460,6 +460,20 @@ def test_what_nothing_tells_apart_joins_the_leftovers_one_gap_later():
     assert replaced(d) == [(["odd_old"], ["odd_new"], cmp.REST), (["gemm_old"], ["gemm_new"], "mm")]
 
 
+@pytest.mark.parametrize("extra_in", ["a", "b"])
+def test_an_extra_kernel_beside_a_replaced_gemm_joins_its_group(extra_in):
+    """One trace launches a kernel more beside a GEMM that was replaced, and nothing else is left over in the
+    other: no word or size pairs it, so it joins the group nearest it (by place), not "only in" one trace."""
+    keep = ("keep_k", 5.0, "aten::add")
+    old = [keep, ("gemm_old", 20.0, "aten::mm"), ("odd_k", 3.0, "Qux"), keep]
+    new = [keep, ("gemm_new", 18.0, "aten::mm"), keep]
+    a, b = (old, new) if extra_in == "a" else (new, old)
+    d = it.comparison_data(it.parse_trace(kineto([a])), it.parse_trace(kineto([b])))
+    names = (["gemm_old", "odd_k"], ["gemm_new"])
+    assert replaced(d) == [(names if extra_in == "a" else names[::-1]) + ("mm",)]
+    assert d["only_a"] == d["only_b"] == []
+
+
 def test_fused_back_to_two_kernels_beside_an_unrelated_change():
     """A's fused GeLU * mul (one op, Liger's words) became B's GeLU and mul; beside it, an op no word or size
     pairs changed too: two groups, the second by place only, not one group of everything."""

@@ -92,6 +92,17 @@ def test_align_prefers_the_same_launching_op_and_the_same_offset():
     assert al.align(["cA", "cA", "T", "cB"], ["tem", "cA", "T", "cB"]) == [(1, 1), (2, 2), (3, 3)]
 
 
+def test_align_keys_at_the_head_the_tail_and_in_a_slide():
+    """A key of None (the launching op unknown) agrees with any; a known one only with itself. Of two same-name
+    launches, the pair goes to the one whose key agrees, in the common head and tail too; of those that agree, to
+    the one nearest the same offset (the first launch of each side when no pair comes before)."""
+    assert al.align(["g", "g"], ["g"], ([1, None], [2])) == [(1, 0)]  # head: A's first is known to differ
+    assert al.align(["g"], ["g", "g", "g"], ([1], [2, None, 2])) == [(0, 1)]  # tail: B's last is known to differ
+    # A's 1 (key 2, as B's) and 2 (None) both agree; 1 is nearer the same offset (0)
+    assert al.align(["g", "g", "g"], ["g"], ([1, 2, None], [2])) == [(1, 0)]
+    assert al.align(["g", "g"], ["g"], ([2, 1], [None])) == [(0, 0)]  # both agree: the same offset, the first
+
+
 def test_myers_diff_keeps_the_furthest_point_of_each_diagonal(monkeypatch):
     """Myers' diff (LARGE = 0: every block takes it) keeps, on each diagonal, the furthest point either way onto it
     reaches; from the nearer one it ends a pair short. By hand: of A's three ordered pairs of names only mm, gelu
