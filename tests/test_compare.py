@@ -424,8 +424,9 @@ def test_a_gemm_pairs_with_one_at_most_max_gap_kept_kernels_away(kept_between, p
 def test_a_gemm_that_came_takes_one_gemm_that_left_only():
     """A's two GEMMs of one size, B's two of which only the first has that size: the second of A takes B's
     second (GEMM for GEMM, in order), not the first again: two groups, one for one."""
-    a = kineto([[("gemm_old", 20.0, "aten::mm", [[64, 64], [64, 64]]), ("gemm_old", 21.0, "aten::mm", [[64, 64], [64, 64]])]])
-    b = kineto([[("gemm_new", 18.0, "aten::mm", [[64, 64], [64, 64]]), ("gemm_other", 19.0, "aten::mm", [[32, 8], [8, 8]])]])
+    same, other = [[64, 64], [64, 64]], [[32, 8], [8, 8]]
+    a = kineto([[("gemm_old", 20.0, "aten::mm", same), ("gemm_old", 21.0, "aten::mm", same)]])
+    b = kineto([[("gemm_new", 18.0, "aten::mm", same), ("gemm_other", 19.0, "aten::mm", other)]])
     d = it.comparison_data(it.parse_trace(a), it.parse_trace(b))
     assert replaced(d) == [(["gemm_old"], ["gemm_new"], "mm"), (["gemm_old"], ["gemm_other"], "mm")]
     assert [(r["old_us"], r["new_us"]) for r in d["replaced"]] == [(20.0, 18.0), (21.0, 19.0)]
@@ -482,7 +483,8 @@ def test_fused_back_to_two_kernels_beside_an_unrelated_change():
     b = kineto([[keep, ("gelu_kernel", 5.0, "aten::gelu"), ("mul_kernel", 4.0, "aten::mul"), ("odd_new", 2.0, "Zot"),
                  keep]])
     d = it.comparison_data(it.parse_trace(a), it.parse_trace(b))
-    assert replaced(d) == [(["liger_k"], ["gelu_kernel", "mul_kernel"], "gelu, mul"), (["odd_old"], ["odd_new"], cmp.REST)]
+    assert replaced(d) == [(["liger_k"], ["gelu_kernel", "mul_kernel"], "gelu, mul"),
+                           (["odd_old"], ["odd_new"], cmp.REST)]
 
 
 def test_a_trace_without_steps_beside_a_gpu_trace():
