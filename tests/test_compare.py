@@ -361,8 +361,156 @@ def test_each_layers_replacement_pairs_with_its_own_even_when_the_next_is_nearer
     assert (d["replaced"][0]["old_us"], d["replaced"][0]["new_us"]) == (60.0, 40.0)  # per step: 2 x 30 -> 2 x 20
 
 
+
+# --------------------------------------------------------------- grouping rules, each on a few hand-built kernels
+
+def replaced(d: dict) -> list[tuple]:
+    return [(r["old"], r["new"], r["by"]) for r in d["replaced"]]
+
+
+def one_op_launches_two(data: dict, first: int) -> dict:
+    """kineto() gives each kernel its own op: here the op of kernel `first` (1-based, its correlation id) also
+    launches the next one, as aten::mm launches a split-K GEMM and its reduce; the next kernel's op is dropped."""
+    ev = data["traceEvents"]
+    op = next(e for e in ev if e["cat"] == "cpu_op" and e["args"]["External id"] == first)
+    op["dur"] = 10  # over the next launch (5 µs later, 2 µs long), short of the one after
+    data["traceEvents"] = [e for e in ev if not (e["cat"] == "cpu_op" and e["args"]["External id"] == first + 1)]
+    return data
+
+
+def test_two_gelus_in_one_gap_pair_with_the_ones_at_their_place():
+    """Between the same two GEMMs, A's two GeLU kernels became B's two: the first with the first, the second with
+    the second (the same offset since the last kernel that stayed), not crossed."""
+    keep = ("nvjet", 50.0, "aten::mm")
+    a = kineto([[keep, ("gelu_k1", 3.0, "aten::gelu"), ("gelu_k2", 4.0, "aten::gelu"), keep]])
+    b = kineto([[keep, ("fused_k1", 2.0, "MyGelu"), ("fused_k2", 1.0, "MyGelu"), keep]])
+    d = it.comparison_data(it.parse_trace(a), it.parse_trace(b))
+    assert replaced(d) == [(["gelu_k1"], ["fused_k1"], "gelu"), (["gelu_k2"], ["fused_k2"], "gelu")]
+    assert [(s["name"], s["a"]["name"], s["b"]["name"], s["a"]["calls"]) for s in d["same"]] == [
+        ("nvjet", "nvjet", "nvjet", 2)]
+
+
+def test_kernels_one_op_launched_are_replaced_together():
+    """Two split-K GEMMs (each aten::mm launches a GEMM and its reduce) became two single-kernel GEMMs: one group
+    per op, the reduce with its own GEMM, each pair of A's kernels for one of B's."""
+    keep = ("keep_k", 5.0, "aten::add")
+    a = kineto([[keep, ("splitk_gemm", 20.0, "aten::mm"), ("splitk_reduce", 2.0, "aten::mm"),
+                 ("splitk_gemm", 21.0, "aten::mm"), ("splitk_reduce", 3.0, "aten::mm")]])
+    a = one_op_launches_two(one_op_launches_two(a, 2), 4)
+    b = kineto([[keep, ("gemm_one", 18.0, "aten::mm"), ("gemm_two", 19.0, "aten::mm")]])
+    ta = it.parse_trace(a)
+    assert [k.op.ts for k in ta.steps[0].kernels[1:]] == [6.0, 6.0, 16.0, 16.0]  # two ops, two kernels each
+    d = it.comparison_data(ta, it.parse_trace(b))
+    assert replaced(d) == [(["splitk_gemm", "splitk_reduce"], ["gemm_one"], "mm"),
+                           (["splitk_gemm", "splitk_reduce"], ["gemm_two"], "mm")]
+    assert [(r["old_us"], r["new_us"]) for r in d["replaced"]] == [(22.0, 18.0), (24.0, 19.0)]
+
+
+@pytest.mark.parametrize("kept_between, paired", [(1, True), (2, True), (3, False)])
+def test_a_gemm_pairs_with_one_at_most_max_gap_kept_kernels_away(kept_between, paired):
+    """A's GEMM left before the kernels that stayed, B's came after them: GEMM for GEMM up to MAX_GAP (2) kept
+    kernels apart; at 3 each is only in its own trace."""
+    kept = [(f"keep_{i}", 5.0, f"aten::op{i}") for i in range(kept_between)]
+    a = kineto([[("gemm_old", 20.0, "aten::mm")] + kept])
+    b = kineto([kept + [("gemm_new", 18.0, "aten::mm")]])
+    d = it.comparison_data(it.parse_trace(a), it.parse_trace(b))
+    if paired:
+        assert replaced(d) == [(["gemm_old"], ["gemm_new"], "mm")] and d["only_a"] == d["only_b"] == []
+    else:
+        assert d["replaced"] == []
+        assert [r["name"] for r in d["only_a"]] == ["gemm_old"] and [r["name"] for r in d["only_b"]] == ["gemm_new"]
+
+
+def test_a_gemm_that_came_takes_one_gemm_that_left_only():
+    """A's two GEMMs of one size, B's two of which only the first has that size: the second of A takes B's
+    second (GEMM for GEMM, in order), not the first again: two groups, one for one."""
+    same, other = [[64, 64], [64, 64]], [[32, 8], [8, 8]]
+    a = kineto([[("gemm_old", 20.0, "aten::mm", same), ("gemm_old", 21.0, "aten::mm", same)]])
+    b = kineto([[("gemm_new", 18.0, "aten::mm", same), ("gemm_other", 19.0, "aten::mm", other)]])
+    d = it.comparison_data(it.parse_trace(a), it.parse_trace(b))
+    assert replaced(d) == [(["gemm_old"], ["gemm_new"], "mm"), (["gemm_old"], ["gemm_other"], "mm")]
+    assert [(r["old_us"], r["new_us"]) for r in d["replaced"]] == [(20.0, 18.0), (21.0, 19.0)]
+
+
+def test_two_traces_without_a_kernel_in_common():
+    """Nothing stayed (no pair to anchor a gap): A's one kernel and B's, which nothing tells apart, are one group."""
+    d = it.comparison_data(it.parse_trace(kineto([[("k_old", 5.0, "aten::foo")]])),
+                           it.parse_trace(kineto([[("k_new", 4.0, "aten::bar")]])))
+    assert replaced(d) == [(["k_old"], ["k_new"], cmp.REST)] and d["same"] == []
+
+
+def test_back_to_eager_the_gelu_a_template_fused_joins_its_group():
+    """A (max-autotune) ran a Triton mm template with GeLU fused, B (eager) a cuBLAS GEMM and a GeLU kernel: GEMM
+    for GEMM first, then B's GeLU, alone, joins by its word the group holding the template."""
+    keep = ("keep_k", 5.0, "aten::add")
+    tem = "triton_tem_fused_mm_gelu_0"
+    a = kineto([[keep, (tem, 30.0, tem)]])
+    b = kineto([[keep, ("nvjet", 25.0, "aten::mm"), ("gelu_kernel", 6.0, "aten::gelu")]])
+    d = it.comparison_data(it.parse_trace(a), it.parse_trace(b))
+    assert replaced(d) == [([tem], ["nvjet", "gelu_kernel"], "gelu, mm")]
+    assert (d["replaced"][0]["old_us"], d["replaced"][0]["new_us"]) == (30.0, 31.0)
+
+
+def test_what_nothing_tells_apart_joins_the_leftovers_one_gap_later():
+    """A's unrecognised kernel sits before the kernel that stayed, B's after it (one gap later), beside a GEMM
+    that replaced A's: the two leftovers are one group, and the GEMMs another; not all four in one."""
+    keep = ("keep_k", 5.0, "aten::add")
+    a = kineto([[("odd_old", 3.0, "Qux"), keep, ("gemm_old", 20.0, "aten::mm")]])
+    b = kineto([[keep, ("gemm_new", 18.0, "aten::mm"), ("odd_new", 2.0, "aten::baz")]])
+    d = it.comparison_data(it.parse_trace(a), it.parse_trace(b))
+    assert replaced(d) == [(["odd_old"], ["odd_new"], cmp.REST), (["gemm_old"], ["gemm_new"], "mm")]
+
+
+@pytest.mark.parametrize("extra_in", ["a", "b"])
+def test_an_extra_kernel_beside_a_replaced_gemm_joins_its_group(extra_in):
+    """One trace launches a kernel more beside a GEMM that was replaced, and nothing else is left over in the
+    other: no word or size pairs it, so it joins the group nearest it (by place), not "only in" one trace."""
+    keep = ("keep_k", 5.0, "aten::add")
+    old = [keep, ("gemm_old", 20.0, "aten::mm"), ("odd_k", 3.0, "Qux"), keep]
+    new = [keep, ("gemm_new", 18.0, "aten::mm"), keep]
+    a, b = (old, new) if extra_in == "a" else (new, old)
+    d = it.comparison_data(it.parse_trace(kineto([a])), it.parse_trace(kineto([b])))
+    names = (["gemm_old", "odd_k"], ["gemm_new"])
+    assert replaced(d) == [(names if extra_in == "a" else names[::-1]) + ("mm",)]
+    assert d["only_a"] == d["only_b"] == []
+
+
+def test_fused_back_to_two_kernels_beside_an_unrelated_change():
+    """A's fused GeLU * mul (one op, Liger's words) became B's GeLU and mul; beside it, an op no word or size
+    pairs changed too: two groups, the second by place only, not one group of everything."""
+    keep = ("keep_k", 5.0, "aten::add")
+    a = kineto([[keep, ("liger_k", 8.0, "LigerGELUMulFunction"), ("odd_old", 3.0, "Qux"), keep]])
+    b = kineto([[keep, ("gelu_kernel", 5.0, "aten::gelu"), ("mul_kernel", 4.0, "aten::mul"), ("odd_new", 2.0, "Zot"),
+                 keep]])
+    d = it.comparison_data(it.parse_trace(a), it.parse_trace(b))
+    assert replaced(d) == [(["liger_k"], ["gelu_kernel", "mul_kernel"], "gelu, mul"),
+                           (["odd_old"], ["odd_new"], cmp.REST)]
+
+
+def test_a_trace_without_steps_beside_a_gpu_trace():
+    """Through the API a trace may have no events at all (the CLI refuses it): 0 steps in its launch order, no
+    kernel time; and its units are the CPU's, so the comparison speaks of units of work, not GPU kernels."""
+    a = it.parse_trace(kineto([[("k", 5.0, "aten::mm")]]))
+    empty = it.parse_trace({"traceEvents": []})
+    assert (a.device, empty.device, empty.steps) == ("cuda", "cpu", [])
+    d = it.comparison_data(a, empty)
+    assert d["launch_order_steps"] == {"a": 1, "b": 0} and d["kernel_us"] == {"a": 5.0, "b": 0}
+    assert d["units"] == "units of work (CPU kernels)"
+    assert it.comparison_data(a, a)["units"] == "GPU kernels"
+
+
+def test_the_training_phases_leave_each_step_out():
+    """Both traces run a backward: the comparison holds each side's medians (hand_trace's forward GEMM, 30 µs),
+    not its per-step lists (the report's own data has those)."""
+    from test_train_step import hand_trace
+
+    d = it.comparison_data(it.parse_trace(hand_trace()), it.parse_trace(hand_trace(annotated=False)))
+    for side in "ab":
+        assert "steps" not in d["training"][side] and d["training"][side]["phases"]["forward"]["gpu_us"] == 30
+
 # -------------------------------------------------------------------- recorded: the one-expression MLP
 
+@pytest.mark.profiles  # records two profiles in this process and runs the CLI: seconds, left out under mutmut
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
 def test_one_expression_mlp_eager_vs_compile(tmp_path, device):
@@ -503,3 +651,40 @@ def test_names_count_repeats_and_times():
     assert cmp._names(["k", "k", "m"], 1, str) == "2 × k + m"
     assert cmp._names(["k", "m"], 3, str) == "3 × (k + m)"
     assert cmp._names([], 4, str) == ""
+
+
+def test_step_table_by_hand():
+    """GPU busy and CPU span per step, A's and B's side by side, numbers right-aligned, the median and mean under
+    them; a side without steps (a trace with no events, read through the API) shows "-" for both.
+    By hand: GPU 10, 20, 60: median 20, mean 30; CPU 30, 50, 100: median 50, mean 60."""
+    da = {"steps": [{"step": 2, "gpu_busy_us": 10.0, "cpu_us": 30.0}, {"step": 3, "gpu_busy_us": 20.0, "cpu_us": 50.0},
+                    {"step": 4, "gpu_busy_us": 60.0, "cpu_us": 100.0}]}
+    assert cmp._steps_table(da, {"steps": []}) == [
+        "Per step (µs): GPU busy and CPU span, side by side (3 steps)",
+        "A step  A GPU  A CPU  B step  B GPU  B CPU\n"
+        "------  -----  -----  ------  -----  -----\n"
+        "#2       10.0   30.0\n"
+        "#3       20.0   50.0\n"
+        "#4       60.0  100.0\n"
+        "median   20.0   50.0  median      -      -\n"
+        "mean     30.0   60.0  mean        -      -"]
+
+
+def test_render_the_training_units_and_cpu_ops_by_calls_then_name():
+    """The training table in GPU µs where both traces are GPU traces, else in CPU µs; CPU ops gone or new: most
+    calls per step first, equal counts by name (not in the order the trace met them)."""
+    a = it.parse_trace(kineto([[("k_mul", 5.0, "aten::mul"), ("k_add", 5.0, "aten::add"), ("k_mm", 9.0, "aten::mm"),
+                                ("k_mm", 9.0, "aten::mm")]] * 2))
+    b = it.parse_trace(kineto([[("k_sub", 5.0, "aten::sub"), ("k_div", 5.0, "aten::div")]] * 2))
+    d = it.comparison_data(a, b)
+    assert d["training"] is None  # no backward in either: the phases come by hand
+    phases = {"forward": {"gpu_us": 100.0, "cpu_us": 40.0, "kernels": 2}}
+    d["training"] = {side: {"phases": phases, "optimizer": None} for side in "ab"}
+    lines = cmp.render(d).splitlines()
+    assert "Training step, phase by phase (GPU µs per step, median over the steps):" in lines
+    gone = lines.index("CPU ops gone in B:")
+    assert lines[gone + 1:gone + 4] == ["  2/step  aten::mm", "  1/step  aten::add", "  1/step  aten::mul"]
+    new = lines.index("CPU ops new in B:")
+    assert lines[new + 1:new + 3] == ["  1/step  aten::div", "  1/step  aten::sub"]
+    d["b"]["device"] = "cpu"
+    assert "Training step, phase by phase (CPU µs per step, median over the steps):" in cmp.render(d).splitlines()

@@ -92,6 +92,26 @@ def test_align_prefers_the_same_launching_op_and_the_same_offset():
     assert al.align(["cA", "cA", "T", "cB"], ["tem", "cA", "T", "cB"]) == [(1, 1), (2, 2), (3, 3)]
 
 
+def test_align_keys_at_the_head_the_tail_and_in_a_slide():
+    """A key of None (the launching op unknown) agrees with any; a known one only with itself. Of two same-name
+    launches, the pair goes to the one whose key agrees, in the common head and tail too; of those that agree, to
+    the one nearest the same offset (the first launch of each side when no pair comes before)."""
+    assert al.align(["g", "g"], ["g"], ([1, None], [2])) == [(1, 0)]  # head: A's first is known to differ
+    assert al.align(["g"], ["g", "g", "g"], ([1], [2, None, 2])) == [(0, 1)]  # tail: B's last is known to differ
+    # A's 1 (key 2, as B's) and 2 (None) both agree; 1 is nearer the same offset (0)
+    assert al.align(["g", "g", "g"], ["g"], ([1, 2, None], [2])) == [(1, 0)]
+    assert al.align(["g", "g"], ["g"], ([2, 1], [None])) == [(0, 0)]  # both agree: the same offset, the first
+
+
+def test_myers_diff_keeps_the_furthest_point_of_each_diagonal(monkeypatch):
+    """Myers' diff (LARGE = 0: every block takes it) keeps, on each diagonal, the furthest point either way onto it
+    reaches; from the nearer one it ends a pair short. By hand: of A's three ordered pairs of names only mm, gelu
+    occurs in B in that order, at B's 2 and 3; the diff must find it, not mul alone."""
+    monkeypatch.setattr(al, "LARGE", 0)
+    a, b = ["mm", "gelu", "mul"], ["mul", "gelu", "mm", "gelu"]
+    assert lcs_length(a, b) == 2 and al.align(a, b) == [(0, 2), (1, 3)]
+
+
 def test_align_long_steps_exactly_in_seconds():
     """20,000 launches a side, five names repeated (none unique), one replaced kernel in every ten layers:
     bit-parallel rows; then 200,000 a side with three kernels changed far apart: Myers' diff."""
@@ -180,6 +200,9 @@ def test_repeated_layers_one_change_each_are_one_group_times_n():
     (r,) = d["replaced"]
     assert (r["old"], r["new"], r["times"]) == (["nvjet", "softmax", "nvjet"], ["flash"], layers)
     assert (r["old_us"], r["new_us"]) == (pytest.approx(29.0 * layers), pytest.approx(25.0 * layers))
+    # per call: A's nvjet twice a layer (2 x 11 µs), softmax once (7 µs); B's flash once (25 µs)
+    assert r["old_us_per_call"] == {"nvjet": pytest.approx(11.0), "softmax": pytest.approx(7.0)}
+    assert r["new_us_per_call"] == {"flash": pytest.approx(25.0)}
     nvjet = next(s for s in d["same"] if s["name"] == "nvjet")
     assert (nvjet["a"]["calls"], nvjet["b"]["calls"]) == (6 * layers, 6 * layers)
     assert nvjet["a"]["us"] == pytest.approx(172.0 * layers)  # q, k, v, o, gate/up, down: no bmm among them
@@ -281,6 +304,16 @@ def test_a_step_less_trace_against_a_stepped_one_agrees_with_itself():
     assert 'note: A has no ProfilerStep spans, so its "per step" below is per trace' in text
 
 
+
+def test_a_stepped_trace_against_a_step_less_one_names_b():
+    """The mirror of the case above: B is the trace without steps; the header says so in B's line and the note
+    names B."""
+    a = it.parse_trace(cpu_trace([["aten::addmm", "aten::gelu"]] * 3), "a.json")
+    b = it.parse_trace(cpu_trace([["aten::addmm", "aten::gelu"] * 3], stepped=False), "b.json")
+    assert cmp.render(it.comparison_data(a, b)).splitlines()[:4] == [
+        "A  a.json  (CPU, 3 steps)", "B  b.json  (CPU, no ProfilerStep spans: one step, the whole trace)", "",
+        "note: B has no ProfilerStep spans, so its \"per step\" below is per trace; the other's is per step"]
+
 def assert_sums_cpu(d: dict) -> None:
     for side, old in (("a", "old"), ("b", "new")):
         parts = (sum(s[side]["us"] for s in d["same"]) + sum(r[f"{old}_us"] for r in d["replaced"])
@@ -308,6 +341,36 @@ def test_compiled_cpu_run_without_kernel_profiling_says_why():
     assert "    20.0 -> ? µs per step" in text
     assert_sums_cpu(d)
 
+
+
+def test_compiled_cpu_run_on_the_a_side_says_why_too():
+    """A compiled without kernel profiling, B eager: GeLU + mul are B's side of a group whose A side is unseen,
+    and its time reads "? -> B's", not "0 -> B's (new)"."""
+    a = it.parse_trace(cpu_trace([["aten::mm", "aten::mm", "aten::mm"]] * 3, compiled=True))
+    b = it.parse_trace(cpu_trace([EAGER] * 3))
+    d = it.comparison_data(a, b)
+    assert d["hidden"] == {"a": cmp.HIDDEN_CPP, "b": None}
+    (r,) = d["replaced"]
+    assert (r["old"], r["new"], r["new_us"]) == ([], ["aten::gelu", "aten::mul"], pytest.approx(20.0))
+    lines = cmp.render(d).splitlines()
+    i = lines.index("  (compiled C++ kernels are not in the trace: profile with "
+                    "torch._inductor.config.cpp.enable_kernel_profile)")
+    assert lines[i + 1:i + 3] == ["    -> aten::gelu + aten::mul",
+                                  "    ? -> 20.0 µs per step, calls × µs: A none; B 1 × 10.0 + 1 × 10.0"]
+
+
+@pytest.mark.parametrize("marker", ["Torch-Compiled Region: 0/0", "## Call CompiledFxGraph fabc ##"])
+def test_either_span_of_a_compiled_region_says_why(marker):
+    """A compiled region shows as either span (the region, or the call of its compiled graph): each alone is
+    enough for the reason."""
+    raw_b = cpu_trace([["aten::mm", "aten::mm", "aten::mm"]] * 3, compiled=True)
+    raw_b["traceEvents"] = [e for e in raw_b["traceEvents"] if e["cat"] != "user_annotation" or e["name"] == marker
+                            or e["name"].startswith("ProfilerStep#")]
+    b = it.parse_trace(raw_b)
+    assert {e.name for st in b.steps for e in st.spans if not e.name.startswith("ProfilerStep#")} == {
+        "aten::mm", marker}
+    d = it.comparison_data(it.parse_trace(cpu_trace([EAGER] * 3)), b)
+    assert d["hidden"] == {"a": None, "b": cmp.HIDDEN_CPP}
 
 @pytest.mark.parametrize("b_ops, compiled", [(["aten::mm", "cpp_fused_gelu_mul_0", "aten::mm", "aten::mm"], True),
                                              (["aten::mm", "aten::mm", "aten::mm"], False)])
@@ -354,6 +417,7 @@ def typical_units(trace) -> tuple[list[str], float]:
     return common, sum(e.dur for st in steps for e in it.cpu_kernels(st)) / len(steps)
 
 
+@pytest.mark.profiles  # its fixture records two profiles in this process: under mutmut, a forked worker hung in it
 def test_gpt2_eager_vs_sdpa_on_the_cpu(gpt2):
     """Each layer's eager attention (two bmm, softmax, ...) became one sdpa kernel; every other op stayed, in the
     same-name table, as many as a longest common subsequence; no op is "replaced" by itself; sums add up."""
@@ -374,7 +438,8 @@ def test_gpt2_eager_vs_sdpa_on_the_cpu(gpt2):
 
 def test_a_step_too_long_to_align_is_one_line_and_a_long_similar_one_is_not(monkeypatch):
     """A trace is untrusted input: past MAX_CELLS, alignment refuses in one line (exit 2 from the CLI); a pair
-    nearly alike still aligns past it (Myers' diff), as does one whose common head and tail leave it under."""
+    nearly alike still aligns past it (Myers' diff), after a long common head too, as does one whose common head
+    and tail leave it under."""
     monkeypatch.setattr(al, "MAX_CELLS", 10_000)
     far = [f"k{i % 5}" for i in range(200)], [f"k{4 - i % 5}" for i in range(200)]
     with pytest.raises(it.TraceError, match=r"^steps of 200 and 200 launches left to align, far apart: more than"):
@@ -383,3 +448,6 @@ def test_a_step_too_long_to_align_is_one_line_and_a_long_similar_one_is_not(monk
     near = [f"k{i % 7}" for i in range(300)]
     assert len(al.align(near, near[:100] + near[101:])) == 299
     assert len(al.align(["x"] * 1000 + ["a", "b"] * 20, ["x"] * 1000 + ["b", "a"] * 20)) == 1039
+    # past MAX_CELLS after a long common head: Myers' diff of what is left, its x counted from where that starts
+    # (ab * 100 against ba * 100: 199 pairs, all but A's first a and B's last a)
+    assert len(al.align(["x"] * 1000 + ["a", "b"] * 100, ["x"] * 1000 + ["b", "a"] * 100)) == 1199
