@@ -35,6 +35,7 @@ _TS, _DUR = attrgetter("ts"), attrgetter("dur")
 # (the 35 MB, 600-step traces this suite was tried on are ~3% of it): past a limit, one line, nothing more.
 MAX_JSON_BYTES = 1 << 30  # JSON text, after gzip
 MAX_US = 1e11  # a timestamp or duration beyond ~28 hours (in µs) is not a profile of a step
+MAX_TS = 1e17  # absolute timestamps are µs since 1970 (~1.8e15)
 # Inductor's kernel sources are read only on request (--kernel-files), and then: regular files, this small,
 # this long in all.
 MAX_KERNEL_FILE_BYTES = 1 << 20
@@ -89,8 +90,7 @@ class Event(_EventMethods):
 
 
 def _usable(ts: float, dur: float) -> bool:
-    # NaN fails every comparison; absolute timestamps are µs since 1970 (~1.8e15)
-    return -1e17 <= ts <= 1e17 and 0.0 <= dur <= MAX_US
+    return -MAX_TS <= ts <= MAX_TS and 0.0 <= dur <= MAX_US  # NaN fails every comparison
 
 
 @dataclass
@@ -228,10 +228,6 @@ def _read_capped(p: Path, max_bytes: int) -> bytes:
     return b"".join(parts)
 
 
-class _Refused(Exception):
-    """msgspec could not read part of a trace that the stdlib may: the stdlib reads the whole trace instead."""
-
-
 @functools.cache
 def _fast():
     """The module fast_json (msgspec's decoders) where msgspec is installed and refuses deep nesting (a decoder
@@ -248,18 +244,16 @@ def _fast():
     return None
 
 
-def _args_of(raw, strict: bool = False) -> dict:
+def _args_of(raw) -> dict:
     """A decoded event's args, from their raw JSON ({} where they are not an object). msgspec checked that JSON
     while skipping it, without decoding it: what msgspec cannot decode (an integer beyond 64 bits, 1e400) the
-    stdlib does. Where the stdlib cannot either (an integer of more than 4300 digits): _Refused while the trace
-    is read (strict), {} after it (the one difference from the stdlib alone, which refuses the whole file)."""
+    stdlib does. Where the stdlib cannot either (an integer of more than 4300 digits): {} (the one difference from
+    the stdlib alone, which refuses the whole file)."""
     if raw is None:
         return {}
     try:
         args = _loads(bytes(raw))
     except ValueError:
-        if strict:
-            raise _Refused from None
         return {}
     return args if isinstance(args, dict) else {}
 
@@ -277,11 +271,11 @@ def _loads(text: bytes) -> object:
     return json.loads(text)
 
 
-def _fast_events(text: bytes) -> tuple[dict, list] | None:
-    """(the top-level keys but traceEvents, decoded; the events, as msgspec's structs) of a trace's JSON; None
-    where msgspec is not in use or refuses any of it (then the stdlib reads it all, or says why it cannot). What
-    the reader does not use is checked as JSON but not decoded: an integer of more than 4300 digits there does
-    not refuse the file as the stdlib does (see _args_of)."""
+def _fast_events(text: bytes) -> tuple[dict, list, object] | None:
+    """(the top-level keys but traceEvents, decoded; the events, as msgspec's structs; the fast_json.Source of
+    their args) of a trace's JSON; None where msgspec is not in use or refuses any of it (then the stdlib reads it
+    all, or says why it cannot). What the reader does not use is checked as JSON but not decoded: an integer of
+    more than 4300 digits there does not refuse the file as the stdlib does (see _args_of)."""
     fast = _fast()
     if fast is None:
         return None
@@ -289,10 +283,11 @@ def _fast_events(text: bytes) -> tuple[dict, list] | None:
         if not text.isascii():
             text.decode()  # msgspec checks the UTF-8 of what it decodes, not of the args it skips
         top = fast.top(text)
-        events = top.pop("traceEvents", None)
-        if events is None:
+        raw = top.pop("traceEvents", None)
+        if raw is None:
             return None
-        return {k: fast.decode(v) for k, v in top.items()}, fast.events(events)
+        events = fast.events(raw)
+        return {k: fast.decode(v) for k, v in top.items()}, events, fast.Source(events, raw)
     except (*fast.refused, UnicodeDecodeError):
         return None
 
@@ -445,23 +440,23 @@ def _parse_fast(text: bytes, path: str) -> Trace | None:
     decoded = _fast_events(text)
     if decoded is None:
         return None
-    meta, events = decoded
+    meta, events, source = decoded
     spans, calls, gpu, into = _event_lists()
-    skipped, memory, links, sort = 0, False, _fast().links, into.get
-    try:
-        for e in events:  # as parse_trace does with each dict, and Event.__init__ with the fields it keeps
-            if e.ph != "X" or (out := sort(e.cat)) is None:
-                memory = memory or e.name == "[memory]"
-                continue
-            ts, dur = e.ts, e.dur or 0.0
-            if ts is None or not _usable(ts, dur):
-                skipped += 1
-                continue
-            e.dur, e.end = dur, ts + dur
-            e.ext, e.corr = links(e.raw_args)
-            out.append(e)
-    except _Refused:
-        return None
+    skipped, memory, sort = 0, False, into.get
+    for e in events:  # as parse_trace does with each dict, and Event.__init__ with the fields it keeps
+        if e.ph != "X" or (out := sort(e.cat)) is None:
+            if not memory:
+                memory = e.name == "[memory]"
+            continue
+        ts = e.ts  # in range, or msgspec refused it (fast_json.DecodedEvent): then the stdlib skips the event
+        if ts is None:
+            skipped += 1
+            continue
+        e.dur = dur = e.dur or 0.0
+        e.end, e.source = ts + dur, source
+        if (links := e.links) is not None:
+            e.ext, e.corr = links.ext, links.corr
+        out.append(e)
     return _assemble(spans, calls, gpu, skipped, memory, meta, path)
 
 
