@@ -29,7 +29,7 @@ BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 BACKWARD_RE = re.compile("^" + re.escape(BACKWARD_PREFIX))
 WHOLE_TRACE = "(the whole trace: no ProfilerStep#N spans)"  # the one step of a trace recorded without steps
 OCCUPANCY = "cudaOccupancyMaxActiveBlocksPerMultiprocessor"
-_TS, _DUR = attrgetter("ts"), attrgetter("dur")
+_TS, _DUR, _THREAD, _ORDER = attrgetter("ts"), attrgetter("dur"), attrgetter("pid", "tid"), attrgetter("order")
 
 # A trace is untrusted input. What it may cost to read is bounded here, well above any real trace
 # (the 35 MB, 600-step traces this suite was tried on are ~3% of it): past a limit, one line, nothing more.
@@ -93,7 +93,7 @@ def _usable(ts: float, dur: float) -> bool:
     return -MAX_TS <= ts <= MAX_TS and 0.0 <= dur <= MAX_US  # NaN fails every comparison
 
 
-@dataclass
+@dataclass(init=False)
 class Kernel:
     """GPU work (kernel, memcpy, memset) tied back to the CPU call that launched it."""
 
@@ -102,16 +102,15 @@ class Kernel:
     op: Event | None  # the innermost CPU op or record_function span around the launch
     occupancy_query: bool  # cudaOccupancyMaxActiveBlocksPerMultiprocessor in the same op before this launch
     # The event's, copied once: read for every kernel in every pass of the report.
-    name: str = field(init=False, repr=False, compare=False)
-    dur: float = field(init=False, repr=False, compare=False)
-    is_kernel: bool = field(init=False, repr=False, compare=False)
+    name: str = field(repr=False, compare=False)
+    dur: float = field(repr=False, compare=False)
+    is_kernel: bool = field(repr=False, compare=False)
+    order: float = field(repr=False, compare=False)  # when the CPU asked for it: its launch, else its start
 
-    def __post_init__(self):
-        self.name, self.dur, self.is_kernel = self.event.name, self.event.dur, self.event.cat == "kernel"
-
-    @property
-    def order(self) -> float:
-        return self.launch.ts if self.launch is not None else self.event.ts
+    def __init__(self, event: Event, launch: Event | None, op: Event | None, occupancy_query: bool):
+        self.event, self.launch, self.op, self.occupancy_query = event, launch, op, occupancy_query
+        self.name, self.dur, self.is_kernel = event.name, event.dur, event.cat == "kernel"
+        self.order = launch.ts if launch is not None else event.ts
 
 
 @dataclass
@@ -512,9 +511,10 @@ def _assemble(spans: list[Event], calls: list[Event], gpu: list[Event], skipped:
 
     # Runtime calls belong to the op they were made in: by "External id", else by time on their thread.
     by_corr: dict[object, Event] = {}
-    calls.sort(key=lambda c: c.ts)
+    starts: dict[tuple, list[float]] = {}
+    calls.sort(key=_TS)
     for c in calls:
-        owner = by_ext.get(c.ext) or _innermost(threads, c)
+        owner = by_ext.get(c.ext) or _innermost(threads, starts, c)
         c.parent = owner
         if owner is not None:
             owner.calls = _added(owner.calls, c)
@@ -555,7 +555,7 @@ def _assemble(spans: list[Event], calls: list[Event], gpu: list[Event], skipped:
         if st is not None:
             st.gpu.append(k)
     for st in steps:
-        st.gpu.sort(key=lambda k: k.order)
+        st.gpu.sort(key=_ORDER)
 
     props = meta.get("deviceProperties")
     props = [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
@@ -577,15 +577,19 @@ def _launches(call: Event) -> bool:
     return "Launch" in call.name or "launch" in call.name
 
 
-def _build_tree(spans: list[Event]) -> dict[tuple, tuple[list[float], list[Event]]]:
+def _build_tree(spans: list[Event]) -> dict[tuple, list[Event]]:
     """Sort spans by time (the longer first at one start) and nest them per thread: a span's parent is the
-    innermost one that contains it. Returns each thread's (span starts, spans), for _innermost."""
+    innermost one that contains it. Returns each thread's spans, for _innermost."""
     spans.sort(key=_TS)  # a trace lists them nearly in order: a sort on one float is almost free
     if len(set(map(_TS, spans))) < len(spans):  # some start together (rare: times in ns): the longer first
         spans.sort(key=lambda e: (e.ts, -e.dur))
-    per: dict[tuple, list[Event]] = defaultdict(list)
-    for s in spans:
-        per[(s.pid, s.tid)].append(s)
+    threads = list(map(_THREAD, spans))
+    if len(set(threads)) <= 1:  # one thread: no split (most traces)
+        per = {threads[0]: spans} if spans else {}
+    else:
+        per = defaultdict(list)
+        for s, thread in zip(spans, threads):
+            per[thread].append(s)
     for lane in per.values():
         stack: list[Event] = []
         for s in lane:
@@ -594,18 +598,24 @@ def _build_tree(spans: list[Event]) -> dict[tuple, tuple[list[float], list[Event
                 stack.pop()
             if stack:
                 s.parent = parent = stack[-1]
-                parent.children = _added(parent.children, s)
+                if parent.children:  # _added, inlined: once per span
+                    parent.children.append(s)
+                else:
+                    parent.children = [s]
             stack.append(s)
-    return {k: ([s.ts for s in v], v) for k, v in per.items()}
+    return per
 
 
-def _innermost(threads: dict, ev: Event) -> Event | None:
-    """The innermost span on ev's thread that contains ev's start (bisect, then up the tree)."""
-    entry = threads.get((ev.pid, ev.tid))
-    if entry is None:
+def _innermost(threads: dict, starts: dict, ev: Event) -> Event | None:
+    """The innermost span on ev's thread that contains ev's start (bisect, then up the tree). starts: each
+    thread's span starts, filled on first use (most calls find their op by "External id")."""
+    thread = (ev.pid, ev.tid)
+    spans = threads.get(thread)
+    if spans is None:
         return None
-    starts, spans = entry
-    i = bisect.bisect_right(starts, ev.ts) - 1
+    if thread not in starts:
+        starts[thread] = list(map(_TS, spans))
+    i = bisect.bisect_right(starts[thread], ev.ts) - 1
     node = spans[i] if i >= 0 else None
     while node is not None and node.end < ev.ts:
         node = node.parent
