@@ -444,8 +444,7 @@ def _parse_fast(text: bytes, path: str) -> Trace | None:
     skipped, memory, sort = 0, False, into.get
     for e in events:  # as parse_trace does with each dict, and Event.__init__ with the fields it keeps
         if e.ph != "X" or (out := sort(e.cat)) is None:
-            if not memory:
-                memory = e.name == "[memory]"
+            memory = memory or e.name == "[memory]"
             continue
         ts = e.ts  # in range, or msgspec refused it (fast_json.DecodedEvent): then the stdlib skips the event
         if ts is None:
