@@ -376,6 +376,10 @@ def test_args_are_decoded_on_first_use_each_trace_its_own():
     names = ("mlp_eager", "mlp_compile")
     traces = {n: it.load_trace(DATA / f"h200_{n}.json.gz") for n in names}
     assert all(e.raw_args is None for t in traces.values() for st in t.steps for e in st.spans)  # none yet
+    cats = {"cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset"}
+    for n in names:  # until then the trace holds its own events for that pass, and no others (flows, metadata)
+        held = [e for e in traces[n].steps[0].spans[0].source.events if e is not None]
+        assert len(held) == sum(e.get("ph") == "X" and e.get("cat") in cats for e in raw(n)["traceEvents"])
     for n in reversed(names):
         by_time = {(e["name"], float(e["ts"])): e.get("args", {}) for e in raw(n)["traceEvents"] if e.get("ph") == "X"}
         spans = [e for st in traces[n].steps for e in st.spans]

@@ -28,7 +28,8 @@ class _RawArgs(msgspec.Struct, gc=False):
 
 
 class Source:
-    """The decoded events of one trace and their JSON: where an event's args come from when first asked for."""
+    """The decoded events of one trace (None for those the reader leaves out) and their JSON: where an event's args
+    come from when first asked for."""
 
     __slots__ = ("events", "text")
 
@@ -40,7 +41,8 @@ class Source:
         if self.events is None:  # filled already
             return
         for e, a in zip(self.events, _raw_args(self.text)):
-            e.raw_args = a.raw
+            if e is not None:
+                e.raw_args = a.raw
         self.events = self.text = None  # done: each event holds its own now
 
 

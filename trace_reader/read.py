@@ -442,13 +442,15 @@ def _parse_fast(text: bytes, path: str) -> Trace | None:
     meta, events, source = decoded
     spans, calls, gpu, into = _event_lists()
     skipped, memory, sort = 0, False, into.get
-    for e in events:  # as parse_trace does with each dict, and Event.__init__ with the fields it keeps
+    for i, e in enumerate(events):  # as parse_trace does with each dict, and Event.__init__ with what it keeps
         if e.ph != "X" or (out := sort(e.cat)) is None:
             memory = memory or e.name == "[memory]"
+            events[i] = None  # not the reader's: freed now, not held for the args pass (see fast_json.Source)
             continue
         ts = e.ts  # in range, or msgspec refused it (fast_json.DecodedEvent): then the stdlib skips the event
         if ts is None:
             skipped += 1
+            events[i] = None
             continue
         e.dur = dur = e.dur or 0.0
         e.end, e.source = ts + dur, source
