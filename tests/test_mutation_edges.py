@@ -462,6 +462,8 @@ def test_gemm_bytes_reads_each_input_once_and_writes_the_output():
     (op("aten::add.out", [[4, 8], [4, 8]], ["float", "float"]), None, (256.0, True)),
     (op("aten::add", [[8], [3, 1]], ["float", "float"]), None, (8 * 4 + 3 * 4 + 24 * 4, True)),  # broadcast [3, 8]
     (op("aten::add", [[2, 1, 4], [3, 1]], ["float", "float"]), None, (8 * 4 + 3 * 4 + 24 * 4, True)),  # [2, 3, 4]
+    (op("aten::mul", [[4, 8], [4, 8]], ["float", "float"]), None, (3 * 32 * 4, True)),  # alike: the output [4, 8]
+    (op("aten::mul", [[4, 8], [4, 1]], ["float", "float"]), None, (32 * 4 + 4 * 4 + 32 * 4, True)),  # [4, 8] again
     (op("aten::mul", [[4, 8], []], ["float", "Scalar"]), None, (32 * 4 + 32 * 4, True)),  # a scalar moves nothing
     (op("aten::mul", [[], []], ["float", "float"]), None, None),
     (op("aten::mul", [[4, 8]], ["c10::Weird"]), None, None),
@@ -480,6 +482,15 @@ def test_pointwise_bytes_at_the_limits(o, sources, want):
 
     assert pointwise_bytes(o, sources) == want
     assert pointwise_bytes(None) is None
+
+
+def test_alike_shapes_broadcast_as_the_padding_loop_does():
+    """_broadcast answers alike shapes at once, as its padding loop answers them (a shape of 1s sends a pair there),
+    a dimension of 0 too."""
+    from trace_reader.kernels import _broadcast
+
+    for shape in ([4, 8], [4, 0, 1], [0], [3]):
+        assert _broadcast([shape, shape]) == _broadcast([shape]) == _broadcast([shape, [1] * len(shape)])
 
 
 def select(dim):

@@ -257,6 +257,16 @@ HOSTILE_JSON = {
     "latin1_in_args": (one_op(args='{"Input Dims": "caf\xe9"}').encode("latin-1"), "not text JSON (binary content)"),
     "nan_in_args": (one_op(args='{"Input Dims": [NaN]}').encode(), (1, 0, "aten::mm")),
     "deep_in_a_string": (one_op(name='"' + "[" * 5000 + '"').encode(), (1, 0, "[" * 5000)),
+    # times at read.MAX_TS and read.MAX_US are read, one step past them skipped (msgspec refuses them: the stdlib
+    # skips); an op at 1e17 is outside the step, so no name
+    "ts_at_the_limit": (one_op(ts="1e17").encode(), (1, 0, None)),
+    "ts_past_the_limit": (one_op(ts="1.0000000000000002e17").encode(), (1, 1, None)),
+    "ts_at_minus_the_limit": (one_op(ts="-1e17").encode(), (1, 0, None)),
+    "ts_past_minus_the_limit": (one_op(ts="-1.0000000000000002e17").encode(), (1, 1, None)),
+    "dur_at_the_limit": (one_op(dur="1e11").encode(), (1, 0, "aten::mm")),
+    "dur_past_the_limit": (one_op(dur="100000000000.00002").encode(), (1, 1, None)),
+    "dur_zero": (one_op(dur="0").encode(), (1, 0, "aten::mm")),
+    "dur_negative": (one_op(dur="-0.001").encode(), (1, 1, None)),
 }
 
 
@@ -358,12 +368,32 @@ def test_msgspec_and_the_stdlib_read_the_same_trace(monkeypatch, name):
     assert _events_read(fast) == _events_read(slow)
 
 
+def test_args_are_decoded_on_first_use_each_trace_its_own():
+    """msgspec decodes an event's links with it, and the args of a trace's events only once one of them is asked
+    for: two traces read side by side, asked in turn, each give their own args as the raw JSON has them."""
+    if read._fast() is None:
+        pytest.skip("msgspec is not installed here")
+    names = ("mlp_eager", "mlp_compile")
+    traces = {n: it.load_trace(DATA / f"h200_{n}.json.gz") for n in names}
+    assert all(e.raw_args is None for t in traces.values() for st in t.steps for e in st.spans)  # none yet
+    cats = {"cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset"}
+    for n in names:  # until then the trace holds its own events for that pass, and no others (flows, metadata)
+        held = [e for e in traces[n].steps[0].spans[0].source.events if e is not None]
+        assert len(held) == sum(e.get("ph") == "X" and e.get("cat") in cats for e in raw(n)["traceEvents"])
+    for n in reversed(names):
+        by_time = {(e["name"], float(e["ts"])): e.get("args", {}) for e in raw(n)["traceEvents"] if e.get("ph") == "X"}
+        spans = [e for st in traces[n].steps for e in st.spans]
+        assert len(spans) > 10 and [e.args for e in spans] == [by_time[e.name, e.ts] for e in spans]
+        assert all(e.ext == by_time[e.name, e.ts].get("External id") for e in spans)
+
+
 def test_both_kinds_of_event_have_the_same_attributes():
     if read._fast() is None:
         pytest.skip("msgspec is not installed here")
     from trace_reader import fast_json
 
-    decoded = set(fast_json.DecodedEvent.__struct_fields__) - {"ph", "raw_args", "parsed_args"} | {"args"}
+    decode_only = {"ph", "links", "source", "raw_args", "parsed_args"}  # what args and the links are made from
+    decoded = set(fast_json.DecodedEvent.__struct_fields__) - decode_only | {"args"}
     assert decoded == set(read.Event.__slots__)
 
 

@@ -6,8 +6,8 @@ Which file answers which question:
                  gzip (capped: a trace is untrusted input), the CPU call tree, which op launched which
                  kernel, which step each belongs to; the kernel sources a trace names, only on request.
     fast_json.py How is a trace decoded fast? msgspec (where installed) decodes the events straight into
-                 structs, only the fields the reader uses, args left raw until asked for; read.py falls back
-                 to the stdlib's json for anything it refuses.
+                 structs, only the fields the reader uses, each event's args when first asked for; read.py
+                 falls back to the stdlib's json for anything it refuses.
     kernels.py   What is this kernel or op? GEMM or pointwise, its FLOPs and bytes, its dtype, a short
                  name, the CPU's "kernels" (each op that computes, once) thread by thread, a step's units
                  of work in launch order.

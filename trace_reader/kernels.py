@@ -113,6 +113,8 @@ def _numel(shape: list) -> int:
 
 
 def _broadcast(shapes: list[list]) -> list:
+    if shapes and shapes.count(shapes[0]) == len(shapes):  # one shape, or all alike (most ops): nothing to pad
+        return [n if n > 1 else 1 for n in shapes[0]]
     out: list = []
     for shape in shapes:
         shape = list(shape)

@@ -29,12 +29,13 @@ BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 BACKWARD_RE = re.compile("^" + re.escape(BACKWARD_PREFIX))
 WHOLE_TRACE = "(the whole trace: no ProfilerStep#N spans)"  # the one step of a trace recorded without steps
 OCCUPANCY = "cudaOccupancyMaxActiveBlocksPerMultiprocessor"
-_TS, _DUR = attrgetter("ts"), attrgetter("dur")
+_TS, _DUR, _THREAD, _ORDER = attrgetter("ts"), attrgetter("dur"), attrgetter("pid", "tid"), attrgetter("order")
 
 # A trace is untrusted input. What it may cost to read is bounded here, well above any real trace
 # (the 35 MB, 600-step traces this suite was tried on are ~3% of it): past a limit, one line, nothing more.
 MAX_JSON_BYTES = 1 << 30  # JSON text, after gzip
 MAX_US = 1e11  # a timestamp or duration beyond ~28 hours (in µs) is not a profile of a step
+MAX_TS = 1e17  # absolute timestamps are µs since 1970 (~1.8e15)
 # Inductor's kernel sources are read only on request (--kernel-files), and then: regular files, this small,
 # this long in all.
 MAX_KERNEL_FILE_BYTES = 1 << 20
@@ -89,11 +90,10 @@ class Event(_EventMethods):
 
 
 def _usable(ts: float, dur: float) -> bool:
-    # NaN fails every comparison; absolute timestamps are µs since 1970 (~1.8e15)
-    return -1e17 <= ts <= 1e17 and 0.0 <= dur <= MAX_US
+    return -MAX_TS <= ts <= MAX_TS and 0.0 <= dur <= MAX_US  # NaN fails every comparison
 
 
-@dataclass
+@dataclass(init=False)
 class Kernel:
     """GPU work (kernel, memcpy, memset) tied back to the CPU call that launched it."""
 
@@ -102,16 +102,15 @@ class Kernel:
     op: Event | None  # the innermost CPU op or record_function span around the launch
     occupancy_query: bool  # cudaOccupancyMaxActiveBlocksPerMultiprocessor in the same op before this launch
     # The event's, copied once: read for every kernel in every pass of the report.
-    name: str = field(init=False, repr=False, compare=False)
-    dur: float = field(init=False, repr=False, compare=False)
-    is_kernel: bool = field(init=False, repr=False, compare=False)
+    name: str = field(repr=False, compare=False)
+    dur: float = field(repr=False, compare=False)
+    is_kernel: bool = field(repr=False, compare=False)
+    order: float = field(repr=False, compare=False)  # when the CPU asked for it: its launch, else its start
 
-    def __post_init__(self):
-        self.name, self.dur, self.is_kernel = self.event.name, self.event.dur, self.event.cat == "kernel"
-
-    @property
-    def order(self) -> float:
-        return self.launch.ts if self.launch is not None else self.event.ts
+    def __init__(self, event: Event, launch: Event | None, op: Event | None, occupancy_query: bool):
+        self.event, self.launch, self.op, self.occupancy_query = event, launch, op, occupancy_query
+        self.name, self.dur, self.is_kernel = event.name, event.dur, event.cat == "kernel"
+        self.order = launch.ts if launch is not None else event.ts
 
 
 @dataclass
@@ -228,10 +227,6 @@ def _read_capped(p: Path, max_bytes: int) -> bytes:
     return b"".join(parts)
 
 
-class _Refused(Exception):
-    """msgspec could not read part of a trace that the stdlib may: the stdlib reads the whole trace instead."""
-
-
 @functools.cache
 def _fast():
     """The module fast_json (msgspec's decoders) where msgspec is installed and refuses deep nesting (a decoder
@@ -248,18 +243,16 @@ def _fast():
     return None
 
 
-def _args_of(raw, strict: bool = False) -> dict:
+def _args_of(raw) -> dict:
     """A decoded event's args, from their raw JSON ({} where they are not an object). msgspec checked that JSON
     while skipping it, without decoding it: what msgspec cannot decode (an integer beyond 64 bits, 1e400) the
-    stdlib does. Where the stdlib cannot either (an integer of more than 4300 digits): _Refused while the trace
-    is read (strict), {} after it (the one difference from the stdlib alone, which refuses the whole file)."""
+    stdlib does. Where the stdlib cannot either (an integer of more than 4300 digits): {} (the one difference from
+    the stdlib alone, which refuses the whole file)."""
     if raw is None:
         return {}
     try:
         args = _loads(bytes(raw))
     except ValueError:
-        if strict:
-            raise _Refused from None
         return {}
     return args if isinstance(args, dict) else {}
 
@@ -277,11 +270,11 @@ def _loads(text: bytes) -> object:
     return json.loads(text)
 
 
-def _fast_events(text: bytes) -> tuple[dict, list] | None:
-    """(the top-level keys but traceEvents, decoded; the events, as msgspec's structs) of a trace's JSON; None
-    where msgspec is not in use or refuses any of it (then the stdlib reads it all, or says why it cannot). What
-    the reader does not use is checked as JSON but not decoded: an integer of more than 4300 digits there does
-    not refuse the file as the stdlib does (see _args_of)."""
+def _fast_events(text: bytes) -> tuple[dict, list, object] | None:
+    """(the top-level keys but traceEvents, decoded; the events, as msgspec's structs; the fast_json.Source of
+    their args) of a trace's JSON; None where msgspec is not in use or refuses any of it (then the stdlib reads it
+    all, or says why it cannot). What the reader does not use is checked as JSON but not decoded: an integer of
+    more than 4300 digits there does not refuse the file as the stdlib does (see _args_of)."""
     fast = _fast()
     if fast is None:
         return None
@@ -289,10 +282,11 @@ def _fast_events(text: bytes) -> tuple[dict, list] | None:
         if not text.isascii():
             text.decode()  # msgspec checks the UTF-8 of what it decodes, not of the args it skips
         top = fast.top(text)
-        events = top.pop("traceEvents", None)
-        if events is None:
+        raw = top.pop("traceEvents", None)
+        if raw is None:
             return None
-        return {k: fast.decode(v) for k, v in top.items()}, fast.events(events)
+        events = fast.events(raw)
+        return {k: fast.decode(v) for k, v in top.items()}, events, fast.Source(events, raw)
     except (*fast.refused, UnicodeDecodeError):
         return None
 
@@ -445,23 +439,24 @@ def _parse_fast(text: bytes, path: str) -> Trace | None:
     decoded = _fast_events(text)
     if decoded is None:
         return None
-    meta, events = decoded
+    meta, events, source = decoded
     spans, calls, gpu, into = _event_lists()
-    skipped, memory, links, sort = 0, False, _fast().links, into.get
-    try:
-        for e in events:  # as parse_trace does with each dict, and Event.__init__ with the fields it keeps
-            if e.ph != "X" or (out := sort(e.cat)) is None:
-                memory = memory or e.name == "[memory]"
-                continue
-            ts, dur = e.ts, e.dur or 0.0
-            if ts is None or not _usable(ts, dur):
-                skipped += 1
-                continue
-            e.dur, e.end = dur, ts + dur
-            e.ext, e.corr = links(e.raw_args)
-            out.append(e)
-    except _Refused:
-        return None
+    skipped, memory, sort = 0, False, into.get
+    for i, e in enumerate(events):  # as parse_trace does with each dict, and Event.__init__ with what it keeps
+        if e.ph != "X" or (out := sort(e.cat)) is None:
+            memory = memory or e.name == "[memory]"
+            events[i] = None  # not the reader's: freed now, not held for the args pass (see fast_json.Source)
+            continue
+        ts = e.ts  # in range, or msgspec refused it (fast_json.DecodedEvent): then the stdlib skips the event
+        if ts is None:
+            skipped += 1
+            events[i] = None
+            continue
+        e.dur = dur = e.dur or 0.0
+        e.end, e.source = ts + dur, source
+        if (links := e.links) is not None:
+            e.ext, e.corr = links.ext, links.corr
+        out.append(e)
     return _assemble(spans, calls, gpu, skipped, memory, meta, path)
 
 
@@ -517,9 +512,10 @@ def _assemble(spans: list[Event], calls: list[Event], gpu: list[Event], skipped:
 
     # Runtime calls belong to the op they were made in: by "External id", else by time on their thread.
     by_corr: dict[object, Event] = {}
-    calls.sort(key=lambda c: c.ts)
+    starts: dict[tuple, list[float]] = {}
+    calls.sort(key=_TS)
     for c in calls:
-        owner = by_ext.get(c.ext) or _innermost(threads, c)
+        owner = by_ext.get(c.ext) or _innermost(threads, starts, c)
         c.parent = owner
         if owner is not None:
             owner.calls = _added(owner.calls, c)
@@ -560,7 +556,7 @@ def _assemble(spans: list[Event], calls: list[Event], gpu: list[Event], skipped:
         if st is not None:
             st.gpu.append(k)
     for st in steps:
-        st.gpu.sort(key=lambda k: k.order)
+        st.gpu.sort(key=_ORDER)
 
     props = meta.get("deviceProperties")
     props = [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
@@ -582,15 +578,19 @@ def _launches(call: Event) -> bool:
     return "Launch" in call.name or "launch" in call.name
 
 
-def _build_tree(spans: list[Event]) -> dict[tuple, tuple[list[float], list[Event]]]:
+def _build_tree(spans: list[Event]) -> dict[tuple, list[Event]]:
     """Sort spans by time (the longer first at one start) and nest them per thread: a span's parent is the
-    innermost one that contains it. Returns each thread's (span starts, spans), for _innermost."""
+    innermost one that contains it. Returns each thread's spans, for _innermost."""
     spans.sort(key=_TS)  # a trace lists them nearly in order: a sort on one float is almost free
     if len(set(map(_TS, spans))) < len(spans):  # some start together (rare: times in ns): the longer first
         spans.sort(key=lambda e: (e.ts, -e.dur))
-    per: dict[tuple, list[Event]] = defaultdict(list)
-    for s in spans:
-        per[(s.pid, s.tid)].append(s)
+    threads = list(map(_THREAD, spans))
+    if len(set(threads)) <= 1:  # one thread: no split (most traces)
+        per = {threads[0]: spans} if spans else {}
+    else:
+        per = defaultdict(list)
+        for s, thread in zip(spans, threads):
+            per[thread].append(s)
     for lane in per.values():
         stack: list[Event] = []
         for s in lane:
@@ -599,18 +599,24 @@ def _build_tree(spans: list[Event]) -> dict[tuple, tuple[list[float], list[Event
                 stack.pop()
             if stack:
                 s.parent = parent = stack[-1]
-                parent.children = _added(parent.children, s)
+                if parent.children:  # _added, inlined: once per span
+                    parent.children.append(s)
+                else:
+                    parent.children = [s]
             stack.append(s)
-    return {k: ([s.ts for s in v], v) for k, v in per.items()}
+    return per
 
 
-def _innermost(threads: dict, ev: Event) -> Event | None:
-    """The innermost span on ev's thread that contains ev's start (bisect, then up the tree)."""
-    entry = threads.get((ev.pid, ev.tid))
-    if entry is None:
+def _innermost(threads: dict, starts: dict, ev: Event) -> Event | None:
+    """The innermost span on ev's thread that contains ev's start (bisect, then up the tree). starts: each
+    thread's span starts, filled on first use (most calls find their op by "External id")."""
+    thread = (ev.pid, ev.tid)
+    spans = threads.get(thread)
+    if spans is None:
         return None
-    starts, spans = entry
-    i = bisect.bisect_right(starts, ev.ts) - 1
+    if thread not in starts:
+        starts[thread] = list(map(_TS, spans))
+    i = bisect.bisect_right(starts[thread], ev.ts) - 1
     node = spans[i] if i >= 0 else None
     while node is not None and node.end < ev.ts:
         node = node.parent

@@ -140,17 +140,16 @@ def _idle(trace: Trace) -> list[tuple[float, float]]:
     """
     n = len(trace.steps)
     host, after = [0.0] * n, [0.0] * n
-    # Work with no launch in the trace sorts after launched work that starts and ends with it (None is no number).
-    items = sorted(((k.event.ts, k.event.end, k.launch.ts if k.launch is not None else None, i)
-                    for i, st in enumerate(trace.steps) for k in st.gpu),
-                   key=lambda it: (it[0], it[1], math.inf if it[2] is None else it[2], it[3]))
+    # Work with no launch in the trace (launch at inf) sorts after launched work that starts and ends with it.
+    items = sorted((k.event.ts, k.event.end, k.launch.ts if k.launch is not None else math.inf, i)
+                   for i, st in enumerate(trace.steps) for k in st.gpu)
     merged: list[list[float]] = []
     cursor = float("-inf")
     for start, end, launch, i in items:
         gap_start = max(cursor, trace.steps[i].span.ts)
         if start > gap_start:
             gap = start - gap_start
-            waited = min(max(launch - gap_start, 0.0), gap) if launch is not None else 0.0
+            waited = min(max(launch - gap_start, 0.0), gap) if launch != math.inf else 0.0
             host[i] += waited
             after[i] += gap - waited
         if merged and start <= merged[-1][1]:
