@@ -722,35 +722,46 @@ def _geglu_plan(x2d, w_gate, w_up, use_tma, kernel, config, save_gu, kept):
     run = functools.partial(_run_geglu, path, cfg, save_gu)
     if not kept or not x2d.shape[0]:
         return run
-    # Bound from the first call's launch: later calls only make their outputs and the kernel's tensor arguments.
-    M, N = x2d.shape[0], w_gate.shape[0]
-    new = functools.partial(torch.empty, (M, N), device=x2d.device, dtype=x2d.dtype)
+    if path == "small":  # (save_gu went to PyTorch above)
+        small = _kept_small_m(x2d, (w_gate, w_up), cfg)
+        return run if small is None else (lambda x2d, w_gate, w_up: (small(x2d, w_gate, w_up), None, None))
+    # The tiled kernels, bound from the first call's launch: later calls only make their outputs and descriptors.
+    new = functools.partial(torch.empty, (x2d.shape[0], w_gate.shape[0]), device=x2d.device, dtype=x2d.dtype)
     kernel, grid, tensors, rest, meta = _geglu_launch(path, cfg, save_gu, x2d, w_gate, w_up, new(), *_gu(new, save_gu))
-    if path == "small" and tensors[-2] is not tensors[3] and tensors[-2].numel() > KEPT_PARTIALS:
-        return run  # split-K partials of its own at each call
     launch, head, tail = _bind(kernel, grid, tensors, rest, meta)
     if path == "tma":
         def run(x2d, w_gate, w_up):
             m, g, u = new(), *_gu(new, save_gu)
             launch(*head, *_tma_descriptors(cfg, x2d, w_gate, w_up, m, g, u), *tail)
             return m, g, u
-    elif path == "pointer":
+    else:
         def run(x2d, w_gate, w_up):
             m, g, u = new(), *_gu(new, save_gu)
             launch(*head, x2d, w_gate, w_up, m, *((g, u) if save_gu else (x2d, x2d)), *tail)
             return m, g, u
-    elif tensors[-2] is tensors[3]:  # small, without split-K: m stands in for the workspace
-        def run(x2d, w_gate, w_up):
-            m = new()
-            launch(*head, x2d, w_gate, w_up, m, m, m, *tail)
-            return m, None, None
-    else:  # small, with the split-K workspace bound
-        part, counters = tensors[-2:]
+    return run
 
-        def run(x2d, w_gate, w_up):
-            m = new()
-            launch(*head, x2d, w_gate, w_up, m, part, counters, *tail)
-            return m, None, None
+
+def _kept_small_m(x2d, weights, cfg):
+    """run(x2d, *weights) -> out: the small-M kernel (_small_m_launch) bound from this call's launch, for later calls
+    of its plan key: each makes its out; the split-K workspace is bound, or without split-K out stands in for it.
+    None where each call allocates split-K partials of its own (more than KEPT_PARTIALS)."""
+    new = functools.partial(torch.empty, (x2d.shape[0], weights[0].shape[0]), device=x2d.device, dtype=x2d.dtype)
+    kernel, grid, tensors, rest, meta = _small_m_launch(x2d, weights, new(), cfg)
+    out, part, counters = tensors[-3:]
+    if part is not out and part.numel() > KEPT_PARTIALS:
+        return None
+    launch, head, tail = _bind(kernel, grid, tensors, rest, meta)
+    if part is out:
+        def run(x2d, *weights):
+            out = new()
+            launch(*head, x2d, *weights, out, out, out, *tail)
+            return out
+    else:
+        def run(x2d, *weights):
+            out = new()
+            launch(*head, x2d, *weights, out, part, counters, *tail)
+            return out
     return run
 
 
@@ -815,27 +826,8 @@ def _down_plan(m, w_down, config, kept):
     if kernel != "small":
         return F.linear
     run = functools.partial(_run_down, cfg)
-    if not kept or not m.shape[0]:
-        return run
-    new = functools.partial(torch.empty, (m.shape[0], w_down.shape[0]), device=m.device, dtype=m.dtype)
-    kernel, grid, tensors, rest, meta = _small_m_launch(m, (w_down,), new(), cfg)
-    workspace = None if tensors[-2] is tensors[2] else tensors[-2:]
-    if workspace is not None and workspace[0].numel() > KEPT_PARTIALS:
-        return run
-    launch, head, tail = _bind(kernel, grid, tensors, rest, meta)
-    if workspace is None:  # y stands in for it
-        def run(m, w_down):
-            y = new()
-            launch(*head, m, w_down, y, y, y, *tail)
-            return y
-    else:
-        part, counters = workspace
-
-        def run(m, w_down):
-            y = new()
-            launch(*head, m, w_down, y, part, counters, *tail)
-            return y
-    return run
+    small = _kept_small_m(m, (w_down,), cfg) if kept and m.shape[0] else None
+    return run if small is None else small
 
 
 def mlp(x2d, w_gate, w_up, w_down):
