@@ -6,12 +6,14 @@
 MLP (forward + backward): the post's SimpleGeGLUMLP (eager), torch.compile of it, Liger's LigerGEGLUMLP (its own
 fused backward) and this suite's FusedGeGLUMLP (gate, up and GeGLU in one Triton kernel, the pointwise part of its
 backward in one more) in its two training modes: "fused" saves g and u from the forward kernel, "fused-recompute"
-saves neither and recomputes them with two GEMMs in backward. All with the same weights, at the post's shape
-(8192 tokens, 768 -> 3072) and two model sizes. One timed call: the gradients set to None, y = mlp(x),
-y.backward(dy) with a fixed dy; x wants a gradient too (it stands for the previous layer's output, as in
-07_train_step.py). Then the model's training step as 07_train_step.py builds it (06_model.py's decoder, the MLP
-swapped by --mlp, weights copied; compile: torch.compile of the eager one): zero_grad(set_to_none=True), the
-language-model loss, backward, AdamW (foreach) step.
+saves neither and recomputes them with two GEMMs in backward; "compile-fused" is torch.compile of the fused module
+(its ops in Inductor's graph). All with the same weights, at the post's shape (8192 tokens, 768 -> 3072) and two
+model sizes. One timed call: the gradients set to None, y = mlp(x), y.backward(dy) with a fixed dy; x wants a
+gradient too (it stands for the previous layer's output, as in 07_train_step.py). Then the model's training step as
+07_train_step.py builds it (06_model.py's decoder, the MLP swapped by --mlp, weights copied; compile: torch.compile
+of the eager one, compile-fused of the one with the fused MLP): zero_grad(set_to_none=True), the language-model
+loss, backward, AdamW (foreach) step. "fused vs best peer": the faster fused form (fused, compile-fused) against
+the fastest peer (eager, compile, Liger), each in the execution mode a user would pick.
 
 Correct before fast: each variant's gradients (the MLP's weights and x; every parameter of the model, as one
 vector) are checked against fp32 autograd of the same weights and inputs before anything is timed; a wrong one
@@ -49,8 +51,10 @@ from trace_reader.plot import bench_chart_next_to, flop_rate
 
 train07 = importlib.import_module("07_train_step")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-VARIANTS = ["eager", "compile", "liger", "fused", "fused-recompute"]
-TRITON_VARIANTS = ("liger", "fused", "fused-recompute")
+VARIANTS = ["eager", "compile", "liger", "fused", "fused-recompute", "compile-fused"]
+TRITON_VARIANTS = ("liger", "fused", "fused-recompute", "compile-fused")
+PEERS = ("eager", "compile", "liger")  # what the fused MLP is set against
+FUSED_FORMS = ("fused", "compile-fused")  # the fused MLP as a user runs it, eager or compiled (recompute: for memory)
 # The post's MLP, Gemma-2B's and Llama-2-7B's at 4096 tokens; Gemma-2B at 2 layers for the step (as the H200
 # fixtures of 07_train_step.py). On a CPU, shapes that take seconds.
 DEFAULTS = {"cuda": {"shapes": "8192x768x3072,4096x2048x16384,4096x4096x11008", "model": "gemma-2b", "layers": 2,
@@ -159,9 +163,11 @@ def mlp_variants(dim, hidden, run, names, skipped):
             skipped[name] = NEEDS_CUDA
         else:
             try:
-                modules[name] = train07.swapped(name, eager, dim, hidden).to(run.device, run.dtype)
+                module = train07.swapped(name.removeprefix("compile-"), eager, dim, hidden).to(run.device, run.dtype)
             except common.Fail as e:  # liger-kernel not installed
                 skipped[name] = str(e)
+                continue
+            modules[name] = torch.compile(module, dynamic=False) if name.startswith("compile-") else module
     return modules, copy.deepcopy(eager).float()
 
 
@@ -223,7 +229,7 @@ def model_case(args, run, ceiling, tol):
     model06 = importlib.import_module("06_model")
     skipped, models = {}, {}
     for name in args.variants:
-        mlp = "eager" if name == "compile" else name
+        mlp = "eager" if name == "compile" else name.removeprefix("compile-")
         if mlp in TRITON_VARIANTS and not run.cuda:
             skipped[name] = NEEDS_CUDA
             continue
@@ -232,7 +238,7 @@ def model_case(args, run, ceiling, tol):
         except common.Fail as e:
             skipped[name] = str(e)
             continue
-        models[name] = (model, torch.compile(model) if name == "compile" else model)
+        models[name] = (model, torch.compile(model) if name.startswith("compile") else model)
     if not models:
         return None
     reference = copy.deepcopy(next(iter(models.values()))[0]).float()  # the same weights, in fp32
@@ -263,8 +269,9 @@ def model_case(args, run, ceiling, tol):
     label = f"{args.model} {args.layers}L train step {args.batch}x{args.seq}"
     return {"label": label, "kind": "model", "preset": args.model, "layers": args.layers, "batch": args.batch,
             "seq": args.seq, "forward_flops": forward, "flops": 3 * forward, "floor_us": floor_us, "bound": "compute",
-            "variants": {n: {**v, "execution": "compile" if n == "compile" else "eager",
-                             "mlp": "eager" if n == "compile" else n} for n, v in variants.items()},
+            "variants": {n: {**v, "execution": "compile" if n.startswith("compile") else "eager",
+                             "mlp": "eager" if n == "compile" else n.removeprefix("compile-")}
+                         for n, v in variants.items()},
             "skipped": skipped}
 
 
@@ -282,18 +289,22 @@ def case_lines(r):
                      f"{v['grad_rel_err']:10.1e}")
     lines += [f"  skipped: {name}: {why}" for name, why in r["skipped"].items()]
     if (versus := fused_vs_peers(r)) is not None:
-        best, ratio, slower = versus
-        lines.append(f"  fused vs best peer ({best}): {ratio:.2f}x{' SLOWER beyond the spread' if slower else ''}")
+        best, ratio, slower, form = versus
+        lines.append(f"  fused vs best peer: {form} against {best}, {ratio:.2f}x"
+                     f"{' SLOWER beyond the spread' if slower else ''}")
     return lines
 
 
 def fused_vs_peers(r):
-    """bench.fused_vs_best against the peers alone (eager, compile, Liger; fused-recompute is the same module in its
-    other mode), or None where fused or every peer is missing."""
-    peers = {name: v for name, v in r["variants"].items() if name != "fused-recompute"}
-    if "fused" not in peers or len(peers) < 2:
+    """(best peer, its µs / the fused form's µs, True when slower beyond both spreads, the fused form): the faster of
+    fused (eager) and compile-fused against the fastest of eager, compile and Liger (bench.fused_vs_best), or None
+    where no fused form or no peer ran. fused-recompute is the memory mode, not a contender."""
+    forms = [name for name in FUSED_FORMS if name in r["variants"]]
+    peers = {name: v for name, v in r["variants"].items() if name in PEERS}
+    if not forms or not peers:
         return None
-    return bench.fused_vs_best({**r, "variants": peers})
+    form = min(forms, key=lambda name: r["variants"][name]["median_us"])
+    return (*bench.fused_vs_best({"variants": {**peers, "fused": r["variants"][form]}}), form)
 
 
 def markdown(record):
@@ -310,8 +321,8 @@ def markdown(record):
             cells.append("—" if v is None else f"{v['median_us']:,.1f} µs ({v['of_floor']:.2f}{peak})")
         best = "—"
         if (versus := fused_vs_peers(r)) is not None:
-            other, ratio, slower = versus
-            best = f"{ratio:.2f}×{' (slower: ' + other + ')' if slower else ''}"
+            other, ratio, slower, form = versus
+            best = f"{ratio:.2f}× ({form} / {other}{', slower' if slower else ''})"
         rows.append(f"| {r['label']} | {r['floor_us']:,.1f} µs | " + " | ".join(cells) + f" | {best} |")
     rows += ["", (f"µs per step ({record['timer']}); of floor = 3 x forward FLOPs / GEMM ceiling "
                   f"{flop_rate(record['ceiling_tflops'])} over the time; peak memory above the step's start. "

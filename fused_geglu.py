@@ -391,12 +391,13 @@ def plan(x2d, w_gate, w_up, use_tma=None):
     kernel, cfg = _by_m(x2d.device, x2d.shape[0], "geglu")
     if kernel == "torch" and not TORCH_WHERE_FASTER:
         kernel, cfg = None, None  # the default fused kernel below
+    if kernel is None:  # in the interpreter the pointer kernel is the default; tests ask for the TMA one explicitly
+        kernel = "tma" if tma_possible and not INTERPRET else "pointer"
     if kernel == "tma" and not tma_possible:
-        return "pointer", None
-    if kernel is not None:
-        return kernel, cfg
-    # In the interpreter the pointer kernel is the default; tests ask for the TMA one explicitly.
-    return ("tma" if tma_possible and not INTERPRET else "pointer"), None
+        # Traced into a compiled graph where the TMA kernel cannot go: cuBLAS's two GEMMs and a GeGLU that Inductor
+        # fuses into one pointwise kernel measured faster than the pointer kernel (results/bench_train_h200.txt).
+        return ("torch" if tracing and TORCH_WHERE_FASTER else "pointer"), None
+    return kernel, cfg
 
 
 def kernel_path(x2d, w_gate, w_up, use_tma=None):
@@ -900,10 +901,22 @@ def _torch_backward(grad_m, g, u):
 
 
 def _launch_backward(grad_m, g, u, grad_g, grad_u):
-    """The kernel over contiguous g and u, into grad_g and grad_u (which may be g and u themselves)."""
+    """The kernel over contiguous g and u, into grad_g and grad_u (which may be g and u themselves); planned once per
+    shape as the forward's launches are (a training step at the post's shape waits on the host too)."""
     if g.numel():
-        _launch(_geglu_backward_kernel, (_cdiv(g.numel(), BACKWARD_BLOCK),),
-                (grad_m.contiguous(), g, u, grad_g, grad_u, g.numel()), BLOCK=BACKWARD_BLOCK, num_warps=4, num_stages=1)
+        tensors = (grad_m.contiguous(), g, u, grad_g, grad_u)
+        key = _plan_key("backward", g, tensors)
+        _planned(key, lambda: _backward_plan(tensors, key is not None))(*tensors)
+
+
+def _backward_plan(tensors, kept):
+    """launch(grad_m, g, u, grad_g, grad_u) for tensors like these: bound once where kept, else through _launch."""
+    n = tensors[1].numel()
+    grid, meta = (_cdiv(n, BACKWARD_BLOCK),), {"BLOCK": BACKWARD_BLOCK, "num_warps": 4, "num_stages": 1}
+    if not kept:
+        return lambda *tensors: _launch(_geglu_backward_kernel, grid, (*tensors, n), **meta)
+    launch, head, tail = _bind(_geglu_backward_kernel, grid, tensors, (n,), meta)
+    return lambda *tensors: launch(*head, *tensors, *tail)
 
 
 def backward_in_place(grad_m, g, u):

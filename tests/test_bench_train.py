@@ -26,7 +26,8 @@ def record(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bench_train")
     out = tmp / "bt.json"
     code = bench_train.main(["--device", "cpu", "--shapes", "16x8x24,5x8x12", "--layers", "1", "--batch", "1",
-                             "--seq", "8", "--variants", "eager,liger,fused,fused-recompute", "--out", str(out)])
+                             "--seq", "8", "--variants", "eager,liger,fused,fused-recompute,compile-fused",
+                             "--out", str(out)])
     assert code == 0
     return json.loads(out.read_text()), out
 
@@ -37,11 +38,12 @@ def test_cpu_record_says_cpu_and_its_arithmetic_holds(record):
     assert out.with_suffix(".txt").exists() and out.with_suffix(".png").exists()
     rows = out.with_suffix(".md").read_text().splitlines()
     # a column per variant asked for (compile was not), "—" where it did not run; no fused, so no comparison
-    assert rows[0] == "| case | floor | eager | liger | fused | fused-recompute | fused vs best peer |"
+    assert rows[0] == ("| case | floor | eager | liger | fused | fused-recompute | compile-fused "
+                       "| fused vs best peer |")
     for s, row in zip(r["shapes"], rows[2:5], strict=True):  # the markdown table: the same numbers
         v = s["variants"]["eager"]
         assert row == (f"| {s['label']} | {s['floor_us']:,.1f} µs | {v['median_us']:,.1f} µs "
-                       f"({v['of_floor']:.2f}) | — | — | — | — |")
+                       f"({v['of_floor']:.2f}) | — | — | — | — | — |")
     mlp1, mlp2, model = r["shapes"]
     # forward: three GEMMs of tokens x dim x hidden, 2 FLOP per multiply-add
     assert [s["forward_flops"] for s in (mlp1, mlp2)] == [6 * 16 * 8 * 24, 6 * 5 * 8 * 12]
@@ -57,7 +59,8 @@ def test_cpu_record_says_cpu_and_its_arithmetic_holds(record):
         assert v["median_us"] > 0 and v["of_floor"] == pytest.approx(s["floor_us"] / v["median_us"])
         assert v["peak_mib"] is None  # CUDA only
         assert 0 <= v["grad_rel_err"] <= r["grad_tolerance"] == 1e-4  # fp32 on the CPU: the same math as fp32's
-        assert s["skipped"] == {name: bench_train.NEEDS_CUDA for name in ("liger", "fused", "fused-recompute")}
+        assert s["skipped"] == {name: bench_train.NEEDS_CUDA
+                                for name in ("liger", "fused", "fused-recompute", "compile-fused")}
 
 
 def test_gradient_check_at_its_edge():
@@ -77,16 +80,27 @@ def test_gradient_check_at_its_edge():
 
 
 def test_fused_against_its_peers_only():
-    """"fused vs best peer": the best of eager, compile and Liger, never fused-recompute (the same module); none
-    without fused or without a peer. Ratio = the peer's µs / fused's."""
+    """"fused vs best peer": the faster of fused and compile-fused against the best of eager, compile and Liger,
+    never fused-recompute (the same module, its memory mode); none without a fused form or without a peer. Ratio =
+    the peer's µs / the fused form's; slower only beyond both spreads."""
     def case(**us):
         return {"variants": {n: {"median_us": t, "rounds_us": [t]} for n, t in us.items()}}
 
     assert bench_train.fused_vs_peers(case(eager=300.0, fused=200.0, **{"fused-recompute": 100.0})) == (
-        "eager", 1.5, False)
-    assert bench_train.fused_vs_peers(case(eager=300.0, compile=250.0, fused=500.0))[:2] == ("compile", 0.5)
+        "eager", 1.5, False, "fused")
+    assert bench_train.fused_vs_peers(case(eager=300.0, compile=250.0, fused=500.0)) == (
+        "compile", 0.5, True, "fused")
+    # compile-fused the faster form: set against the fastest peer, whichever mode that peer runs in
+    assert bench_train.fused_vs_peers(case(eager=300.0, compile=240.0, fused=320.0, **{"compile-fused": 200.0})) == (
+        "compile", 1.2, False, "compile-fused")
+    assert bench_train.fused_vs_peers(case(liger=100.0, **{"compile-fused": 400.0})) == (
+        "liger", 0.25, True, "compile-fused")
     assert bench_train.fused_vs_peers(case(fused=200.0, **{"fused-recompute": 100.0})) is None
     assert bench_train.fused_vs_peers(case(eager=300.0, **{"fused-recompute": 100.0})) is None
+    # within the spread: not "slower" (rounds 190-210 around 200 against 196)
+    near = {"variants": {"eager": {"median_us": 196.0, "rounds_us": [196.0]},
+                         "fused": {"median_us": 200.0, "rounds_us": [190.0, 200.0, 210.0]}}}
+    assert bench_train.fused_vs_peers(near) == ("eager", 0.98, False, "fused")
 
 
 def test_grad_error_names_a_missing_gradient():
@@ -99,7 +113,7 @@ def test_grad_error_names_a_missing_gradient():
 
 @pytest.mark.parametrize("flags, message", [
     (["--variants", "eager,fast"], "--variants: expected a comma-separated list of eager, compile, liger, fused, "
-                                   "fused-recompute, got 'eager,fast'"),
+                                   "fused-recompute, compile-fused, got 'eager,fast'"),
     (["--shapes", "0x8x8"], "--shapes: expected MxDIMxHIDDEN"),
     (["--layers", "0"], "must be between 1 and 1000")])
 def test_bad_flags_are_one_line(tmp_path, capsys, flags, message):
@@ -125,6 +139,9 @@ def test_gpu_every_variant_at_small_shapes(tmp_path):
     r = json.loads(out.read_text())
     assert r["device_type"] == "cuda"
     for s in r["shapes"]:
-        assert {"eager", "fused", "fused-recompute"} <= set(s["variants"]), s["skipped"]
+        assert {"eager", "fused", "fused-recompute", "compile-fused"} <= set(s["variants"]), s["skipped"]
         for v in s["variants"].values():
             assert v["peak_mib"] > 0 and v["grad_rel_err"] <= r["grad_tolerance"]
+    model = r["shapes"][-1]["variants"]
+    assert (model["compile-fused"]["execution"], model["compile-fused"]["mlp"]) == ("compile", "fused")
+    assert (model["compile"]["execution"], model["compile"]["mlp"]) == ("compile", "eager")

@@ -690,10 +690,14 @@ def test_gpu_first_forward_holds_no_copy_of_the_weights(M):
 
 
 @cuda
-@pytest.mark.parametrize("M", [1, 4096])
-def test_gpu_compiled_model_launches_the_kernels_from_inductor(M, monkeypatch):
+@pytest.mark.parametrize("M, show_the_kernel", [(1, False), (4096, True), (4096, False)])
+def test_gpu_compiled_model_launches_the_kernels_from_inductor(M, show_the_kernel, monkeypatch):
     """Under torch.compile the kernels are in Inductor's graph (triton_op + wrap_triton): once compiled, a call runs
-    no Python of fused_geglu (no _launch), yet the trace shows the fused kernel."""
+    no Python of fused_geglu (no _launch), yet the trace shows the fused kernel. Where the tuned table wants the TMA
+    kernel (M = 4096), which a graph cannot hold, the module's graph runs cuBLAS and one GeGLU kernel of Inductor's
+    instead; 04_fused_mlp.py's show_the_kernel gets the pointer kernel there."""
+    monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", not show_the_kernel)
+    torch._dynamo.reset()
     SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
     eager = SimpleGeGLUMLP(2048, 8192).cuda().bfloat16()
     fused = fused_geglu.FusedGeGLUMLP(2048, 8192).cuda().bfloat16()
@@ -714,7 +718,12 @@ def test_gpu_compiled_model_launches_the_kernels_from_inductor(M, monkeypatch):
     assert launches == [], "the compiled call went through fused_geglu's Python launcher"
     assert ((y.float() - y_eager.float()).norm() / y_eager.float().norm()).item() < 2e-2
     kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    assert any(k.startswith("_geglu_") for k in kernels), kernels
+    wants_tma = M > 32 and fused_geglu.kernel_path(x, fused.gate_proj.weight, fused.up_proj.weight) == "tma"
+    if wants_tma and not show_the_kernel:
+        assert not any(k.startswith("_geglu_") for k in kernels), kernels
+        assert [k.startswith("triton_") for k in kernels if "gelu" in k] == [True], kernels  # gelu and mul: one
+    else:
+        assert any(k.startswith("_geglu_") for k in kernels), kernels
 
 
 @cuda
@@ -946,6 +955,26 @@ def test_traced_launches_go_through_wrap_triton(monkeypatch, M, kernels):
         assert meta["SAVE_GU"] is False and args[4] is args[5] is args[0] and args[3] is not args[0]
         assert saving_meta["SAVE_GU"] is True and all(a is t for a, t in zip(saving_args[3:6], saved, strict=True))
         assert len({id(t) for t in saved}) == 3
+
+
+def test_a_traced_graph_runs_cublas_where_the_table_wants_the_tma_kernel(monkeypatch):
+    """Inside torch.compile's trace the TMA kernel cannot go (torch 2.11's wrap_triton loses its host-side
+    descriptors): where the table wants it, the graph gets cuBLAS's GEMMs and a GeGLU that Inductor fuses; with
+    TORCH_WHERE_FASTER off (04_fused_mlp.py shows the kernel) the pointer kernel. Rows that do not want TMA keep
+    their kernel, traced or not."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    rows = [(32, "small", fused_geglu.SMALL_M_CONFIGS["geglu"][-1][1]), (128, "pointer", fused_geglu.PORTABLE_CONFIG),
+            (None, "tma", fused_geglu.HOPPER_CONFIG)]
+    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu, "_tuned_rows", lambda device, which: rows if which == "geglu" else None)
+    monkeypatch.setattr(fused_geglu, "_capability", lambda device: (9, 0))
+    monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", True)
+    with FakeTensorMode():
+        w = torch.empty(512, 256, device="cuda", dtype=torch.bfloat16)
+        xs = [torch.empty(M, 256, device="cuda", dtype=torch.bfloat16) for M in (32, 128, 129, 4096)]
+        assert [fused_geglu.plan(x, w, w)[0] for x in xs] == ["small", "pointer", "torch", "torch"]
+        monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", False)
+        assert [fused_geglu.plan(x, w, w)[0] for x in xs] == ["small", "pointer", "pointer", "pointer"]
 
 
 def test_the_tuned_table_can_send_the_module_to_cublas_and_04_past_it(monkeypatch, capsys):

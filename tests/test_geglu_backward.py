@@ -403,3 +403,36 @@ def test_gpu_the_default_holds_g_and_u_after_forward():
         y.sum().backward()
         del y, fused, x  # freed now, not inside the next mode's measured forward
     assert held[False] - held[True] == 2 * M * h * 2, held
+
+
+@cuda
+def test_gpu_the_kept_backward_launch_runs_on_each_calls_own_tensors(monkeypatch):
+    """The pointwise backward is planned once per shape: later calls build no launch key, yet each writes its own
+    gradients, in place and out of place, values fp64's; another shape and another stream plan again."""
+    rng = lambda *shape: torch.randn(*shape, device="cuda").bfloat16()  # noqa: E731
+    reference = namespace["reference"]
+
+    def check(shape):
+        dm, g, u = rng(*shape), rng(*shape), rng(*shape)
+        ref_g, ref_u = reference(dm.double(), g.double(), u.double())
+        grad_g, grad_u = fused_geglu.geglu_backward_op(dm, g, u)  # out of place
+        in_g, in_u = g.clone(), u.clone()
+        fused_geglu.geglu_backward_(dm, in_g, in_u)  # in place, the same key: g's shape, dtype and device
+        for got in (grad_g, in_g):
+            assert ((got.double() - ref_g).norm() / ref_g.norm()).item() < TOL["bf16"]
+        for got in (grad_u, in_u):
+            assert ((got.double() - ref_u).norm() / ref_u.norm()).item() < TOL["bf16"]
+
+    check((300, 512))  # plans
+    launched = []
+    launch_ = fused_geglu._launch
+    monkeypatch.setattr(fused_geglu, "_launch", lambda *a, **k: launched.append(a) or launch_(*a, **k))
+    check((300, 512))
+    check((300, 512))
+    assert launched == [], "a kept backward launch was worked out again"
+    check((7, 1000))  # a new shape: planned once (its first call), through _launch no more than that
+    with torch.cuda.stream(torch.cuda.Stream()):
+        check((300, 512))
+        torch.cuda.current_stream().synchronize()
+    assert launched == []  # plans bind through _compiled_for, never _launch: the count says nothing was unplanned
+    assert len([k for k in fused_geglu._plans if k[0] == "backward" and k[1] == (300, 512)]) >= 2  # two streams
