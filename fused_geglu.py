@@ -99,6 +99,17 @@ def _geglu_epilogue(g, u, FAST_TANH: tl.constexpr):
 
 
 @triton.jit
+def _geglu_pointwise_kernel(g_ptr, u_ptr, m_ptr, n, FAST_TANH: tl.constexpr, BLOCK: tl.constexpr):
+    # m = gelu_tanh(g) * u over contiguous g, u and m, in fp32: the "torch" path's GeGLU on a GPU, one pass over
+    # g and u where PyTorch's GeLU and mul make two (the same epilogue as the fused kernels).
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # int64: M * N can pass 2^31
+    mask = offs < n
+    g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(m_ptr + offs, _geglu_epilogue(g, u, FAST_TANH).to(m_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
     # Grouped order: GROUP_M row-tiles of x walk the weight tiles together, so each weight tile
     # is fetched from HBM once and then re-read from L2 by the programs running next to it.
@@ -353,30 +364,31 @@ def _tma_possible(x2d, w_gate, w_up, tracing):
     )
 
 
-# Where the tuned table found cuBLAS + PyTorch faster than every fused tile at a token count, the module runs them
-# there: a model wants its fastest MLP. 04_fused_mlp.py sets this False, to show the fused kernel at any shape.
+# Where the tuned table found cuBLAS's GEMMs (and a pointwise GeGLU) faster than every fused tile at a token count,
+# the module runs them there: a model wants its fastest MLP. 04_fused_mlp.py sets this False, to show the fused kernel at any shape.
 TORCH_WHERE_FASTER = True
 
 
 def tuned_to_torch(device, tokens):
-    """True where the tuned table runs cuBLAS + PyTorch's GeGLU for this many tokens on this GPU."""
+    """True where the tuned table runs cuBLAS's GEMMs and a pointwise GeGLU for this many tokens on this GPU."""
     return _by_m(torch.device(device), tokens, "geglu")[0] == "torch"
 
 
 def show_the_kernel(device, tokens):
     """For the scripts that teach the fused kernel (04, and 06/07 with --mlp fused): run it at any token count,
-    and say so where the tuned table would have run cuBLAS + PyTorch instead (the benchmarks time the module as
+    and say so where the tuned table would have run cuBLAS's GEMMs instead (the benchmarks time the module as
     it comes, table and all)."""
     global TORCH_WHERE_FASTER
     TORCH_WHERE_FASTER = False
     if tuned_to_torch(device, tokens):
-        print(f"note: at {tokens} tokens the tuned table ({TUNED_TABLE.name}) has FusedGeGLUMLP run cuBLAS + "
-              "PyTorch's GeGLU, which measured faster there; this run shows the fused kernel anyway")
+        print(f"note: at {tokens} tokens the tuned table ({TUNED_TABLE.name}) has FusedGeGLUMLP run cuBLAS's "
+              "GEMMs and a pointwise GeGLU, which measured faster there; this run shows the fused kernel anyway")
 
 
 def plan(x2d, w_gate, w_up, use_tma=None):
-    """(kernel, config) that `geglu` runs: kernel is 'small' (few tokens), 'tma', 'pointer', or 'torch' (cuBLAS and
-    PyTorch's pointwise ops: a CPU without the interpreter, or where the tuned table found nothing faster); config
+    """(kernel, config) that `geglu` runs: kernel is 'small' (few tokens), 'tma', 'pointer', or 'torch' (cuBLAS's
+    GEMMs, then the GeGLU: one kernel of ours on a GPU, PyTorch's ops on a CPU or in a traced graph; for a CPU without
+    the interpreter, or where the tuned table found nothing faster); config
     None means the kernel's default. use_tma=True/False asks for one of the tiled kernels at any M."""
     tracing = _tracing(x2d)
     # On a CPU: PyTorch, unless the interpreter runs the kernels; it cannot be traced into a compiled graph.
@@ -702,6 +714,30 @@ def _torch_geglu_saving_gu(x2d, w_gate, w_up):
     return F.gelu(g, approximate="tanh") * u, g, u
 
 
+POINTWISE_BLOCK = 1024  # elements per program of the pointwise kernels: 8 per thread at 4 warps
+
+
+def _cublas_geglu_plan(x2d, w_gate, save_gu, kept):
+    """run(x2d, w_gate, w_up) -> (m, g, u): cuBLAS's two GEMMs, then m = gelu_tanh(g) * u in _geglu_pointwise_kernel
+    (g and u returned with save_gu, else None); where kept, its launch bound once for this shape."""
+    n = x2d.shape[0] * w_gate.shape[0]
+    grid, meta = (_cdiv(n, POINTWISE_BLOCK),), {"FAST_TANH": _fast_tanh(x2d), "BLOCK": POINTWISE_BLOCK,
+                                                 "num_warps": 4, "num_stages": 1}
+    if kept:
+        like = tuple(torch.empty(n, device=x2d.device, dtype=x2d.dtype) for _ in "gum")
+        launch, head, tail = _bind(_geglu_pointwise_kernel, grid, like, (n,), meta)
+        pointwise = lambda g, u, m: launch(*head, g, u, m, *tail)  # noqa: E731
+    else:
+        pointwise = lambda g, u, m: _launch(_geglu_pointwise_kernel, grid, (g, u, m, n), **meta)  # noqa: E731
+
+    def run(x2d, w_gate, w_up):
+        g, u = F.linear(x2d, w_gate), F.linear(x2d, w_up)
+        m = torch.empty_like(g)
+        pointwise(g, u, m)
+        return (m, g, u) if save_gu else (m, None, None)
+    return run
+
+
 def _geglu(x2d, w_gate, w_up, use_tma, kernel, config, save_gu):
     """(m, g, u), g and u None unless save_gu."""
     chosen = use_tma is not None or kernel is not None or config is not None
@@ -717,7 +753,10 @@ def _geglu_plan(x2d, w_gate, w_up, use_tma, kernel, config, save_gu, kept):
     path, cfg = plan(x2d, w_gate, w_up, use_tma) if kernel is None else (kernel, None)
     # No GPU and no interpreter (or nothing faster at this M): the same math through cuBLAS and PyTorch. So too in
     # training at small M: the small-M kernel has no epilogue that stores g and u (and a few tokens' GEMMs are cheap).
+    # On a GPU, eagerly, the GeGLU of the two GEMMs' outputs is one kernel of ours (traced, Inductor fuses it itself).
     if path == "torch" or (save_gu and path == "small"):
+        if type(x2d) is torch.Tensor and x2d.is_cuda and not INTERPRET and x2d.shape[0] and w_gate.shape[0]:
+            return _cublas_geglu_plan(x2d, w_gate, save_gu, kept)
         return _torch_geglu_saving_gu if save_gu else _torch_geglu
     cfg = config or cfg or default_config(path, x2d.shape[0])
     run = functools.partial(_run_geglu, path, cfg, save_gu)
@@ -891,7 +930,6 @@ def _geglu_backward_kernel(grad_m_ptr, g_ptr, u_ptr, grad_g_ptr, grad_u_ptr, n, 
     tl.store(grad_g_ptr + offs, (dm * u * slope).to(grad_g_ptr.dtype.element_ty), mask=mask)
 
 
-BACKWARD_BLOCK = 1024  # elements per program: 8 per thread at 4 warps, 16-byte bf16 loads
 
 
 def _torch_backward(grad_m, g, u):
@@ -912,7 +950,7 @@ def _launch_backward(grad_m, g, u, grad_g, grad_u):
 def _backward_plan(tensors, kept):
     """launch(grad_m, g, u, grad_g, grad_u) for tensors like these: bound once where kept, else through _launch."""
     n = tensors[1].numel()
-    grid, meta = (_cdiv(n, BACKWARD_BLOCK),), {"BLOCK": BACKWARD_BLOCK, "num_warps": 4, "num_stages": 1}
+    grid, meta = (_cdiv(n, POINTWISE_BLOCK),), {"BLOCK": POINTWISE_BLOCK, "num_warps": 4, "num_stages": 1}
     if not kept:
         return lambda *tensors: _launch(_geglu_backward_kernel, grid, (*tensors, n), **meta)
     launch, head, tail = _bind(_geglu_backward_kernel, grid, tensors, (n,), meta)

@@ -7,8 +7,8 @@
 For each M bucket (its upper edge: M = 1, 8, 32, ..., 16384) and each MLP width (dim -> hidden), every candidate
 (kernel, config) of the gate/up GeGLU is checked against an fp32 reference, then timed as a CUDA-graph replay
 (bench.median_us: median of CUDA-event times, L2 evicted by a read before each call) next to what it replaces:
-cuBLAS's gate and up GEMMs with PyTorch's GeLU and mul ("torch", also a candidate: where no kernel beats it, the
-table says to run it). Per bucket the table keeps the candidate with the lowest geometric mean, over the widths,
+cuBLAS's gate and up GEMMs with the GeGLU after them ("torch", also a candidate: where no kernel beats it, the
+table says to run it; since 2026-12-02 one pointwise kernel of fused_geglu's, PyTorch's GeLU and mul before). Per bucket the table keeps the candidate with the lowest geometric mean, over the widths,
 of its time / torch's time; down_proj's small-M kernel is chosen the same way against cuBLAS's GEMM. One table
 per GPU kind, read at import by fused_geglu on GPUs of the same compute capability: no tuning at a user's first
 call, and the same choice every run.

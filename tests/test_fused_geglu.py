@@ -748,6 +748,37 @@ def test_gpu_cuda_graph_capture_of_the_eager_module():
 
 
 @cuda
+@pytest.mark.parametrize("dt", ["bf16", "fp16", "fp32"])
+def test_gpu_the_torch_bucket_is_cublas_and_one_geglu_kernel(dt, monkeypatch):
+    """Where the table runs cuBLAS (here at every M), the GeGLU of the two GEMMs' outputs is one kernel of ours, not
+    PyTorch's GeLU and mul: the reference's values, g and u returned where saved, the launch kept per shape."""
+    monkeypatch.setattr(fused_geglu, "_tuned_rows", lambda device, which: [(None, "torch", None)])
+    monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", True)
+    monkeypatch.setattr(fused_geglu, "_plans", {})  # none kept from the real table's choices
+    torch.manual_seed(0)
+    M, K, N = 300, 256, 1000  # M * N: no whole number of blocks
+    x, wg, wu = (torch.randn(*shape, device="cuda").div(K ** 0.5).to(DTYPES[dt]) for shape in ((M, K), (N, K), (N, K)))
+    g_ref, u_ref = x.double() @ wg.double().T, x.double() @ wu.double().T
+    m_ref = F.gelu(g_ref, approximate="tanh") * u_ref
+    tol = max(TOL[dt], 1e-4)  # fp32 GEMMs may use TF32
+    fused_geglu.geglu(x, wg, wu)  # plans both keys first
+    fused_geglu.geglu_saving_gu(x, wg, wu)
+    launched = []
+    launch_ = fused_geglu._launch
+    monkeypatch.setattr(fused_geglu, "_launch", lambda *a, **k: launched.append(a) or launch_(*a, **k))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        m = fused_geglu.geglu(x, wg, wu)
+        m2, g, u = fused_geglu.geglu_saving_gu(x, wg, wu)
+        torch.cuda.synchronize()
+    for got, want in ((m, m_ref), (m2, m_ref), (g, g_ref), (u, u_ref)):
+        assert got.dtype == DTYPES[dt] and ((got.double() - want).norm() / want.norm()).item() < tol
+    assert launched == [], "the pointwise launch was planned again"
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert kernels.count("_geglu_pointwise_kernel") == 2, kernels
+    assert not any("Gelu" in k or "Mul" in k for k in kernels), kernels  # no PyTorch GeLU, no mul
+
+
+@cuda
 @pytest.mark.parametrize("M", [1, 5, 20, 64, 256, 300, 4096])
 @pytest.mark.parametrize("save_gu", [False, True])
 def test_gpu_a_kept_plan_launches_on_each_calls_own_tensors(M, save_gu, monkeypatch):

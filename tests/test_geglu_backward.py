@@ -94,7 +94,7 @@ def emit(case, **fields):
     print(json.dumps(dict(case=case, **fields)), flush=True)
 
 torch.manual_seed(0)
-# sizes no block divides (the interpreter runs BACKWARD_BLOCK = 1024 elements a program), one smaller than a block
+# sizes no block divides (the interpreter runs POINTWISE_BLOCK = 1024 elements a program), one smaller than a block
 for dt in ("bf16", "fp32"):
     for M, N in [(37, 57), (3, 5), (64, 48)]:
         emit(f"pointwise-{dt}-{M}x{N}", **pointwise_case(M, N, dt))
@@ -105,6 +105,19 @@ grad_g, grad_u = backward(dm, g, u)
 ref_g, ref_u = reference(dm, g, u)
 emit("pointwise-extreme", err_g=rel(grad_g, ref_g), err_u=rel(grad_u, ref_u),
      finite=bool(torch.isfinite(grad_g).all() and torch.isfinite(grad_u).all()))
+# the forward's pointwise GeGLU (the "torch" bucket's on a GPU): m = gelu_tanh(g) * u, against fp64's formula by F.gelu
+for dt, (M, N) in [("fp32", (37, 57)), ("bf16", (3, 5)), ("fp32", (1, 2500))]:
+    g, u = (torch.randn(M, N).mul(3).to(DTYPES[dt]) for _ in "gu")
+    m = torch.full_like(g, float("nan"))
+    fg._launch(fg._geglu_pointwise_kernel, (-(-g.numel() // fg.POINTWISE_BLOCK),), (g, u, m, g.numel()),
+               FAST_TANH=False, BLOCK=fg.POINTWISE_BLOCK, num_warps=4, num_stages=1)
+    ref = F.gelu(g.double(), approximate="tanh") * u.double()
+    emit(f"forward-pointwise-{dt}-{M}x{N}", err=rel(m, ref), finite=bool(torch.isfinite(m).all()))
+g = torch.tensor([-60.0, -10.0, -3.0, 0.0, 3.0, 10.0, 60.0, 1e4, -1e4])
+m = torch.empty_like(g)
+fg._launch(fg._geglu_pointwise_kernel, (1,), (g, torch.full_like(g, 2.0), m, 9), FAST_TANH=False,
+           BLOCK=fg.POINTWISE_BLOCK, num_warps=4, num_stages=1)
+emit("forward-pointwise-extreme", got=m.tolist(), want=(F.gelu(g.double(), approximate="tanh") * 2).tolist())
 if sys.argv[1] == "modules":  # the forward kernels loop over K: not where the interpreter cannot loop
     for dt in ("fp32", "bf16"):  # 45 tokens: the tiled kernel (storing g and u, or not), no tile divides them
         emit(f"module-{dt}", **module_case(45, 40, 72, dt))
@@ -137,6 +150,20 @@ def test_pointwise_kernel_interpreted(interpreted, case):
     assert r["shape"] == r["op_shape"] == [int(d) for d in shape.split("x")] and r["dtypes"] == [r["want_dtype"]] * 4
     assert r["finite"] and r["err_g"] < TOL[dt] and r["err_u"] < TOL[dt] and r["op_err"] < TOL[dt], r
     assert r["op_kept_inputs"], r
+
+
+@pytest.mark.parametrize("case", ["fp32-37x57", "bf16-3x5", "fp32-1x2500"])
+def test_forward_pointwise_kernel_interpreted(interpreted, case):
+    """The "torch" bucket's GeGLU kernel: every element written (NaN-filled output first, sizes no block divides and
+    one of 2.4 blocks), fp64's values within the dtype's rounding."""
+    r = interpreted[f"forward-pointwise-{case}"]
+    assert r["finite"] and r["err"] < TOL[case.split("-")[0]], r
+
+
+def test_forward_pointwise_kernel_far_out(interpreted):
+    """exp(-2y) overflows for very negative g: gelu goes to -0, not NaN; large positive g passes through."""
+    r = interpreted["forward-pointwise-extreme"]
+    assert r["got"] == pytest.approx(r["want"], rel=1e-6, abs=1e-6), r
 
 
 def test_pointwise_kernel_far_out_stays_finite(interpreted):
