@@ -345,6 +345,9 @@ def export(run: Run, prof: _profile, shape: str, flags: str = "") -> tuple[Path,
     sort_by = "cuda_time_total" if run.cuda else "cpu_time_total"
     tmp = None
     try:
+        # Made again if gone: another run into the same folder that failed removes the folder it made, if empty
+        # (_remove_made_folders), even while this run still profiles
+        out.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=out))
         raw = tmp / "trace.json"
         with _quiet_kineto(_KINETO_WRITE_FAILED):

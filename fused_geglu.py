@@ -385,12 +385,14 @@ def show_the_kernel(device, tokens):
               "GEMMs and a pointwise GeGLU, which measured faster there; this run shows the fused kernel anyway")
 
 
-def plan(x2d, w_gate, w_up, use_tma=None):
+def plan(x2d, w_gate, w_up, use_tma=None, where_faster=None):
     """(kernel, config) that `geglu` runs: kernel is 'small' (few tokens), 'tma', 'pointer', or 'torch' (cuBLAS's
     GEMMs, then the GeGLU: one kernel of ours on a GPU, PyTorch's ops on a CPU or in a traced graph; for a CPU without
     the interpreter, or where the tuned table found nothing faster); config
-    None means the kernel's default. use_tma=True/False asks for one of the tiled kernels at any M."""
+    None means the kernel's default. use_tma=True/False asks for one of the tiled kernels at any M. where_faster:
+    TORCH_WHERE_FASTER for this call (None: the global; the ops pass it in, so that a compiled graph shows it)."""
     tracing = _tracing(x2d)
+    where_faster = TORCH_WHERE_FASTER if where_faster is None else where_faster
     # On a CPU: PyTorch, unless the interpreter runs the kernels; it cannot be traced into a compiled graph.
     if x2d.device.type != "cuda" and (not INTERPRET or tracing):
         return "torch", None
@@ -401,14 +403,14 @@ def plan(x2d, w_gate, w_up, use_tma=None):
                              "dim and hidden multiples of 8")
         return ("tma" if use_tma else "pointer"), None
     kernel, cfg = _by_m(x2d.device, x2d.shape[0], "geglu")
-    if kernel == "torch" and not TORCH_WHERE_FASTER:
+    if kernel == "torch" and not where_faster:
         kernel, cfg = None, None  # the default fused kernel below
     if kernel is None:  # in the interpreter the pointer kernel is the default; tests ask for the TMA one explicitly
         kernel = "tma" if tma_possible and not INTERPRET else "pointer"
     if kernel == "tma" and not tma_possible:
         # Traced into a compiled graph where the TMA kernel cannot go: cuBLAS's two GEMMs and a GeGLU that Inductor
         # fuses into one pointwise kernel measured faster than the pointer kernel (results/bench_train_h200.txt).
-        return ("torch" if tracing and TORCH_WHERE_FASTER else "pointer"), None
+        return ("torch" if tracing and where_faster else "pointer"), None
     return kernel, cfg
 
 
@@ -738,19 +740,20 @@ def _cublas_geglu_plan(x2d, w_gate, save_gu, kept):
     return run
 
 
-def _geglu(x2d, w_gate, w_up, use_tma, kernel, config, save_gu):
-    """(m, g, u), g and u None unless save_gu."""
-    chosen = use_tma is not None or kernel is not None or config is not None
+def _geglu(x2d, w_gate, w_up, use_tma, kernel, config, save_gu, where_faster=None):
+    """(m, g, u), g and u None unless save_gu. where_faster: see plan (given, it is the plan's: no kept plan)."""
+    chosen = use_tma is not None or kernel is not None or config is not None or where_faster is not None
     key = None if chosen else _plan_key(("geglu", save_gu), x2d, (w_gate, w_up))
-    run = _planned(key, lambda: _geglu_plan(x2d, w_gate, w_up, use_tma, kernel, config, save_gu, key is not None))
+    run = _planned(key, lambda: _geglu_plan(x2d, w_gate, w_up, use_tma, kernel, config, save_gu, key is not None,
+                                            where_faster))
     return run(x2d, w_gate, w_up)
 
 
-def _geglu_plan(x2d, w_gate, w_up, use_tma, kernel, config, save_gu, kept):
+def _geglu_plan(x2d, w_gate, w_up, use_tma, kernel, config, save_gu, kept, where_faster=None):
     """The function (x2d, w_gate, w_up) -> (m, g, u) that runs geglu for tensors like these; kept: it serves later
     calls of the same plan key (see _plan_key), so the launch is bound in full."""
     _check_geglu_args(x2d, w_gate, w_up)
-    path, cfg = plan(x2d, w_gate, w_up, use_tma) if kernel is None else (kernel, None)
+    path, cfg = plan(x2d, w_gate, w_up, use_tma, where_faster) if kernel is None else (kernel, None)
     # No GPU and no interpreter (or nothing faster at this M): the same math through cuBLAS and PyTorch. So too in
     # training at small M: the small-M kernel has no epilogue that stores g and u (and a few tokens' GEMMs are cheap).
     # On a GPU, eagerly, the GeGLU of the two GEMMs' outputs is one kernel of ours (traced, Inductor fuses it itself).
@@ -902,15 +905,19 @@ def _run_down(cfg, m, w_down):
 # launchers' host-side choices), then AOTAutograd traces their bodies with fake tensors, so the kernels enter the
 # graph through wrap_triton and Inductor launches them from its generated code, with no Python of this file per
 # call. Called outside a compiled graph, a triton_op runs its body with plain tensors (the _launch fast path).
+# where_faster is TORCH_WHERE_FASTER, passed in by the module's forward, which Dynamo traces: the graph then holds
+# the value the body's choice of kernel depends on, so a graph compiled with one value is never taken from the
+# compile caches for the other (the caches key on that graph, not on this module's globals). The tuned table is not
+# in it: after re-tuning, clear the caches (TORCHINDUCTOR_CACHE_DIR) for compiled graphs to pick the new kernels.
 @torch.library.triton_op("fused_geglu::geglu", mutates_args=())
-def geglu_op(x2d: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor) -> torch.Tensor:
-    return geglu(x2d, w_gate, w_up)
+def geglu_op(x2d: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, where_faster: bool = True) -> torch.Tensor:
+    return _geglu(x2d, w_gate, w_up, None, None, None, False, where_faster)[0]
 
 
 @torch.library.triton_op("fused_geglu::geglu_saving_gu", mutates_args=())
-def geglu_saving_gu_op(x2d: torch.Tensor, w_gate: torch.Tensor,
-                       w_up: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return geglu_saving_gu(x2d, w_gate, w_up)
+def geglu_saving_gu_op(x2d: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor,
+                       where_faster: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _geglu(x2d, w_gate, w_up, None, None, None, True, where_faster)
 
 
 @triton.jit
@@ -1014,14 +1021,14 @@ def _recompute_gu(x2d, w_gate, w_up):
 
 # Under torch.compile: the two ops' autograd, recompute=True on geglu_op, recompute=False on geglu_saving_gu_op.
 def _geglu_setup_context(ctx, inputs, output):
-    ctx.save_for_backward(*inputs)
+    ctx.save_for_backward(*inputs[:3])  # x2d, w_gate, w_up (not where_faster)
 
 
 def _geglu_backward(ctx, grad_m):
     x2d, w_gate, w_up = ctx.saved_tensors
     g, u = _recompute_gu(x2d, w_gate, w_up)
     geglu_backward_(grad_m, g, u)  # in place: g and u are the graph's own, two [M, hidden] buffers fewer at the peak
-    return _gradients(ctx.needs_input_grad, x2d, w_gate, w_up, g, u)
+    return *_gradients(ctx.needs_input_grad[:3], x2d, w_gate, w_up, g, u), None
 
 
 geglu_op.register_autograd(_geglu_backward, setup_context=_geglu_setup_context)
@@ -1031,12 +1038,12 @@ def _saving_setup_context(ctx, inputs, output):
     _, g, u = output
     ctx.mark_non_differentiable(g, u)
     ctx.set_materialize_grads(False)  # g's and u's gradients stay None, not two [M, hidden] zeros
-    ctx.save_for_backward(*inputs, g, u)
+    ctx.save_for_backward(*inputs[:3], g, u)
 
 
 def _saving_backward(ctx, grad_m, _grad_g, _grad_u):
     x2d, w_gate, w_up, g, u = ctx.saved_tensors
-    return _gradients(ctx.needs_input_grad, x2d, w_gate, w_up, *geglu_backward_op(grad_m, g, u))
+    return *_gradients(ctx.needs_input_grad[:3], x2d, w_gate, w_up, *geglu_backward_op(grad_m, g, u)), None
 
 
 geglu_saving_gu_op.register_autograd(_saving_backward, setup_context=_saving_setup_context)
@@ -1069,7 +1076,8 @@ class _TrainingGeGLU(torch.autograd.Function):
 def _training_geglu(x2d, w_gate, w_up, recompute):
     """m, with what the backward needs saved: x and the weights, and with recompute=False g and u."""
     if torch.compiler.is_compiling() or _tracing(x2d):  # the graph gets the ops, whose bodies it can trace
-        return geglu_op(x2d, w_gate, w_up) if recompute else geglu_saving_gu_op(x2d, w_gate, w_up)[0]
+        return (geglu_op(x2d, w_gate, w_up, TORCH_WHERE_FASTER) if recompute
+                else geglu_saving_gu_op(x2d, w_gate, w_up, TORCH_WHERE_FASTER)[0])
     return _TrainingGeGLU.apply(x2d, w_gate, w_up, recompute)
 
 
@@ -1110,7 +1118,7 @@ class FusedGeGLUMLP(nn.Module):
             # Training: down_proj is autograd's GEMM.
             return F.linear(_training_geglu(x2d, w_gate, w_up, self.recompute), w_down).reshape(out_shape)
         if torch.compiler.is_compiling():
-            return down_proj_op(geglu_op(x2d, w_gate, w_up), w_down).reshape(out_shape)
+            return down_proj_op(geglu_op(x2d, w_gate, w_up, TORCH_WHERE_FASTER), w_down).reshape(out_shape)
         # Eager inference: the launchers themselves, planned once per shape (mlp), and down_proj rather than
         # self.down_proj(m): the same GEMM (the small-M kernel for few tokens) without nn.Module's call overhead.
         return mlp(x2d, w_gate, w_up, w_down).reshape(out_shape)

@@ -233,12 +233,29 @@ def test_output_folder_removed_while_the_trace_is_written(tmp_path):
 
 
 def test_output_folder_removed_mid_run(tmp_path):
-    out = tmp_path / "gone"
-    run = make_run(out)  # setup() made it; then someone removed it while the profiler ran
-    with pytest.raises(common.Fail) as e:
-        common.export(run, FakeProfile(), "16x8x12")
-    assert "No such file or directory" in one_line(e.value)
-    assert not out.exists()
+    """setup() made the folder, then it went while the profiler ran (another run into it failed and removed the
+    empty folder it had made): the pair is written all the same, into the folder made again."""
+    out = tmp_path / "gone" / "02_linear"
+    run = make_run(out)
+    trace, table = common.export(run, FakeProfile(), "16x8x12")
+    assert trace.parent == table.parent == out and trace.exists() and table.exists()
+    assert sorted(p.name for p in out.iterdir()) == sorted([trace.name, table.name])
+
+
+def test_a_failed_run_beside_a_running_one_leaves_it_its_folder(tmp_path, capsys):
+    """Two runs into one new folder: the first makes it, the second finds it; the first fails and removes the folder
+    (empty: nothing written yet); the second still writes its pair."""
+    def args():
+        return setup_args(tmp_path / "shared", device="cpu", gzip=False, warmup=0, open=False, sync_each_step=False,
+                          **common.SCHEDULE)
+
+    first = common.setup("02_linear.py", args())  # makes shared/ and shared/02_linear
+    second = common.setup("02_linear.py", args())  # finds them
+    assert first.args.out == second.args.out == tmp_path / "shared" / "02_linear"
+    code, _ = run_main(raise_(common.Fail("the first run's error")), capsys)
+    assert code == 2 and not (tmp_path / "shared").exists()  # the first run's cleanup
+    trace, table = common.export(second, FakeProfile(), "16x8x12")
+    assert trace.exists() and table.exists() and trace.parent == tmp_path / "shared" / "02_linear"
 
 
 def test_ctrl_c_between_the_two_replaces_waits_for_the_pair(tmp_path, old_pair, monkeypatch):

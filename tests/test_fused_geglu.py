@@ -1008,6 +1008,30 @@ def test_a_traced_graph_runs_cublas_where_the_table_wants_the_tma_kernel(monkeyp
         assert [fused_geglu.plan(x, w, w)[0] for x in xs] == ["small", "pointer", "pointer", "pointer"]
 
 
+@pytest.mark.parametrize("training", [False, True])
+def test_the_compiled_graph_holds_torch_where_faster(monkeypatch, training):
+    """The kernel a compiled graph runs depends on TORCH_WHERE_FASTER (04_fused_mlp.py turns it off), and the compile
+    caches key on Dynamo's graph: the module passes the flag to its op, so the two settings make two graphs, and a
+    graph compiled under one is never served from the caches under the other."""
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append([(str(n.target), n.args[3:]) for n in gm.graph.nodes
+                       if n.op == "call_function" and str(n.target).startswith("fused_geglu.geglu")])
+        return gm.forward
+
+    module = fused_geglu.FusedGeGLUMLP(16, 32)
+    x = torch.randn(5, 16, requires_grad=training)
+    for flag in (True, False):
+        monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", flag)
+        torch._dynamo.reset()
+        with torch.set_grad_enabled(training):
+            torch.compile(module, backend=record)(x)
+    op = "fused_geglu.geglu_saving_gu.default" if training else "fused_geglu.geglu.default"
+    assert graphs == [[(op, (True,))], [(op, (False,))]]
+    torch._dynamo.reset()
+
+
 def test_the_tuned_table_can_send_the_module_to_cublas_and_04_past_it(monkeypatch, capsys):
     """A bucket where the table found cuBLAS + PyTorch faster: the module runs them there, while 04_fused_mlp.py
     (TORCH_WHERE_FASTER = False) still shows a fused kernel; the buckets around it keep the table's kernels."""
