@@ -365,7 +365,8 @@ def _tma_possible(x2d, w_gate, w_up, tracing):
 
 
 # Where the tuned table found cuBLAS's GEMMs (and a pointwise GeGLU) faster than every fused tile at a token count,
-# the module runs them there: a model wants its fastest MLP. 04_fused_mlp.py sets this False, to show the fused kernel at any shape.
+# the module runs them there: a model wants its fastest MLP. 04_fused_mlp.py sets this False, to show the fused
+# kernel at any shape.
 TORCH_WHERE_FASTER = True
 
 
@@ -387,10 +388,10 @@ def show_the_kernel(device, tokens):
 
 def plan(x2d, w_gate, w_up, use_tma=None, where_faster=None):
     """(kernel, config) that `geglu` runs: kernel is 'small' (few tokens), 'tma', 'pointer', or 'torch' (cuBLAS's
-    GEMMs, then the GeGLU: one kernel of ours on a GPU, PyTorch's ops on a CPU or in a traced graph; for a CPU without
-    the interpreter, or where the tuned table found nothing faster); config
-    None means the kernel's default. use_tma=True/False asks for one of the tiled kernels at any M. where_faster:
-    TORCH_WHERE_FASTER for this call (None: the global; the ops pass it in, so that a compiled graph shows it)."""
+    GEMMs, then the GeGLU: one kernel of ours on a GPU, PyTorch's ops on a CPU or in a traced graph; on a CPU without
+    the interpreter, or where the tuned table found nothing faster); config None means the kernel's default.
+    use_tma=True/False asks for one of the tiled kernels at any M. where_faster: TORCH_WHERE_FASTER for this call
+    (None: the global; the ops pass it in, so that a compiled graph shows it)."""
     tracing = _tracing(x2d)
     where_faster = TORCH_WHERE_FASTER if where_faster is None else where_faster
     # On a CPU: PyTorch, unless the interpreter runs the kernels; it cannot be traced into a compiled graph.
@@ -935,8 +936,6 @@ def _geglu_backward_kernel(grad_m_ptr, g_ptr, u_ptr, grad_g_ptr, grad_u_ptr, n, 
     slope = s + 2.0 * g * s * (1.0 - s) * 0.7978845608028654 * (1.0 + 0.134145 * g * g)
     tl.store(grad_u_ptr + offs, (dm * g * s).to(grad_u_ptr.dtype.element_ty), mask=mask)
     tl.store(grad_g_ptr + offs, (dm * u * slope).to(grad_g_ptr.dtype.element_ty), mask=mask)
-
-
 
 
 def _torch_backward(grad_m, g, u):
