@@ -93,6 +93,15 @@ def test_writes_the_pair_and_nothing_else(tmp_path):
     assert written.parent.parent == tmp_path and written.parent.name.startswith(".tmp-")
 
 
+def test_a_scripts_flags_name_the_pair(tmp_path):
+    """A script's own tags (01_matmul_add.py's --batched 4: "_bmm4") go into both names, before the mode: two runs
+    that differ by a flag never overwrite each other's pair."""
+    trace, table = common.export(make_run(tmp_path), FakeProfile(), "16x8x12", "_bmm4")
+    assert (trace.name, table.name) == ("16x8x12_bf16_cold_bmm4_eager.json", "16x8x12_bf16_cold_bmm4_eager.txt")
+    plain, _ = common.export(make_run(tmp_path), FakeProfile(), "16x8x12")
+    assert plain.name == f"{STEM}.json" and trace.exists()
+
+
 def test_gzip_pair_and_cuda_table_sorted_by_cuda_time(tmp_path):
     prof = FakeProfile()
     trace, table = common.export(make_run(tmp_path, gzip_=True, cuda=True), prof, "16x8x12")
