@@ -720,18 +720,23 @@ def _torch_geglu_saving_gu(x2d, w_gate, w_up):
 POINTWISE_BLOCK = 1024  # elements per program of the pointwise kernels: 8 per thread at 4 warps
 
 
+def _pointwise_launch(kernel, n, like, meta, kept):
+    """launch(*tensors) of a pointwise kernel over n contiguous elements (its tensor arguments, then n): bound once
+    where kept, from tensors `like` them (a dtype and an alignment are all a launch specialises on), else through
+    _launch at each call."""
+    grid, meta = (_cdiv(n, POINTWISE_BLOCK),), {**meta, "BLOCK": POINTWISE_BLOCK, "num_warps": 4, "num_stages": 1}
+    if not kept:
+        return lambda *tensors: _launch(kernel, grid, (*tensors, n), **meta)
+    launch, head, tail = _bind(kernel, grid, like, (n,), meta)
+    return lambda *tensors: launch(*head, *tensors, *tail)
+
+
 def _cublas_geglu_plan(x2d, w_gate, save_gu, kept):
     """run(x2d, w_gate, w_up) -> (m, g, u): cuBLAS's two GEMMs, then m = gelu_tanh(g) * u in _geglu_pointwise_kernel
     (g and u returned with save_gu, else None); where kept, its launch bound once for this shape."""
-    n = x2d.shape[0] * w_gate.shape[0]
-    grid, meta = (_cdiv(n, POINTWISE_BLOCK),), {"FAST_TANH": _fast_tanh(x2d), "BLOCK": POINTWISE_BLOCK,
-                                                 "num_warps": 4, "num_stages": 1}
-    if kept:
-        like = tuple(torch.empty(n, device=x2d.device, dtype=x2d.dtype) for _ in "gum")
-        launch, head, tail = _bind(_geglu_pointwise_kernel, grid, like, (n,), meta)
-        pointwise = lambda g, u, m: launch(*head, g, u, m, *tail)  # noqa: E731
-    else:
-        pointwise = lambda g, u, m: _launch(_geglu_pointwise_kernel, grid, (g, u, m, n), **meta)  # noqa: E731
+    like = tuple(torch.empty(1, device=x2d.device, dtype=x2d.dtype) for _ in "gum") if kept else ()
+    pointwise = _pointwise_launch(_geglu_pointwise_kernel, x2d.shape[0] * w_gate.shape[0], like,
+                                  {"FAST_TANH": _fast_tanh(x2d)}, kept)
 
     def run(x2d, w_gate, w_up):
         g, u = F.linear(x2d, w_gate), F.linear(x2d, w_up)
@@ -950,17 +955,8 @@ def _launch_backward(grad_m, g, u, grad_g, grad_u):
     if g.numel():
         tensors = (grad_m.contiguous(), g, u, grad_g, grad_u)
         key = _plan_key("backward", g, tensors)
-        _planned(key, lambda: _backward_plan(tensors, key is not None))(*tensors)
-
-
-def _backward_plan(tensors, kept):
-    """launch(grad_m, g, u, grad_g, grad_u) for tensors like these: bound once where kept, else through _launch."""
-    n = tensors[1].numel()
-    grid, meta = (_cdiv(n, POINTWISE_BLOCK),), {"BLOCK": POINTWISE_BLOCK, "num_warps": 4, "num_stages": 1}
-    if not kept:
-        return lambda *tensors: _launch(_geglu_backward_kernel, grid, (*tensors, n), **meta)
-    launch, head, tail = _bind(_geglu_backward_kernel, grid, tensors, (n,), meta)
-    return lambda *tensors: launch(*head, *tensors, *tail)
+        _planned(key, lambda: _pointwise_launch(_geglu_backward_kernel, g.numel(), tensors, {}, key is not None))(
+            *tensors)
 
 
 def backward_in_place(grad_m, g, u):
