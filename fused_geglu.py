@@ -705,7 +705,16 @@ def _bind(kernel, grid, tensors, rest, meta):
 
 def _launch_hooked():
     knobs = getattr(triton, "knobs", None)
-    return knobs is None or knobs.runtime.launch_enter_hook is not None or knobs.runtime.launch_exit_hook is not None
+    return knobs is None or _hook_set(knobs.runtime.launch_enter_hook) or _hook_set(knobs.runtime.launch_exit_hook)
+
+
+def _hook_set(hook):
+    """A launch hook is set: since Triton 3.5 the knob is a HookChain, never None, holding the hooks added (none by
+    default); before, a function or None. A chain whose list is not found counts as set (the runner then)."""
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None) if type(hook).__name__ == "HookChain" else None
+    return not isinstance(calls, list) or bool(calls)
 
 
 def _torch_geglu(x2d, w_gate, w_up):  # g freed before u is made

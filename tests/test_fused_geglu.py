@@ -824,6 +824,24 @@ def test_gpu_a_kept_plan_launches_on_each_calls_own_tensors(M, save_gu, monkeypa
     assert len(planned) == 4  # geglu's and mlp's, twice
 
 
+def test_an_empty_hook_chain_is_no_launch_hook(monkeypatch):
+    """Triton's launch-hook knobs are HookChains (never None) since 3.5: kept plans skip the runner while both chains
+    are empty, not while the knobs merely exist; a hook added to either, or set as a plain function, turns that off."""
+    triton = pytest.importorskip("triton")
+    knobs = getattr(triton, "knobs", None)
+    if knobs is None or not hasattr(knobs, "HookChain"):
+        pytest.skip("this Triton has no HookChain")
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", knobs.HookChain())
+    monkeypatch.setattr(knobs.runtime, "launch_exit_hook", knobs.HookChain(reversed=True))
+    assert not fused_geglu._launch_hooked()
+    knobs.runtime.launch_exit_hook.add(print)
+    assert fused_geglu._launch_hooked()
+    monkeypatch.setattr(knobs.runtime, "launch_exit_hook", None)
+    assert not fused_geglu._launch_hooked()
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", print)
+    assert fused_geglu._launch_hooked()
+
+
 @cuda
 def test_gpu_a_launch_hook_set_before_planning_sees_the_kept_launches(monkeypatch):
     """Kept plans launch through Triton's compiled launcher, skipping its runner, only while no launch hook is set:
