@@ -30,8 +30,9 @@ tile chosen by M from a few buckets (`SMALL_M_CONFIGS`: one compiled kernel per 
 The same body without the epilogue, `_linear_small_m_kernel`, does down_proj there: its weight has only
 `dim` rows, so it also splits K across programs until they fill the GPU (the last program of a tile sums
 the fp32 partials in a fixed order). Past the buckets, the tiled kernels above and cuBLAS take over.
-Which kernel and tile run at each M is measured on the GPU by tune_fused.py, per M bucket: its table
-(fused_geglu_tuned.json) replaces these defaults on GPUs of the compute capability it was measured on.
+Which kernel and tile run at each M is measured on the GPU by tune_fused.py, per M bucket and, within one, per
+class of input width K: its table (fused_geglu_tuned.json) replaces these defaults on GPUs of the compute
+capability it was measured on.
 
 At decode the GPU work is short (73 µs for that MLP on an H200) and the host has to keep up: a Triton launch
 through `kernel[grid](...)` re-derives the kernel's specialisation from every argument in Python, about
@@ -329,16 +330,19 @@ KERNELS = ("small", "tma", "pointer", "torch")
 
 
 def _load_tuned(path=TUNED_TABLE):
-    """{major compute capability: {"geglu": [(largest M or None, kernel, config)], "down": [...]}} from path."""
+    """{major compute capability: {"geglu": [(largest M or None, largest K or None, kernel, config)], "down": [...]}}
+    from path. None: any. A row without max_k holds every K (down_proj's rows, and tables before K classes)."""
     if not path.exists():
         return {}
     table = json.loads(path.read_text())
-    rows = {which: [(row["max_m"], row["kernel"], row.get("config")) for row in table[which]]
+    rows = {which: [(row["max_m"], row.get("max_k"), row["kernel"], row.get("config")) for row in table[which]]
             for which in ("geglu", "down")}
     for which, kernels in (("geglu", KERNELS), ("down", ("small", "torch"))):
-        for max_m, kernel, cfg in rows[which]:
-            if kernel not in kernels or (kernel != "torch" and not cfg):
-                raise ValueError(f"{path.name}: {which} row for M <= {max_m}: kernel {kernel!r} and config {cfg!r}")
+        for max_m, max_k, kernel, cfg in rows[which]:
+            if kernel not in kernels or (kernel != "torch" and not cfg) or not (
+                    max_k is None or (type(max_k) is int and max_k > 0)):
+                raise ValueError(f"{path.name}: {which} row for M <= {max_m}, K <= {max_k}: kernel {kernel!r} and "
+                                 f"config {cfg!r}")
     return {int(table["capability"].split(".")[0]): rows}
 
 
@@ -370,20 +374,22 @@ def _tma_possible(x2d, w_gate, w_up, tracing):
 TORCH_WHERE_FASTER = True
 
 
-def tuned_to_torch(device, tokens):
-    """True where the tuned table runs cuBLAS's GEMMs and a pointwise GeGLU for this many tokens on this GPU."""
-    return _by_m(torch.device(device), tokens, "geglu")[0] == "torch"
+def tuned_to_torch(device, tokens, dim):
+    """True where the tuned table runs cuBLAS's GEMMs and a pointwise GeGLU for this many tokens of this width (the
+    MLP's input size) on this GPU."""
+    return _by_m(torch.device(device), tokens, "geglu", dim)[0] == "torch"
 
 
-def show_the_kernel(device, tokens):
+def show_the_kernel(device, tokens, dim):
     """For the scripts that teach the fused kernel (04, and 06/07 with --mlp fused): run it at any token count,
     and say so where the tuned table would have run cuBLAS's GEMMs instead (the benchmarks time the module as
     it comes, table and all)."""
     global TORCH_WHERE_FASTER
     TORCH_WHERE_FASTER = False
-    if tuned_to_torch(device, tokens):
-        print(f"note: at {tokens} tokens the tuned table ({TUNED_TABLE.name}) has FusedGeGLUMLP run cuBLAS's "
-              "GEMMs and a pointwise GeGLU, which measured faster there; this run shows the fused kernel anyway")
+    if tuned_to_torch(device, tokens, dim):
+        print(f"note: at {tokens} tokens of width {dim} the tuned table ({TUNED_TABLE.name}) has FusedGeGLUMLP run "
+              "cuBLAS's GEMMs and a pointwise GeGLU, which measured faster there; this run shows the fused kernel "
+              "anyway")
 
 
 def plan(x2d, w_gate, w_up, use_tma=None, where_faster=None):
@@ -403,7 +409,7 @@ def plan(x2d, w_gate, w_up, use_tma=None, where_faster=None):
             raise ValueError("the TMA kernel needs a Hopper GPU (or the interpreter), bf16/fp16, "
                              "dim and hidden multiples of 8")
         return ("tma" if use_tma else "pointer"), None
-    kernel, cfg = _by_m(x2d.device, x2d.shape[0], "geglu")
+    kernel, cfg = _by_m(x2d.device, x2d.shape[0], "geglu", x2d.shape[1])
     if kernel == "torch" and not where_faster:
         kernel, cfg = None, None  # the default fused kernel below
     if kernel is None:  # in the interpreter the pointer kernel is the default; tests ask for the TMA one explicitly
@@ -429,13 +435,16 @@ def default_config(kernel, M):
     return HOPPER_CONFIG if kernel == "tma" else PORTABLE_CONFIG
 
 
-def _by_m(device, M, which):
-    """(kernel, config) of the first bucket holding M: the tuned table's on its GPUs, else the small-M buckets
-    ('small' up to their last M, then (None, None): the default tiled kernel, or cuBLAS for down_proj)."""
+def _by_m(device, M, which, K=None):
+    """(kernel, config) of the first row holding M tokens of K inputs each (K None: any row of M's bucket): the tuned
+    table's on its GPUs, else the small-M buckets ('small' up to their last M, then (None, None): the default tiled
+    kernel, or cuBLAS for down_proj). The table's rows go by M, then by K within an M bucket: the fused epilogue
+    saves the same bytes at any K while the GEMM grows with it, so a wide input can favour cuBLAS at an M where a
+    narrow one favours the fused kernel."""
     rows = _tuned_rows(device, which)
     if rows is not None:
-        for max_m, kernel, cfg in rows:
-            if max_m is None or M <= max_m:
+        for max_m, max_k, kernel, cfg in rows:
+            if (max_m is None or M <= max_m) and (max_k is None or K is None or K <= max_k):
                 return kernel, cfg
         return None, None
     cfg = small_m_config(M, which)

@@ -1,17 +1,19 @@
 """Measure which fused-MLP kernel and tile to run at each token count, and write the table fused_geglu reads.
 
-    python3 tune_fused.py                       # on the GPU machine (~5 min on an H200): writes fused_geglu_tuned.json
+    python3 tune_fused.py                       # on the GPU machine (~2 min on an H200): writes fused_geglu_tuned.json
     python3 tune_fused.py --widths all          # also Gemma-2B and Qwen2-7B widths (longer)
     python3 tune_fused.py --out /tmp/t.json     # somewhere else (fused_geglu reads only the file beside it)
 
 For each M bucket (its upper edge: M = 1, 8, 32, ..., 16384) and each MLP width (dim -> hidden), every candidate
 (kernel, config) of the gate/up GeGLU is checked against an fp32 reference, then timed as a CUDA-graph replay
 (bench.median_us: median of CUDA-event times, L2 evicted by a read before each call) next to what it replaces:
-cuBLAS's gate and up GEMMs with the GeGLU after them ("torch", also a candidate: where no kernel beats it, the
-table says to run it; since 2026-12-02 one pointwise kernel of fused_geglu's, PyTorch's GeLU and mul before). Per bucket the table keeps the candidate with the lowest geometric mean, over the widths,
-of its time / torch's time; down_proj's small-M kernel is chosen the same way against cuBLAS's GEMM. One table
-per GPU kind, read at import by fused_geglu on GPUs of the same compute capability: no tuning at a user's first
-call, and the same choice every run.
+cuBLAS's gate and up GEMMs with one pointwise GeGLU kernel of fused_geglu's after them ("torch", also a candidate:
+where no kernel beats it, the table says to run it). The fused epilogue saves the same bytes whatever the input
+width K (dim) while the GEMM's work grows with it, so the choice depends on K too: per M bucket and per class of K
+(one per dim tuned, k_classes), the table keeps the candidate with the lowest geometric mean, over the class's widths,
+of its time / torch's time. down_proj's small-M kernel is chosen per M bucket over all widths, against cuBLAS's
+GEMM. One table per GPU kind, read at import by fused_geglu on GPUs of the same compute capability: no tuning at a
+user's first call, and the same choice every run.
 """
 
 import datetime
@@ -27,8 +29,9 @@ import bench
 import common
 
 BUCKETS = [1, 8, 32, 64, 128, 256, 384, 512, 768, 1024, 2048, 4096, 8192, 16384]
-WIDTHS = {"models": [(2304, 9216), (4096, 11008), (4096, 14336)],  # Gemma-2-2B, Llama-2-7B, Llama-3-8B
-          "all": [(2304, 9216), (4096, 11008), (4096, 14336), (2048, 16384), (3584, 18944)]}  # + Gemma-2B, Qwen2-7B
+WIDTHS = {"models": [(768, 3072), (2304, 9216), (4096, 11008), (4096, 14336)],  # the post's (GPT-2's), Gemma-2-2B,
+          # Llama-2-7B, Llama-3-8B; all: + Gemma-2B, Qwen2-7B
+          "all": [(768, 3072), (2304, 9216), (4096, 11008), (4096, 14336), (2048, 16384), (3584, 18944)]}
 SMALL_MAX_M = 256  # the small-M kernels are tried up to here; past it their tiles are the tiled kernels' anyway
 DOWN_MAX_M = 256  # down_proj: cuBLAS is a tuned GEMM; the small-M kernel only ever helps at few tokens
 
@@ -120,6 +123,15 @@ def choose(per_width, which):
     return best, scores[best]
 
 
+def k_classes(widths):
+    """[(largest K or None, indices of the widths in the class)]: one class per input width (dim) tuned, each up to
+    the geometric middle between its dim and the next (rounded down), the widest class open-ended. A K between two
+    tuned dims goes with the nearer one by ratio: the fused epilogue's share of the time falls as 1/K."""
+    dims = sorted({d for d, _ in widths})
+    tops = [math.isqrt(a * b) for a, b in zip(dims, dims[1:])] + [None]
+    return [(top, [i for i, (d, _) in enumerate(widths) if d == dim]) for dim, top in zip(dims, tops)]
+
+
 def parse_args(argv=None):
     p = bench.Parser(prog="tune_fused.py", description=__doc__.split("\n")[0])
     p.add_argument("--widths", choices=sorted(WIDTHS), default="models",
@@ -142,20 +154,23 @@ def main(argv=None):
     record = {**bench.versions("cuda"), "capability": ".".join(map(str, torch.cuda.get_device_capability())),
               "dtype": args.dtype, "widths": [f"{d}x{h}" for d, h in widths],
               "timer": "bench.median_us of a CUDA-graph replay (L2 evicted before each call), ~30 ms of calls",
-              "rule": "per M bucket, the lowest geometric mean over the widths of time / torch's time",
+              "rule": ("gate/up: per M bucket and class of K (dim), the lowest geometric mean over the class's "
+                       "widths of time / torch's time; down_proj: per M bucket, over all widths"),
               "geglu": [], "down": [], "measured": []}
     print(f"{record['device']}: tuning {len(BUCKETS)} M buckets x {len(widths)} widths, {args.dtype}")
+    classes = k_classes(widths)
     for i, M in enumerate(BUCKETS):
         per_width = [time_candidates(fg, M, d, h, dtype, common.TOLERANCE[dtype]) for d, h in widths]
         max_m = None if i == len(BUCKETS) - 1 else M
         line = [f"M <= {M if max_m else 'any'}:"]
-        for which in ("geglu", "down"):
-            (_, kernel, cfg), score = choose(per_width, which)
-            record[which].append({"max_m": max_m, "kernel": kernel, "config": json.loads(cfg),
-                                  "vs_torch": round(score, 3)})
-            torch_us = [t[TORCH[which]] for t in per_width]
-            line.append(f"{which} {kernel} {score:.2f}x of torch's time (torch: "
-                        + ", ".join(f"{us:.1f}" for us in torch_us) + " µs)")
+        for which, groups in (("geglu", classes), ("down", [(None, list(range(len(widths))))])):
+            for max_k, members in groups:
+                (_, kernel, cfg), score = choose([per_width[j] for j in members], which)
+                record[which].append({"max_m": max_m, **({"max_k": max_k} if which == "geglu" else {}),
+                                      "kernel": kernel, "config": json.loads(cfg), "vs_torch": round(score, 3)})
+                torch_us = [per_width[j][TORCH[which]] for j in members]
+                line.append(f"{which}{f' K<={max_k}' if which == 'geglu' else ''} {kernel} {score:.2f}x (torch "
+                            + ", ".join(f"{us:.1f}" for us in torch_us) + " µs)")
         print("  ".join(line))
         record["measured"] += [{"M": M, "dim": d, "hidden": h,
                                 "us": {f"{w} {k} {c}": round(us, 2) for (w, k, c), us in t.items()}}

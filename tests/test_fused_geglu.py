@@ -752,7 +752,7 @@ def test_gpu_cuda_graph_capture_of_the_eager_module():
 def test_gpu_the_torch_bucket_is_cublas_and_one_geglu_kernel(dt, monkeypatch):
     """Where the table runs cuBLAS (here at every M), the GeGLU of the two GEMMs' outputs is one kernel of ours, not
     PyTorch's GeLU and mul: the reference's values, g and u returned where saved, the launch kept per shape."""
-    monkeypatch.setattr(fused_geglu, "_tuned_rows", lambda device, which: [(None, "torch", None)])
+    monkeypatch.setattr(fused_geglu, "_tuned_rows", lambda device, which: [(None, None, "torch", None)])
     monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", True)
     monkeypatch.setattr(fused_geglu, "_plans", {})  # none kept from the real table's choices
     torch.manual_seed(0)
@@ -858,12 +858,14 @@ def test_gpu_a_launch_hook_set_before_planning_sees_the_kept_launches(monkeypatc
         fused_geglu.mlp(x, wg, wu, wd)
     assert seen == ["_geglu_small_m_kernel", "_linear_small_m_kernel"] * 2, seen
 
-# ---- the tuned table: kernel and config by M bucket, read once --------------------------------------------
+# ---- the tuned table: kernel and config by M bucket (and K class), read once ------------------------------
 
+TMA_256 = {"BM": 64, "BN": 128, "BK": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 4, "FLATTEN": False}
 TABLE = {"capability": "9.0",
          "geglu": [{"max_m": 16, "kernel": "small", "config": {"BM": 16, "BN": 64, "BK": 128, "num_warps": 4,
                                                                 "num_stages": 3}},
-                   {"max_m": 256, "kernel": "torch", "config": None},
+                   {"max_m": 256, "max_k": 1330, "kernel": "tma", "config": TMA_256},  # narrow inputs: fused
+                   {"max_m": 256, "max_k": None, "kernel": "torch", "config": None},  # wider: cuBLAS
                    {"max_m": None, "kernel": "tma", "config": {"BM": 128, "BN": 128, "BK": 64, "GROUP_M": 8,
                                                                "num_warps": 8, "num_stages": 3, "FLATTEN": False}}],
          "down": [{"max_m": 16, "kernel": "small", "config": {"BM": 16, "BN": 64, "BK": 128, "FILL": 2,
@@ -879,14 +881,25 @@ def _with_table(monkeypatch, tmp_path, table, capability=(9, 0)):
     monkeypatch.setattr(fused_geglu, "_tuned", fused_geglu._load_tuned(path))
 
 
-@pytest.mark.parametrize("M, kernel", [(1, "small"), (16, "small"), (17, "torch"), (256, "torch"), (257, "tma"),
-                                       (100000, "tma")])
-def test_tuned_table_picks_by_m_bucket(monkeypatch, tmp_path, M, kernel):
+@pytest.mark.parametrize("M, K, kernel, cfg", [
+    (1, 768, "small", TABLE["geglu"][0]["config"]), (16, 100000, "small", TABLE["geglu"][0]["config"]),
+    (17, 768, "tma", TMA_256), (256, 1330, "tma", TMA_256), (17, 1331, "torch", None), (256, 4096, "torch", None),
+    (200, None, "tma", TMA_256),  # K not given: the bucket's first row
+    (257, 768, "tma", TABLE["geglu"][-1]["config"]), (100000, 4096, "tma", TABLE["geglu"][-1]["config"])])
+def test_tuned_table_picks_by_m_bucket_then_k(monkeypatch, tmp_path, M, K, kernel, cfg):
     _with_table(monkeypatch, tmp_path, TABLE)
-    got, cfg = fused_geglu._by_m(torch.device("cuda", 0), M, "geglu")
-    want = next(r for r in TABLE["geglu"] if r["max_m"] is None or M <= r["max_m"])
-    assert got == kernel == want["kernel"] and cfg == want["config"]
-    assert fused_geglu._by_m(torch.device("cuda", 0), M, "down")[0] == ("small" if M <= 16 else "torch")
+    assert fused_geglu._by_m(torch.device("cuda", 0), M, "geglu", K) == (kernel, cfg)
+    assert fused_geglu._by_m(torch.device("cuda", 0), M, "down", K)[0] == ("small" if M <= 16 else "torch")
+
+
+def test_a_table_without_k_classes_still_reads(monkeypatch, tmp_path):
+    """A table written before the K classes (no max_k): each row holds every K."""
+    old = dict(TABLE, geglu=[{"max_m": 256, "kernel": "torch", "config": None},
+                             {"max_m": None, "kernel": "tma", "config": TMA_256}])
+    _with_table(monkeypatch, tmp_path, old)
+    for K in (8, 768, 100000):
+        assert fused_geglu._by_m(torch.device("cuda", 0), 256, "geglu", K) == ("torch", None)
+        assert fused_geglu._by_m(torch.device("cuda", 0), 257, "geglu", K) == ("tma", TMA_256)
 
 
 def test_tuned_table_only_on_its_gpus(monkeypatch, tmp_path):
@@ -898,7 +911,9 @@ def test_tuned_table_only_on_its_gpus(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("row", [{"max_m": None, "kernel": "cublas", "config": None},
-                                 {"max_m": None, "kernel": "tma", "config": None}])
+                                 {"max_m": None, "kernel": "tma", "config": None},
+                                 {"max_m": None, "max_k": 0, "kernel": "torch", "config": None},
+                                 {"max_m": None, "max_k": "768", "kernel": "torch", "config": None}])
 def test_a_malformed_table_says_which_row(tmp_path, row):
     path = tmp_path / "tuned.json"
     path.write_text(json.dumps(dict(TABLE, geglu=[row])))
@@ -1012,8 +1027,8 @@ def test_a_traced_graph_runs_cublas_where_the_table_wants_the_tma_kernel(monkeyp
     TORCH_WHERE_FASTER off (04_fused_mlp.py shows the kernel) the pointer kernel. Rows that do not want TMA keep
     their kernel, traced or not."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    rows = [(32, "small", fused_geglu.SMALL_M_CONFIGS["geglu"][-1][1]), (128, "pointer", fused_geglu.PORTABLE_CONFIG),
-            (None, "tma", fused_geglu.HOPPER_CONFIG)]
+    rows = [(32, None, "small", fused_geglu.SMALL_M_CONFIGS["geglu"][-1][1]),
+            (128, None, "pointer", fused_geglu.PORTABLE_CONFIG), (None, None, "tma", fused_geglu.HOPPER_CONFIG)]
     monkeypatch.setattr(fused_geglu, "INTERPRET", False)
     monkeypatch.setattr(fused_geglu, "_tuned_rows", lambda device, which: rows if which == "geglu" else None)
     monkeypatch.setattr(fused_geglu, "_capability", lambda device: (9, 0))
@@ -1054,17 +1069,22 @@ def test_the_tuned_table_can_send_the_module_to_cublas_and_04_past_it(monkeypatc
     """A bucket where the table found cuBLAS + PyTorch faster: the module runs them there, while 04_fused_mlp.py
     (TORCH_WHERE_FASTER = False) still shows a fused kernel; the buckets around it keep the table's kernels."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-    rows = [(64, "small", None), (256, "torch", None), (None, "pointer", None)]
+    rows = [(64, None, "small", None), (256, 200, "pointer", None), (256, None, "torch", None),
+            (None, None, "pointer", None)]  # 65..256 tokens: cuBLAS only for inputs wider than 200
     monkeypatch.setattr(fused_geglu, "INTERPRET", False)
     monkeypatch.setattr(fused_geglu, "_tuned_rows", lambda device, which: rows if which == "geglu" else None)
     with FakeTensorMode():
         w = torch.empty(512, 256, device="cuda", dtype=torch.bfloat16)
         by_m = {M: torch.empty(M, 256, device="cuda", dtype=torch.bfloat16) for M in (64, 65, 256, 257)}
         assert [fused_geglu.plan(x, w, w)[0] for x in by_m.values()] == ["small", "torch", "torch", "pointer"]
-        assert [fused_geglu.tuned_to_torch("cuda", M) for M in by_m] == [False, True, True, False]
+        assert [fused_geglu.tuned_to_torch("cuda", M, 256) for M in by_m] == [False, True, True, False]
+        narrow_w, narrow_x = torch.empty(512, 200, device="cuda"), torch.empty(100, 200, device="cuda")
+        assert fused_geglu.plan(narrow_x, narrow_w, narrow_w)[0] == "pointer"
+        assert not fused_geglu.tuned_to_torch("cuda", 100, 200) and fused_geglu.tuned_to_torch("cuda", 100, 201)
         monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", True)  # undone after the test
-        fused_geglu.show_the_kernel("cuda", 64)
+        fused_geglu.show_the_kernel("cuda", 64, 256)
         assert capsys.readouterr().out == "" and not fused_geglu.TORCH_WHERE_FASTER
-        fused_geglu.show_the_kernel("cuda", 200)
-        assert capsys.readouterr().out.startswith("note: at 200 tokens the tuned table (fused_geglu_tuned.json)")
+        fused_geglu.show_the_kernel("cuda", 200, 256)
+        assert capsys.readouterr().out.startswith("note: at 200 tokens of width 256 the tuned table "
+                                                  "(fused_geglu_tuned.json)")
         assert [fused_geglu.plan(x, w, w)[0] for x in by_m.values()] == ["small", "pointer", "pointer", "pointer"]

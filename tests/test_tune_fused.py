@@ -55,9 +55,20 @@ def test_without_a_gpu_one_line_and_exit_2(capsys, monkeypatch):
     assert err.count("\n") == 1 and "needs a CUDA GPU" in err
 
 
+def test_k_classes_split_at_the_geometric_middles():
+    # dims 768, 2304, 4096 (twice): tops isqrt(768 * 2304) = 1330, isqrt(2304 * 4096) = 3072, then open-ended
+    widths = [(4096, 11008), (768, 3072), (2304, 9216), (4096, 14336)]
+    assert tune_fused.k_classes(widths) == [(1330, [1]), (3072, [2]), (None, [0, 3])]
+    assert tune_fused.k_classes([(64, 128)]) == [(None, [0])]
+    # all: 768, 2048, 2304, 3584, 4096: sqrt(768 * 2048) = 1254.1, sqrt(2048 * 2304) = 2172.2, sqrt(2304 * 3584) = 2873.6,
+    # sqrt(3584 * 4096) = 3831.4
+    assert [top for top, _ in tune_fused.k_classes(tune_fused.WIDTHS["all"])] == [1254, 2172, 2873, 3831, None]
+
+
 def test_the_written_table_is_what_fused_geglu_reads(monkeypatch, tmp_path):
-    """main() end to end with made-up timings (no GPU here): at M <= 8 the first small-M candidate is fastest,
-    up to 256 torch, past it the first TMA candidate; fused_geglu reads the file back and picks the same."""
+    """main() end to end with made-up timings (no GPU here): at M <= 8 the first small-M candidate is fastest;
+    up to 256 torch; past it the first TMA candidate, except at dim 4096 from M = 4096 on, where torch is
+    (the epilogue's saving is smaller there). fused_geglu reads the file back and picks the same, by M and by K."""
     fused_geglu = pytest.importorskip("fused_geglu", reason="needs Triton (Linux wheels only)")
 
     def made_up(fg, M, dim, hidden, dtype, tol):
@@ -66,7 +77,7 @@ def test_the_written_table_is_what_fused_geglu_reads(monkeypatch, tmp_path):
         winner = next(((k, c) for k, c in tune_fused.geglu_candidates(M) if k == ("small" if M <= 8 else "tma")),
                       None)
         if winner and not 8 < M <= 256:
-            times[_key("geglu", *winner)] = 80.0
+            times[_key("geglu", *winner)] = 80.0 if dim < 4096 or M < 4096 else 110.0
         return times
 
     monkeypatch.setattr(tune_fused, "time_candidates", made_up)
@@ -80,11 +91,16 @@ def test_the_written_table_is_what_fused_geglu_reads(monkeypatch, tmp_path):
     monkeypatch.setattr(fused_geglu, "INTERPRET", False)
     monkeypatch.setattr(fused_geglu, "_capability", lambda device: (9, 0))
     gpu = fused_geglu.torch.device("cuda", 0)
-    for M, want in [(1, "small"), (8, "small"), (9, "torch"), (256, "torch"), (257, "tma"), (20000, "tma")]:
-        kernel, cfg = fused_geglu._by_m(gpu, M, "geglu")
-        assert kernel == want, M
+    for M, K, want in [(1, 768, "small"), (8, 4096, "small"), (9, 768, "torch"), (256, 4096, "torch"),
+                       (257, 768, "tma"), (257, 4096, "tma"), (2048, 5120, "tma"), (2049, 3072, "tma"),
+                       (2049, 3073, "torch"), (20000, 768, "tma"), (20000, 8192, "torch")]:
+        kernel, cfg = fused_geglu._by_m(gpu, M, "geglu", K)
+        assert kernel == want, (M, K)
         if want != "torch":
             bucket = next(b for b in tune_fused.BUCKETS if M <= b) if M <= tune_fused.BUCKETS[-1] else 16384
             assert cfg == next(c for k, c in tune_fused.geglu_candidates(bucket) if k == want)
     assert fused_geglu._by_m(gpu, 1, "down") == ("torch", None)  # every down candidate tied: torch, listed first
-    assert len(json.loads(out.read_text())["measured"]) == len(tune_fused.BUCKETS) * len(tune_fused.WIDTHS["models"])
+    record = json.loads(out.read_text())
+    n_widths, n_classes = len(tune_fused.WIDTHS["models"]), len({d for d, _ in tune_fused.WIDTHS["models"]})
+    assert len(record["measured"]) == len(tune_fused.BUCKETS) * n_widths
+    assert len(record["geglu"]) == len(tune_fused.BUCKETS) * n_classes and len(record["down"]) == len(tune_fused.BUCKETS)
