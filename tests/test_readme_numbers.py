@@ -451,6 +451,8 @@ def test_middle_sweep_table_and_prose():
                             round(v["compile"]["median_us"], 1)]
     assert quoted(r"its GPU time alone is the lower \(([\d.]+) against ([\d.]+) µs", flat) == [
         round(v["fused"]["graph_median_us"], 1), round(min(graphs), 1)]
+    assert quoted(r"one by one \(([\d.]+) µs over its graph's time, compile's ([\d.]+)\)", flat) == [
+        round(v[k]["median_us"] - v[k]["graph_median_us"], 1) for k in ("fused", "compile")]
     rest = [r for k, r in behind.items() if k != (128, 4096, 11008)]
     assert len(rest) == 5 and round(min(rest), 2) == 0.98 and max(rest) < 1
     assert "(0.98× to just under 1×)" in flat
