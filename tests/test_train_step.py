@@ -62,6 +62,7 @@ def verdicts(stdout):
 
 # ---------------------------------------------------------------------------------------- the script, for real
 
+@pytest.mark.profiles  # the module's runs record profiles
 def test_cpu_run_confirms_its_guesses(runs):
     for key, (_, out, _, trace) in runs.items():
         seen = verdicts(out)
@@ -72,6 +73,7 @@ def test_cpu_run_confirms_its_guesses(runs):
     assert "Training step, phase by phase (phases from annotations" in runs["plain"][1]
 
 
+@pytest.mark.profiles  # the module's runs record profiles
 def test_cpu_trace_has_forward_backward_flows(runs):
     events = raw(runs["plain"][3])
     starts = {e["id"] for e in events if e.get("cat") == "fwdbwd" and e.get("ph") == "s"}
@@ -84,6 +86,7 @@ def test_cpu_trace_has_forward_backward_flows(runs):
     assert sum(r["calls_per_step"] for r in data["slowest_backward"] if r["backward_op"] == "MmBackward0") == 6
 
 
+@pytest.mark.profiles  # the module's runs record profiles
 def test_checkpoint_lowers_the_peak(runs):
     """The same parameters and optimizer state in both runs: what a step allocates above its lowest point (the
     allocator's running total, the CPU's "[memory]" events) peaks lower when each MLP's activations are rebuilt
@@ -110,6 +113,7 @@ def test_checkpoint_lowers_the_peak(runs):
     assert total["checkpoint"] < total["plain"] and act["checkpoint"] < act["plain"]
 
 
+@pytest.mark.profiles  # the module's runs record profiles
 def test_memory_pictures_next_to_the_trace(runs):
     _, out, _, trace = runs["plain"]
     stem = trace.name.removesuffix(".json")
@@ -148,6 +152,7 @@ def profiled_step(optimizer, impl):
     return prof
 
 
+@pytest.mark.profiles
 @pytest.mark.parametrize("optimizer", list(train07.OPTIMIZERS))
 def test_each_optimizer_implementation(tmp_path, optimizer):
     per_param = train07.OPS_PER_PARAMETER[optimizer]
@@ -409,6 +414,198 @@ def test_memory_peak_in_the_optimizer_by_hand(tmp_path):
     assert "bytes are unknown" in verdicts_[None][2]
 
 
+# ------------------------------------------------------------------ the training reader at its edges (by hand)
+
+GOLDEN_GPU = """
+Training step, phase by phase (phases from annotations; per step, median over 1 steps):
+phase      GPU µs  share  kernels  GEMMs  GEMM GFLOP  CPU µs
+---------  ------  -----  -------  -----  ----------  ------
+forward      30.0    22%        1      1    8.19e-06   190.0
+backward     85.0    63%        2      2    1.64e-05   490.0
+optimizer    20.0    15%        2      0           0   280.0
+=> backward's GEMMs do 2.00x forward's FLOPs (about 2x: a gradient for each GEMM's input and one for its weight, \
+less where an input needs none; ~3x with activation checkpointing)
+optimizer: AdamW, looks foreach: 2 ops (2 foreach, 0 fused, 0 others), 2 kernels (2 multi-tensor, 2.0 per \
+gradient) per step, for 1 gradients accumulated in backward
+
+Backward ops by GPU time, with the forward op that made each (fwdbwd flow links, 1 per step):
+backward op  GPU µs/step  calls/step  forward op  inside  forward shapes
+-----------  -----------  ----------  ----------  ------  ------------------
+MmBackward0         85.0           1  aten::mm    -       [8, 16] x [16, 32]"""
+
+GOLDEN_CPU = """
+Training step, phase by phase (phases from annotations; per step, median over 1 steps):
+phase      CPU µs  share  GEMMs  GEMM GFLOP
+---------  ------  -----  -----  ----------
+forward     190.0    20%      1    8.19e-06
+backward    490.0    51%      2    1.64e-05
+optimizer   280.0    29%      0           0
+=> backward's GEMMs do 2.00x forward's FLOPs (about 2x: a gradient for each GEMM's input and one for its weight, \
+less where an input needs none; ~3x with activation checkpointing)
+optimizer: AdamW, looks foreach: 2 ops (2 foreach, 0 fused, 0 others) per step, for 1 gradients accumulated in \
+backward
+
+Backward ops by CPU time, with the forward op that made each (fwdbwd flow links, 1 per step):
+backward op  CPU µs/step  calls/step  forward op  inside  forward shapes
+-----------  -----------  ----------  ----------  ------  ------------------
+MmBackward0         65.0           1  aten::mm    -       [8, 16] x [16, 32]"""
+
+
+def _load(tmp_path, data, name="t.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return it.load_trace(path)
+
+
+def _cpu_only(data):
+    data["traceEvents"] = [e for e in data["traceEvents"] if e.get("cat") not in ("cuda_runtime", "kernel")]
+    return data
+
+
+def test_the_training_section_word_for_word(tmp_path):
+    """hand_trace's section, worked out by hand: GPU µs 30 / 85 (40 + 45) / 20 (12 + 8) of 135, shares 22%, 63%,
+    15%; one GEMM of 2 x 8 x 16 x 32 = 8192 FLOP (8.19e-06 GFLOP) forward, two backward; CPU windows 190, 490, 280
+    µs (of 960: 20%, 51%, 29%); MmBackward0's own span 65 µs. The first column is left-aligned, the rest right."""
+    gpu = "\n".join(training.text(training.analyze(load_hand(tmp_path))))
+    cpu = "\n".join(training.text(training.analyze(_load(tmp_path, _cpu_only(hand_trace())))))
+    assert gpu == GOLDEN_GPU and cpu == GOLDEN_CPU
+    no_links = hand_trace()
+    no_links["traceEvents"] = [e for e in no_links["traceEvents"] if e.get("cat") != "fwdbwd"]
+    assert training.text(training.analyze(_load(tmp_path, no_links)))[-1] == (
+        "Backward ops with their forward op: no fwdbwd flow links in this trace")
+    no_shapes = hand_trace()
+    for e in no_shapes["traceEvents"]:
+        e.get("args", {}).pop("Input Dims", None)
+    t = _load(tmp_path, no_shapes)
+    lines = "\n".join(training.text(training.analyze(t))).splitlines()
+    assert lines[4].split()[-2:] == ["-", "190.0"]  # forward's GEMM GFLOP unknown
+    assert lines[7] == ("=> backward's GEMMs do ? x forward's FLOPs (no GEMM shapes: record_shapes=True, or forward "
+                        "has no aten GEMM)")
+    assert it.check(t, [training.backward_flops(1.5, 2.5, "")])[0][1:] == (
+        "not applicable", "GEMM shapes not recorded (record_shapes=True)")
+
+
+def with_attention(data):
+    """hand_trace plus an attention op of four input shapes under a module's record_function, 105-140 µs, whose
+    backward (autograd's thread, 320-380 µs) launches 25 µs of GPU work: names longer than the table's columns."""
+    ev = data["traceEvents"]
+    ev += [{"ph": "X", "cat": "user_annotation", "name": "model.layers.0.self_attn.attention_interface", "pid": 1,
+            "tid": 1, "ts": 100, "dur": 50, "args": {}},
+           {"ph": "X", "cat": "cpu_op", "name": "aten::_scaled_dot_product_efficient_attention", "pid": 1, "tid": 1,
+            "ts": 105, "dur": 35, "args": {"Input Dims": [[1, 4, 8, 16], [1, 4, 8, 16], [1, 4, 8, 16], [1, 4, 8, 8]]}},
+           {"ph": "X", "cat": "cpu_op", "name": "ScaledDotProductEfficientAttentionBackward0", "pid": 1, "tid": 2,
+            "ts": 320, "dur": 60, "args": {}},
+           {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2, "ts": 322, "dur": 2,
+            "args": {"correlation": 99}},
+           {"ph": "X", "cat": "kernel", "name": "fmha_cutlassB", "pid": 0, "tid": 7, "ts": 422, "dur": 25,
+            "args": {"correlation": 99}},
+           {"ph": "s", "cat": "fwdbwd", "name": "fwdbwd", "id": 9, "pid": 1, "tid": 1, "ts": 105},
+           {"ph": "f", "cat": "fwdbwd", "name": "fwdbwd", "id": 9, "pid": 1, "tid": 2, "ts": 320, "bp": "e"}]
+    return data
+
+
+def test_a_backward_row_names_its_module_and_keeps_three_shapes(tmp_path):
+    """The forward op's record_function (its module) and its first three input shapes; names cut to the columns:
+    40 characters for the backward op, 32 for the forward op and its module (the last kept one an ellipsis)."""
+    data = training.analyze(_load(tmp_path, with_attention(hand_trace())))
+    attention = next(r for r in data["slowest_backward"] if r["backward_op"].startswith("ScaledDot"))
+    assert attention == {"backward_op": "ScaledDotProductEfficientAttentionBackward0",
+                         "forward_op": "aten::_scaled_dot_product_efficient_attention",
+                         "forward_in": "model.layers.0.self_attn.attention_interface",
+                         "forward_shapes": "[1, 4, 8, 16] x [1, 4, 8, 16] x [1, 4, 8, 16]", "calls_per_step": 1,
+                         "us_per_step": 25, "us_per_call": 25}
+    assert next(r for r in data["slowest_backward"] if r["backward_op"] == "MmBackward0")["forward_in"] is None
+    row = next(ln for ln in "\n".join(training.text(data)).splitlines() if ln.startswith("ScaledDot"))
+    cells = ["ScaledDotProductEfficientAttentionBackw…", "25.0", "1", "aten::_scaled_dot_product_effic…",
+             "model.layers.0.self_attn.attent…", "[1, 4, 8, 16] x [1, 4, 8, 16] x [1, 4, 8, 16]"]
+    assert [len(c) for c in cells[:1] + cells[3:5]] == [40, 32, 32]
+    assert [c.strip() for c in re.split(r"\s{2,}", row)] == cells
+
+
+def test_optimizer_ops_counted_and_named_by_hand(tmp_path):
+    """One aten::_fused_adamw_ and two other ops (no foreach) in the optimizer: 3 ops, 1 fused, 2 others; fused.
+    The fused guess holds while the others stay below per_param x params (2 < 3 x 2), not at it (2 < 2 x 1)."""
+    data = hand_trace()
+    for e in data["traceEvents"]:
+        e["name"] = {"aten::_foreach_mul_": "aten::_fused_adamw_", "aten::_foreach_add_": "aten::add_"}.get(
+            e["name"], e["name"])
+    data["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "aten::mul_", "pid": 1, "tid": 1, "ts": 790,
+                                "dur": 5, "args": {}})
+    t = _load(tmp_path, data)
+    o = training.analyze(t)["optimizer"]
+    assert (o["ops"], o["foreach_ops"], o["fused_ops"], o["other_ops"], o["implementation"]) == (3, 0, 1, 2, "fused")
+    assert it.check(t, [training.optimizer_kind("fused", 2, 3)])[0][1] == "confirmed"
+    assert it.check(t, [training.optimizer_kind("fused", 1, 2)])[0][1:] == (
+        "broken", "ProfilerStep#2: 3 ops (0 foreach, 1 fused, 2 others), 2 kernels (2 multi-tensor)")
+    assert [training.implementation({"fused_ops": 0, "foreach_ops": 0, "other_ops": n}) for n in (0, 3)] == [
+        "?", "for-loop"]
+
+
+def test_missing_and_idle_phases_said_per_step(tmp_path):
+    """No optimizer (no annotations, no Optimizer.step span): "no optimizer phase" from both guesses. On a GPU an
+    optimizer that launched nothing has no GPU time though its CPU span is 280 µs: "no GPU time in optimizer"."""
+    data = hand_trace(annotated=False)
+    data["traceEvents"] = [e for e in data["traceEvents"] if not e["name"].startswith("Optimizer.step")]
+    t = _load(tmp_path, data)
+    assert it.check(t, [training.phases_present()])[0][1:] == ("broken", "ProfilerStep#2: no optimizer phase ")
+    assert it.check(t, [training.optimizer_kind("foreach", 1, 1)])[0][1:] == (
+        "broken", "ProfilerStep#2: no optimizer phase")
+    idle = hand_trace()
+    idle["traceEvents"] = [e for e in idle["traceEvents"] if "multi_tensor" not in e["name"]]
+    t = _load(tmp_path, idle)
+    assert t.device == "cuda"
+    assert it.check(t, [training.phases_present()])[0][1:] == ("broken", "ProfilerStep#2: no GPU time in optimizer")
+
+
+def test_forward_starts_where_zero_grad_ends_even_at_backwards_start(tmp_path):
+    """Without annotations forward runs from zero_grad's end to the first autograd span (220 µs); a zero_grad that
+    ends exactly there still counts (forward empty), one that ends after it does not (forward from the step's
+    start)."""
+    for zero_grad_end, forward in ((220, (220, 220)), (221, (0, 220))):
+        data = hand_trace(annotated=False)
+        for e in data["traceEvents"]:
+            if e["name"].startswith("Optimizer.zero_grad"):
+                e["ts"], e["dur"] = 200, zero_grad_end - 200
+        st = _load(tmp_path, data).steps[0]
+        assert training.phase_windows(st) == ({"forward": forward, "backward": (220, 410), "optimizer": (720, 980)},
+                                              False)
+
+
+MIB = 2**20
+
+
+def test_memory_peak_between_phases_and_the_messages_in_mib(tmp_path):
+    """A peak at 205 µs, after forward's annotation ends (200) and before backward's starts (210): "between
+    phases". Then the expectation's own words, in MiB worked out by hand."""
+    t = _load(tmp_path, cpu_trace_with_allocations([(15, 100), (205, 300), (300, -400)]))
+    assert training.memory_peak(t) == [{"number": 2, "phase": "between phases", "peak_bytes": 400,
+                                        "at_forward_end_bytes": 100}]
+    # 1 MiB when forward ends, 4 MiB at the peak in backward: less than half held, broken for a plain MLP
+    t = _load(tmp_path, cpu_trace_with_allocations([(15, MIB), (250, 3 * MIB), (300, -3 * MIB)]))
+    assert it.check(t, [training.peak_after_forward(False, 0)])[0][1:] == (
+        "broken", "#2: peak 4.00 MiB in backward, 1.00 MiB held when forward ends")
+    # the peak in the optimizer with 1 MiB held, 2 MiB of parameters: too few tokens to judge
+    t = _load(tmp_path, cpu_trace_with_allocations([(150, MIB), (800, 3 * MIB)]))
+    assert it.check(t, [training.peak_after_forward(False, 2 * MIB)])[0][1:] == (
+        "not applicable", "#2 peaks in the optimizer, with 1.00 MiB held at forward's end, less than the 2.00 MiB of "
+                          "parameters: too few tokens for activations to dominate")
+
+
+@pytest.mark.parametrize("mlp", ["eager", "liger", "fused", "fused-recompute"])
+def test_flags_from_the_file_name_where_the_trace_says_nothing(mlp):
+    """An inference trace (no optimizer, no MLP kernel of Liger's or ours, no backward): every flag comes from 07's
+    file-name words, "ckpt" among them sets --checkpoint; without the words nothing but the defaults."""
+    from test_inspect_trace import gpu_trace, parse
+
+    t = parse(gpu_trace())
+    a = types.SimpleNamespace()
+    training.train_flags(a, t, ["mlp-1L", "adamw-foreach", f"mlp-{mlp}", "ckpt", "bf16"])
+    assert vars(a) == {"optimizer": "adamw", "optim_impl": "foreach", "mlp": mlp, "checkpoint": True}
+    b = types.SimpleNamespace()
+    training.train_flags(b, t, ["mlp-1L", "sgd", "mlp-other", "bf16"])
+    assert vars(b) == {"mlp": "eager", "checkpoint": False}
+
+
 # ---------------------------------------------------------------------------- the foreign H200 training traces
 
 def truth(path):
@@ -632,6 +829,7 @@ def test_comparing_two_training_steps_shows_each_phase():
     assert "phase by phase" not in compare.compare(forward_only, b)
 
 
+@pytest.mark.profiles  # the module's runs record profiles
 def test_comparing_two_cpu_training_steps(runs):
     """On CPU traces the phases compare by CPU µs: each annotation's duration, median over the steps (raw JSON),
     and no kernel columns."""
@@ -713,6 +911,7 @@ def test_expect_without_the_file_name(name, tmp_path, capsys):
     assert expect_lines(out) == printed
 
 
+@pytest.mark.profiles  # the module's runs record profiles
 def test_expect_on_the_cpu_runs(runs, tmp_path, capsys):
     """The two tiny CPU runs: --expect gives the verdicts the run printed, from the file name or without it."""
     for key, (_, printed, _, trace) in runs.items():
