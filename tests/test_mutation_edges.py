@@ -1409,3 +1409,80 @@ def test_a_trace_without_a_device_name_says_so_in_the_peak_line():
     trace["deviceProperties"] = [{}]
     line = next(line for line in it.report(it.parse_trace(trace)).splitlines() if line.startswith("peak: "))
     assert line.startswith("peak: ?: ")
+
+
+# ---- compiled.py: regions, graph breaks, recompiles, which steps ran which (by hand) ------------------------------
+
+def compiled_trace(steps):
+    """One ProfilerStep#n a list of (thread, region id, start, end) per step, 1000 µs apart, as cpu_op spans."""
+    ev = []
+    for n, regions in steps.items():
+        base = 1000 * n
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1, "ts": base,
+                   "dur": 900})
+        for tid, rid, start, end in regions:
+            ev.append({"ph": "X", "cat": "cpu_op", "name": f"Torch-Compiled Region: {rid}", "pid": 1, "tid": tid,
+                       "ts": base + start, "dur": end - start})
+    import inspect_trace as it
+
+    return it.parse_trace({"traceEvents": ev})
+
+
+def test_compiled_regions_breaks_recompiles_and_steps_by_hand():
+    """Frame 0 encloses frame 1 (a graph break) in every step but #10 and #11; frame 0's version 1 runs in steps
+    2, 6-9 (a recompile); #10 runs an "Unknown" region beside, not inside, one on another thread; #11 runs none.
+    Four steps of one order are listed whole, five end in "..."."""
+    from trace_reader import compiled
+
+    A = [(1, "0/0", 10, 100), (1, "1/0", 40, 60)]
+    B = [(1, "1/0", 230 - 200, 250 - 200), (1, "0/1", 0, 300 - 200)]  # listed inner first: order is by time
+    steps = {1: A, 2: B, 3: A, 4: A, 5: A, 6: B, 7: B, 8: B, 9: B,
+             10: [(1, "0/0", 10, 100), (2, "Unknown", 20, 30)], 11: []}
+    data = compiled.compiled_regions(compiled_trace(steps))
+    assert data["frames"] == {0: [0, 1], 1: [0]} and data["graph_breaks"] == [[0, 1]]
+    assert data["recompiled"] == [0] and data["other_ids"] == ["Unknown"]
+    assert data["per_step"][1] == {"number": 2, "regions": ["0/1", "1/0 inside 0/1"]}
+    assert data["per_step"][9] == {"number": 10, "regions": ["0/0", "Unknown"]}
+    assert compiled.describe(data) == [
+        "Compiled regions (Torch-Compiled Region: frame/version): 2 compiled frames, 0/0, 0/1, 1/0",
+        "  graph break: frame 1 runs inside frame 0's region (Dynamo compiled the rest of frame 0 after the break "
+        "as a new frame)",
+        "  recompiled: frame 0 ran 0/0, 0/1; a version after /0 means a guard failed and Dynamo compiled the frame "
+        "again (a new shape, dtype or Python value)",
+        "  other regions: Unknown",
+        "  steps #1, #3, #4, #5 run: 0/0, 1/0 inside 0/0",
+        "  steps #2, #6, #7, #8, ... run: 0/1, 1/0 inside 0/1",
+        "  step #10 runs: 0/0, Unknown",
+        "  step #11 runs: none"]
+
+
+def test_compiled_regions_one_line_only_when_plain_and_alike():
+    from trace_reader import compiled
+
+    head = "Compiled regions (Torch-Compiled Region: frame/version): 1 compiled frame, "
+    same = compiled.describe(compiled.compiled_regions(compiled_trace({1: [(1, "0/0", 0, 50)], 2: [(1, "0/0", 0, 50)]})))
+    assert same == [head + "0/0 in every step: no graph break, no recompile"]
+    # plain, but the steps differ: a line per order
+    apart = compiled.describe(compiled.compiled_regions(compiled_trace({1: [(1, "0/0", 0, 50)], 2: []})))
+    assert apart == [head + "0/0", "  step #1 runs: 0/0", "  step #2 runs: none"]
+    # one order, but a recompile (frame 0's version 1 only): not the plain line
+    again = compiled.describe(compiled.compiled_regions(compiled_trace({1: [(1, "0/1", 0, 50)], 2: [(1, "0/1", 0, 50)]})))
+    assert again == [head + "0/1", "  recompiled: frame 0 ran 0/1; a version after /0 means a guard failed and Dynamo "
+                     "compiled the frame again (a new shape, dtype or Python value)", "  every step runs: 0/1"]
+    assert compiled.compiled_regions(compiled_trace({1: [], 2: []})) is None
+
+
+def test_dispatch_gap_finds_the_first_op_up_to_the_annotations_end():
+    """record_function("mlp_fwd") over 100-150 µs: an op starting at 150 is still inside (gap 50); one at 151, or
+    before 100, is not (no gap); a step without the annotation has none."""
+    import inspect_trace as it
+    from trace_reader import lag
+
+    def step(op_ts, annotation="mlp_fwd"):
+        ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 500},
+              {"ph": "X", "cat": "user_annotation", "name": annotation, "pid": 1, "tid": 1, "ts": 100, "dur": 50},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": op_ts, "dur": 1}]
+        return it.parse_trace({"traceEvents": ev}).steps[0]
+
+    assert [lag.dispatch_gap(step(ts), "mlp_fwd") for ts in (100, 150, 151, 99)] == [0, 50, None, None]
+    assert lag.dispatch_gap(step(120, "other"), "mlp_fwd") is None

@@ -286,3 +286,80 @@ def test_tp_flags_from_the_trace_or_the_name(tmp_path):
     assert flags([gpu("nvjet_gemm", 0, 50)], "x_tp2_sp_eager") == (2, True, 1, "eager")  # the name alone
     assert flags([gpu("_geglu_tma_kernel", 0, 50)], "x_tp2_chunks4_eager") == (2, False, 4, "fused")
     assert flags([gpu("nvjet_gemm", 0, 50)], "x_tp2_chunks0_eager")[2] == 1  # not a chunk count
+
+
+# ---------------------------------------------------------------------------------------------- at their edges
+
+def test_sizes_dtypes_and_dims_at_their_limits():
+    assert [ranks._dtype_bytes(n) for n in ("c10::BFloat16", "torch.float32", "c10::Half", "Float", 2)] == [
+        2, 4, 2, 4, None]
+    assert ranks._elements([(1 << 40) - 1]) == (1 << 40) - 1 and ranks._elements([1 << 40]) is None
+    assert ranks._elements([2, "3"]) is None and ranks._elements([[2, 3], [4]]) == 10 and ranks._elements([]) == 1
+    # "In/Out msg nelems" from 0 up; an output of 0 elements still says the input's size
+    assert ranks._size("all_reduce", {"dtype": "BFloat16", "In msg nelems": 8, "Out msg nelems": 0}, 2) == 16
+    # no usable nelems: the first input's dims; an all-gather's output is world x that; dims not a list: unknown
+    gloo = {"Input type": ["float"], "Input Dims": [[2, 3]]}
+    assert ranks._size("all_reduce", gloo, 4) == 24 and ranks._size("all_gather", gloo, 4) == 96
+    assert ranks._size("all_reduce", {"Input type": ["float"], "Input Dims": {"0": [2, 3]}}, 4) is None
+    # both sets' overlaps, each interval of the longer set walked in turn: 2 + 1 + 1
+    assert intervals.common([(0, 10)], [(0, 2), (3, 4), (5, 6)]) == 4
+    assert [ranks._size_text(n) for n in (None, 1536, (1 << 20) - 1, 1 << 20, 3 << 20)] == [
+        "?", "1.5 KiB", "1,024.0 KiB", "1.00 MiB", "3.00 MiB"]
+
+
+def test_the_size_comes_from_the_nccl_record_function_above_a_kernel(tmp_path):
+    """A kernel without size args launched inside an "nccl:all_reduce" record_function (2 x 1024 float32 elements,
+    its Input Dims) takes that span's size: 8 KiB."""
+    rank = {"distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1}, "traceEvents": [
+        step_span(2, 0, 1000),
+        {"ph": "X", "cat": "user_annotation", "name": "nccl:all_reduce", "ts": 10, "dur": 50, "pid": 1, "tid": 1,
+         "args": {"Input Dims": [[2, 1024]], "Input type": ["float"]}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 20, "dur": 5, "pid": 1, "tid": 1,
+         "args": {"correlation": 1}},
+        {**gpu(ALL_REDUCE, 100, 40), "args": {"correlation": 1}}]}
+    data = merged(tmp_path, [rank])
+    assert [c["bytes"] for c in data["collectives"]] == [8192]
+
+
+def test_a_cpu_rank_counts_only_collective_spans(tmp_path):
+    """An annotation that is not a collective ("forward") is compute's business, not communication."""
+    rank = {"distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 1}, "traceEvents": [
+        step_span(3, 0, 5000),
+        {"ph": "X", "cat": "user_annotation", "name": "forward", "ts": 50, "dur": 1000, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 100, "dur": 900, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "ts": 2000, "dur": 500, "pid": 1, "tid": 2,
+         "args": {"Input Dims": [[4]], "Input type": ["float"]}}]}
+    s = merged(tmp_path, [rank])["ranks"][0]["steps"][0]
+    assert (s["collectives"], s["comm_us"], s["compute_us"]) == (1, 500, 900)
+
+
+RANKS_DATA = {
+    "world_size": 2, "backend": "nccl", "device_name": "NVIDIA H200", "device": "cuda",
+    "ranks": [{"rank": 0, "steps": [{"step": 5, "busy_us": 1234.5, "compute_us": 800.0, "comm_us": 500.0,
+                                     "overlapped_us": 65.5, "exposed_us": 434.5, "collectives": 1}]},
+              {"rank": 1, "steps": [{"step": 5, "busy_us": 990.0, "compute_us": 700.0, "comm_us": 300.0,
+                                     "overlapped_us": 10.0, "exposed_us": 290.0, "collectives": 1}]}],
+    "collectives": [{"index": 0, "kind": "all_reduce", "bytes": 3 << 20, "skew_us": 4.0, "straggler": 1,
+                     "time_us": 30.0, "algbw_gbs": 104.86, "busbw_gbs": 104.86},
+                    {"index": 0, "kind": "all_reduce", "bytes": 3 << 20, "skew_us": 6.0, "straggler": 1,
+                     "time_us": 32.0, "algbw_gbs": 98.3, "busbw_gbs": 98.3}]}
+
+
+def test_the_merged_report_word_for_word():
+    """ranks.text of a hand-made record: the first column left-aligned, the rest right; medians over the ranks'
+    rows of a collective (skew 5.0, time 31.0, algbw (104.86 + 98.3) / 2 = 101.58: one decimal from 100 GB/s up)."""
+    assert ranks.text(RANKS_DATA).splitlines() == [
+        "2 rank(s), nccl, NVIDIA H200; communication: NCCL kernels",
+        "rank  step  GPU busy µs  compute µs  comm µs  overlapped µs  exposed µs  collectives",
+        "0        5      1,234.5       800.0    500.0           65.5       434.5            1",
+        "1        5        990.0       700.0    300.0           10.0       290.0            1",
+        "",
+        "each step's collectives (median over 1 step(s); time is the straggler's, who waited for no one; busbw as "
+        "nccl-tests counts it):",
+        "#  collective      size  skew µs  straggler (steps)  time µs  algbw GB/s  busbw GB/s",
+        "0  all_reduce  3.00 MiB      5.0       rank 1 (2/2)     31.0       101.6       101.6"]
+    cpu = {**RANKS_DATA, "device": "cpu", "backend": "gloo", "device_name": None, "collectives": []}
+    assert ranks.text(cpu).splitlines()[:2] == [
+        "2 rank(s), gloo, CPU; communication: gloo collectives (their own thread)",
+        "rank  step  CPU busy µs  compute µs  comm µs  overlapped µs  exposed µs  collectives"]
+    assert ranks.text(cpu).splitlines()[-2:] == ["", "no collectives in the active steps"]
