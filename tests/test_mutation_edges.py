@@ -1486,3 +1486,127 @@ def test_dispatch_gap_finds_the_first_op_up_to_the_annotations_end():
 
     assert [lag.dispatch_gap(step(ts), "mlp_fwd") for ts in (100, 150, 151, 99)] == [0, 50, None, None]
     assert lag.dispatch_gap(step(120, "other"), "mlp_fwd") is None
+
+
+# ---- expect.py: flags read back from a trace and its name, the said line, the guesses' words and margins ----------
+
+def _steps_trace(numbers, extra=()):
+    """ProfilerStep spans numbered `numbers`, 1000 µs apart, with `extra` events (in the first step)."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": 1, "tid": 1, "ts": 1000 * i,
+           "dur": 900} for i, n in enumerate(numbers)]
+    return {"traceEvents": ev + list(extra)}
+
+
+def _named(tmp_path, name, data):
+    import inspect_trace as it
+
+    path = tmp_path / name
+    path.write_text(__import__("json").dumps(data))
+    return it.load_trace(path)
+
+
+def test_flags_read_back_from_the_suites_file_names(tmp_path):
+    """The sizes from the name's first word (03's BxSxDxH; 01's N, BxN, or _bmmB), the dtype from a word, else from
+    the first GEMM's inputs (not another op's), the schedule from the first step's number (3: wait 2, warm-up 1)."""
+    from trace_reader.expect import args_from_trace
+
+    a = args_from_trace("03_simple_mlp", _named(tmp_path, "2x8x32x64_fp32_cold_eager.json", _steps_trace([3, 4])))
+    assert (a.batch, a.seq, a.dim, a.hidden, a.dtype, a.wait, a.profiler_warmup, a.warmup) == (2, 8, 32, 64, "fp32",
+                                                                                             2, 1, 0)
+    a = args_from_trace("01_matmul_add", _named(tmp_path, "64_bf16_warm_eager.json", _steps_trace([1])))
+    assert (a.size, a.batched, a.warmup) == (64, None, 1)
+    a = args_from_trace("01_matmul_add", _named(tmp_path, "4x64_bf16_cold_eager.json", _steps_trace([1])))
+    assert (a.size, a.batched) == (64, 4)
+    a = args_from_trace("01_matmul_add", _named(tmp_path, "64_bmm8_bf16_cold_eager.json", _steps_trace([1])))
+    assert (a.size, a.batched) == (64, 8)
+    ops = [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
+            "args": {"Input Dims": [[4], [4]], "Input type": ["float", "float"]}},
+           {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 20, "dur": 5,
+            "args": {"Input Dims": [[4, 8], [8, 16]], "Input type": ["c10::Half", "c10::Half"]}}]
+    a = args_from_trace("03_simple_mlp", _named(tmp_path, "renamed.json", _steps_trace([1], ops)))
+    assert a.dtype == "fp16" and "batch" not in vars(a)  # no sizes in that name
+
+
+def test_the_said_line_names_cuda_graphs(tmp_path):
+    """06's decode run replayed as CUDA graphs (the committed H200 trace, under the name 06 gives it)."""
+    import gzip
+    import json
+
+    import inspect_trace as it
+
+    data = json.loads(gzip.decompress((Path(__file__).parent / "data" / "h200_model_decode_cudagraphs.json.gz")
+                                      .read_bytes()))
+    t = _named(tmp_path, "gemma-2b-2L_decode_1x64_mlp-eager_cudagraphs_bf16_cold_compile.json", data)
+    exps, said = it.expectations_for("06_model", t)
+    assert exps and said.startswith("06_model decode, CUDA graphs, ")
+
+
+def test_cold_and_warm_gap_words_and_what_they_saw(monkeypatch):
+    """The first step's gap (30 µs) against the later steps' median (5): over 3x, so cold holds and warm is broken,
+    saying every step's gap."""
+    import inspect_trace as it
+    from trace_reader import expect, lag
+
+    gaps = {1: 30.0, 2: 5.0, 3: 5.0}
+    monkeypatch.setattr(lag, "dispatch_gap", lambda st, annotation: gaps[st.number])
+    t = it.parse_trace(_steps_trace([1, 2, 3]))
+    cold, warm = expect.cold_start_gap("mlp_fwd", True), expect.cold_start_gap("mlp_fwd", False)
+    assert cold.text == ("cold: the first active step waits longest between record_function('mlp_fwd') and its first "
+                         "aten op (> 3x later steps; the post: 228 vs ~5 µs cold)")
+    assert warm.text == ("warm: the first active step does not wait long between record_function('mlp_fwd') and its "
+                         "first aten op (<= 3x later steps; the post: 228 vs ~5 µs cold)")
+    assert cold.check(t) is True
+    assert warm.check(t) == "'mlp_fwd' -> first aten op per step: 30.0, 5.0, 5.0 µs"
+
+
+@pytest.mark.parametrize("last, growing", [(70.0, False), (71.0, True)])
+def test_gpu_lag_grows_only_past_twice_plus_fifty(monkeypatch, last, growing):
+    """Lags 10, 20, then 70 or 71 µs: rising every step, and the last over 2 x 10 + 50 = 70 only at 71."""
+    import inspect_trace as it
+    from trace_reader import expect, lag
+
+    lags = {1: 10.0, 2: 20.0, 3: last}
+    monkeypatch.setattr(lag, "launch_lag", lambda st: lags[st.number])
+    t = it.parse_trace(_steps_trace([1, 2, 3]))
+    grows, steady = expect.gpu_lag_grows(True), expect.gpu_lag_grows(False)
+    seen = f"launch -> GPU start per step: 10, 20, {last:.0f} µs"
+    assert grows.check(t) == (True if growing else seen) and steady.check(t) == (seen if growing else True)
+    assert steady.text == "a sync after each step: the GPU's launch -> start lag does not grow"
+
+
+@pytest.mark.parametrize("config, gelu, guesses", [("llama", False, 4), ("llama", True, 5), ("gemma-2b", False, 5)])
+def test_the_mlp_launch_guess_only_for_a_geglu_model(tmp_path, config, gelu, guesses):
+    """An eager decode step of two annotated decoder layers: the MLP-launch guess (a GeLU and a mul between the GEMMs)
+    joins the four others only where the MLP is the post's GeGLU: a Gemma preset by name, or aten::gelu seen."""
+    import inspect_trace as it
+
+    extra = [{"ph": "X", "cat": "user_annotation", "name": "decode", "pid": 1, "tid": 1, "ts": 10, "dur": 800}]
+    extra += [{"ph": "X", "cat": "user_annotation", "name": f"model.layers.{i}", "pid": 1, "tid": 1,
+               "ts": 20 + 300 * i, "dur": 250} for i in (0, 1)]
+    if gelu:
+        extra.append({"ph": "X", "cat": "cpu_op", "name": "aten::gelu", "pid": 1, "tid": 1, "ts": 30, "dur": 5})
+    t = _named(tmp_path, f"{config}-2L_decode_1x64_mlp-eager_bf16_cold_eager.json", _steps_trace([1], extra))
+    exps, said = it.expectations_for("06_model", t)
+    assert len(exps) == guesses and said == "06_model decode, eager, 2 layers, MLP eager, 1 steps (read from the trace)"
+
+
+def test_verdicts_in_a_colour_terminal(monkeypatch):
+    """What a reader's terminal shows (rich, colours forced): the heading bold, ok green, n/a dim (its label too), a
+    broken guess and its "look here" line bold red, the summary bold green with nothing broken, else bold red."""
+    import io
+
+    from trace_reader.expect import Expect, print_expectations
+
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    ex = Expect("a guess", lambda t: True)
+    out = io.StringIO()
+    assert print_expectations([(ex, "confirmed", ""), (ex, "not applicable", "why")], out) == 0
+    assert out.getvalue() == ("\x1b[1mExpectations (guess first, then look):\x1b[0m\n"
+                              "\x1b[32m  ok      a guess\x1b[0m\n"
+                              "\x1b[2m  n/a     \x1b[0m\x1b[2ma guess (why)\x1b[0m\n"
+                              "\x1b[1;32m  1 confirmed, 0 broken, 1 not applicable\x1b[0m\n")
+    out = io.StringIO()
+    assert print_expectations([(ex, "broken", "seen this")], out) == 1
+    assert out.getvalue().splitlines()[1:] == ["\x1b[1;31m  BROKEN  \x1b[0m\x1b[1;31ma guess\x1b[0m",
+                                               "\x1b[1;31m          seen: seen this  <- BROKEN — look here\x1b[0m",
+                                               "\x1b[1;31m  0 confirmed, 1 broken, 0 not applicable\x1b[0m"]
