@@ -1610,3 +1610,16 @@ def test_verdicts_in_a_colour_terminal(monkeypatch):
     assert out.getvalue().splitlines()[1:] == ["\x1b[1;31m  BROKEN  \x1b[0m\x1b[1;31ma guess\x1b[0m",
                                                "\x1b[1;31m          seen: seen this  <- BROKEN — look here\x1b[0m",
                                                "\x1b[1;31m  0 confirmed, 1 broken, 0 not applicable\x1b[0m"]
+
+
+@pytest.mark.skipif(not Path(__import__("os").devnull).exists() or __import__("sys").platform == "win32",
+                    reason="needs a character device at os.devnull")
+def test_a_device_file_is_refused_as_not_a_regular_file():
+    """The null device opens, reads as empty and never ends for some devices: it is refused before any read."""
+    import os
+
+    from trace_reader.read import TraceError, _read_capped
+
+    with pytest.raises(TraceError) as e:
+        _read_capped(Path(os.devnull), 1 << 20)
+    assert str(e.value) == f"{os.devnull}: not a regular file"
