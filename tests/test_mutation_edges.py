@@ -1623,3 +1623,27 @@ def test_a_device_file_is_refused_as_not_a_regular_file():
     with pytest.raises(TraceError) as e:
         _read_capped(Path(os.devnull), 1 << 20)
     assert str(e.value) == f"{os.devnull}: not a regular file"
+
+
+def test_a_gzip_is_read_in_pieces_of_a_mebibyte_whatever_its_size(tmp_path, monkeypatch):
+    """Memory stays within the cap plus one piece: a 2.5 MB gzip (incompressible text) is decompressed 1 MiB at a
+    time, never in one read of its own size."""
+    import gzip
+    import json
+    import os
+
+    from trace_reader import read
+
+    asked = []
+
+    class Recording(gzip.GzipFile):
+        def read(self, size=-1):
+            asked.append(size)
+            return super().read(size)
+
+    monkeypatch.setattr(read.gzip, "GzipFile", Recording)
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": [], "pad": os.urandom(1 << 21).hex()}).encode()))
+    assert path.stat().st_size > 2 << 20
+    assert read._read_capped(path, 1 << 24).startswith(b"{")
+    assert asked and max(asked) == read._CHUNK == 1 << 20
