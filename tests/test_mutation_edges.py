@@ -1647,3 +1647,70 @@ def test_a_gzip_is_read_in_pieces_of_a_mebibyte_whatever_its_size(tmp_path, monk
     assert path.stat().st_size > 2 << 20
     assert read._read_capped(path, 1 << 24).startswith(b"{")
     assert asked and max(asked) == read._CHUNK == 1 << 20
+
+
+# ---- common.py: the shared flags, the run's name, its description (by hand) -----------------------------------------
+
+def test_the_shared_flags_their_types_bounds_and_defaults(capsys):
+    import common
+
+    p = common.parser("A script.\nMore.", size=64)
+    a = p.parse_args([])
+    assert (a.size, a.device, a.wait, a.profiler_warmup, a.active, a.sync_each_step, a.gzip, a.out, a.port) == (
+        64, "auto", common.SCHEDULE["wait"], common.SCHEDULE["profiler_warmup"], common.SCHEDULE["active"], False,
+        False, common.ROOT / "traces", 9001)
+    a = p.parse_args(["--wait", "0", "--profiler-warmup", "0", "--active", "2", "--sync-each-step", "--gzip",
+                      "--warmup"])
+    assert (a.wait, a.profiler_warmup, a.active, a.sync_each_step, a.gzip, a.warmup) == (0, 0, 2, True, True,
+                                                                                       common.WARMUP_CALLS)
+    assert type(a.wait) is int and type(a.profiler_warmup) is int
+    for bad, said in ((["--wait", "-1"], "--wait: must be between 0 and 1000, got -1"),
+                      (["--active", "0"], "--active: must be between 1 and 1000, got 0"),
+                      (["--port", "65536"], "--port: must be between 0 and 65535, got 65536")):
+        with pytest.raises(common.Fail) as e:
+            p.parse_args(bad)
+        assert str(e.value) == f"argument {said}"
+    assert common.MAX_ACTIVE == 1000
+
+
+def test_a_runs_name_says_every_flag_that_changes_the_trace():
+    import argparse
+
+    import torch
+
+    import common
+
+    def run(**kw):
+        a = argparse.Namespace(**{"dtype": "bf16", "warmup": 0, "sync_each_step": False, "compile": False,
+                                  **common.SCHEDULE, **kw})
+        return common.Run("01_matmul_add", a, torch.device("cpu"), torch.bfloat16)
+
+    assert run().stem("64") == "64_bf16_cold_eager"  # the post's name
+    assert run(sync_each_step=True, warmup=5, wait=0).stem("64", "_bmm4") == "64_bf16_warm_wait0_sync_bmm4_eager"
+    assert common.Run("01_matmul_add", run().args, torch.device("cpu"), torch.bfloat16, compiled=True,
+                      rank=1).stem("64") == "64_bf16_cold_compile_rank1"
+
+
+def test_the_description_line_of_a_run(capsys):
+    import argparse
+
+    import torch
+
+    import common
+
+    for warmup, temp in ((0, "cold"), (5, "warm (5 calls)")):
+        a = argparse.Namespace(dtype="fp32", warmup=warmup, wait=1, profiler_warmup=1, active=3, sync_each_step=False,
+                               compile=False)
+        common.describe(common.Run("02_linear", a, torch.device("cpu"), torch.float32))
+        assert capsys.readouterr().out == (f"02_linear: CPU, torch {torch.__version__}, fp32, eager, {temp}, "
+                                           "schedule(wait=1, warmup=1, active=3), no per-step sync\n")
+
+
+def test_a_command_to_paste_types_paths_where_the_reader_stands(tmp_path, monkeypatch):
+    import common
+
+    monkeypatch.chdir(common.ROOT)
+    assert common.uv_run("01_matmul_add.py", "--size", 64) == "uv run 01_matmul_add.py --size 64"
+    outside = tmp_path / "a b.json"
+    assert common.uv_run("01_matmul_add.py", outside) == f"uv run 01_matmul_add.py '{outside.resolve()}'"
+    assert common.typed(common.ROOT / "traces" / "x.json") == "traces/x.json"
