@@ -606,6 +606,70 @@ def test_flags_from_the_file_name_where_the_trace_says_nothing(mlp):
     assert vars(b) == {"mlp": "eager", "checkpoint": False}
 
 
+def test_memory_timeline_from_torchs_export_and_back(tmp_path):
+    """torch's export ([times, sizes], each size a zero column then 8 categories) relabelled, the clock moved by
+    the offset; each category's peak and the total's (10 + 20 MiB at 150 µs), written and read back."""
+    M = 2**20
+    rows = [[100.0, 200.0, 300.0], [[0, 10 * M, 0, 0, 0, 5 * M, 0, 0, 0], [0, 10 * M, 0, 0, 0, 20 * M, 0, 0, 0],
+                                    [0, 10 * M, 0, 0, 0, 0, 3 * M, 0, 0]]]
+    tl = memory_timeline.from_torch_export(rows, "cpu", 50.0)
+    zeros = [0, 0, 0]
+    assert tl == {"device": "cpu", "times_us": [50.0, 150.0, 250.0], "bytes": {
+        "parameter": [10 * M] * 3, "optimizer_state": zeros, "input": zeros, "temporary": zeros,
+        "activation": [5 * M, 20 * M, 0], "gradient": [0, 0, 3 * M], "autograd_detail": zeros, "unknown": zeros}}
+    p = memory_timeline.peaks(tl)
+    assert list(p["categories"].items()) == [("activation", 20 * M), ("parameter", 10 * M), ("gradient", 3 * M)]
+    assert (p["total"], p["total_at_us"]) == (30 * M, 150.0)
+    assert memory_timeline.peaks_text(tl) == ("memory by category (torch's memory profiler, cpu), each one's peak: "
+                                              "activation 20.0 MiB, parameter 10.0 MiB, gradient 3.0 MiB\n"
+                                              "  all together peak at 30.0 MiB")
+    path = memory_timeline.write(tl, tmp_path / "run.memory.json")
+    assert memory_timeline.load(path) == tl and (path.stat().st_mode & 0o777) == 0o644
+    assert [q.name for q in tmp_path.iterdir()] == ["run.memory.json"]  # no temporary file left
+    with pytest.raises(it.TraceError, match="cannot write"):
+        memory_timeline.write(tl, tmp_path / "no" / "such" / "folder.json")
+    for bad, said in (([[1.0], [[0] * 9], []], "is not \\[times, sizes\\]"),
+                      ([[1.0, 2.0], [[0] * 9]], "rows are not a zero column and 8 categories"),
+                      ([[1.0], [[0] * 8]], "rows are not a zero column and 8 categories")):
+        with pytest.raises(it.TraceError, match=said):
+            memory_timeline.from_torch_export(bad, "cpu")
+    assert memory_timeline.peaks({"device": "cpu", "times_us": [], "bytes": {}}) == {
+        "categories": {}, "total": 0, "total_at_us": None}
+
+
+@pytest.mark.parametrize("data, said", [
+    ({"times_us": "0", "bytes": {}}, "not a memory timeline"),
+    ({"times_us": [0], "bytes": []}, "not a memory timeline"),
+    ({"times_us": [0, "1"], "bytes": {}}, "odd values"),
+    ({"times_us": [0, 1], "bytes": {"activation": [1]}}, "odd values"),
+    ({"times_us": [0], "bytes": {"activation": [True]}}, "odd values"),
+    ({"times_us": [0], "bytes": {"activation": "1"}}, "odd values"),
+])
+def test_a_hostile_memory_timeline_is_one_line(tmp_path, data, said):
+    path = tmp_path / "x.memory.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(it.TraceError, match=said):
+        memory_timeline.load(path)
+
+
+def test_a_memory_timelines_long_names_are_cut(tmp_path):
+    path = tmp_path / "x.memory.json"
+    path.write_text(json.dumps({"device": "d" * 30, "times_us": [0], "bytes": {"c" * 50: [1]}}))
+    tl = memory_timeline.load(path)
+    assert tl["device"] == "d" * 20 and list(tl["bytes"]) == ["c" * 40]
+    path.write_text(json.dumps({"times_us": [0], "bytes": {}}))
+    assert memory_timeline.load(path)["device"] == "?"
+
+
+@pytest.mark.parametrize("at, where", [(150, "in ProfilerStep#2's forward"), (200, "in ProfilerStep#2's forward"),
+                                       (205, "in ProfilerStep#2"), (1000, "in ProfilerStep#2"),
+                                       (1001, "outside the active steps")])
+def test_the_memory_peak_is_placed_in_its_step_and_phase(tmp_path, at, where):
+    """hand_trace's step spans 0-1000 µs, forward 10-200, backward 210-700 (both ends inside)."""
+    tl = {"device": "cpu", "times_us": [at], "bytes": {"activation": [2**20]}}
+    assert memory_timeline.peaks_text(tl, load_hand(tmp_path)).endswith(f"peak at 1.0 MiB, {where}")
+
+
 # ---------------------------------------------------------------------------- the foreign H200 training traces
 
 def truth(path):
