@@ -41,8 +41,11 @@ through `kernel[grid](...)` re-derives the kernel's specialisation from every ar
 keeps its workspace: enqueuing a decode forward went from about 105 µs of host time to about 80, about as
 long as the GPU work itself (bench.py's "host µs" line; the machine's host speed varies from run to run).
 Then every choice a call makes was kept per shape, dtype, device and stream (`_plans`: the module's forward is one
-plan, `mlp`), and kept launches call the compiled kernel's launcher directly: 61-82 µs against eager's 110-133 at
-three decode shapes (results/bench_decode_host_h200.txt).
+plan, `mlp`): 61-82 µs against eager's 110-133 at three decode shapes (results/bench_decode_host_h200.txt). Those
+kept launches still went through Triton's runner: since Triton 3.5 the launch-hook knobs are chains, never None, and
+an empty chain read as a hook set. Since 2026-12-02 (`_hook_set`) they call the compiled kernel's launcher directly
+while no hook is set: at M = 1 on the H200 machine, 34-52 µs of host time per forward against 61-63 through the
+runner (one probe, two rounds; not a committed record).
 
 Under torch.compile the two ops are `torch.library.triton_op`s: their bodies are traced, and the kernels
 enter Inductor's graph through `wrap_triton`, so a compiled model launches them from generated code.
