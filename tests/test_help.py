@@ -1,0 +1,62 @@
+"""--help, word for word: what a reader sees for the flags every script shares (common.parser) and for bench.py.
+
+Compared with the files in tests/data/help/, written once and read by eye. After a deliberate change to a flag's
+help, write them again with `uv run python tests/test_help.py` and read the diff before committing it.
+The width is fixed (COLUMNS=1000: one line per flag) and the checkout's own path is replaced by <root>, so the
+files are the same on every machine."""
+
+import contextlib
+import io
+import os
+import sys
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import bench  # noqa: E402
+import common  # noqa: E402
+
+GOLDEN = Path(__file__).parent / "data" / "help"
+# A script's docstring and sizes, made up here: the shared flags are what is pinned, not one script's.
+DOC = "A made-up script's first line.\n\nIts second paragraph, which --help leaves out."
+
+
+def common_help():
+    with mock.patch.object(sys, "argv", ["script.py"]):  # argparse names the program after argv[0]
+        return _normal(common.parser(DOC, on_cpu="a CPU run says so", batch=8, seq=1024).format_help())
+
+
+def bench_help():
+    """bench.py --help as printed (argparse prints it, then exits 0)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as e:
+        bench.parse_args(["--help"])
+    assert e.value.code == 0
+    return _normal(out.getvalue())
+
+
+def _normal(text):
+    return text.replace(str(common.ROOT), "<root>")
+
+
+@pytest.fixture(autouse=True)
+def _wide(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")
+
+
+def test_the_shared_flags_help_word_for_word():
+    assert common_help() == (GOLDEN / "common.txt").read_text(), "common.parser's --help changed: see the docstring"
+
+
+def test_bench_help_word_for_word():
+    assert bench_help() == (GOLDEN / "bench.txt").read_text(), "bench.py --help changed: see the docstring"
+
+
+if __name__ == "__main__":  # write the files again, after a deliberate change
+    os.environ["COLUMNS"] = "1000"
+    GOLDEN.mkdir(parents=True, exist_ok=True)
+    (GOLDEN / "common.txt").write_text(common_help())
+    (GOLDEN / "bench.txt").write_text(bench_help())
+    print(f"wrote {GOLDEN}/common.txt and bench.txt")
