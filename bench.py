@@ -200,11 +200,12 @@ def cpu_ceilings(dtype):
     return 2 * 512**3 / cpu_median_us(lambda: a @ w) / 1e6, 2 * src.numel() / cpu_median_us(lambda: dst.copy_(src)) / 1e3
 
 
-def timing_fields(cuda):
+def timing_fields(cuda, rounds=ROUNDS, rep_ms=100):
     """A round-robin benchmark record's "timer" and "ceiling_gemm": how it timed, and the ceiling's matmul."""
     if cuda:
-        return {"timer": f"bench.median_us (CUDA events, L2 evicted before each call); middle of {ROUNDS} round-robin "
-                         "rounds", "ceiling_gemm": "8192x8192x8192"}
+        each = "" if rep_ms == 100 else f" of ~{rep_ms} ms of calls each"
+        return {"timer": f"bench.median_us (CUDA events, L2 evicted before each call); middle of {rounds} round-robin "
+                         f"rounds{each}", "ceiling_gemm": "8192x8192x8192"}
     return {"timer": "bench.cpu_median_us: time.perf_counter median of 5 calls (CPU smoke test)",
             "ceiling_gemm": "512x512x512"}
 
@@ -233,14 +234,15 @@ def write_record(out, record, table_lines):
     return f"\nwrote {out}\n      {out.with_suffix('.txt')}"
 
 
-def time_round_robin(fns, inference=True):
-    """{name: [median µs per round]}: ROUNDS rounds over all fns, the starting point rotated each round."""
+def time_round_robin(fns, inference=True, rounds=ROUNDS, rep_ms=100):
+    """{name: [median µs per round]}: `rounds` rounds over all fns, the starting point rotated each round; each
+    round times ~rep_ms of calls of each fn (median_us)."""
     names = list(fns)
-    rounds = {name: [] for name in names}
-    for r in range(ROUNDS):
+    times = {name: [] for name in names}
+    for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            rounds[name].append(median_us(fns[name], inference=inference))
-    return rounds
+            times[name].append(median_us(fns[name], rep_ms=rep_ms, inference=inference))
+    return times
 
 
 def middle(values):

@@ -11,8 +11,8 @@ weights copied). Correct before fast: every variant's logits are checked against
 anything is timed; a wrong one stops the run (exit 1, nothing written). A variant that cannot run here
 (liger-kernel not installed, a Triton kernel on a CPU, a failed compile) is listed as skipped, with the reason.
 
-What is timed (bench.py's timer: median_us, CUDA events, L2 evicted before each call; ROUNDS round-robin
-rounds, the middle one reported; on a CPU, bench.cpu_median_us):
+What is timed (bench.py's timer: median_us, CUDA events, L2 evicted before each call; ROUNDS short round-robin
+rounds of ~REP_MS ms of calls per variant, the middle one reported; on a CPU, bench.cpu_median_us):
 - prefill: one forward of batch x seq tokens, no cache, logits of the last position only (what generation
   needs): 06_model.py --phase prefill's step. Tokens/s = batch * seq / time.
 - decode: one forward of one token per sequence against a static KV cache of --seq entries: 06_model.py
@@ -30,6 +30,12 @@ Floors, with the ceilings measured in the same run by bench.gemm_ceiling_tflops 
       + 2 * L * batch * kv_heads * seq * head_dim)   [the whole K and V cache].
   (The norms' few vectors and the one embedding row per token are left out of both.)
 "of floor" = floor / time: 1.00 is at the ceiling.
+
+Against transformers' MLP, side by side: each row with another MLP is set against the row of the same execution
+with transformers' MLP, round by round (the two are timed within one round, well under a second apart), so a slow
+spell of the host slows both. "vs eager MLP" is the middle of those per-round ratios (eager MLP's time / this
+row's: above 1, this MLP's model is faster) and in how many rounds it was faster. Rows timed by the host (all but
+CUDA graphs) move with its speed by tens of % between rounds; their ratio is the number to read.
 
 Prints a table per phase, writes a JSON record (device, versions, date, ceilings, floors, per-variant median
 µs) to --out, the table beside it (.txt) and bench.py's chart (.png).
@@ -55,6 +61,8 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 EXECUTIONS = ["eager", "compile", "cuda-graphs"]
 MLPS = ["eager", "liger", "fused"]
 # The issue's shape on the GPU; the tiny preset on the CPU (seconds).
+# Many short rounds rather than bench.py's 5 of 100 ms: a host that slows for seconds slows both sides of a pair.
+ROUNDS, REP_MS = 15, 30
 DEFAULTS = {"cuda": {"preset": "gemma-2b", "layers": 4, "seq": 512}, "cpu": {"preset": "tiny", "layers": 2, "seq": 64}}
 
 
@@ -202,7 +210,8 @@ def check(phase, calls, skipped, reference, tol):
 
 def bench_phase(phase, calls, skipped, reference, floor_us, tokens, tol, cuda):
     errors = check(phase, calls, skipped, reference, tol)
-    rounds = bench.time_round_robin(calls) if cuda else {n: [bench.cpu_median_us(c)] for n, c in calls.items()}
+    rounds = (bench.time_round_robin(calls, rounds=ROUNDS, rep_ms=REP_MS) if cuda
+              else {n: [bench.cpu_median_us(c)] for n, c in calls.items()})
     variants = {}
     for name in calls:
         us = bench.middle(rounds[name])
@@ -213,7 +222,27 @@ def bench_phase(phase, calls, skipped, reference, floor_us, tokens, tol, cuda):
             variants[name]["tokens_per_s"] = tokens / us * 1e6
         else:
             variants[name]["ms_per_token"] = us / 1e3
+        partner = f"{execution} / eager"
+        if mlp != "eager" and partner in rounds:
+            variants[name].update(paired(rounds[partner], rounds[name]))
     return variants
+
+
+def paired(reference_us, rounds_us):
+    """This row against the same execution's row with transformers' MLP, round by round: {"vs_eager_mlp": the
+    middle per-round ratio (reference / this: above 1 is faster), "faster_rounds": rounds where this one was
+    faster, "paired_rounds": rounds compared}."""
+    ratios = [ref / us for ref, us in zip(reference_us, rounds_us)]
+    return {"vs_eager_mlp": bench.middle(ratios), "faster_rounds": sum(r > 1 for r in ratios),
+            "paired_rounds": len(ratios)}
+
+
+def versus(v):
+    """'1.03x 11/15' (the paired ratio and the rounds this row was faster), or '' for transformers' MLP's rows and
+    records written before the pairing."""
+    if "vs_eager_mlp" not in v:
+        return ""
+    return f"{v['vs_eager_mlp']:.2f}x {v['faster_rounds']}/{v['paired_rounds']}"
 
 
 def format_phase(r):
@@ -226,24 +255,26 @@ def format_phase(r):
                 f"KV cache {r['kv_cache_bytes'] / 1e6:.1f} MB); floor {r['floor_us'] / 1e3:.3f} ms "
                 f"({r['bound']}-bound: bytes / copy bandwidth)")
     lines = [head, (f"  {'execution':<13}{'MLP':<8}{'ms':>9}{'spread':>8}"
-                    f"{'tokens/s' if prefill else 'ms/token':>12}{'of floor':>10}{'rel err':>10}")]
+                    f"{'tokens/s' if prefill else 'ms/token':>12}{'of floor':>10}{'rel err':>10}  vs eager MLP")]
     for v in r["variants"].values():
         spread = (max(v["rounds_us"]) - min(v["rounds_us"])) / v["median_us"]  # across rounds: the noise to beat
         rate = f"{v['tokens_per_s']:12,.0f}" if prefill else f"{v['ms_per_token']:12.3f}"
         lines.append(f"  {v['execution']:<13}{v['mlp']:<8}{v['median_us'] / 1e3:9.3f}{spread:8.1%}{rate}"
-                     f"{v['of_floor']:10.2f}{v['rel_err']:10.1e}")
+                     f"{v['of_floor']:10.2f}{v['rel_err']:10.1e}  {versus(v)}".rstrip())
     lines += [f"  skipped: {name}: {why}" for name, why in r["skipped"].items()]
     return "\n".join(lines)
 
 
-TABLE_HEADER = "| execution | MLP | prefill tokens/s (of floor) | decode ms/token (of floor) |"
+TABLE_HEADER = ("| execution | MLP | prefill tokens/s (of floor) | decode ms/token (of floor) | "
+                "vs transformers' MLP, prefill | vs transformers' MLP, decode |")
 
 
 def markdown(record):
     """The README's table, from a record: per execution and MLP, prefill tokens/s and decode ms per token, each
-    with its fraction of the floor; "—" where a variant did not run."""
+    with its fraction of the floor, then each phase's paired ratio against transformers' MLP (versus); "—" where a
+    variant did not run or has no ratio."""
     prefill, decode = record["shapes"]
-    rows = [TABLE_HEADER, "| --- " * 4 + "|"]
+    rows = [TABLE_HEADER, "| --- " * 6 + "|"]
     for execution in EXECUTIONS:
         for mlp in MLPS:
             name = f"{execution} / {mlp}"
@@ -251,7 +282,8 @@ def markdown(record):
             if p is None and d is None:
                 continue
             cells = [f"{p['tokens_per_s']:,.0f} ({p['of_floor']:.2f})" if p else "—",
-                     f"{d['ms_per_token']:.3f} ({d['of_floor']:.2f})" if d else "—"]
+                     f"{d['ms_per_token']:.3f} ({d['of_floor']:.2f})" if d else "—",
+                     (versus(p) or "—") if p else "—", (versus(d) or "—") if d else "—"]
             rows.append(f"| {execution} | {mlp} | " + " | ".join(cells) + " |")
     m = record["model"]
     rows += ["", (f"Floors: prefill {prefill['floor_us'] / 1e3:.3f} ms ({prefill['flops'] / 1e9:.0f} GFLOP at "
@@ -325,7 +357,7 @@ def main(argv=None):
                   "intermediate": config.intermediate_size, "heads": config.num_attention_heads,
                   "kv_heads": config.num_key_value_heads, "head_dim": config.head_dim, "vocab": config.vocab_size,
                   "batch": args.batch, "seq": args.seq, "params_per_token": c["params_per_token"]},
-        **bench.timing_fields(cuda),
+        **bench.timing_fields(cuda, ROUNDS, REP_MS),
         "timed": {"prefill": "one forward of batch x seq tokens, no cache, logits of the last position",
                   "decode": "one forward of 1 token per sequence, static KV cache of seq entries (all read)"},
         "ceiling_tflops": ceiling,

@@ -135,3 +135,77 @@ def test_gpu_run_writes_record(tmp_path):
             # A floor: nothing runs much faster (a pure read may beat a copy's read + write rate a little);
             # a unit slip in a floor (x 1000) would show here.
             assert 0 < v["of_floor"] <= 1.2
+        # Every other MLP's row is paired with transformers' MLP's row of the same execution, round by round.
+        for name, v in shape["variants"].items():
+            execution, mlp = name.split(" / ")
+            if mlp == "eager":
+                assert "vs_eager_mlp" not in v
+            else:
+                partner = shape["variants"][f"{execution} / eager"]["rounds_us"]
+                ratios = sorted(a / b for a, b in zip(partner, v["rounds_us"]))
+                assert v["paired_rounds"] == bench_model.ROUNDS == len(v["rounds_us"])
+                assert v["vs_eager_mlp"] == ratios[len(ratios) // 2]
+                assert v["faster_rounds"] == sum(r > 1 for r in ratios)
+
+
+# --- the pairing against transformers' MLP, on hand-made rounds -----------------------------------------------------
+
+def test_paired_is_the_middle_per_round_ratio_and_the_rounds_faster():
+    # Round by round: 10/8 = 1.25, 10/10 = 1 (a tie is not faster), 12/15 = 0.8, 20/16 = 1.25, 9/10 = 0.9.
+    # Sorted 0.8, 0.9, 1, 1.25, 1.25: the middle is 1; faster in 2 of 5. The rows' own medians (10 and 10) would say
+    # nothing; a ratio of medians would be 1 as well, but rounds 1 and 4 (each 1.25) are where it won.
+    assert bench_model.paired([10, 10, 12, 20, 9], [8, 10, 15, 16, 10]) == {
+        "vs_eager_mlp": 1.0, "faster_rounds": 2, "paired_rounds": 5}
+    # A slow spell of the host (rounds 3 and 4 twice as slow on both sides) leaves the ratio where it was.
+    steady = bench_model.paired([100, 100, 100, 100], [90, 90, 90, 90])
+    spell = bench_model.paired([100, 100, 200, 200], [90, 90, 180, 180])
+    assert steady["vs_eager_mlp"] == spell["vs_eager_mlp"] == pytest.approx(100 / 90)
+    assert steady["faster_rounds"] == spell["faster_rounds"] == 4
+
+
+def test_versus_is_said_only_where_there_is_a_pair():
+    assert bench_model.versus({"vs_eager_mlp": 1.034, "faster_rounds": 11, "paired_rounds": 15}) == "1.03x 11/15"
+    assert bench_model.versus({"vs_eager_mlp": 0.996, "faster_rounds": 0, "paired_rounds": 15}) == "1.00x 0/15"
+    assert bench_model.versus({"median_us": 5.0}) == ""  # transformers' MLP's own row, or a record from before
+
+
+def test_bench_phase_pairs_each_mlp_with_the_same_executions_eager_mlp(monkeypatch):
+    table = {"eager / eager": [100.0, 300.0, 100.0], "eager / fused": [90.0, 330.0, 80.0],
+              "compile / eager": [50.0, 50.0, 50.0], "compile / fused": [60.0, 40.0, 40.0],
+              "cuda-graphs / fused": [10.0, 10.0, 10.0]}  # no cuda-graphs / eager row: nothing to pair with
+    seen = {}
+    monkeypatch.setattr(bench_model, "check", lambda phase, calls, skipped, ref, tol: {n: 0.0 for n in calls})
+    monkeypatch.setattr(bench_model.bench, "time_round_robin",
+                        lambda calls, rounds, rep_ms: seen.update(rounds=rounds, rep_ms=rep_ms) or table)
+    out = bench_model.bench_phase("decode", dict.fromkeys(table), {}, None, 50.0, 1, 0.1, cuda=True)
+    assert seen == {"rounds": bench_model.ROUNDS, "rep_ms": bench_model.REP_MS}
+    # eager / fused: 100/90 = 1.11, 300/330 = 0.91, 100/80 = 1.25 -> middle 1.11, faster in 2 of 3
+    assert out["eager / fused"]["vs_eager_mlp"] == pytest.approx(100 / 90) and out["eager / fused"]["faster_rounds"] == 2
+    # compile / fused: 50/60 = 0.83, 50/40 = 1.25, 1.25 -> middle 1.25, faster in 2 of 3
+    assert out["compile / fused"]["vs_eager_mlp"] == 1.25 and out["compile / fused"]["faster_rounds"] == 2
+    assert out["eager / fused"]["median_us"] == 90.0  # the row's own middle round, unchanged by the pairing
+    for name in ("eager / eager", "compile / eager", "cuda-graphs / fused"):
+        assert "vs_eager_mlp" not in out[name]
+
+
+def test_the_tables_show_the_pairing(monkeypatch):
+    v = {"execution": "eager", "mlp": "fused", "median_us": 2000.0, "rounds_us": [1900.0, 2000.0, 2100.0],
+         "rel_err": 0.01, "of_floor": 0.25, "ms_per_token": 2.0, "vs_eager_mlp": 1.034, "faster_rounds": 2,
+         "paired_rounds": 3}
+    e = {"execution": "eager", "mlp": "eager", "median_us": 2068.0, "rounds_us": [2068.0] * 3, "rel_err": 0.0,
+         "of_floor": 0.24, "ms_per_token": 2.068}
+    phase = {"phase": "decode", "label": "x", "bound": "memory", "floor_us": 500.0, "flops": 1.0, "bytes": 1e6,
+             "weight_bytes": 1e6, "kv_cache_bytes": 0.0, "variants": {"eager / eager": e, "eager / fused": v},
+             "skipped": {}}
+    lines = bench_model.format_phase(phase).splitlines()
+    assert lines[2].endswith("vs eager MLP")
+    assert lines[3].endswith("0.0e+00") and lines[4].endswith("1.0e-02  1.03x 2/3")
+    pre = dict(phase, phase="prefill", variants={"eager / eager": dict(e, tokens_per_s=1000.0),
+                                                 "eager / fused": dict(v, tokens_per_s=1034.0)})
+    record = {"shapes": [pre, phase], "model": {"preset": "p", "layers": 1, "batch": 1, "seq": 2},
+              "ceiling_tflops": 700.0, "copy_tbps": 4.0, "dtype": "bf16", "device": "d", "torch": "t",
+              "transformers": "x"}
+    rows = bench_model.markdown(record).splitlines()
+    assert rows[0] == bench_model.TABLE_HEADER and rows[1] == "| --- " * 6 + "|"
+    assert rows[2] == "| eager | eager | 1,000 (0.24) | 2.068 (0.24) | — | — |"
+    assert rows[3] == "| eager | fused | 1,034 (0.25) | 2.000 (0.25) | 1.03x 2/3 | 1.03x 2/3 |"

@@ -389,6 +389,20 @@ def test_timing_fields_say_how_each_device_timed():
     assert bench.timing_fields(False) == {
         "timer": "bench.cpu_median_us: time.perf_counter median of 5 calls (CPU smoke test)",
         "ceiling_gemm": "512x512x512"}
+    assert bench.timing_fields(True, 15, 30)["timer"] == (
+        "bench.median_us (CUDA events, L2 evicted before each call); middle of 15 round-robin rounds of ~30 ms of "
+        "calls each")
+
+
+def test_round_robin_rotates_its_start_and_passes_the_round_length(monkeypatch):
+    order = []
+    monkeypatch.setattr(bench, "median_us", lambda fn, rep_ms, inference: order.append((fn, rep_ms)) or len(order))
+    times = bench.time_round_robin({"a": "A", "b": "B", "c": "C"}, rounds=4, rep_ms=30)
+    # rounds start at a, b, c, then a again; every call asks for ~30 ms of calls
+    assert [fn for fn, _ in order] == list("ABC" "BCA" "CAB" "ABC") and {ms for _, ms in order} == {30}
+    assert times == {"a": [1, 6, 8, 10], "b": [2, 4, 9, 11], "c": [3, 5, 7, 12]}
+    order.clear()
+    assert len(bench.time_round_robin({"a": "A"})["a"]) == 5 and order[0][1] == 100  # bench.py's own: 5 of 100 ms
 
 
 def test_write_record_leaves_the_json_and_its_table(tmp_path):
