@@ -71,8 +71,12 @@ def test_the_reader_merges_the_run_folder(gloo_run):
 def test_bad_hidden_fails_on_every_rank_in_one_line(tmp_path):
     proc = torchrun(2, *TINY[:6], "--hidden", "255", out=tmp_path)
     lines = [ln for ln in proc.stderr.splitlines() if "08_tensor_parallel.py: error:" in ln]
-    assert proc.returncode != 0 and len(lines) == 2, proc.stderr[-3000:]
-    assert all("--hidden 255 does not split over 2 ranks" in ln for ln in lines)
+    # Each rank that gets to its launch check says so; torchrun stops the other once one has exited, and on a busy
+    # machine (the H200's suite, 10 workers) a rank still importing torch was stopped before it printed: 1 or 2 lines.
+    assert proc.returncode != 0 and 1 <= len(lines) <= 2, proc.stderr[-3000:]
+    assert all(ln == "08_tensor_parallel.py: error: --hidden 255 does not split over 2 ranks: pick a multiple of 2"
+               for ln in lines), lines
+    assert '08_tensor_parallel.py", line' not in proc.stderr  # no traceback through the script (torchrun has its own)
     assert not (tmp_path / "08_tensor_parallel").exists()  # nothing written, no empty folder left
 
 
