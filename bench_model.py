@@ -32,7 +32,7 @@ Floors, with the ceilings measured in the same run by bench.gemm_ceiling_tflops 
 "of floor" = floor / time: 1.00 is at the ceiling.
 
 Against transformers' MLP, side by side: each row with another MLP is set against the row of the same execution
-with transformers' MLP, round by round (the two are timed within one round, well under a second apart), so a slow
+with transformers' MLP, round by round (the two are timed within one round, under a second apart), so a slow
 spell of the host slows both. "vs eager MLP" is the middle of those per-round ratios (eager MLP's time / this
 row's: above 1, this MLP's model is faster) and in how many rounds it was faster. Rows timed by the host (all but
 CUDA graphs) move with its speed by tens of % between rounds; their ratio is the number to read.
@@ -60,9 +60,9 @@ model_script = importlib.import_module("06_model")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 EXECUTIONS = ["eager", "compile", "cuda-graphs"]
 MLPS = ["eager", "liger", "fused"]
-# The issue's shape on the GPU; the tiny preset on the CPU (seconds).
 # Many short rounds rather than bench.py's 5 of 100 ms: a host that slows for seconds slows both sides of a pair.
 ROUNDS, REP_MS = 15, 30
+# The issue's shape on the GPU; the tiny preset on the CPU (seconds).
 DEFAULTS = {"cuda": {"preset": "gemma-2b", "layers": 4, "seq": 512}, "cpu": {"preset": "tiny", "layers": 2, "seq": 64}}
 
 
