@@ -1728,3 +1728,325 @@ def test_a_command_to_paste_types_paths_where_the_reader_stands(tmp_path, monkey
     outside = tmp_path / "a b.json"
     assert common.uv_run("01_matmul_add.py", outside) == f"uv run 01_matmul_add.py '{outside.resolve()}'"
     assert common.typed(common.ROOT / "traces" / "x.json") == "traces/x.json"
+
+
+# ---- memory.py: streams() at its edges (a made-up datasheet of 800 GB/s) ------------------------------------------
+
+def streams_check(monkeypatch, trace, nbytes, at_least=0.5, pattern="kernel_k", peak=800.0):
+    from trace_reader import memory
+    from trace_reader.peaks import Peak
+
+    monkeypatch.setattr(memory, "device_peak", lambda name: Peak("a made-up sheet", {}, peak) if name else None)
+    return memory.streams(pattern, nbytes, "the cache", at_least).check(trace)
+
+
+def test_streams_reads_each_steps_rate_against_the_sheet(monkeypatch):
+    """Steps #2 (one kernel_k of 15 µs) and #3 (two: 30 µs). 6 MB: 6e6 / 15 / 1e3 = 400 GB/s, then 200 GB/s."""
+    from test_inspect_trace import parse
+    from trace_reader import memory
+
+    t = parse(steps_of([(2, ["k"]), (3, ["k", "k"])]))
+    assert streams_check(monkeypatch, t, 6e6, at_least=0.25) is True  # 200 >= 0.25 x 800: at the edge, confirmed
+    assert streams_check(monkeypatch, t, 6e6, at_least=0.5) == "400, 200 GB/s per step, of 800 GB/s (a made-up sheet)"
+    assert streams_check(monkeypatch, t, 6e6, pattern="nothing") == "ProfilerStep#2 has no kernel matching /nothing/"
+    e = memory.streams("kernel_k", 6e6, "the cache", 0.25)
+    assert (e.text, e.device) == ("memory-bound: the /kernel_k/ kernels read the cache (5.7 MiB) at >= 25% of the "
+                                  "device's datasheet bandwidth", "cuda")
+
+
+def test_streams_not_applicable_below_five_microseconds_at_the_sheets_rate(monkeypatch):
+    """At 800 GB/s, 4 MB take 4e6 / 800 / 1e3 = 5.0 µs: not under the 5 µs limit, so judged; 3.999 MB are."""
+    from test_inspect_trace import parse
+    from trace_reader.expect import NotApplicable
+
+    t = parse(steps_of([(2, ["k"])]))
+    assert streams_check(monkeypatch, t, 4e6, at_least=0.0) is True
+    below = streams_check(monkeypatch, t, 3.999e6)
+    assert isinstance(below, NotApplicable) and below == (
+        "3.8 MiB takes 5.0 µs at the datasheet's 800 GB/s, under the 5 µs a kernel's start and drain cost: too "
+        "little to stream at speed")
+    assert streams_check(monkeypatch, t, 4e6, peak=0.0) == "no datasheet bandwidth for 'NVIDIA H200'"
+
+
+def test_streams_counts_a_kernel_under_a_microsecond(monkeypatch):
+    """A step whose one matching kernel runs 0.5 µs: 4e6 / 0.5 / 1e3 = 8000 GB/s, ten times the sheet: counted."""
+    from test_inspect_trace import parse
+
+    data = steps_of([(2, ["k"])])
+    next(e for e in data["traceEvents"] if e["name"] == "kernel_k")["dur"] = 0.5
+    assert streams_check(monkeypatch, parse(data), 4e6, at_least=1.0) is True
+
+
+# ---- kernels.py: indexing and broadcasting at their edges ------------------------------------------------------
+
+@pytest.mark.parametrize("o, want", [
+    (op("aten::take", [[4, 6]], ["float", "long int"]), None),  # the index's dims missing, its type recorded
+    (op("aten::take", [[4, 6], [5]], ["float"]), None),  # its dims recorded, its type missing
+    (op("aten::take", [[4, 6], "five"], ["float", "long int"]), None),  # an index that is no shape
+    # index_select's dim as the profiler records it, in lists of other lengths
+    (op("aten::index_select", [[4, 6], [], [3]], ["float", "Scalar", "long int"], **{"Concrete Inputs": ["", "1"]}),
+     3 * 8 + 2 * 3 * 4 * 4),
+    (op("aten::index_select", [[4, 6], [], [3]], ["float", "Scalar", "long int"], **{"Concrete Inputs": [""]}),
+     3 * 8 + 2 * 3 * 6 * 4),
+    (op("aten::index_select", [[4, 6], [], [3]], ["float", "Scalar", "long int"], **{"Concrete Inputs": ["", "X1"]}),
+     3 * 8 + 2 * 3 * 6 * 4),  # not a number: dim 0
+    # a source one row long: each picked row is the whole of it (6 elements)
+    (op("aten::index_select", [[1, 6], [], [3]], ["float", "Scalar", "long int"]), 3 * 8 + 2 * 3 * 6 * 4),
+    # 6.25e13 fp32 elements taken by a long index: 16 B each, exactly 1e15 B in all: past the limit of a real op
+    (op("aten::take", [[4, 6], [62500, 10**9]], ["float", "long int"]), None),
+    (op("aten::take", [[4, 6], [62500, 10**9 - 1]], ["float", "long int"]), 16 * 62500 * (10**9 - 1)),
+])
+def test_indexing_at_its_edges(o, want):
+    from trace_reader.kernels import pointwise_bytes
+
+    assert pointwise_bytes(o) == (None if want is None else (float(want), True))
+
+
+def test_broadcast_pads_the_shorter_shape_with_ones_on_the_left():
+    from trace_reader.kernels import _broadcast
+
+    assert _broadcast([[3], [2, 3]]) == [2, 3]  # the first is the shorter
+    assert _broadcast([[1, 3], [3]]) == [1, 3]  # the second is: padded with 1, not the other's size
+    assert _broadcast([[5, 1, 3], [4, 1]]) == [5, 4, 3]
+
+
+@pytest.mark.parametrize("wrapper", ["AUnaryFunctor", "UnaryFunctor"])
+def test_short_name_looks_past_every_unary_wrapper(wrapper):
+    from trace_reader.kernels import short
+
+    name = (f"void at::native::vectorized_elementwise_kernel<4, at::native::{wrapper}<float, float, float, "
+            "at::native::binary_internal::MulFunctor<float>>, std::array<char*, 2ul>>(int, T2, T3)")
+    assert short(name, False) == "vectorized_elementwise_kernel<…MulFunctor…>"
+
+
+def test_short_cut_form_that_fills_the_column_exactly_is_kept():
+    from trace_reader.kernels import short
+
+    name = "void at::native::elementwise_kernel<128, 4, at::native::GeluCUDAKernelImpl<float>>(int, float)"
+    cut = "elementwise_kernel<…GeluCUDAKernelImpl…>"  # 40 characters
+    assert len(cut) == 40 and short(name, False, 40) == cut and short(name, False, 39) == name[5:43] + "…"
+
+
+def test_compiled_regions_of_other_ids_only_and_two_steps_alike():
+    """Every step runs two regions that are no frame/version (one 45 characters long, kept to 40); a span with the
+    regions' prefix but a name of two lines is no region; then two steps of one order and one of another."""
+    from trace_reader import compiled
+
+    long_id = "L" * 45
+    other = [(1, "Unknown", 0, 10), (1, long_id, 20, 30)]
+    ev_steps = {1: other, 2: other}
+    data = compiled.compiled_regions(compiled_trace(ev_steps))
+    assert data["frames"] == {} and data["other_ids"] == ["L" * 40, "Unknown"]
+    assert compiled.describe(data) == [
+        "Compiled regions (Torch-Compiled Region: frame/version): 0 compiled frames, -",
+        f"  other regions: {'L' * 40}, Unknown",
+        f"  every step runs: Unknown, {long_id}"]
+    import inspect_trace as it
+
+    bare = it.parse_trace({"traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 900},
+        {"ph": "X", "cat": "cpu_op", "name": "Torch-Compiled Region: a\nb", "pid": 1, "tid": 1, "ts": 5, "dur": 5}]})
+    assert compiled.compiled_regions(bare) is None
+    head = "Compiled regions (Torch-Compiled Region: frame/version): 1 compiled frame, 0/0"
+    two = compiled.describe(compiled.compiled_regions(compiled_trace({1: [(1, "0/0", 0, 50)], 2: [(1, "0/0", 0, 50)],
+                                                                      3: []})))
+    assert two == [head, "  steps #1, #2 run: 0/0", "  step #3 runs: none"]
+
+
+@pytest.mark.parametrize("outer, inner", [
+    ((1, "0/0", 0, 50), (1, "1/0", 20, 50)),  # ends where the outer one ends: still inside
+    ((1, "0/0", 0, 50), (1, "1/0", 0, 30)),  # starts with it: the longer one is the outer
+])
+def test_a_region_at_the_edge_of_another_is_inside_it(outer, inner):
+    from trace_reader import compiled
+
+    data = compiled.compiled_regions(compiled_trace({1: [inner, outer]}))
+    assert data["graph_breaks"] == [[0, 1]] and data["per_step"][0]["regions"] == ["0/0", "1/0 inside 0/0"]
+
+
+def test_a_graph_break_is_told_by_frame_not_version():
+    """Frame 1 (version 0) encloses frame 0 (version 0): a break from 1 to 0, though the outer version equals the
+    inner frame's number."""
+    from trace_reader import compiled
+
+    data = compiled.compiled_regions(compiled_trace({1: [(1, "1/0", 0, 50), (1, "0/0", 10, 20)]}))
+    assert data["graph_breaks"] == [[1, 0]]
+
+
+def test_temporaries_go_on_past_a_step_or_a_block_they_leave_out(tmp_path):
+    """Each step: a 1 MiB block kept past the step and the op's own scratch come first, then one passed between
+    ops: that one is found (the first two are passed over, not an end to the search)."""
+    from test_expect_shapes import MATH_OPS, S, alloc_trace
+    from trace_reader import memory
+
+    kept_first = alloc_trace(tmp_path, MATH_OPS, [(11.5, S, 1000), (12, S, 2000), (35, -S, 2000)])
+    assert memory.temporaries(kept_first, S) == {2: [(S, "aten::bmm")], 3: [(S, "aten::bmm")]}
+    scratch_first = alloc_trace(tmp_path, MATH_OPS, [(11.5, S, 1000), (15, -S, 1000), (16, S, 2000), (35, -S, 2000)],
+                                name="scratch_first.json")
+    assert memory.temporaries(scratch_first, S) == {2: [(S, "aten::bmm")], 3: [(S, "aten::bmm")]}
+
+
+def test_temporaries_of_steps_that_allocate_nothing_then_one_byte(tmp_path):
+    """Steps #2, #3, #4 of 100 µs on the CPU: #2 has only a 0-byte event, #3 no memory event, #4 one byte
+    allocated (no "Addr": it cannot be paired with its free, so it counts)."""
+    from test_reader_report import x
+    from trace_reader import memory
+
+    t = load_written(tmp_path, [x(f"ProfilerStep#{n}", "user_annotation", 100 * i, 99) for i, n in enumerate((2, 3, 4))]
+                     + [mem(50, 0, 0, 0), mem(250, 1, 1, 0)])
+    assert memory.temporaries(t, 1) == {2: None, 3: None, 4: [(1, "no op")]}
+
+
+def test_allocates_lists_two_whole_and_says_which_kind_is_unclear(tmp_path):
+    from test_expect_shapes import MATH_OPS, S, alloc_trace
+    from trace_reader import memory
+
+    two = alloc_trace(tmp_path, MATH_OPS, [(11.5, S, 1000), (12, 2 * S, 2000), (35, -S, 1000), (36, -2 * S, 2000)])
+    each = "2: 1.0 MiB from aten::bmm, 2.0 MiB from aten::bmm"
+    assert memory.allocates(S, "the scores", False).check(two) == \
+        f"allocations passed between ops of >= 1.0 MiB per step: #2 {each}; #3 {each}"
+    one = alloc_trace(tmp_path, MATH_OPS, [(11.5, S, 1000), (35, -S, 1000)], name="one.json")
+    unclear = memory.allocates(S, "the scores", True, others=(4 * S, "the output")).check(one)
+    assert unclear == ("the output (4.0 MiB) can show as big as the scores, and nothing bigger was allocated: an "
+                       "allocation's size cannot tell them apart at this shape")
+    # no temporary of 1 MiB at all: broken, whatever the other tensor's size
+    none = alloc_trace(tmp_path, MATH_OPS, [(11.5, S // 2, 1000), (35, -(S // 2), 1000)], name="none.json")
+    assert memory.allocates(S, "the scores", True, others=(4 * S, "the output")).check(none) == \
+        "temporaries of >= 1.0 MiB per step: #2 none; #3 none"
+
+
+# ---- the defaults a caller leaves out, and kernels.py / memory.py at their last edges ---------------------------
+
+def test_defaults_of_the_expectations_and_the_name_column():
+    from trace_reader import memory
+    from trace_reader.kernels import short
+
+    assert ">= 50% of the device's datasheet bandwidth" in memory.streams("k", 1e9, "the cache").text
+    assert memory.allocates(1 << 20, "the scores").text.startswith("allocates the scores")
+    assert short("k" * 73, False) == "k" * 71 + "…" and short("k" * 72, False) == "k" * 72  # a column of 72
+
+
+def cpu_step(spans, main_tid=1):
+    """One CPU step 0..1000 on thread main_tid; spans: (name, ts, dur, tid)."""
+    import inspect_trace as it
+    from test_reader_report import x
+
+    ev = [x("ProfilerStep#1", "user_annotation", 0, 1000, tid=main_tid)]
+    ev += [x(name, "cpu_op", ts, dur, tid=tid) for name, ts, dur, tid in spans]
+    return it.parse_trace({"traceEvents": ev}).steps[0]
+
+
+def test_cpu_units_route_through_every_gemm_wrapper_and_keep_a_conversion_that_works():
+    """aten::linear calls aten::matmul calls aten::mm: both wrappers route, the GEMM is the unit. aten::to calling
+    aten::copy_ is a unit of its own (it did work); its copy is part of it."""
+    from trace_reader.kernels import cpu_lanes
+
+    st = cpu_step([("aten::linear", 10, 30, 1), ("aten::matmul", 11, 28, 1), ("aten::mm", 12, 20, 1),
+                   ("aten::to", 50, 10, 1), ("aten::copy_", 51, 8, 1)])
+    assert [(tid, [e.name for e in units]) for tid, units in cpu_lanes(st)] == [(1, ["aten::mm", "aten::to"])]
+
+
+def test_cpu_lanes_main_thread_first_then_by_first_unit():
+    """The step runs on thread 5; thread 9 computes from 20 µs, thread 1 from 40 µs: 5, 9, 1 (not by thread id)."""
+    from trace_reader.kernels import cpu_lanes
+
+    st = cpu_step([("aten::mul", 60, 5, 5), ("aten::add", 40, 5, 1), ("aten::div", 20, 5, 9)], main_tid=5)
+    assert [tid for tid, _ in cpu_lanes(st)] == [5, 9, 1]
+
+
+@pytest.mark.parametrize("o, flops", [
+    (op("aten::mm", [["x"], [8, 16]]), None),  # the first operand is no shape, the second is
+    (op("aten::mm", [[0, 8], [8, 16]]), 0),  # a tensor with no rows is a shape: no FLOPs
+])
+def test_gemm_flops_of_an_odd_operand(o, flops):
+    from trace_reader.kernels import gemm_flops
+
+    assert gemm_flops(o) == flops
+
+
+def test_triton_arg_names_from_the_source_or_none():
+    from types import SimpleNamespace
+
+    from trace_reader.kernels import _triton_arg_names
+
+    src = {"/k.py": "def triton_k(in_out_ptr0, in_out_ptr1, in_ptr0, xnumel, XBLOCK : tl.constexpr):\n    pass\n"}
+    k = SimpleNamespace(name="triton_k", args={"kernel_file": "/k.py"})
+    assert _triton_arg_names(k, src) == ["in_out_ptr0", "in_out_ptr1", "in_ptr0", "xnumel", "XBLOCK"]
+    other = SimpleNamespace(name="triton_other", args={"kernel_file": "/k.py"})
+    assert _triton_arg_names(other, src) is None  # the file is read, but holds no such kernel
+
+
+def test_view_time_adds_the_kernels_of_the_view_and_what_it_called():
+    from types import SimpleNamespace
+
+    from trace_reader.kernels import _view_cuda_time
+
+    def span(durs, children=()):
+        return SimpleNamespace(kernels=[SimpleNamespace(dur=d) for d in durs], children=list(children))
+
+    view = span([2.0, 3.0], [span([4.0]), span([], [span([1.0, 1.0])])])
+    assert _view_cuda_time(view) == (5, 11.0)
+
+
+def test_maker_of_an_allocation_is_the_innermost_of_ops_that_start_together(tmp_path):
+    """aten::linear 10..30 and aten::mm 10..20 start together; a 1 MiB block made at 12, freed at 35: aten::mm's."""
+    from test_expect_shapes import S, alloc_trace
+    from trace_reader import memory
+
+    t = alloc_trace(tmp_path, [("aten::linear", 10, 20), ("aten::mm", 10, 10)], [(12, S, 1000), (35, -S, 1000)])
+    assert memory.temporaries(t, S) == {2: [(S, "aten::mm")], 3: [(S, "aten::mm")]}
+
+
+def test_memory_events_with_a_bool_or_infinite_size_are_skipped(tmp_path):
+    import json
+
+    import inspect_trace as it
+    from test_reader_report import x
+    from trace_reader.memory import read_allocs
+
+    path = tmp_path / "odd.json"
+    events = [x("ProfilerStep#2", "user_annotation", 0, 100), mem(10, 1000, 1000, 0), mem(20, True, 1001, 0)]
+    text = json.dumps({"traceEvents": events})[:-2] + ', {"ph": "i", "name": "[memory]", "ts": 30, "pid": 1, ' \
+        '"tid": 1, "args": {"Bytes": Infinity, "Total Allocated": 1, "Device Type": 0, "Device Id": 0}}]}'
+    path.write_text(text)
+    assert [a.nbytes for a in read_allocs(it.load_trace(path).path)] == [1000.0]
+
+
+def test_a_step_that_only_frees_has_no_peak_above_its_start(tmp_path):
+    """Step #2 frees 100 B (total 900 after): its start was 1000, nothing rose above it: a peak of 0."""
+    from test_reader_report import x
+    from trace_reader.memory import step_peaks
+
+    t = load_written(tmp_path, [x("ProfilerStep#2", "user_annotation", 0, 100), mem(10, -100, 900, 0)])
+    assert step_peaks(t) == {2: 0.0}
+
+
+def test_allocations_are_read_again_when_the_file_changes_size_within_its_clock_tick(tmp_path):
+    """A rewrite within the same mtime (a coarse clock): the size differs, so the file is read again."""
+    import os
+
+    from test_reader_report import x
+    from trace_reader.memory import read_allocs
+
+    t = load_written(tmp_path, [x("ProfilerStep#2", "user_annotation", 0, 100), mem(10, 1000, 1000, 0)])
+    assert [a.nbytes for a in read_allocs(t.path)] == [1000.0]
+    before = os.stat(t.path)
+    t2 = load_written(tmp_path, [x("ProfilerStep#2", "user_annotation", 0, 100), mem(10, 20000, 20000, 0)])
+    os.utime(t2.path, ns=(before.st_atime_ns, before.st_mtime_ns))  # the same mtime, another size
+    assert os.stat(t2.path).st_size != before.st_size and [a.nbytes for a in read_allocs(t2.path)] == [20000.0]
+
+
+def test_gemm_bytes_leave_out_a_zero_dim_bias():
+    """addmm with a 0-d bias ([]), fp32: A [4, 8] and B [8, 16] read, the [4, 16] output written: 128 + 512 + 256."""
+    from trace_reader.kernels import gemm_bytes
+
+    assert gemm_bytes(op("aten::addmm", [[], [4, 8], [8, 16]], ["float", "float", "float"])) == 896.0
+
+
+def test_triton_inputs_past_the_kernels_parameters_count_once():
+    """A Triton launch recording three [4] fp32 buffers whose source names two parameters, the first in-out:
+    16 B x 2, then 16 and 16 (the third has no name to read: read once)."""
+    from trace_reader.kernels import pointwise_bytes
+
+    o = op("triton_poi_fused_add_0", [[4], [4], [4]], ["float", "float", "float"], kernel_file="/k.py")
+    assert pointwise_bytes(o, {"/k.py": "def triton_poi_fused_add_0(in_out_ptr0, in_ptr0):\n"}) == (64.0, True)
