@@ -2050,3 +2050,85 @@ def test_triton_inputs_past_the_kernels_parameters_count_once():
 
     o = op("triton_poi_fused_add_0", [[4], [4], [4]], ["float", "float", "float"], kernel_file="/k.py")
     assert pointwise_bytes(o, {"/k.py": "def triton_poi_fused_add_0(in_out_ptr0, in_ptr0):\n"}) == (64.0, True)
+
+
+# ---- modules.py, intervals.py, lag.py at their last edges -----------------------------------------------------
+
+def test_overlap_walks_past_the_second_interval():
+    from trace_reader.intervals import common
+
+    # [5, 45] against three: 5 + 10 + 5 µs in common; the walk must move on from each in turn
+    assert common([(0, 10), (20, 30), (40, 50)], [(5, 45)]) == 20.0
+    assert common([(5, 45)], [(0, 10), (20, 30), (40, 50)]) == 20.0
+
+
+def test_launch_lag_of_a_step_with_no_gpu_work_is_none():
+    from trace_reader.lag import launch_lag
+
+    assert launch_lag(cpu_step([("aten::mul", 10, 5, 1)])) is None
+
+
+def test_module_expectations_word_for_word_and_without_annotations():
+    from test_inspect_trace import parse
+    from trace_reader import modules
+
+    assert modules.largest_module("mlp", "decode").text == (
+        "the mlp modules take the largest share of GPU time (of the layers' parts and the modules outside the layers)")
+    assert modules.module_launches("mlp", "one GEMM").text == "every mlp launches one GEMM"
+    assert modules.modules_annotated(2, "decode").text == (
+        "all 2 decoder layers, each with its parts (attention, MLP, norms), annotated in every step (inside 'decode')")
+    assert modules.kernels_between(1, 5, "x").text == "1 to 5 GPU kernels per step (x)"
+    bare = parse(steps_of([(2, ["k"])]))
+    assert modules.breakdown(bare, "decode") is None
+    assert modules.largest_module("mlp", "decode").check(bare) == "no module annotations in this trace"
+    assert modules.module_launches("mlp", "x").check(bare) == "no 'mlp' module annotations in this trace"
+
+
+def test_largest_module_says_the_winners_share_and_every_problem_of_a_module():
+    """two_layer_step with each MLP kernel at 200 µs: GPU time 5 + 10 + 200 + 2 + 200 + 4 = 421 µs, the MLPs'
+    400 of it: 95.0%."""
+    from test_inspect_trace import parse
+    from trace_reader import modules
+
+    data = two_layer_step()
+    for e in data["traceEvents"]:
+        if e["name"] == "k_mlp":
+            e["dur"] = 200
+    t = parse(data)
+    assert round(400 / 421 * 100) == 95
+    assert modules.largest_module("self_attn", "decode").check(t) == "largest: mlp (95% of GPU time)"
+    assert modules.module_launches("mlp", "x", has=("nope",), lacks=("k_mlp",)).check(t) == (
+        "model.layers.0.mlp: nothing matches ['nope']; launches ['k_mlp']; "
+        "model.layers.1.mlp: nothing matches ['nope']; launches ['k_mlp']")
+
+
+def test_a_step_of_under_a_microsecond_still_has_shares():
+    from test_inspect_trace import parse
+    from trace_reader import modules
+
+    data = two_layer_step()
+    for e in data["traceEvents"]:
+        if e["cat"] == "kernel":
+            e["dur"] = 0.1  # six kernels: 0.6 µs in all
+    b = modules.breakdown(parse(data), "decode")
+    assert b["total"]["share"] == 1.0 and all(r["share"] is not None for r in b["types"])
+
+
+def test_model_flags_one_mlp_kernel_and_graph_replays():
+    from types import SimpleNamespace
+
+    from test_inspect_trace import parse
+    from trace_reader import modules
+
+    data = two_layer_step()
+    for e in data["traceEvents"]:
+        if e["name"] == "k_mlp":
+            e["name"] = "_geglu_tanh_forward_kernel"  # Liger's
+    a = SimpleNamespace(compile=True)
+    modules.model_flags(a, parse(data), [])
+    assert a.mlp == "liger" and a.cuda_graphs is False  # compiled, but no graph replayed
+    graphs = two_layer_step()
+    graphs["traceEvents"][-2]["name"] = "cudaGraphLaunch"  # the last op's launch is a graph replay
+    b = SimpleNamespace(compile=True)
+    modules.model_flags(b, parse(graphs), [])
+    assert b.cuda_graphs is True
