@@ -1297,20 +1297,6 @@ def test_step_peak_counts_the_traces_device_from_the_total_before_the_first_allo
     assert step_peaks(t) == {2: 150.0}
 
 
-def test_allocations_are_read_again_when_the_file_changes(tmp_path):
-    import os
-
-    from test_reader_report import x
-    from trace_reader.memory import read_allocs
-
-    t = load_written(tmp_path, [x("ProfilerStep#2", "user_annotation", 0, 100), mem(10, 1000, 1000, 0)])
-    assert [a.nbytes for a in read_allocs(t.path)] == [1000.0]
-    before = os.stat(t.path)
-    t2 = load_written(tmp_path, [x("ProfilerStep#2", "user_annotation", 0, 100), mem(10, 2000, 2000, 0)])
-    os.utime(t2.path, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))  # same size, a second later
-    assert os.stat(t2.path).st_size == before.st_size and [a.nbytes for a in read_allocs(t2.path)] == [2000.0]
-
-
 # ---- modules.py: the MLP the trace shows, more failing modules than a line lists ---------------------------------
 
 def layers_step(n: int, kernel: str = "k_mlp") -> dict:
@@ -2021,8 +2007,11 @@ def test_a_step_that_only_frees_has_no_peak_above_its_start(tmp_path):
     assert step_peaks(t) == {2: 0.0}
 
 
-def test_allocations_are_read_again_when_the_file_changes_size_within_its_clock_tick(tmp_path):
-    """A rewrite within the same mtime (a coarse clock): the size differs, so the file is read again."""
+@pytest.mark.parametrize("nbytes, later_ns", [
+    (2000, 10**9),  # the same size, a second later
+    (20000, 0),  # the same mtime (a coarse clock), another size
+])
+def test_allocations_are_read_again_when_the_file_changes(tmp_path, nbytes, later_ns):
     import os
 
     from test_reader_report import x
@@ -2031,9 +2020,10 @@ def test_allocations_are_read_again_when_the_file_changes_size_within_its_clock_
     t = load_written(tmp_path, [x("ProfilerStep#2", "user_annotation", 0, 100), mem(10, 1000, 1000, 0)])
     assert [a.nbytes for a in read_allocs(t.path)] == [1000.0]
     before = os.stat(t.path)
-    t2 = load_written(tmp_path, [x("ProfilerStep#2", "user_annotation", 0, 100), mem(10, 20000, 20000, 0)])
-    os.utime(t2.path, ns=(before.st_atime_ns, before.st_mtime_ns))  # the same mtime, another size
-    assert os.stat(t2.path).st_size != before.st_size and [a.nbytes for a in read_allocs(t2.path)] == [20000.0]
+    t2 = load_written(tmp_path, [x("ProfilerStep#2", "user_annotation", 0, 100), mem(10, nbytes, nbytes, 0)])
+    os.utime(t2.path, ns=(before.st_atime_ns, before.st_mtime_ns + later_ns))
+    assert (os.stat(t2.path).st_size == before.st_size) == (later_ns > 0)  # each case changes one of the two
+    assert [a.nbytes for a in read_allocs(t2.path)] == [float(nbytes)]
 
 
 def test_gemm_bytes_leave_out_a_zero_dim_bias():
