@@ -2122,3 +2122,44 @@ def test_model_flags_one_mlp_kernel_and_graph_replays():
     b = SimpleNamespace(compile=True)
     modules.model_flags(b, parse(graphs), [])
     assert b.cuda_graphs is True
+
+
+# ---- ranks.py: how much of a GPU rank's communication is exposed, by hand -------------------------------------
+
+def nccl_trace(nccl_start: float, nccl_end: float, world: int = 2, nccl: bool = True):
+    """One step 0..100 µs of rank 0 of `world`: aten::mm's kernel runs 10..40; the all-reduce's NCCL kernel runs
+    nccl_start..nccl_end (launched by a `nccl:all_reduce` span)."""
+    import inspect_trace as it
+    from test_reader_report import x
+
+    name = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL" if nccl else "k_other"
+    ev = [x("ProfilerStep#1", "user_annotation", 0, 100),
+          x("aten::mm", "cpu_op", 5, 3, **{"External id": 1}),
+          x("cudaLaunchKernel", "cuda_runtime", 6, 1, **{"External id": 1, "correlation": 11}),
+          x("k_mm", "kernel", 10, 30, pid=0, tid=7, correlation=11),
+          x("nccl:all_reduce", "user_annotation", 8, 3),
+          x("c10d::allreduce_", "cpu_op", 8.5, 2, **{"External id": 2}),
+          x("cudaLaunchKernel", "cuda_runtime", 9, 1, **{"External id": 2, "correlation": 12}),
+          x(name, "kernel", nccl_start, nccl_end - nccl_start, pid=0, tid=8, correlation=12)]
+    return it.parse_trace({"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}],
+                           "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": world}})
+
+
+def test_exposed_communication_is_the_nccl_time_no_kernel_runs_beside():
+    """The all-reduce 30..70 against the GEMM 10..40: 10 of its 40 µs overlapped, 75% exposed."""
+    from trace_reader import ranks
+    from trace_reader.expect import NotApplicable
+
+    t = nccl_trace(30, 70)
+    assert ranks._exposed_shares(t) == [0.75]
+    assert ranks.communication_exposed(0.75).check(t) is True
+    assert ranks.communication_exposed(0.76).check(t) == "median step: 75% of the communication exposed"
+    assert ranks.communication_exposed(0.5).text == \
+        "at least 50% of the communication exposed (nothing to overlap it with)"
+    one = ranks._exposed_shares(nccl_trace(30, 70, world=1))
+    assert isinstance(one, NotApplicable) and one == "one rank: no communication to hide"
+    assert ranks._exposed_shares(nccl_trace(30, 70, nccl=False)) == "no NCCL kernels in the steps"
+    assert ranks._exposed_shares(nccl_trace(20, 30)) == [0.0]  # inside the GEMM: nothing exposed
+    assert ranks.communication_overlapped(0.25).check(t) is True  # 1 - 0.75
+    assert ranks.communication_overlapped(0.26).check(t) == "median step: 25% of the communication overlapped compute"
+    assert ranks.communication_overlapped(0.25).text == "at least 25% of the communication overlaps compute"
