@@ -188,7 +188,7 @@ def test_bench_phase_pairs_each_mlp_with_the_same_executions_eager_mlp(monkeypat
         assert "vs_eager_mlp" not in out[name]
 
 
-def test_the_tables_show_the_pairing(monkeypatch):
+def test_the_tables_show_the_pairing():
     v = {"execution": "eager", "mlp": "fused", "median_us": 2000.0, "rounds_us": [1900.0, 2000.0, 2100.0],
          "rel_err": 0.01, "of_floor": 0.25, "ms_per_token": 2.0, "vs_eager_mlp": 1.034, "faster_rounds": 2,
          "paired_rounds": 3}
