@@ -363,3 +363,228 @@ def test_the_merged_report_word_for_word():
         "2 rank(s), gloo, CPU; communication: gloo collectives (their own thread)",
         "rank  step  CPU busy µs  compute µs  comm µs  overlapped µs  exposed µs  collectives"]
     assert ranks.text(cpu).splitlines()[-2:] == ["", "no collectives in the active steps"]
+
+
+# ------------------------------------------------------------------- every rule of ranks.py at its edge (mutmut)
+
+def cpu_rank(rank, world, spans, steps=((3, 0, 5000),)):
+    """A CPU rank: the step spans and gloo collective spans (name, ts, dur, args) on gloo's thread."""
+    return {"distributedInfo": {"backend": "gloo", "rank": rank, "world_size": world}, "traceEvents": [
+        *(step_span(*s) for s in steps),
+        *({"ph": "X", "cat": "user_annotation", "name": n, "ts": ts, "dur": dur, "pid": 1, "tid": 2, "args": args}
+          for n, ts, dur, args in spans)]}
+
+
+def test_kinds_of_collective_names():
+    # gloo's names carry underscores: "reduce_scatter" must not stop at its "reduce"
+    assert [ranks.kind_of(n) for n in ("gloo:reduce_scatter", "gloo:all_gather", "gloo:all_reduce", "gloo:reduce",
+                                       "ncclDevKernel_ReduceScatter_Sum_f32", "ncclKernel_SendRecv", "gloo:barrier")] == [
+        "reduce_scatter", "all_gather", "all_reduce", "reduce", "reduce_scatter", "send_recv", "barrier"]
+    # a collective this table does not know keeps its own name (lower case, no underscores); other work is None
+    assert (ranks.kind_of("gloo:scatter_v"), ranks.kind_of("ncclDevKernel_Gather"), ranks.kind_of("nvjet_gemm")) == (
+        "scatterv", "gather", None)
+
+
+def test_dtype_names_as_the_profiler_writes_them():
+    assert [ranks._dtype_bytes(n) for n in ("unsigned char", "long int", "c10::Float8_e4m3fn", "torch.float8_e5m2",
+                                            "Double", "Bool", "bf16")] == [1, 8, 1, 1, 8, 1, None]
+
+
+def test_elements_and_sizes_at_zero_and_at_the_cap():
+    assert ranks._elements([0, 5]) == 0 and ranks._elements([[2, 3], [0]]) == 6
+    assert ranks._elements([[2, 3], "x"]) is None and ranks._elements([[2, 3], [-1]]) is None
+    bf = {"dtype": "BFloat16"}
+    assert ranks._size("all_reduce", {**bf, "In msg nelems": 0, "Out msg nelems": 0}, 2) == 0
+    for n_in, n_out in [(1 << 40, 8), (8, 1 << 40), (8, "8"), ("8", 8)]:  # refused: the first input's dims instead
+        assert ranks._size("all_reduce", {**bf, "In msg nelems": n_in, "Out msg nelems": n_out,
+                                          "Input Dims": [[3]]}, 2) == 6
+    assert ranks._size("all_reduce", {**bf, "In msg nelems": (1 << 40) - 1, "Out msg nelems": 1}, 2) == 2 * ((1 << 40) - 1)
+    # "Input type" that is no list says no dtype: no size, and no error
+    assert ranks._size("all_reduce", {"Input type": {"0": "float"}, "Input Dims": [[4]]}, 2) is None
+    assert ranks._size("all_reduce", {"Input type": "float", "Input Dims": [[4]]}, 2) is None
+
+
+def test_the_size_args_are_the_kernels_own_first_then_its_ops_and_their_parents():
+    from trace_reader.read import Event
+
+    def ev(name, args, parent=None):
+        e = Event({"name": name, "ts": 0, "dur": 1, "args": args})
+        e.parent = parent
+        return e
+    kernel = ev(ALL_REDUCE, {"In msg nelems": 100})
+    record = ev("nccl:all_reduce", {"Input Dims": [[7]]})
+    assert ranks._with_size(kernel, [record]) == {"In msg nelems": 100}  # the kernel says it: its own
+    plain = ev(ALL_REDUCE, {})
+    inner = ev("c10d::allreduce_", {"Input Dims": [[9]]}, parent=record)  # not a size record: up to its parent
+    assert ranks._with_size(plain, [inner]) == {"Input Dims": [[7]]}
+    assert ranks._with_size(plain, [ev("aten::mm", {"x": 1})]) == {}  # nothing says it: the kernel's own args
+
+
+def test_a_cpu_all_gather_counts_world_times_its_input(tmp_path):
+    """gloo's all-gather span: input 2 x 8 floats, so 64 B in and 3 x 64 out (nccl-tests counts the output); the
+    spans written out of time order are still paired in time order (rank 1's first span is its all-gather)."""
+    ag = ("gloo:all_gather", 100, 50, {"Input Dims": [[2, 8]], "Input type": ["float"]})
+    ar = ("gloo:all_reduce", 300, 50, {"Input Dims": [[4]], "Input type": ["float"]})
+    datas = [cpu_rank(0, 3, [ag, ar]), cpu_rank(1, 3, [ar, ag]), cpu_rank(2, 3, [ag, ar])]
+    data = merged(tmp_path, datas)
+    assert [(c["kind"], c["bytes"], c["name"], c["step"], c["index"]) for c in data["collectives"]] == [
+        ("all_gather", 3 * 64, "gloo:all_gather", 3, 0), ("all_reduce", 16, "gloo:all_reduce", 3, 1)]
+    assert [r["trace"] for r in data["ranks"]] == [str(tmp_path / f"run_rank{r}.json") for r in range(3)]
+    # lanes over two steps: both steps' spans, on the trace's own clock (no base time: offset 0)
+    two = [cpu_rank(r, 2, [ag, ("gloo:all_gather", 5100, 50, ag[3])], steps=((3, 0, 5000), (4, 5000, 5000)))
+           for r in range(2)]
+    data = ranks.lanes(ranks.load_run(write(tmp_path, two, stem="lanes")))
+    assert [r["comm"] for r in data["ranks"]] == [[(0.0, 50.0), (5000.0, 5050.0)]] * 2
+
+
+def test_lanes_of_ranks_with_no_work():
+    t = [it.parse_trace(gpu_rank(r, 2, [])) for r in range(2)]
+    assert ranks.lanes(t)["ranks"] == [{"rank": 0, "compute": [], "comm": []}, {"rank": 1, "compute": [], "comm": []}]
+
+
+def test_run_info_at_its_limits(tmp_path, capsys):
+    refused(tmp_path, capsys, [gpu_rank(0, 2, []), gpu_rank(2, 2, [])], "no usable distributedInfo")  # rank = world
+    t = it.parse_trace(gpu_rank(0, ranks.MAX_RANKS, []))
+    assert ranks._info(t)["world_size"] == ranks.MAX_RANKS
+    with pytest.raises(it.TraceError, match="no usable distributedInfo"):
+        ranks._info(it.parse_trace(gpu_rank(0, ranks.MAX_RANKS + 1, [])))
+
+
+def test_the_clock_offset_at_its_limits():
+    at = lambda base: ranks._offset(it.parse_trace(gpu_rank(0, 1, [], base=base)))  # noqa: E731
+    assert (at(0), at(2000), at((1 << 63) - 1000), at(1 << 63), at(-5), at(None), at(1.5e18)) == (
+        0.0, 2.0, ((1 << 63) - 1000) / 1e3, 0.0, 0.0, 0.0, 0.0)
+
+
+def test_bandwidth_at_its_edges():
+    assert ranks.bandwidth("all_reduce", None, 5.0, 2) == (None, None)
+    assert ranks.bandwidth("all_reduce", 1000, 0.0, 2) == (None, None)
+    assert ranks.bandwidth("all_reduce", 1000, 0.5, 2) == (2.0, 2.0)  # 1000 B / 0.5 µs = 2 GB/s, x 2(2-1)/2
+    assert ranks.bandwidth("barrier", 8, 1.0, 2) == (0.008, None)  # no bus factor: no busbw
+
+
+def test_numbers_as_the_report_writes_them():
+    assert [ranks._gbs(x) for x in (None, 1.2345, 99.94, 100, 100.5, 1234.56)] == [
+        "-", "1.23", "99.9", "100.0", "100.5", "1,234.6"]
+    assert ranks._median([None, None]) is None and ranks._median([None, 3, 1]) == 2
+
+
+def test_one_run_from_files_and_folders(tmp_path, monkeypatch):
+    one, folder = tmp_path / "one", tmp_path / "run"
+    one.mkdir()
+    folder.mkdir()
+    (a,) = write(one, [gpu_rank(0, 2, [])])
+    b0, b1 = write(folder, [gpu_rank(0, 2, []), gpu_rank(1, 2, [])])
+    (folder / "x_rank0.json").mkdir()  # a folder with a trace's name is not a trace
+    (folder / "notes.txt").write_text("x")
+    assert ranks.run_files([a, folder]) == [a, b0, b1]  # a file, then a folder's run: both kept
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "plain.json").write_text("{}")
+    with pytest.raises(it.TraceError) as e:
+        ranks.run_files([empty])
+    assert str(e.value) == f"{empty}: no _rank<N> traces in this folder; name one run's rank files"
+    write(folder, [gpu_rank(0, 2, [])], stem="another")
+    with pytest.raises(it.TraceError) as e:
+        ranks.run_files([folder])
+    assert str(e.value) == f"{folder}: 2 runs (another.json, ...) in this folder; name one run's rank files"
+    monkeypatch.setattr(ranks, "MAX_RANKS", 2)
+    assert ranks.run_files([b0, b1]) == [b0, b1]  # exactly the cap
+    for paths in ([a, b0, b1], [one, tmp_path / "run" / "run_rank0.json", folder / "run_rank1.json", a]):
+        with pytest.raises(it.TraceError, match="more than 2 trace files"):
+            ranks.run_files(paths)
+    big = tmp_path / "big"
+    big.mkdir()
+    write(big, [gpu_rank(r, 3, []) for r in range(3)])
+    with pytest.raises(it.TraceError, match="more than 2 trace files"):
+        ranks.run_files([big])
+
+
+def test_load_run_says_what_is_missing_and_caps_each_rank(tmp_path, monkeypatch):
+    with pytest.raises(it.TraceError) as e:
+        ranks.load_run([])
+    assert str(e.value) == "no trace files given"
+    paths = write(tmp_path, two_gpu_ranks())
+    size = max(p.stat().st_size for p in paths)
+    monkeypatch.setattr(ranks, "MAX_RUN_BYTES", 2 * size)  # each rank's share: exactly its size
+    assert len(ranks.load_run(paths)) == 2
+    monkeypatch.setattr(ranks, "MAX_RUN_BYTES", 2 * size - 2)  # one byte less each: the biggest is refused
+    with pytest.raises(it.TraceError):
+        ranks.load_run(paths)
+
+
+def test_two_ranks_needs_one_world_size():
+    t = lambda rank, world: it.parse_trace(gpu_rank(rank, world, []))  # noqa: E731
+    assert ranks.two_ranks([t(0, 2), t(1, 2)]) is True
+    assert ranks.two_ranks([t(0, 2), t(1, 4)]) is False and ranks.two_ranks([t(0, 2), t(0, 2)]) is False
+
+
+def test_not_one_run_word_for_word(tmp_path):
+    def refuse(datas):
+        ts = [it.parse_trace(d) for d in datas]
+        for t, p in zip(ts, ("a.json", "b.json", "c.json")):
+            t.path = p
+        with pytest.raises(it.TraceError) as e:
+            ranks.join(ts)
+        return str(e.value)
+    assert refuse([gpu_rank(0, 2, []), gpu_rank(1, 2, [], backend="gloo")]) == (
+        "b.json: not the same run as a.json (world size 2 gloo against 2 nccl)")
+    assert refuse([gpu_rank(0, 2, [nccl(0, 10)]), gpu_rank(1, 2, [])]) == (  # no GPU work: a CPU trace
+        "b.json: a cpu trace, but a.json is cuda: not one run")
+    assert refuse([gpu_rank(0, 12, []), gpu_rank(11, 12, [])]) == (
+        "rank(s) 1, 2, 3, 4, 5, 6, 7, 8 missing: a run of 12 ranks needs every rank's trace")
+    nine = tuple((n, 10 * n, 5) for n in range(9))
+    assert refuse([gpu_rank(0, 2, [], steps=nine), gpu_rank(1, 2, [], steps=nine[1:])]) == (
+        "b.json: steps [1, 2, 3, 4, 5, 6, 7, 8] against [0, 1, 2, 3, 4, 5, 6, 7] in a.json: not the same run")
+
+
+def test_different_collectives_word_for_word(tmp_path):
+    """Rank 1 of three ran something else: the message names rank 1, and at most 6 collectives of each."""
+    seven = [nccl(10 * i, 5) for i in range(7)]
+    other = [gpu("ncclDevKernel_AllGather_RING_LL", 10 * i, 5) for i in range(7)]
+    datas = [gpu_rank(0, 3, seven), gpu_rank(1, 3, other), gpu_rank(2, 3, seven)]
+    with pytest.raises(it.TraceError) as e:
+        ranks.analyze([it.parse_trace(d) for d in datas])
+    assert str(e.value) == (f"step 2: rank 0 ran {['all_reduce'] * 6} but rank 1 {['all_gather'] * 6}: "
+                            "not the same collectives, so not one run")
+
+
+def test_collectives_per_step_counts_one_kind_on_either_device():
+    ar2 = gpu_rank(0, 2, [nccl(10, 5), gpu("ncclDevKernel_AllGather_RING_LL", 20, 5), nccl(30, 5),
+                          nccl(1010, 5), nccl(1030, 5)], steps=((2, 0, 1000), (3, 1000, 1000)))
+    t = it.parse_trace(ar2)
+    assert ranks.collectives_per_step("all_reduce", 2, 2).check(t) is True
+    assert ranks.collectives_per_step("all_gather", 1, 2).check(t) == "all_gather per step: [1, 0]"
+    assert ranks.collectives_per_step("all_reduce", 3, 2).check(t) == "all_reduce per step: [2, 2]"
+    assert ranks.collectives_per_step("all_reduce", 2, 2).text == "2 all_reduce per step"
+    one = ranks.collectives_per_step("all_reduce", 0, 1).check(t)
+    assert isinstance(one, it.NotApplicable) and one == "one rank: there is nothing to exchange"
+    # on a CPU: gloo's spans, never a GPU kernel's name
+    cpu = it.parse_trace(cpu_rank(0, 2, [("gloo:all_reduce", 100, 50, {}), ("gloo:all_reduce", 300, 50, {})]))
+    assert ranks.collectives_per_step("all_reduce", 2, 2).check(cpu) is True
+
+
+def test_gpu_only_expectations_say_so_on_a_cpu():
+    from trace_reader.expect import check
+    cpu = it.parse_trace(cpu_rank(0, 2, [("gloo:all_reduce", 100, 50, {})]))
+    got = check(cpu, [ranks.gemms_per_step(3), ranks.communication_exposed(0.5), ranks.communication_overlapped(0.5)])
+    assert [r[1] for r in got] == ["not applicable"] * 3
+
+
+def test_exposed_shares_of_short_kernels_and_of_traces_without_a_run():
+    # a 0.5 µs all-reduce with nothing beside it: all of it exposed
+    t = it.parse_trace(gpu_rank(0, 2, [gpu("gemm", 0, 10), nccl(20, 0.5)]))
+    assert ranks._exposed_shares(t) == [1.0]
+    plain = gpu_rank(0, 2, [nccl(20, 5)])
+    del plain["distributedInfo"]
+    shares = ranks._exposed_shares(it.parse_trace(plain))
+    assert isinstance(shares, it.NotApplicable) and shares == "one rank: no communication to hide"
+    # an all-gather sized from its record function's dims (world x input) on a GPU: still read
+    ag = {"distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 2}, "traceEvents": [
+        step_span(2, 0, 1000),
+        {"ph": "X", "cat": "user_annotation", "name": "nccl:all_gather", "ts": 10, "dur": 50, "pid": 1, "tid": 1,
+         "args": {"Input Dims": [[4]], "Input type": ["float"]}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 20, "dur": 5, "pid": 1, "tid": 1,
+         "args": {"correlation": 1}},
+        {**gpu("ncclDevKernel_AllGather_RING_LL", 100, 40), "args": {"correlation": 1}}]}
+    assert ranks._exposed_shares(it.parse_trace(ag)) == [1.0]

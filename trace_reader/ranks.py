@@ -66,7 +66,7 @@ def kind_of(name: str) -> str | None:
 def _dtype_bytes(name: object) -> int | None:
     if not isinstance(name, str):
         return None
-    return DTYPE_BYTES.get(name.lower().removeprefix("c10::").removeprefix("torch.").replace(" ", ""))
+    return DTYPE_BYTES.get(name.lower().removeprefix("c10::").removeprefix("torch.").replace(" ", "").replace("_", ""))
 
 
 def _elements(dims: object) -> int | None:
