@@ -61,7 +61,9 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 EXECUTIONS = ["eager", "compile", "cuda-graphs"]
 MLPS = ["eager", "liger", "fused"]
 # Many short rounds rather than bench.py's 5 of 100 ms: a host that slows for seconds slows both sides of a pair.
-ROUNDS, REP_MS = 15, 30
+# 45, not the 15 of the first paired record: the eager rows, timed by the host, spread by up to 120% between rounds,
+# and 15 pairs left a 3% difference undecided (5 of 15). A round of the six prefill variants takes ~0.2 s.
+ROUNDS, REP_MS = 45, 30
 # The shape on the GPU; the tiny preset on the CPU (seconds).
 DEFAULTS = {"cuda": {"preset": "gemma-2b", "layers": 4, "seq": 512}, "cpu": {"preset": "tiny", "layers": 2, "seq": 64}}
 
