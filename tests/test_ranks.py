@@ -286,6 +286,7 @@ def test_tp_flags_from_the_trace_or_the_name(tmp_path):
     assert flags([gpu("nvjet_gemm", 0, 50)], "x_tp2_sp_eager") == (2, True, 1, "eager")  # the name alone
     assert flags([gpu("_geglu_tma_kernel", 0, 50)], "x_tp2_chunks4_eager") == (2, False, 4, "fused")
     assert flags([gpu("nvjet_gemm", 0, 50)], "x_tp2_chunks0_eager")[2] == 1  # not a chunk count
+    assert flags([gpu("nvjet_gemm", 0, 50)], "x_tp2_fused_eager")[3] == "fused"  # the name alone
 
 
 # ---------------------------------------------------------------------------------------------- at their edges
@@ -430,16 +431,32 @@ def test_a_cpu_all_gather_counts_world_times_its_input(tmp_path):
     assert [(c["kind"], c["bytes"], c["name"], c["step"], c["index"]) for c in data["collectives"]] == [
         ("all_gather", 3 * 64, "gloo:all_gather", 3, 0), ("all_reduce", 16, "gloo:all_reduce", 3, 1)]
     assert [r["trace"] for r in data["ranks"]] == [str(tmp_path / f"run_rank{r}.json") for r in range(3)]
-    # lanes over two steps: both steps' spans, on the trace's own clock (no base time: offset 0)
+    # lanes over two steps: both steps' spans and ops, on the trace's own clock (no base time: offset 0)
     two = [cpu_rank(r, 2, [ag, ("gloo:all_gather", 5100, 50, ag[3])], steps=((3, 0, 5000), (4, 5000, 5000)))
            for r in range(2)]
+    for d in two:
+        d["traceEvents"] += [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": ts, "dur": 20, "pid": 1, "tid": 1}
+                             for ts in (200, 5200)]
     data = ranks.lanes(ranks.load_run(write(tmp_path, two, stem="lanes")))
     assert [r["comm"] for r in data["ranks"]] == [[(0.0, 50.0), (5000.0, 5050.0)]] * 2
+    assert [r["compute"] for r in data["ranks"]] == [[(100.0, 120.0), (5100.0, 5120.0)]] * 2
+    # and an all-gather sized from its dims counted per step as 08 expects it
+    t = it.parse_trace(two[0])
+    assert ranks.collectives_per_step("all_gather", 2, 2).check(t) == "all_gather per step: [1, 1]"
 
 
 def test_lanes_of_ranks_with_no_work():
     t = [it.parse_trace(gpu_rank(r, 2, [])) for r in range(2)]
     assert ranks.lanes(t)["ranks"] == [{"rank": 0, "compute": [], "comm": []}, {"rank": 1, "compute": [], "comm": []}]
+
+
+def test_lanes_of_a_one_rank_run():
+    """torchrun --nproc-per-node 1: one lane, its device and name from its own trace."""
+    d = gpu_rank(0, 1, [gpu("gemm", 10, 20), nccl(40, 5)])
+    d["deviceProperties"] = [{"id": 0, "name": "NVIDIA H200"}]
+    data = ranks.lanes([it.parse_trace(d)])
+    assert (data["device"], data["device_name"]) == ("cuda", "NVIDIA H200")
+    assert data["ranks"] == [{"rank": 0, "compute": [(0.0, 20.0)], "comm": [(30.0, 35.0)]}]
 
 
 def test_run_info_at_its_limits(tmp_path, capsys):
@@ -493,6 +510,11 @@ def test_one_run_from_files_and_folders(tmp_path, monkeypatch):
     for paths in ([a, b0, b1], [one, tmp_path / "run" / "run_rank0.json", folder / "run_rank1.json", a]):
         with pytest.raises(it.TraceError, match="more than 2 trace files"):
             ranks.run_files(paths)
+    two = tmp_path / "two"
+    two.mkdir()
+    write(two, [gpu_rank(0, 2, []), gpu_rank(1, 2, [])])
+    with pytest.raises(it.TraceError, match="more than 2 trace files"):  # the cap reached by a folder, then a file
+        ranks.run_files([two, a])
     big = tmp_path / "big"
     big.mkdir()
     write(big, [gpu_rank(r, 3, []) for r in range(3)])
@@ -533,8 +555,8 @@ def test_not_one_run_word_for_word(tmp_path):
         "b.json: a cpu trace, but a.json is cuda: not one run")
     assert refuse([gpu_rank(0, 12, []), gpu_rank(11, 12, [])]) == (
         "rank(s) 1, 2, 3, 4, 5, 6, 7, 8 missing: a run of 12 ranks needs every rank's trace")
-    nine = tuple((n, 10 * n, 5) for n in range(9))
-    assert refuse([gpu_rank(0, 2, [], steps=nine), gpu_rank(1, 2, [], steps=nine[1:])]) == (
+    ten = tuple((n, 10 * n, 5) for n in range(11))
+    assert refuse([gpu_rank(0, 2, [], steps=ten[:10]), gpu_rank(1, 2, [], steps=ten[1:])]) == (
         "b.json: steps [1, 2, 3, 4, 5, 6, 7, 8] against [0, 1, 2, 3, 4, 5, 6, 7] in a.json: not the same run")
 
 
