@@ -451,3 +451,68 @@ def test_a_step_too_long_to_align_is_one_line_and_a_long_similar_one_is_not(monk
     # past MAX_CELLS after a long common head: Myers' diff of what is left, its x counted from where that starts
     # (ab * 100 against ba * 100: 199 pairs, all but A's first a and B's last a)
     assert len(al.align(["x"] * 1000 + ["a", "b"] * 100, ["x"] * 1000 + ["b", "a"] * 100)) == 1199
+
+
+# ------------------------------------------- align.py's three LCS engines against a textbook DP (mutation edges)
+
+def _dp_last_row(a, b):
+    """LCS(a, b[:j]) for j = 0..len(b), the quadratic way."""
+    prev = [0] * (len(b) + 1)
+    for x in a:
+        cur = [0]
+        for j, y in enumerate(b):
+            cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
+        prev = cur
+    return prev
+
+
+def _common(pairs, a, b, a0, a1, b0, b1):
+    """True when pairs is a common subsequence of a[a0:a1] and b[b0:b1], increasing in both."""
+    inside = all(a0 <= i < a1 and b0 <= j < b1 and a[i] == b[j] for i, j in pairs)
+    return inside and all(i1 < i2 and j1 < j2 for (i1, j1), (i2, j2) in zip(pairs, pairs[1:]))
+
+
+def test_each_lcs_engine_matches_a_textbook_dp_on_random_sequences():
+    rng = random.Random(20261202)
+    for trial in range(400):
+        letters = rng.randint(1, 6)
+        run = [rng.randrange(letters) for _ in range(rng.choice([0, 9, 20, 40]))]  # a shared run: the snake's 8, 16, 32
+        noise = lambda: [rng.randrange(letters) for _ in range(rng.randint(0, 12))]  # noqa: E731
+        a, b = noise() + run + noise(), noise() + run + noise()
+        a0, b0 = rng.randint(0, min(3, len(a))), rng.randint(0, min(3, len(b)))
+        a1, b1 = rng.randint(a0, len(a)), rng.randint(b0, len(b))
+        sa, sb = a[a0:a1], b[b0:b1]
+        row = _dp_last_row(sa, sb)
+        best = row[-1]
+        assert al._zeros_before(al._last_row(sa, sb), len(sb)) == row, (sa, sb)
+        got = al._traceback(a, b, None, None, a0, a1, b0, b1)
+        assert _common(got, a, b, a0, a1, b0, b1) and len(got) == best, (a, b, a0, a1, b0, b1)
+        if sa and sb:
+            far = len(sa) + len(sb) - 2 * best  # launches left unpaired by an LCS
+            got = al._myers(a, b, a0, a1, b0, b1, far)
+            assert got is not None and _common(got, a, b, a0, a1, b0, b1) and len(got) == best, (a, b, a0, a1, b0, b1)
+            assert far == 0 or al._myers(a, b, a0, a1, b0, b1, far - 1) is None
+        x, y = rng.randint(0, len(a)), rng.randint(0, len(b))
+        end = x
+        while end < len(a) and end - x + y < len(b) and a[end] == b[end - x + y]:
+            end += 1
+        assert al._snake(a, b, x, y, len(a), len(b)) == end
+
+
+def test_a_long_step_with_few_changes_pairs_every_kept_launch():
+    """1,500 launches against the same with 20 removed and 25 new ones put in (names found nowhere else): past the
+    size where Myers' diff is tried, every launch not removed pairs, in order."""
+    rng = random.Random(7)
+    a = [f"k{rng.randrange(9)}" for _ in range(1500)]
+    removed = set(rng.sample(range(1500), 20))
+    b = [n for i, n in enumerate(a) if i not in removed]
+    for n in range(25):
+        b.insert(rng.randrange(len(b) + 1), f"new{n}")
+    pairs = al.align(a, b)
+    assert len(pairs) == 1480 and all(a[i] == b[j] for i, j in pairs)
+    assert all(i1 < i2 and j1 < j2 for (i1, j1), (i2, j2) in zip(pairs, pairs[1:]))
+
+
+def test_a_key_that_disagrees_gives_way_to_one_that_agrees():
+    # a[1] and both of b are the same name; a[1]'s key is b[0]'s: that pair, not the later b[1]
+    assert al._traceback([5, 1], [1, 1], [None, "k2"], ["k2", "k1"], 0, 2, 0, 2) == [(1, 0)]

@@ -2,6 +2,7 @@
 values by hand. Fast and in-process: mutmut (pyproject's [tool.mutmut]) runs these against every mutant."""
 
 import argparse
+import re
 from pathlib import Path
 
 import pytest
@@ -1538,7 +1539,7 @@ def test_the_said_line_names_cuda_graphs(tmp_path):
                                       .read_bytes()))
     t = _named(tmp_path, "gemma-2b-2L_decode_1x64_mlp-eager_cudagraphs_bf16_cold_compile.json", data)
     exps, said = it.expectations_for("06_model", t)
-    assert exps and said.startswith("06_model decode, CUDA graphs, ")
+    assert exps and re.fullmatch(r"06_model decode, CUDA graphs, 2 layers, \d+ steps \(read from the trace\)", said), said
 
 
 def test_cold_and_warm_gap_words_and_what_they_saw(monkeypatch):
@@ -2163,3 +2164,167 @@ def test_exposed_communication_is_the_nccl_time_no_kernel_runs_beside():
     assert ranks.communication_overlapped(0.25).check(t) is True  # 1 - 0.75
     assert ranks.communication_overlapped(0.26).check(t) == "median step: 25% of the communication overlapped compute"
     assert ranks.communication_overlapped(0.25).text == "at least 25% of the communication overlaps compute"
+
+
+# ------------------------------------------------------ trace_reader/expect.py at its edges (whole-file mutation)
+
+def _steps(**per_step):
+    """A stand-in trace: one step object per value, each with the given attribute (kernels=[...], spans=[...])."""
+    from types import SimpleNamespace as NS
+    (attr, values), = per_step.items()
+    return NS(steps=[NS(**{attr: v}) for v in values])
+
+
+def test_cold_start_needs_two_steps_and_compares_with_the_later_median(monkeypatch):
+    from trace_reader import expect, lag
+    gaps = {}
+    monkeypatch.setattr(lag, "dispatch_gap", lambda st, annotation: gaps[st])
+    cold, warm = expect.cold_start_gap("fwd", True), expect.cold_start_gap("fwd", False)
+    assert (cold.device, warm.device) == ("cuda", "cuda")
+
+    def check(ex, values):
+        gaps.clear()
+        gaps.update(enumerate(values))
+        return ex.check(type("T", (), {"steps": list(range(len(values)))})())  # the steps are the gaps' keys
+    assert check(cold, [10.0]) == "'fwd' -> first aten op per step (µs): [10.0]; needs 2+ steps with both"
+    assert check(cold, [300.0, 5.0]) is True and check(warm, [300.0, 5.0]) is not True  # two steps are enough
+    # later steps 5, 10, 100: their median is 10, so 25 is not 3x it (the smallest, 5, would say it is)
+    assert check(cold, [25.0, 5.0, 10.0, 100.0]) == "'fwd' -> first aten op per step: 25.0, 5.0, 10.0, 100.0 µs"
+    assert check(warm, [25.0, 5.0, 10.0, 100.0]) is True
+    assert check(cold, [31.0, 5.0, 10.0, 100.0]) is True  # just over 3x 10
+
+
+def test_gpu_lag_grows_from_its_lowest_step_strictly(monkeypatch):
+    from trace_reader import expect, lag
+    lags = {}
+    monkeypatch.setattr(lag, "launch_lag", lambda st: lags[st])
+    grows, flat = expect.gpu_lag_grows(True), expect.gpu_lag_grows(False)
+    assert grows.text == ("no sync per step, compute-bound: the GPU falls further behind the CPU each step "
+                          "(launch -> start lag grows)")
+    assert (grows.device, flat.device) == ("cuda", "cuda")
+
+    def check(ex, values):
+        lags.clear()
+        lags.update(enumerate(values))
+        return ex.check(type("T", (), {"steps": list(range(len(values)))})())
+    assert check(grows, [None, 100.0, 300.0, 700.0]) == (
+        "launch -> GPU start per step (µs): [None, 100.0, 300.0, 700.0]; needs 3+ steps with linked launches")
+    assert check(grows, [300.0, 200.0, 100.0, 50.0, 400.0]) is True  # lowest at the second-to-last step
+    assert check(flat, [50.0, 50.0, 400.0]) is True  # equal lags are not growing
+    assert check(flat, [10.0, 100.0, 50.0, 400.0]) is True  # one step back: not growing each step
+    assert check(grows, [10.0, 100.0, 50.0, 400.0]) == "launch -> GPU start per step: 10, 100, 50, 400 µs"
+
+
+def test_kernel_names_in_a_broken_kernel_check_are_cut_at_60():
+    from types import SimpleNamespace as NS
+
+    from trace_reader import expect
+    long = "k" * 61
+    t = _steps(kernels=[[NS(name=long), NS(name="gemm")]])
+    assert expect.kernel("nothing").check(t) == f"matches per step: [0]; kernels seen: {['gemm', 'k' * 59 + '…']}"
+
+
+def test_no_cpu_op_among_annotations_only_is_not_applicable():
+    from types import SimpleNamespace as NS
+
+    from trace_reader import expect
+    t = _steps(spans=[[NS(cat="user_annotation", name="forward")]])
+    got = expect.cpu_op("aten::mm", present=False).check(t)
+    assert isinstance(got, expect.NotApplicable) and "no CPU ops recorded" in got
+    t = _steps(spans=[[NS(cat="user_annotation", name="forward"), NS(cat="cpu_op", name="aten::add")]])
+    assert expect.cpu_op("aten::mm", present=False).check(t) is True
+
+
+def test_buffer_request_says_what_it_looks_for():
+    from trace_reader import expect
+    assert expect.buffer_request().text == "wait=0, warmup=0: an 'Activity Buffer Request' event on the GPU lane"
+
+
+def test_a_flag_the_trace_does_not_say_is_one_error_and_dunders_stay_attribute_errors():
+    from trace_reader import expect
+    a = expect._ArgsFromTrace(_script="02_linear")
+    with pytest.raises(expect.TraceError) as e:
+        a.in_dim
+    assert str(e.value) == "02_linear's expectations need --in-dim, which this trace does not say"
+    with pytest.raises(AttributeError) as e:
+        a.__deepcopy__
+    assert e.value.args == ("__deepcopy__",)
+    assert not hasattr(a, "__array__")
+
+
+def test_peaks_without_torch_installed(monkeypatch):
+    import importlib.util
+
+    from trace_reader import peaks
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert peaks._read_torch_table() == {}
+
+
+def test_verdicts_in_colour_on_a_terminal(monkeypatch):
+    """On a colour terminal: the heading bold, an "ok" line green, a BROKEN one and where to look bold red, "n/a" dim,
+    the tally red when anything broke (the ANSI codes as a terminal gets them)."""
+    import io
+
+    from trace_reader import expect
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    out = io.StringIO()
+    results = [(expect.Expect("a 12 guess", None), "confirmed", ""), (expect.Expect("b", None), "broken", "x 3"),
+               (expect.Expect("c", None), "not applicable", "why")]
+    assert expect.print_expectations(results, out) == 1
+    assert out.getvalue() == (
+        "\x1b[1mExpectations (guess first, then look):\x1b[0m\n"
+        "\x1b[32m  ok      a 12 guess\x1b[0m\n"
+        "\x1b[1;31m  BROKEN  \x1b[0m\x1b[1;31mb\x1b[0m\n"
+        "\x1b[1;31m          seen: x 3  <- BROKEN — look here\x1b[0m\n"
+        "\x1b[2m  n/a     \x1b[0m\x1b[2mc (why)\x1b[0m\n"
+        "\x1b[1;31m  1 confirmed, 1 broken, 1 not applicable\x1b[0m\n")
+    out = io.StringIO()
+    assert expect.print_expectations(results[:1], out) == 0
+    assert out.getvalue().endswith("\x1b[1;32m  1 confirmed, 0 broken, 0 not applicable\x1b[0m\n")
+
+
+def test_flags_at_the_edges_of_what_a_trace_and_its_name_say(tmp_path):
+    """Each word and event args_from_trace reads, alone: the device, a cudaDeviceSynchronize in every step (not just
+    one), the dtype words, warm as the name's last word, a renamed file's GEMM (fp32; 01's batched [B, K, N]; 02's
+    [in, out]), and a trace without steps (nothing waited, nothing warmed up)."""
+    from trace_reader.expect import TraceError, args_from_trace
+
+    def mm(name, dims, types, ts=20):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 5,
+                "args": {"Input Dims": dims, "Input type": types}}
+
+    def sync(ts):
+        return {"ph": "X", "cat": "cuda_runtime", "name": "cudaDeviceSynchronize", "pid": 1, "tid": 1, "ts": ts,
+                "dur": 3, "args": {"correlation": ts}}
+    kernel = {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 30, "dur": 5, "args": {}}
+    flags = lambda name, data: args_from_trace("03_simple_mlp", _named(tmp_path, name, data))  # noqa: E731
+    every = flags("a_bf16_x.json", _steps_trace([1, 2], [kernel, sync(100), sync(1100)]))
+    assert (every.device, every.sync_each_step, every.dtype) == ("cuda", True, "bf16")
+    one = flags("a_fp16_x.json", _steps_trace([1, 2], [kernel, sync(100)]))
+    assert (one.sync_each_step, one.dtype) == (False, "fp16")
+    cpu = flags("a_x_warm.json", _steps_trace([1]))
+    assert (cpu.device, cpu.sync_each_step, cpu.warmup) == ("cpu", False, 1)
+    with pytest.raises(TraceError):  # no dtype word and no GEMM: not said
+        cpu.dtype
+    none = flags("a_x.json", {"traceEvents": [mm("aten::add", [[4]], ["float"])]})
+    assert (none.active, none.wait, none.profiler_warmup, none.sync_each_step) == (0, 0, 0, False)
+    assert flags("b.json", _steps_trace([1], [mm("aten::mm", [[4, 8], [8, 16]], ["float", "float"])])).dtype == "fp32"
+    a = args_from_trace("01_matmul_add", _named(tmp_path, "c.json", _steps_trace(
+        [1], [mm("aten::bmm", [[4, 64, 32], [4, 32, 48]], ["c10::BFloat16"] * 2)])))
+    assert (a.size, a.batched) == (48, 4)
+    a = args_from_trace("02_linear", _named(tmp_path, "d.json", _steps_trace(
+        [1], [mm("aten::mm", [[16, 8], [8, 12]], ["float", "float"])])))
+    assert (a.in_dim, a.out_dim) == (8, 12)
+    a = args_from_trace("02_linear", _named(tmp_path, "e.json", _steps_trace([1])))  # renamed, no GEMM: no sizes
+    with pytest.raises(TraceError, match="--in-dim"):
+        a.in_dim
+
+
+def test_a_trace_with_steps_none_active_says_so():
+    from types import SimpleNamespace as NS
+
+    from trace_reader import expect
+    assert expect._need_steps(NS(steps=[], whole=False)) == "no active steps in the trace"
+    assert expect._need_steps(NS(steps=[1], whole=False)) is None

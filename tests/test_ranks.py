@@ -610,3 +610,27 @@ def test_exposed_shares_of_short_kernels_and_of_traces_without_a_run():
          "args": {"correlation": 1}},
         {**gpu("ncclDevKernel_AllGather_RING_LL", 100, 40), "args": {"correlation": 1}}]}
     assert ranks._exposed_shares(it.parse_trace(ag)) == [1.0]
+
+
+def test_expect_08_reads_its_flags_and_device_from_the_trace(tmp_path):
+    """--expect 08_tensor_parallel on a rank's trace: sequence parallel and chunks from 08's file name, the ranks from
+    distributedInfo, and the device from the trace (gloo has no reduce-scatter: a CPU run all-reduces)."""
+    def said(data, stem):
+        (path,) = write(tmp_path, [data], stem=stem)
+        exps, line = it.expectations_for("08_tensor_parallel", it.load_trace(path))
+        return [e.text for e in exps], line
+    cpu_texts, line = said(cpu_rank(0, 2, [("gloo:all_reduce", 100, 50, {})]), "2x32x64x256_fp32_cold_tp2_sp_chunks2_eager")
+    assert line == "08_tensor_parallel eager, TP=2, sequence parallel, MLP eager, 2 chunks, 1 steps (read from the trace)"
+    assert "1 all_reduce per step" in cpu_texts and "1 reduce_scatter per step" not in cpu_texts
+    gpu_texts, line = said(gpu_rank(0, 2, [nccl(10, 5)]), "2x32x64x256_bf16_cold_tp2_sp_eager")
+    assert line == "08_tensor_parallel eager, TP=2, sequence parallel, MLP eager, 1 steps (read from the trace)"
+    assert "1 reduce_scatter per step" in gpu_texts and "1 all_reduce per step" not in gpu_texts
+    _, line = said(gpu_rank(0, 2, [nccl(10, 5)]), "2x32x64x256_bf16_cold_tp2_chunks1_eager")
+    assert line == "08_tensor_parallel eager, TP=2, MLP eager, 1 steps (read from the trace)"
+
+
+def test_expect_names_the_scripts_it_knows():
+    with pytest.raises(it.TraceError) as e:
+        it.expectations_for("09_nope", it.parse_trace(gpu_rank(0, 1, [])))
+    assert str(e.value) == ("--expect: unknown script '09_nope'; one of 01_matmul_add, 02_linear, 03_simple_mlp, "
+                            "03_kernels_mlp, 04_fused_mlp, 06_model, 07_train_step, 08_tensor_parallel")

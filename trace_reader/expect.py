@@ -389,7 +389,7 @@ def args_from_trace(script: str, trace: Trace) -> _ArgsFromTrace:
 def expectations_for(script: str, trace: Trace) -> tuple[list[Expect], str]:
     """(the script's expectations for this trace, what was read from the trace to choose them).
 
-    A script declares them as EXPECT = {"eager": [...], "compile": [...]} or expectations(args)."""
+    A script declares them as expectations(args) (06, 07 and 08 take more, read from the trace too)."""
     if script not in SCRIPTS:
         raise TraceError(f"--expect: unknown script {script!r}; one of {', '.join(SCRIPTS)}")
     module = importlib.import_module(script)  # a fixed name from SCRIPTS: "01_..." is no identifier, hence importlib
@@ -413,9 +413,4 @@ def expectations_for(script: str, trace: Trace) -> tuple[list[Expect], str]:
         chunks = f", {args.chunks} chunks" if args.chunks > 1 else ""
         return (list(module.expectations(args, args.world, trace.device == "cuda")),
                 f"{script} {mode}, TP={args.world}{sp}, MLP {args.mlp}{chunks}, {args.active} steps (read from the trace)")
-    if callable(getattr(module, "expectations", None)):
-        return list(module.expectations(args)), said
-    table = getattr(module, "EXPECT", None)
-    if isinstance(table, dict) and mode in table:
-        return list(table[mode]), said
-    raise TraceError(f"--expect: {script} declares no expectations for a {mode} run")
+    return list(module.expectations(args)), said
