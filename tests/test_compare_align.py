@@ -15,15 +15,19 @@ from trace_reader import align as al
 from trace_reader import compare as cmp
 
 
-def lcs_length(a: list, b: list) -> int:
-    """The textbook dynamic programme, one row at a time."""
+def lcs_row(a: list, b: list) -> list[int]:
+    """LCS(a, b[:j]) for j = 0..len(b): the textbook dynamic programme, one row at a time."""
     prev = [0] * (len(b) + 1)
     for x in a:
         cur = [0]
         for j, y in enumerate(b):
             cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
         prev = cur
-    return prev[-1]
+    return prev
+
+
+def lcs_length(a: list, b: list) -> int:
+    return lcs_row(a, b)[-1]
 
 
 def raw_kernel_us(data: dict) -> float:
@@ -455,17 +459,6 @@ def test_a_step_too_long_to_align_is_one_line_and_a_long_similar_one_is_not(monk
 
 # ------------------------------------------- align.py's three LCS engines against a textbook DP (mutation edges)
 
-def _dp_last_row(a, b):
-    """LCS(a, b[:j]) for j = 0..len(b), the quadratic way."""
-    prev = [0] * (len(b) + 1)
-    for x in a:
-        cur = [0]
-        for j, y in enumerate(b):
-            cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
-        prev = cur
-    return prev
-
-
 def _common(pairs, a, b, a0, a1, b0, b1):
     """True when pairs is a common subsequence of a[a0:a1] and b[b0:b1], increasing in both."""
     inside = all(a0 <= i < a1 and b0 <= j < b1 and a[i] == b[j] for i, j in pairs)
@@ -482,7 +475,7 @@ def test_each_lcs_engine_matches_a_textbook_dp_on_random_sequences():
         a0, b0 = rng.randint(0, min(3, len(a))), rng.randint(0, min(3, len(b)))
         a1, b1 = rng.randint(a0, len(a)), rng.randint(b0, len(b))
         sa, sb = a[a0:a1], b[b0:b1]
-        row = _dp_last_row(sa, sb)
+        row = lcs_row(sa, sb)
         best = row[-1]
         assert al._zeros_before(al._last_row(sa, sb), len(sb)) == row, (sa, sb)
         got = al._traceback(a, b, None, None, a0, a1, b0, b1)
