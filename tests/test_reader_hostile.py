@@ -368,6 +368,51 @@ def test_msgspec_and_the_stdlib_read_the_same_trace(monkeypatch, name):
     assert _events_read(fast) == _events_read(slow)
 
 
+def _layouts(events: str) -> dict[str, tuple[str, bool]]:
+    """Whole trace texts around one events list: {case: (text, whether read._split's guess of where the events
+    lie must find them)}."""
+    props = '"deviceProperties": [{"id": 0, "name": "NVIDIA H200"}]'
+    return {
+        "torch's order": (f'{{"schemaVersion": 1, {props}, "traceEvents": {events}, "traceName": "t.json"}}', True),
+        "pretty, nothing after": (f'{{\n  "traceEvents": {events}\n}}\n', True),
+        "] inside the last string": (f'{{"traceEvents": {events}, "traceName": "/tmp/a]b[c].json"}}', True),
+        # Where the guess cannot hold, the file is read the long way, with the same result:
+        "a list after the events": (f'{{"traceEvents": {events}, {props}}}', False),
+        "the key nested before": (f'{{"meta": {{"traceEvents": [1]}}, "traceEvents": {events}}}', False),
+        "a key twice, the later wins": (f'{{"traceEvents": [], "traceEvents": {events}}}', False),
+        "a key twice, the later empty": (f'{{"traceEvents": {events}, "traceEvents": []}}', False),
+        "the hole's own text before": (f'{{"note": {read._HOLE.decode()}, "traceEvents": {events}}}', False),
+    }
+
+
+def test_the_events_are_found_without_a_second_pass_and_read_as_the_stdlib_reads_them(tmp_path, monkeypatch):
+    """read._split guesses where traceEvents' value lies (a torch trace: a few small keys around it) instead of
+    skipping through the events once more. Each layout reads exactly as the stdlib reads it, and the guess
+    holds where the layout is torch's."""
+    fast = read._fast()
+    if fast is None:
+        pytest.skip("msgspec is not installed here: the stdlib decodes every trace")
+    events = json.dumps(raw("mlp_eager")["traceEvents"])
+    for case, (text, guessed) in _layouts(events).items():
+        data = text.encode()
+        _, span = read._split(data, fast)
+        # A wrong guess (a list after the events) is a span the events decoder refuses: not one JSON value.
+        assert (isinstance(span, memoryview) and bytes(span) == events.encode()) == guessed, case
+        path = tmp_path / "t.json"
+        path.write_bytes(data)
+        read_fast = it.load_trace(path, require_steps=False)
+        with monkeypatch.context() as m:
+            m.setattr(read, "_fast", lambda: None)
+            slow = it.load_trace(path, require_steps=False)
+        want = json.loads(text)
+        assert read_fast.meta == slow.meta == {k: v for k, v in want.items() if k != "traceEvents"}, case
+        steps = sum(e.get("ph") == "X" and e.get("name", "").startswith("ProfilerStep#") for e in want["traceEvents"])
+        assert len(slow.steps) == steps, case  # the raw JSON's own count: ProfilerStep#2..4 or none
+        assert _events_read(read_fast) == _events_read(slow), case
+        # Read by msgspec still, a wrong guess included: not handed to the stdlib (2-3 times slower).
+        assert all(type(e).__name__ == "DecodedEvent" for st in read_fast.steps for e in st.spans), case
+
+
 def test_args_are_decoded_on_first_use_each_trace_its_own():
     """msgspec decodes an event's links with it, and the args of a trace's events only once one of them is asked
     for: two traces read side by side, asked in turn, each give their own args as the raw JSON has them."""
@@ -460,3 +505,34 @@ def test_two_items_alike_but_for_a_launch(tmp_path, capsys):
          "args": {"External id": 1}}]}))
     assert report._idle(it.load_trace(path)) == [(87.0, 8.0)]
     assert it.main([str(path)]) == 0 and "Traceback" not in capsys.readouterr().err
+
+
+def test_the_call_tree_is_the_innermost_containing_span_on_random_traces():
+    """read._build_tree nests spans in one walk where a trace has one thread and no two spans starting together,
+    and the long way (per thread, the longer first at one start) at the first span that says otherwise. On random
+    spans, with and without threads and shared starts, each parent is the one a brute force over all pairs gives:
+    the last span before it (in start order, the longer first, else file order) on its thread that has not ended
+    when it ends."""
+    import random
+    rng = random.Random(7)
+    lanes = {"one thread": [(1, 1)], "threads": [(1, 1), (1, 2), (2, 1)], "no ids": [(None, None)]}
+    for case in range(300):
+        threads = list(lanes.values())[case % 3]
+        ties = case % 2 == 0  # integer starts from a small range: many shared; else none
+        n = rng.randint(1, 14)
+        starts = rng.sample(range(0, 40), n) if not ties else [rng.randint(0, 12) for _ in range(n)]
+        raws = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "ts": s + (0 if ties else rng.random() / 2),
+                 "dur": rng.choice([0, 1, 2, 5, 9, 20]), "pid": (t := rng.choice(threads))[0], "tid": t[1]}
+                for i, (s) in enumerate(starts)]
+        spans = [read.Event(r) for r in raws]
+        read._build_tree(list(spans))
+        order = sorted(range(n), key=lambda i: (raws[i]["ts"], -raws[i]["dur"], i))
+        for k, i in enumerate(order):
+            r = raws[i]
+            before = [j for j in order[:k] if (raws[j]["pid"], raws[j]["tid"]) == (r["pid"], r["tid"])
+                      and raws[j]["ts"] + raws[j]["dur"] >= r["ts"] + r["dur"]]
+            want = before[-1] if before else None
+            got = spans[i].parent
+            assert (None if got is None else spans.index(got)) == want, (case, i, raws)
+            kids = [spans.index(c) for c in spans[i].children]
+            assert kids == [j for j in order if spans[j].parent is spans[i]], (case, i)

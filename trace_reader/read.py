@@ -9,6 +9,7 @@ import functools
 import gc
 import gzip
 import json
+import math
 import os
 import re
 import stat
@@ -93,7 +94,7 @@ def _usable(ts: float, dur: float) -> bool:
     return -MAX_TS <= ts <= MAX_TS and 0.0 <= dur <= MAX_US  # NaN fails every comparison
 
 
-@dataclass(init=False)
+@dataclass(init=False, slots=True)
 class Kernel:
     """GPU work (kernel, memcpy, memset) tied back to the CPU call that launched it."""
 
@@ -281,14 +282,54 @@ def _fast_events(text: bytes) -> tuple[dict, list, object] | None:
     try:
         if not text.isascii():
             text.decode()  # msgspec checks the UTF-8 of what it decodes, not of the args it skips
-        top = fast.top(text)
-        raw = top.pop("traceEvents", None)
+        top, raw = _split(text, fast)
         if raw is None:
             return None
-        events = fast.events(raw)
+        try:
+            events = fast.events(raw)
+        except fast.refused:
+            if not isinstance(raw, memoryview):  # the file's own events: msgspec refuses them
+                raise
+            top = fast.top(text)  # a wrong guess (see _split): the long way
+            if (raw := top.pop("traceEvents", None)) is None:
+                return None
+            events = fast.events(raw)
         return {k: fast.decode(v) for k, v in top.items()}, events, fast.Source(events, raw)
     except (*fast.refused, UnicodeDecodeError):
         return None
+
+
+_HOLE = b'"(trace_reader: the traceEvents list was here)"'
+
+
+def _split(text: bytes, fast) -> tuple[dict, object]:
+    """(the top-level keys but traceEvents, as raw JSON; the JSON of traceEvents' value, None if there is none).
+
+    Cheap: the events are nearly all of the file, and finding their end by decoding skips through all of them (0.17
+    s of 87 MB). A torch trace has a few small keys around them, so their value is guessed as the span from the
+    first "[" after the first '"traceEvents"' to one of the file's last "]" (a memoryview), and the rest, with a
+    hole where the span was, is decoded alone. It must be a JSON object whose traceEvents (the last of that key,
+    as a decoder keeps) is the hole: the text before the span is the same in both, so the span begins where the
+    top-level traceEvents' value begins. A "]" inside a string of the last keys cannot pass (the quotes after it
+    pair up wrongly); one of a list there can, and then the events decoder, which takes only one whole JSON value,
+    refuses the span and _fast_events reads the file the long way, as it does when no guess passes."""
+    key = text.find(b'"traceEvents"')
+    start = text.find(b"[", key) if key >= 0 else -1
+    end = len(text)
+    for _ in range(3 if start >= 0 else 0):
+        end = text.rfind(b"]", start, end)
+        if end < 0:
+            break
+        rest = text[:start] + _HOLE + text[end + 1:]
+        try:
+            top = fast.top(rest)
+        except fast.refused:
+            continue
+        hole = top.pop("traceEvents", None)
+        if hole is not None and bytes(hole) == _HOLE and rest.count(_HOLE) == 1:
+            return top, memoryview(text)[start:end + 1]
+    top = fast.top(text)
+    return top, top.pop("traceEvents", None)
 
 
 @contextlib.contextmanager
@@ -511,29 +552,26 @@ def _assemble(spans: list[Event], calls: list[Event], gpu: list[Event], skipped:
             by_ext[ext] = s
 
     # Runtime calls belong to the op they were made in: by "External id", else by time on their thread.
+    # A launch counts as "queried" if an occupancy query came in the same op since that op's previous launch.
     by_corr: dict[object, Event] = {}
     starts: dict[tuple, list[float]] = {}
+    queried: set[int] = set()
+    pending: set[int] = set()  # the ops with a query since their last launch
     calls.sort(key=_TS)
     for c in calls:
         owner = by_ext.get(c.ext) or _innermost(threads, starts, c)
         c.parent = owner
         if owner is not None:
             owner.calls = _added(owner.calls, c)
+            if c.name.startswith(OCCUPANCY):
+                pending.add(id(owner))
+            elif _launches(c) and pending:
+                if id(owner) in pending:
+                    queried.add(id(c))
+                    pending.discard(id(owner))
         corr = c.corr
         if corr is not None:
             by_corr[corr] = c
-
-    # A launch counts as "queried" if an occupancy query came in the same op since that op's previous launch.
-    queried: set[int] = set()
-    for owner in {id(c.parent): c.parent for c in calls if c.parent is not None}.values():
-        pending = False
-        for c in owner.calls:
-            if c.name.startswith(OCCUPANCY):
-                pending = True
-            elif _launches(c):
-                if pending:
-                    queried.add(id(c))
-                pending = False
 
     for g in gpu:
         launch = by_corr.get(g.corr)
@@ -582,29 +620,47 @@ def _build_tree(spans: list[Event]) -> dict[tuple, list[Event]]:
     """Sort spans by time (the longer first at one start) and nest them per thread: a span's parent is the
     innermost one that contains it. Returns each thread's spans, for _innermost."""
     spans.sort(key=_TS)  # a trace lists them nearly in order: a sort on one float is almost free
-    if len(set(map(_TS, spans))) < len(spans):  # some start together (rare: times in ns): the longer first
-        spans.sort(key=lambda e: (e.ts, -e.dur))
-    threads = list(map(_THREAD, spans))
-    if len(set(threads)) <= 1:  # one thread: no split (most traces)
-        per = {threads[0]: spans} if spans else {}
-    else:
-        per = defaultdict(list)
-        for s, thread in zip(spans, threads):
-            per[thread].append(s)
+    if not spans:
+        return {}
+    # Most traces: one thread, no two spans starting together. Walked as such, and walked again the long way
+    # (per thread, the longer first at one start) at the first span that says otherwise.
+    if _nest(spans, (spans[0].pid, spans[0].tid)):
+        return {(spans[0].pid, spans[0].tid): spans}
+    for s in spans:
+        s.parent, s.children = None, ()
+    spans.sort(key=lambda e: (e.ts, -e.dur))
+    per = defaultdict(list)
+    for s in spans:
+        per[s.pid, s.tid].append(s)
     for lane in per.values():
-        stack: list[Event] = []
-        for s in lane:
-            end = s.end
-            while stack and stack[-1].end < end:
-                stack.pop()
-            if stack:
-                s.parent = parent = stack[-1]
-                if parent.children:  # _added, inlined: once per span
-                    parent.children.append(s)
-                else:
-                    parent.children = [s]
-            stack.append(s)
+        _nest(lane, None)
     return per
+
+
+def _nest(lane: list[Event], thread: tuple | None) -> bool:
+    """Give each span of lane (sorted) its parent and children. With a thread (pid, tid): stop, returning False,
+    at a span of another thread or one that starts with the one before it (which comes first is then not known)."""
+    check = thread is not None
+    pid, tid = thread or (None, None)
+    # The open spans, innermost last, each with its end; the bottom one (no span) never closes.
+    stack: list[tuple[float, Event | None]] = [(math.inf, None)]
+    open_end, parent, last_ts = math.inf, None, None
+    for s in lane:
+        if check and (s.ts == last_ts or s.tid != tid or s.pid != pid):
+            return False
+        end, last_ts = s.end, s.ts
+        while open_end < end:
+            stack.pop()
+            open_end, parent = stack[-1]
+        if parent is not None:
+            s.parent = parent
+            if parent.children:  # _added, inlined: once per span
+                parent.children.append(s)
+            else:
+                parent.children = [s]
+        stack.append((end, s))
+        open_end, parent = end, s
+    return True
 
 
 def _innermost(threads: dict, starts: dict, ev: Event) -> Event | None:
