@@ -754,16 +754,24 @@ def _pointwise_launch(kernel, n, like, meta, kept):
 
 def _cublas_geglu_plan(x2d, w_gate, save_gu, kept):
     """run(x2d, w_gate, w_up) -> (m, g, u): cuBLAS's two GEMMs, then m = gelu_tanh(g) * u in _geglu_pointwise_kernel
-    (g and u returned with save_gu, else None); where kept, its launch bound once for this shape."""
+    (g and u returned with save_gu, else None); where kept, its launch bound once for this shape. Without save_gu, m
+    is written over g (each element is read before it is written, and g is not kept): no third [tokens, hidden]
+    tensor, and one allocation less on the host."""
     like = tuple(torch.empty(1, device=x2d.device, dtype=x2d.dtype) for _ in "gum") if kept else ()
     pointwise = _pointwise_launch(_geglu_pointwise_kernel, x2d.shape[0] * w_gate.shape[0], like,
                                   {"FAST_TANH": _fast_tanh(x2d)}, kept)
 
-    def run(x2d, w_gate, w_up):
-        g, u = F.linear(x2d, w_gate), F.linear(x2d, w_up)
-        m = torch.empty_like(g)
-        pointwise(g, u, m)
-        return (m, g, u) if save_gu else (m, None, None)
+    if save_gu:
+        def run(x2d, w_gate, w_up):
+            g, u = F.linear(x2d, w_gate), F.linear(x2d, w_up)
+            m = torch.empty_like(g)
+            pointwise(g, u, m)
+            return m, g, u
+    else:
+        def run(x2d, w_gate, w_up):
+            g = F.linear(x2d, w_gate)
+            pointwise(g, F.linear(x2d, w_up), g)
+            return g, None, None
     return run
 
 

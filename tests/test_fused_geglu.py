@@ -751,7 +751,8 @@ def test_gpu_cuda_graph_capture_of_the_eager_module():
 @pytest.mark.parametrize("dt", ["bf16", "fp16", "fp32"])
 def test_gpu_the_torch_bucket_is_cublas_and_one_geglu_kernel(dt, monkeypatch):
     """Where the table runs cuBLAS (here at every M), the GeGLU of the two GEMMs' outputs is one kernel of ours, not
-    PyTorch's GeLU and mul: the reference's values, g and u returned where saved, the launch kept per shape."""
+    PyTorch's GeLU and mul: the reference's values, g and u returned where saved, the launch kept per shape, and
+    without g and u to save, m written over g."""
     monkeypatch.setattr(fused_geglu, "_tuned_rows", lambda device, which: [(None, None, "torch", None)])
     monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", True)
     monkeypatch.setattr(fused_geglu, "_plans", {})  # none kept from the real table's choices
@@ -763,6 +764,13 @@ def test_gpu_the_torch_bucket_is_cublas_and_one_geglu_kernel(dt, monkeypatch):
     tol = max(TOL[dt], 1e-4)  # fp32 GEMMs may use TF32
     fused_geglu.geglu(x, wg, wu)  # plans both keys first
     fused_geglu.geglu_saving_gu(x, wg, wu)
+    # Without g and u to save, m is written over g: two [M, N] tensors at the peak (g, u), not three.
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fused_geglu.geglu(x, wg, wu)
+    one = -(-M * N * x.element_size() // 512) * 512  # the caching allocator's blocks are multiples of 512 B
+    assert torch.cuda.max_memory_allocated() - before <= 2 * one, dt
     launched = []
     launch_ = fused_geglu._launch
     monkeypatch.setattr(fused_geglu, "_launch", lambda *a, **k: launched.append(a) or launch_(*a, **k))
