@@ -1134,6 +1134,14 @@ def test_a_trace_without_steps_is_read_as_one_whole_step():
                            for n, ts in (("a", 0), ("b", 9e16))]}  # each time valid, together no one run
     with pytest.raises(it.TraceError, match=r"^<test>: no ProfilerStep#N spans, and its events span 2.5e\+07 hours"):
         parse(far)
+    # At the edge: events spanning exactly read.MAX_US (1e11 µs, ~28 hours) are one run, a µs more is not.
+    far["traceEvents"][1]["ts"] = 1e11 - 1  # a (0, 1 µs) to b (1e11 - 1, 1 µs): 1e11 µs
+    (whole,) = parse(far).steps
+    assert (whole.span.dur, whole.span.cat, whole.span.name) == (1e11, "user_annotation", it.WHOLE_TRACE)
+    far["traceEvents"][1]["ts"] = 1e11
+    with pytest.raises(it.TraceError) as e:
+        parse(far)
+    assert str(e.value) == "<test>: no ProfilerStep#N spans, and its events span 27.8 hours: not one profiled run"
 
 
 def test_report_and_compare_say_the_trace_is_read_whole(tmp_path):

@@ -130,6 +130,12 @@ def test_decompressed_size_is_capped_with_one_line(tmp_path, decoder):
     only = bomb(tmp_path / "only_blank.json.gz", b" \n\t" * (1 << 20), 4)
     with pytest.raises(it.TraceError, match="empty file \\(only whitespace\\)"):
         it.load_trace(only)
+    # Blanks over more than one piece of the stream (read._CHUNK), then a trace: read, not taken for an empty file.
+    trace = json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": 2}]})
+    late = bomb(tmp_path / "late.json.gz", b" " * (read._CHUNK + 10), 2, head=b"\n")
+    with open(late, "ab") as f:
+        f.write(gzip.compress(trace.encode()))
+    assert [e.name for e in it.load_trace(late).steps[0].spans] == ["aten::mm"]
     assert read.MAX_JSON_BYTES == 1 << 30
 
 
@@ -383,6 +389,46 @@ def _layouts(events: str) -> dict[str, tuple[str, bool]]:
         "a key twice, the later empty": (f'{{"traceEvents": {events}, "traceEvents": []}}', False),
         "the hole's own text before": (f'{{"note": {read._HOLE.decode()}, "traceEvents": {events}}}', False),
     }
+
+
+def test_a_file_without_top_level_events_is_refused_alike_by_both_decoders(tmp_path, monkeypatch):
+    """traceEvents only nested, or nowhere: the guess (read._split) finds no hole at the top, and the one line is
+    the one the stdlib reader gives."""
+    for text in ('{"meta": {"traceEvents": [1]}}', '{"schemaVersion": 1, "items": [2]}'):
+        path = tmp_path / "t.json"
+        path.write_text(text)
+        said = []
+        for fast in (read._fast, lambda: None):
+            monkeypatch.setattr(read, "_fast", fast)
+            with pytest.raises(it.TraceError) as e:
+                it.load_trace(path)
+            said.append(str(e.value))
+        assert said == [f"{path}: JSON, but not a torch.profiler trace (no 'traceEvents' list)"] * 2, text
+
+
+def test_events_the_reader_cannot_place_are_skipped_alike_by_both_decoders(tmp_path, monkeypatch):
+    """An X event of the reader's kinds without a "ts" is skipped and counted, one without a "dur" lasts 0 µs, and
+    neither stops the read: the events after them are read, their args too. A list element that is not an object
+    (msgspec refuses the file: the stdlib reads it) is passed over the same way."""
+    data = raw("mlp_eager")
+    events = data["traceEvents"]
+    at = next(i for i, e in enumerate(events) if e.get("name") == "ProfilerStep#2") + 1
+    tid = {k: events[at][k] for k in ("pid", "tid")}
+    odd = [{"ph": "X", "cat": "cpu_op", "name": "no_ts", "dur": 1.0, **tid},
+           {"ph": "X", "cat": "cpu_op", "name": "no_dur", "ts": events[at]["ts"] + 0.5, **tid}]
+    for extra, skipped in ((odd, 1), ([5, None, "x", *odd], 1)):
+        data["traceEvents"] = events[:at] + extra + events[at:]
+        path = tmp_path / "t.json"
+        path.write_text(json.dumps(data))
+        reads = []
+        for fast in (read._fast, lambda: None):
+            monkeypatch.setattr(read, "_fast", fast)
+            t = it.load_trace(path)
+            [no_dur] = [e for st in t.steps for e in st.spans if e.name == "no_dur"]
+            reads.append((t.skipped, no_dur.dur, no_dur.end - no_dur.ts, _events_read(t)))
+        assert reads[0] == reads[1]
+        want_steps = sum(1 for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
+        assert reads[0][:3] == (skipped, 0.0, 0.0) and len(t.steps) == want_steps == 3
 
 
 def test_the_events_are_found_without_a_second_pass_and_read_as_the_stdlib_reads_them(tmp_path, monkeypatch):

@@ -290,10 +290,8 @@ def _fast_events(text: bytes) -> tuple[dict, list, object] | None:
         except fast.refused:
             if not isinstance(raw, memoryview):  # the file's own events: msgspec refuses them
                 raise
-            top = fast.top(text)  # a wrong guess (see _split): the long way
-            if (raw := top.pop("traceEvents", None)) is None:
-                return None
-            events = fast.events(raw)
+            top = fast.top(text)  # a wrong guess (see _split): the long way (the guess saw the key: it is there)
+            events = fast.events(raw := top.pop("traceEvents"))
         return {k: fast.decode(v) for k, v in top.items()}, events, fast.Source(events, raw)
     except (*fast.refused, UnicodeDecodeError):
         return None
@@ -366,8 +364,8 @@ def _decode(text: bytes, path: str | Path) -> object:
         return _loads(text)
 
 
-def _read_json(path: str | Path, max_bytes: int | None = None) -> dict:
-    return _decode(_read_text(path, max_bytes), path)
+def _read_json(path: str | Path) -> dict:
+    return _decode(_read_text(path), path)
 
 
 @functools.lru_cache(maxsize=2)
