@@ -858,6 +858,19 @@ def launches_and_queries() -> dict:
     ]}
 
 
+def test_a_launch_at_the_instant_its_step_ends_is_that_steps():
+    """A step holds what the CPU launched from its start to its end, both ends included (as its CPU spans): a
+    launch at the step's last instant is its; half a µs later, between steps, no step's."""
+    t = it.parse_trace({"traceEvents": [
+        ev("ProfilerStep#2", "user_annotation", 0, 1000),
+        ev("cudaLaunchKernel", "cuda_runtime", 1000, 2, correlation=1),
+        ev("cudaLaunchKernel", "cuda_runtime", 1000.5, 2, correlation=2),
+        ev("k_at_end", "kernel", 1010, 5, pid=0, tid=7, correlation=1),
+        ev("k_after", "kernel", 1020, 5, pid=0, tid=7, correlation=2),
+        ev("ProfilerStep#3", "user_annotation", 2000, 1000)]})
+    assert [[k.name for k in st.gpu] for st in t.steps] == [["k_at_end"], []]
+
+
 def test_calls_find_their_op_and_kernels_their_launch():
     t = it.parse_trace(launches_and_queries())
     st = t.steps[0]
