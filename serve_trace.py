@@ -213,19 +213,29 @@ class _TraceServer(http.server.ThreadingHTTPServer):
         self.server_name, self.server_port = self.server_address[:2]
 
 
+TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")  # Linux's sockets, IPv4 and IPv6
+
+
+def _listening(port: int, lines: list[str]) -> set[str]:
+    """The sockets ('socket:[inode]', as /proc/<pid>/fd links name them) listening on `port`, from the rows of a
+    /proc/net/tcp table (its header left out): sl, local_address (hex ip:hex port), rem_address, st (0A = LISTEN),
+    ..., inode; a row too short to hold them all is passed over."""
+    inodes = set()
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 9 and int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+            inodes.add(f"socket:[{fields[9]}]")
+    return inodes
+
+
 def _port_holder(port: int) -> str | None:
     """'pid 123 (python3 -m http.server 9001)' for the process listening on `port`, if Linux tells us."""
     inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for table in TCP_TABLES:
         try:
-            lines = Path(table).read_text().splitlines()[1:]
+            inodes |= _listening(port, Path(table).read_text().splitlines()[1:])
         except OSError:
             continue
-        for line in lines:
-            fields = line.split()
-            # fields: sl, local_address (hex ip:hex port), rem_address, st (0A = LISTEN), ..., inode
-            if len(fields) > 9 and int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
-                inodes.add(f"socket:[{fields[9]}]")
     if not inodes:
         return None
     for proc in Path("/proc").iterdir():

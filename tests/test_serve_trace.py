@@ -1,6 +1,7 @@
 """serve_trace: one file, to the Perfetto origin, on loopback, then stop."""
 
 import contextlib
+import errno
 import gzip
 import http.client
 import os
@@ -30,11 +31,11 @@ class Running:
         self.error = None
         self._ready = threading.Event()
         kw.setdefault("timeout", 20.0)
+        kw.setdefault("open_browser", False)
 
         def run():
             try:
-                self.result = serve(trace, port=0, open_browser=False, out=self.lines.append,
-                                    ready=self._on_ready, **kw)
+                self.result = serve(trace, port=0, out=self.lines.append, ready=self._on_ready, **kw)
             except BaseException as e:  # surfaced by the test, not swallowed
                 self.error = e
             finally:
@@ -307,3 +308,174 @@ def test_cli_bad_input_is_one_line(tmp_path):
     assert r.returncode == 1
     assert r.stderr.strip().count("\n") == 0 and "trace not found" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+# ------------------------------------------------------------------ each rule at its edge, and what it says
+
+def raw_request(s, line):
+    """The server's whole reply to a request line, byte for byte (http.client drops a HEAD reply's body itself)."""
+    with socket.create_connection(("127.0.0.1", s.port), timeout=10) as sock:
+        sock.sendall(f"{line} HTTP/1.0\r\nHost: 127.0.0.1\r\nOrigin: {PERFETTO_ORIGIN}\r\n\r\n".encode())
+        reply = b""
+        while chunk := sock.recv(1 << 16):
+            reply += chunk
+    return reply
+
+
+def test_each_refusal_says_why_and_a_head_gets_no_body(trace):
+    s = Running(trace)
+    host = "Forbidden: serve_trace answers only 127.0.0.1 and localhost"
+    for method, path, headers, code, reason in [
+            ("GET", None, {"Host": "evil.example"}, 403, host),
+            ("GET", None, {"Host": "localhost:1:2"}, 403, host),  # only what follows the last ':' is a port
+            ("GET", None, {"Origin": "https://evil.example"}, 403, "Forbidden: origin not allowed"),
+            ("GET", "/other.json", {}, 404, "Not Found"),
+            ("POST", "/status", {}, 404, "Not Found")]:
+        resp, body = s.request(method, path, headers)
+        want = f"{code} {reason}\n".encode()
+        assert (resp.status, body, resp.getheader("Content-Type"), resp.getheader("Content-Length")) == (
+            code, want, "text/plain; charset=utf-8", str(len(want))), (method, path, headers)
+    head, _, rest = raw_request(s, "HEAD /other.json").partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 404") and b"\r\nContent-Length: 14" in head and rest == b""  # "404 Not Found\n"
+    resp, body = s.request("GET")
+    assert (resp.getheader("Cache-Control"), resp.getheader("Content-Type"), body) == (
+        "no-store", "application/json", TRACE_JSON)
+    assert s.finish() == "fetched"
+
+
+def test_content_type_by_the_file_name():
+    names = ("t.json", "t.json.gz", "t.pt.trace", "t.JSON", "json")
+    assert [serve_trace._content_type(n) for n in names] == [
+        "application/json", "application/gzip", "application/octet-stream", "application/octet-stream",
+        "application/octet-stream"]
+
+
+def test_bind_says_why_a_port_cannot_be_listened_on(monkeypatch, tmp_path):
+    monkeypatch.setattr(serve_trace, "_TraceServer", lambda port, path, origin: ("listening", port, origin))
+    assert [serve_trace._bind(p, tmp_path, "o")[1] for p in (0, 65535)] == [0, 65535]
+    for port in (-1, 65536):
+        with pytest.raises(ServeError) as e:
+            serve_trace._bind(port, tmp_path, "o")
+        assert str(e.value) == f"port {port} is out of range (0-65535)"
+
+    def refusing(err):
+        def server(*args):
+            raise err
+        return server
+
+    for err, holder, said in [
+            (OSError(errno.EADDRINUSE, "Address already in use"), None, "port 9 is in use; stop it or pass --port N"),
+            (OSError(errno.EADDRINUSE, "Address already in use"), "pid 7 (python3 x)",
+             "port 9 is in use by pid 7 (python3 x); stop it or pass --port N"),
+            (OSError(errno.EACCES, "Permission denied"), None, "cannot listen on 127.0.0.1:9: Permission denied"),
+            (OSError("no strerror"), None, "cannot listen on 127.0.0.1:9: no strerror")]:
+        monkeypatch.setattr(serve_trace, "_TraceServer", refusing(err))
+        monkeypatch.setattr(serve_trace, "_port_holder", lambda port, holder=holder: holder)
+        with pytest.raises(ServeError) as e:
+            serve_trace._bind(9, tmp_path, "o")
+        assert str(e.value) == said
+
+
+def test_check_port_binds_the_port_asked_for_and_not_port_zero(monkeypatch):
+    seen = []
+
+    class Server:
+        def server_close(self):
+            seen.append("closed")
+
+    monkeypatch.setattr(serve_trace, "_bind", lambda *args: seen.append(args) or Server())
+    serve_trace.check_port(0)  # any free port will do: nothing to check
+    assert seen == []
+    serve_trace.check_port(5)
+    assert seen == [(5, Path(os.devnull), PERFETTO_ORIGIN), "closed"]
+
+
+def test_listening_sockets_are_read_from_the_kernels_table():
+    """/proc/net/tcp's rows, written by hand: the listening socket of the port (0x1F41 = 8001), in either table's
+    address form, and not a connection on it, another port's listener, or a row cut short."""
+    row = "{sl}: {local} 00000000:0000 {st} 00000000:00000000 00:00000000 00000000 0 0 {inode}"
+    rows = [row.format(sl=0, local="0100007F:1F41", st="0A", inode=111) + " 1 0000000000000000 100 0 0 10 0",
+            row.format(sl=1, local="0100007F:1F41", st="01", inode=222),  # established, not listening
+            row.format(sl=2, local="0100007F:1F42", st="0A", inode=333),  # another port
+            row.format(sl=3, local="00000000000000000000000001000000:1F41", st="0A", inode=444),  # tcp6's ::1
+            "4: 0100007F:1F41 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0"]  # cut short: no inode
+    assert len(rows[1].split()) == 10  # the shortest row that holds the inode
+    assert serve_trace._listening(8001, rows) == {"socket:[111]", "socket:[444]"}
+    assert serve_trace._listening(8001, [rows[1].replace(" 01 ", " 0A ")]) == {"socket:[222]"}
+    assert serve_trace._listening(8002, rows) == {"socket:[333]"} and serve_trace._listening(8003, rows) == set()
+
+
+def test_busy_port_holder_found_in_either_table_past_a_missing_one(monkeypatch):
+    if not Path("/proc/net/tcp").exists():
+        pytest.skip("no /proc/net/tcp: Linux only")
+    monkeypatch.setattr(serve_trace, "TCP_TABLES", ("/proc/net/missing", "/proc/net/tcp"))
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        assert serve_trace._port_holder(holder.getsockname()[1]).startswith(f"pid {os.getpid()} (")
+    monkeypatch.undo()
+    if not socket.has_ipv6 or not Path("/proc/net/tcp6").exists():
+        return
+    try:
+        holder6 = socket.socket(socket.AF_INET6)
+        holder6.bind(("::1", 0))
+    except OSError:
+        return  # no IPv6 loopback here
+    with holder6:
+        holder6.listen()
+        assert serve_trace._port_holder(holder6.getsockname()[1]).startswith(f"pid {os.getpid()} (")
+
+
+def test_serve_checks_its_timeout_and_says_how_to_reach_another_port(monkeypatch, trace):
+    for bad in (0, -1.5):
+        with pytest.raises(ServeError) as e:
+            serve(trace, port=0, timeout=bad, open_browser=False, out=lambda s: None)
+        assert str(e.value) == f"timeout must be positive seconds, got {bad}"
+    defaults = {k: p.default for k, p in __import__("inspect").signature(serve).parameters.items()}
+    assert (defaults["timeout"], defaults["open_browser"], defaults["port"]) == (300.0, True, 9001)
+    opened = []
+    monkeypatch.setattr(serve_trace, "_open_browser", lambda link, out: opened.append((link, out)))
+    s = Running(trace, timeout=None, open_browser=True)  # no deadline: served until fetched
+    note = (f"Note: the Perfetto UI only fetches from 127.0.0.1:9001; forward that port to this one "
+            f"(ssh -L 9001:127.0.0.1:{s.port} <this host>) and use :9001 in the link.")
+    assert s.lines[2] == note and opened == [(s.link, s.lines.append)]
+    assert s.request("GET")[1] == TRACE_JSON and s.finish() == "fetched"
+    other = Running(trace, allow_origin="http://localhost:8123")  # another origin: no word of Perfetto's port
+    assert not any(line.startswith("Note:") for line in other.lines)
+    assert other.request("GET", headers={"Origin": "http://localhost:8123"})[1] == TRACE_JSON
+    assert other.finish() == "fetched"
+
+
+def test_the_deadline_is_not_cut_short(trace):
+    """Served until the timeout, not a second less: a fetch 0.9 s into a 1.5 s timeout is served."""
+    s = Running(trace, timeout=1.5)
+    threading.Event().wait(0.9)
+    assert s.request("GET")[1] == TRACE_JSON and s.finish() == "fetched"
+
+
+def test_a_client_still_connected_at_the_handlers_timeout_has_fetched(monkeypatch, trace):
+    """It read the whole reply and neither closed nor reset its side: the handler's timeout ends the wait, and
+    the trace counts as fetched (a browser tab that keeps its socket open has the file)."""
+    monkeypatch.setattr(serve_trace._TraceHandler, "timeout", 0.5)
+    s = Running(trace, timeout=10.0)
+    with socket.create_connection(("127.0.0.1", s.port), timeout=10) as sock:
+        sock.sendall(f"GET {s.path} HTTP/1.0\r\nHost: 127.0.0.1\r\nOrigin: {PERFETTO_ORIGIN}\r\n\r\n".encode())
+        reply = b""
+        while not reply.endswith(TRACE_JSON):
+            reply += sock.recv(1 << 16)
+        assert s.finish(wait=5) == "fetched"  # before this side closes
+
+
+def test_a_client_that_resets_after_the_whole_body_has_not_fetched(trace):
+    """The body all read, then a reset (SO_LINGER 0) rather than an orderly close: the server, waiting for the
+    client's side to end, sees the reset, and by its rule (a reset is a client that left with bytes unread) the
+    trace was not fetched."""
+    s = Running(trace, timeout=3.0)
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    sock.sendall(f"GET {s.path} HTTP/1.0\r\nHost: 127.0.0.1\r\nOrigin: {PERFETTO_ORIGIN}\r\n\r\n".encode())
+    reply = b""
+    while not reply.endswith(TRACE_JSON):
+        reply += sock.recv(1 << 16)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+    assert s.finish() == "timed out"
