@@ -404,7 +404,8 @@ def test_listening_sockets_are_read_from_the_kernels_table():
             row.format(sl=1, local="0100007F:1F41", st="01", inode=222),  # established, not listening
             row.format(sl=2, local="0100007F:1F42", st="0A", inode=333),  # another port
             row.format(sl=3, local="00000000000000000000000001000000:1F41", st="0A", inode=444),  # tcp6's ::1
-            "4: 0100007F:1F41 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0"]  # cut short: no inode
+            "4: 0100007F:1F41 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0",  # cut short: no inode
+            "5: 0100007F:1F41 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0"]  # 9 fields: still none
     assert len(rows[1].split()) == 10  # the shortest row that holds the inode
     assert serve_trace._listening(8001, rows) == {"socket:[111]", "socket:[444]"}
     assert serve_trace._listening(8001, [rows[1].replace(" 01 ", " 0A ")]) == {"socket:[222]"}
@@ -441,6 +442,11 @@ def test_serve_checks_its_timeout_and_says_how_to_reach_another_port(monkeypatch
     assert (defaults["timeout"], defaults["open_browser"], defaults["port"]) == (300.0, True, 9001)
     opened = []
     monkeypatch.setattr(serve_trace, "_open_browser", lambda link, out: opened.append((link, out)))
+    # The scripts' --open and inspect_trace.py --open call serve() with its defaults: a browser is opened.
+    lines = []
+    assert serve(trace, port=0, timeout=0.2, out=lines.append) == "timed out"
+    assert opened == [(lines[1].removeprefix("Open in Perfetto: "), lines.append)]
+    opened.clear()
     s = Running(trace, timeout=None, open_browser=True)  # no deadline: served until fetched
     note = (f"Note: the Perfetto UI only fetches from 127.0.0.1:9001; forward that port to this one "
             f"(ssh -L 9001:127.0.0.1:{s.port} <this host>) and use :9001 in the link.")
