@@ -415,8 +415,9 @@ def test_events_the_reader_cannot_place_are_skipped_alike_by_both_decoders(tmp_p
     at = next(i for i, e in enumerate(events) if e.get("name") == "ProfilerStep#2") + 1
     tid = {k: events[at][k] for k in ("pid", "tid")}
     odd = [{"ph": "X", "cat": "cpu_op", "name": "no_ts", "dur": 1.0, **tid},
+           {"ph": "X", "cat": "kernel", "name": "no_ts either", "dur": 1.0, "pid": 0, "tid": 7},
            {"ph": "X", "cat": "cpu_op", "name": "no_dur", "ts": events[at]["ts"] + 0.5, **tid}]
-    for extra, skipped in ((odd, 1), ([5, None, "x", *odd], 1)):
+    for extra, skipped in ((odd, 2), ([5, None, "x", *odd], 2)):
         data["traceEvents"] = events[:at] + extra + events[at:]
         path = tmp_path / "t.json"
         path.write_text(json.dumps(data))
