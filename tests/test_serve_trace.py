@@ -486,8 +486,9 @@ def test_a_client_that_resets_after_the_whole_body_has_not_fetched(trace):
     sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
     sock.sendall(f"GET {s.path} HTTP/1.0\r\nHost: 127.0.0.1\r\nOrigin: {PERFETTO_ORIGIN}\r\n\r\n".encode())
     reply = b""
-    while not reply.endswith(TRACE_JSON):
-        reply += sock.recv(1 << 16)
+    while chunk := sock.recv(1 << 16):  # to the end: the server has sent all and closed its side (FIN) first
+        reply += chunk
+    assert reply.endswith(TRACE_JSON)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()
     assert s.finish() == "timed out"
