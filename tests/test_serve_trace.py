@@ -482,7 +482,7 @@ def test_a_client_that_resets_after_the_whole_body_has_not_fetched(trace):
     """The body all read, then a reset (SO_LINGER 0) rather than an orderly close: the server, waiting for the
     client's side to end, sees the reset, and by its rule (a reset is a client that left with bytes unread) the
     trace was not fetched."""
-    s = Running(trace, timeout=1.0  # the reset ends the server's wait at once; the timeout only stops it)
+    s = Running(trace, timeout=1.0)  # the reset ends the server's wait at once; the timeout only stops it
     sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
     sock.sendall(f"GET {s.path} HTTP/1.0\r\nHost: 127.0.0.1\r\nOrigin: {PERFETTO_ORIGIN}\r\n\r\n".encode())
     reply = b""
