@@ -492,3 +492,23 @@ def test_a_client_that_resets_after_the_whole_body_has_not_fetched(trace):
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()
     assert s.finish() == "timed out"
+
+
+def test_header_names_are_written_as_the_http_spec_spells_them(trace):
+    """What `curl -i` shows: each reply's header names, in order, as written on the wire (http.client keeps the
+    case the server sent). Clients compare names case-insensitively; a reader comparing with the docs does not."""
+    s = Running(trace)
+
+    def names(method, path=None, headers=None):
+        resp, _ = s.request(method, path, headers)
+        return [n for n, _ in resp.getheaders() if n not in ("Server", "Date")]
+
+    cors = ["Access-Control-Allow-Origin", "Vary"]
+    assert names("GET", "/other.json") == [*cors, "Content-Type", "Content-Length"]
+    assert names("OPTIONS", None, {"Access-Control-Request-Method": "GET",
+                                   "Access-Control-Request-Headers": "range",
+                                   "Access-Control-Request-Private-Network": "true"}) == [
+        *cors, "Access-Control-Allow-Methods", "Access-Control-Allow-Headers",
+        "Access-Control-Allow-Private-Network", "Access-Control-Max-Age", "Content-Length"]
+    assert names("GET") == [*cors, "Content-Type", "Content-Length", "Cache-Control"]
+    assert s.finish() == "fetched"
