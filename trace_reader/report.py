@@ -501,9 +501,9 @@ def _step_rows(steps: list[dict], cols: list, all_steps: bool) -> list[list]:
 
 def _order_line(d: dict, what: str, verb: str) -> str:
     """Whether every step has the same sequence of units (what: "kernels", "units of work"), else its groups."""
-    orders = d["step_orders"]
+    orders = d["step_orders"]  # one group at least: the report has returned before this without a step
     if d["same_order"]:
-        return f"every step {verb} the same {orders[0]['units'] if orders else 0} {what} in the same order"
+        return f"every step {verb} the same {orders[0]['units']} {what} in the same order"
     parts, counts = [], set()
     for g in orders:
         nums = g["steps"]
@@ -519,7 +519,7 @@ def _why(t: dict) -> str:
     if t["bound"] == "overhead":
         return "the GPU waits on the CPU to launch work: fewer, bigger kernels (or CUDA graphs) help"
     if t["bound"] == "partly overhead":
-        host = t["idle_us"]["waiting_on_host"] if t["idle_us"] else 0.0
+        host = t["idle_us"]["waiting_on_host"]  # the typical step is judged: it has an idle split
         return (f"it also waits {_us(host)} µs ({_pct(t['host_wait_fraction'])}) on the host: faster kernels and "
                 "fewer launches both help")
     return "the GPU is the bottleneck: faster kernels help, launch overhead does not"
