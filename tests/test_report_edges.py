@@ -69,6 +69,10 @@ def test_a_step_without_gpu_work_has_no_busy_fraction_and_no_verdict():
         "#2          1      15.0      90.0  90.0    17%    78%  overhead         5.0      5.0",
         "#3          0       0.0      90.0  90.0      -      -  -                  -        -",
     ]
+    assert "   GPU idle per step (median): 70.0 µs waiting on the host (work not yet launched), 5.0 µs after the launch " \
+        "(launch latency, earlier work)" in text.splitlines()
+    assert [st["idle_us"] for st in it.report_data(parse(steps_of([(2, ["a"]), (3, [])])))["steps"]] == [
+        {"waiting_on_host": 70.0, "after_launch": 5.0}, None]
     assert rp._pct(None) == "-"
 
 
@@ -339,3 +343,129 @@ def test_the_kernel_tables_number_columns_align_right():
         "1  kernel_a  aten::a               1     10.0        -   5.0      50.0%         -  -",
         "2  kernel_b  aten::b               1     10.0        -  18.0      50.0%         -  -",
     ]
+
+
+# ---- the facts behind the text (report_data, what --json writes) -------------------------------------------------
+
+def test_report_data_keys_and_a_gpu_traces_cpu_work():
+    """The keys report_data's docstring promises, and no CPU work on a GPU trace (0 steps of it)."""
+    d = it.report_data(parse(steps_of([(2, ["a"])])))
+    assert set(d) == {"trace", "whole_trace", "device", "device_name", "versions", "skipped_events",
+                      "shapes_recorded", "peak", "steps", "typical_step", "kernels", "same_order", "step_orders",
+                      "cpu_work", "cpu_work_steps", "cpu_ops", "annotations", "annotations_cpu", "compiled", "views",
+                      "occupancy", "memory_peak_bytes", "training"}
+    assert (d["trace"], d["whole_trace"], d["skipped_events"], d["cpu_work"], d["cpu_work_steps"]) == (
+        "<test>", False, 0, [], 0)
+
+
+def test_version_fields_are_cut_to_forty_characters_and_eight_fields():
+    """Fields named *version* (any case), torch and triton; names and text values cut to 40 characters; the first
+    8 in the file's order; booleans and lists are not versions."""
+    data = steps_of([(2, ["a"])])
+    long_name, long_value = "x" * 45 + "_version", "2.11.0+" + "y" * 50
+    data.update({long_name: long_value, "triton": "3.6.0", "Torch": 2.11, "flag_version": True,
+                 "list_version": [1], **{f"v{i}_Version": i for i in range(8)}})
+    assert it.report_data(parse(data))["versions"] == {
+        "x" * 40: long_value[:40], "triton": "3.6.0", "Torch": 2.11, "v0_Version": 0, "v1_Version": 1,
+        "v2_Version": 2, "v3_Version": 3, "v4_Version": 4}
+
+
+def _inductor_gemm(kernel_flop, dur: float) -> dict:
+    """One step: an Inductor GEMM template launch (bf16) carrying kernel_flop, its kernel `dur` µs long."""
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 100),
+          x("triton_tem_fused_mm_0", "cpu_op", 9, 5, **{"External id": 1, "kernel_flop": kernel_flop,
+                                                         "Input type": ["c10::BFloat16"]}),
+          x("cuLaunchKernelEx", "cuda_driver", 10, 2, **{"External id": 1, "correlation": 1}),
+          x("triton_tem_fused_mm_0", "kernel", 15, dur, pid=0, tid=7, correlation=1)]
+    return {"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}
+
+
+def test_an_inductor_gemm_is_rated_by_its_own_flop_count_within_bounds():
+    """rate = kernel_flop / µs / 1e6 TFLOP/s: 2e6 in 1 µs is 2 TFLOP/s of the H200's 989.5 (bf16); 1 FLOP in
+    1 µs is 1e-6. A count of 0 or of 1e18 and more is not believed; a kernel of 0 µs has no rate."""
+    def rated(kernel_flop, dur=1.0):
+        k = it.report_data(parse(_inductor_gemm(kernel_flop, dur)))["kernels"][0]
+        return k["rate"], k["unit"], k["peak"]
+
+    assert rated(2e6) == (2.0, "TFLOP/s", 989.5)
+    assert rated(1) == (1e-6, "TFLOP/s", 989.5)
+    assert rated(0) == rated(1e18) == rated("2e6") == rated(2e6, dur=0.0) == (None, None, None)
+
+
+def test_a_lower_bound_rate_keeps_its_unit_plain_in_json():
+    """test_mutation_edges' Triton launch without its source: rate_is_lower_bound, unit "GB/s" (the "+" is the
+    text's ">=")."""
+    from test_reader_report import two_kernels_step
+
+    data = two_kernels_step()
+    name = "triton_poi_fused_gelu_mul_0"
+    for e in data["traceEvents"]:
+        if e["name"] in ("aten::a", "kernel_a"):
+            e["name"] = name
+        if e["name"] == name and e["cat"] == "cpu_op":
+            e["args"].update({"Input Dims": [[4, 8], [4, 8]], "Input type": ["float", "float"]})
+    k = it.report_data(parse(data))["kernels"][0]
+    assert (k["name"], k["unit"], k["rate_is_lower_bound"]) == (name, "GB/s", True)
+
+
+def test_view_ops_are_counted_per_step():
+    """Two steps, each with one aten::view (no kernel): 1 call per step."""
+    ev = []
+    for i in range(2):
+        ev += [x(f"ProfilerStep#{i + 2}", "user_annotation", 100 * i, 90), x("aten::view", "cpu_op", 100 * i + 5, 2),
+               x("aten::mm", "cpu_op", 100 * i + 10, 5)]
+    views = it.report_data(parse({"traceEvents": ev}))["views"]
+    assert views == [{"op": "aten::view", "calls_per_step": 1.0, "kernels": 0, "cuda_us": 0.0}]
+
+
+def test_cpu_time_per_annotation_counts_a_nested_instance_once_and_back_to_back_ones_each():
+    """Thread 1: `blk` 10..30 holds another `blk` 12..20 (counted once, 20 µs), a third `blk` starts where the first
+    ends (30..40: 10 more), then `other` 50..60."""
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 100), x("blk", "user_annotation", 10, 20),
+          x("blk", "user_annotation", 12, 8), x("blk", "user_annotation", 30, 10), x("other", "user_annotation", 50, 10)]
+    assert rp.cpu_time_by_annotation(parse({"traceEvents": ev})) == {"blk": [30.0], "other": [10.0]}
+
+
+def test_memory_events_of_another_device_give_no_gpu_peak():
+    """A GPU trace whose only [memory] event is the CPU's (Device Type 0): no peak per step, and no line for it."""
+    data = steps_of([(2, ["a"])])
+    data["traceEvents"].append({"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1,
+                                "ts": 20, "args": {"Device Type": 0, "Device Id": -1, "Bytes": 512,
+                                                   "Total Allocated": 512, "Addr": 1}})
+    t = parse(data)
+    assert t.has_memory_events
+    assert it.report_data(t)["memory_peak_bytes"] is None and "Peak allocation" not in it.report(t)
+
+
+# ---- idle time at its edges ---------------------------------------------------------------------------------------
+
+def test_a_step_is_judged_on_a_window_under_a_microsecond():
+    """A 0.9 µs step: launch at 0.1, kernel 0.2..0.7. Busy 0.5; host 0.1 before the launch and 0.2 after the kernel;
+    0.1 after the launch: window 0.9, busy 56%, host 33%."""
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 0.9), x("aten::a", "cpu_op", 0.05, 0.1, **{"External id": 1}),
+          x("cudaLaunchKernel", "cuda_runtime", 0.1, 0.05, **{"External id": 1, "correlation": 1}),
+          x("kernel_a", "kernel", 0.2, 0.5, pid=0, tid=7, correlation=1)]
+    [st] = it.report_data(parse({"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}))["steps"]
+    assert (round(st["busy_fraction"], 3), round(st["host_wait_fraction"], 3)) == (0.556, 0.333)
+
+
+def test_an_earlier_steps_late_work_covers_the_later_steps_end_from_either_side():
+    """Step #2 (0..100) launches at 10 and 20 two kernels that run late on stream 8, 105..125 and 190..210; #3
+    (100..200) launches at 105 one that runs 110..120 on stream 7. #2: host 10 (0..10), after its launch 95 (10..105)
+    and 65 (125..190). #3: its kernel starts inside #2's, so no gap; after its end (120) its span runs to 200, of
+    which #2's work covers 120..125 and 190..200: 65 µs on the host."""
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 100), x("ProfilerStep#3", "user_annotation", 100, 100)]
+    for ext, (at, start, dur, stream) in enumerate([(10, 105, 20, 8), (20, 190, 20, 8), (105, 110, 10, 7)], 1):
+        ev += [x("aten::a", "cpu_op", at - 1, 3, **{"External id": ext}),
+               x("cudaLaunchKernel", "cuda_runtime", at, 1, **{"External id": ext, "correlation": ext}),
+               x("kernel_a", "kernel", start, dur, pid=0, tid=stream, correlation=ext, stream=stream)]
+    steps = it.report_data(parse({"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}))["steps"]
+    assert [s["idle_us"] for s in steps] == [{"waiting_on_host": 10.0, "after_launch": 160.0},
+                                            {"waiting_on_host": 65.0, "after_launch": 0.0}]
+
+
+def test_a_cpu_span_of_a_thousand_microseconds_reads_with_a_thousands_separator():
+    ev = [x("ProfilerStep#2", "user_annotation", 0, 999.9), x("ProfilerStep#3", "user_annotation", 1000, 1000),
+          x("aten::mm", "cpu_op", 5, 5), x("aten::mm", "cpu_op", 1005, 5)]
+    assert [line.split() for line in _step_table(it.report(parse({"traceEvents": ev})))[2:]] == [
+        ["#2", "999.9"], ["#3", "1,000"]]

@@ -321,7 +321,7 @@ def _memory(trace: Trace) -> dict[int, float] | None:
         peaks = memory.step_peaks(trace)
     except (OSError, TraceError, ValueError):
         return None
-    return {int(k): float(v) for k, v in peaks.items()} if isinstance(peaks, dict) and peaks else None
+    return {int(k): float(v) for k, v in peaks.items()} if peaks else None  # None: no allocation on the device
 
 
 def report_data(trace: Trace) -> dict:
@@ -344,7 +344,7 @@ def report_data(trace: Trace) -> dict:
     n = max(len(trace.steps), 1)
     total = sum(k.dur for st in trace.steps for k in st.gpu) or 1.0
     kernels = []
-    for g in _group(trace) if trace.steps else []:
+    for g in _group(trace):
         rate = statistics.mean(g["rates"]) if g["rates"] else None
         kernels.append({
             "name": g["name"], "launched_by": g["op"], "calls_per_step": len(g["durs"]) / n,
