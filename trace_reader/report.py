@@ -683,7 +683,7 @@ def _text_cpu(d: dict, full: bool, all_steps: bool) -> list[str]:
     out.append("Inductor C++ kernels: " + _cpp_kernels(d))
     out.append("")
     cols = [("CPU span µs", lambda f: _us(f["cpu_us"]), lambda f: f["cpu_us"])]
-    out.append(_table(["step", "CPU span µs"], _step_rows(d["steps"], cols, all_steps), right={1}))
+    out.append(_table(["step"] + [c[0] for c in cols], _step_rows(d["steps"], cols, all_steps), right={1}))
     if n > STEP_ROWS and not all_steps:
         out.append(f"({n} steps: the first and last {EDGE}, then the quantiles; --all-steps lists all)")
     out.append("")
