@@ -124,6 +124,7 @@ def roofline_points(trace: Trace) -> Roofline:
     peak = device_peak(trace.device_name)
     rf = Roofline(trace.path, trace.device_name, None, None, peak.gbs if peak else None,
                   peak.source if peak else "unknown (device not in the peak table)", versions=_versions(trace))
+    gemm_dtype = None
     for number, g in enumerate(groups, 1):
         k = first[(g["name"], g["op"])]
         share = sum(g["durs"]) / total
@@ -156,9 +157,13 @@ def roofline_points(trace: Trace) -> Roofline:
         if point is not None:
             rf.points.append(point)
             rf.dtype = rf.dtype or op_dtype(k.op)
+            if point.kind == "GEMM":
+                gemm_dtype = gemm_dtype or op_dtype(k.op)
         else:
             rf.not_placed.append((number, g["name"], g["op"], why or "no shapes", share))
     rf.gemm_shapes = list(dict.fromkeys(s for s in rf.gemm_shapes if s))
+    # The GEMMs' dtype picks the compute peak: a float32 norm launched before bf16 GEMMs must not make it fp32's.
+    rf.dtype = gemm_dtype or rf.dtype
     if peak is not None and rf.dtype:
         rf.peak_tflops = peak.tflops.get(rf.dtype)
     for p in rf.points:
