@@ -1,0 +1,152 @@
+"""compare.py's text and data at their edges, found by running every mutant of the file (docs/tests.md): the whole
+comparison of two small steps word for word (a kept kernel with another call elsewhere, two replacements, CPU ops
+gone and new), nothing replaced, a kernel only in B, a CPU trace beside a GPU one, the training table's skipped
+phases, the per-cent change from nothing, the step table's elision and a replaced group whose side is unseen.
+Every number is worked out by hand from the kineto() traces (test_compare.py): a step's CPU span is 1 µs plus
+5 µs per launch, its kernels run back to back."""
+import inspect_trace as it
+from test_compare import kineto
+from trace_reader import compare as cmp
+
+
+def traces(a_steps, b_steps):
+    return it.parse_trace(kineto(a_steps), "a.json"), it.parse_trace(kineto(b_steps), "b.json")
+
+
+def test_two_small_steps_compared_word_for_word():
+    """A: mm 5, gelu 5, sub 2 (GPU 12 µs, CPU 1 + 15 = 16). B: mm 6, gelu 4, mm 1, add 3 (GPU 14, CPU 21).
+    The first mm stayed (+20%), B's second is counted in a group (the "*"); gelu 5 -> 4 (-20%); sub's kernel
+    became mm + add, 2 -> 4 (+100%), as nothing else tells them apart."""
+    a, b = traces([[("k_same", 5.0, "aten::mm"), ("k_old", 5.0, "aten::gelu"), ("k_gone", 2.0, "aten::sub")]] * 2,
+                  [[("k_same", 6.0, "aten::mm"), ("k_new", 4.0, "aten::gelu"), ("k_same", 1.0, "aten::mm"),
+                    ("k_extra", 3.0, "aten::add")]] * 2)
+    d = it.comparison_data(a, b)
+    assert cmp.render(d) == """\
+A  a.json  (GPU, 2 steps)
+B  b.json  (GPU, 2 steps)
+
+Per step (µs): GPU busy and CPU span, side by side (2 steps)
+A step  A GPU  A CPU  B step  B GPU  B CPU
+------  -----  -----  ------  -----  -----
+#2       12.0   16.0  #2       14.0   21.0
+#3       12.0   16.0  #3       14.0   21.0
+median   12.0   16.0  median   14.0   21.0
+mean     12.0   16.0  mean     14.0   21.0
+
+GPU kernels, time per step: A 12.0 µs, B 14.0 µs (2 + 2 steps in the typical launch order): the sum of what \
+follows, each call counted once
+
+GPU kernels, same name in both: calls per step, µs per call, µs per step
+name      calls A  calls B  µs/call A  µs/call B  per call  µs/step A  µs/step B
+--------  -------  -------  ---------  ---------  --------  ---------  ---------
+k_same *        1        1        5.0        6.0      +20%        5.0        6.0
+* the calls that stayed; this name's other calls are counted below (Replaced, Only in), once
+
+Replaced, paired by what the kernels do (µs per step; 2 + 2 steps in the typical launch order):
+  k_old
+    -> k_new
+    5.0 -> 4.0 µs per step (-20%), calls × µs: A 1 × 5.0; B 1 × 4.0
+    paired by: gelu
+  k_gone
+    -> k_same + k_extra
+    2.0 -> 4.0 µs per step (+100%), calls × µs: A 1 × 2.0; B 1 × 1.0 + 1 × 3.0
+    paired by: nothing tells them apart: the nearest kernels left, replaced as a whole
+
+Only in A: (none)
+
+Only in B: (none)
+
+CPU ops gone in B:
+  1/step  aten::sub
+
+CPU ops new in B:
+  1/step  aten::add"""
+    assert d["same"][0]["elsewhere"] == {"a": 0, "b": 1}
+    assert [(r["old_calls"], r["new_calls"], r["new_us_per_call"]) for r in d["replaced"]] == [
+        ({"k_old": 1}, {"k_new": 1}, {"k_new": 4.0}),
+        ({"k_gone": 1}, {"k_same": 1, "k_extra": 1}, {"k_same": 1.0, "k_extra": 3.0})]
+
+
+def test_nothing_replaced_and_a_kernel_only_in_b():
+    """B adds an add kernel of 3 µs that nothing in A can have become: Only in B, and its op is new."""
+    a, b = traces([[("k_same", 5.0, "aten::mm")]] * 2, [[("k_same", 5.0, "aten::mm"), ("k_extra", 3.0, "aten::add")]] * 2)
+    text = cmp.render(it.comparison_data(a, b))
+    assert text.split("\n\n")[-5:] == [
+        "Replaced, paired by what the kernels do (µs per step; 2 + 2 steps in the typical launch order):\n  (none)",
+        "Only in A: (none)", "Only in B:\n       3.0 µs/step  1 × 3.0  k_extra", "CPU ops gone in B: (none)",
+        "CPU ops new in B:\n  1/step  aten::add"]
+
+
+def test_a_cpu_trace_beside_a_gpu_trace():
+    """A: the same step without its kernels (a CPU trace: its unit is aten::mm's 4 µs); B: the GPU's 5 µs kernel.
+    A's steps have no GPU busy time, and the tables say that the two traces are of different devices."""
+    gpu = kineto([[("k_same", 5.0, "aten::mm")]] * 2)
+    cpu = {"traceEvents": [e for e in gpu["traceEvents"] if e["cat"] in ("cpu_op", "user_annotation")]}
+    d = it.comparison_data(it.parse_trace(cpu, "c.json"), it.parse_trace(gpu, "g.json"))
+    assert [s["gpu_busy_us"] for s in d["a"]["steps"]] == [None, None]
+    assert [s["gpu_busy_us"] for s in d["b"]["steps"]] == [5.0, 5.0]
+    lines = cmp.render(d).splitlines()
+    assert lines[:2] == ["A  c.json  (CPU, 2 steps)", "B  g.json  (GPU, 2 steps)"]
+    assert lines[13:16] == [
+        "Units of work (CPU kernels), same name in both: calls per step, µs per call, µs per step -- note: A is a "
+        "cpu trace, B a cuda trace", "(none)", ""]
+    d["b"]["device_name"] = "NVIDIA H200"
+    assert cmp.render(d).splitlines()[1] == "B  g.json  (NVIDIA H200, 2 steps)"
+
+
+def test_the_training_table_leaves_out_a_phase_one_side_lacks():
+    """forward has no GPU time in A (and no CPU time in B): left out, and backward still listed, with the kernel
+    counts on GPUs only. 20 -> 15 is -25%, 40 -> 50 is +25%."""
+    t = {"a": {"phases": {"forward": {"gpu_us": None, "cpu_us": 30.0, "kernels": 2},
+                          "backward": {"gpu_us": 20.0, "cpu_us": 40.0, "kernels": 4}}, "optimizer": None},
+         "b": {"phases": {"forward": {"gpu_us": 10.0, "cpu_us": None, "kernels": 2},
+                          "backward": {"gpu_us": 15.0, "cpu_us": 50.0, "kernels": 3}}, "optimizer": None}}
+    assert cmp._training_lines(t, True)[2] == (
+        "phase     A GPU µs  B GPU µs  change  kernels A  kernels B\n"
+        "--------  --------  --------  ------  ---------  ---------\n"
+        "backward      20.0      15.0    -25%          4          3")
+    assert cmp._training_lines(t, False)[2] == (
+        "phase     A CPU µs  B CPU µs  change\n"
+        "--------  --------  --------  ------\n"
+        "backward      40.0      50.0    +25%")
+
+
+def test_change_from_nothing_is_new():
+    assert [cmp._change(0.0, 5.0), cmp._change(0.5, 1.0), cmp._change(1.0, 2.0), cmp._change(2.0, 1.0)] == [
+        "new", "+100%", "+100%", "-50%"]
+
+
+def test_the_step_table_shows_six_steps_whole_and_elides_seven():
+    """head 3 + tail 2 + 1: six steps are all shown; seven show #2..#4, "…", #7, #8."""
+    def rows(n):
+        da = {"steps": [{"step": i + 2, "gpu_busy_us": 1.0, "cpu_us": 2.0} for i in range(n)]}
+        return [line.split()[0] for line in cmp._steps_table(da, {"steps": []})[1].splitlines()[2:]]
+
+    assert rows(6) == ["#2", "#3", "#4", "#5", "#6", "#7", "median", "mean"]
+    assert rows(7) == ["#2", "#3", "#4", "…", "#7", "#8", "median", "mean"]
+
+
+def test_names_repeat_from_two_times():
+    assert cmp._names(["k"], 2, str) == "2 × (k)"
+    assert cmp._names(["k"], 1, str) == "k"
+
+
+def test_a_replaced_group_with_a_side_unseen():
+    """B's side empty and B's work hidden (compiled C++ not in the trace): the reason in brackets, "?" for its time.
+    Both sides present: the change, whatever a side's hidden note says. Nothing hidden: "(nothing)"."""
+    r = {"old": ["k"], "new": [], "times": 1, "old_us": 5.0, "new_us": 0.0, "old_calls": {"k": 1}, "new_calls": {},
+         "old_us_per_call": {"k": 5.0}, "new_us_per_call": {}, "by": "gelu"}
+    hidden = {"a": None, "b": "compiled C++ kernels are not in the trace"}
+    assert cmp._replaced(r, hidden, str) == ["  k", "    -> (compiled C++ kernels are not in the trace)",
+                                             "    5.0 -> ? µs per step, calls × µs: A 1 × 5.0; B none",
+                                             "    paired by: gelu"]
+    assert cmp._replaced(r, {"a": None, "b": None}, str)[1:3] == [
+        "    -> (nothing)", "    5.0 -> 0.0 µs per step (-100%), calls × µs: A 1 × 5.0; B none"]
+    both = {**r, "new": ["m"], "new_us": 4.0, "new_calls": {"m": 1}, "new_us_per_call": {"m": 4.0}}
+    assert cmp._replaced(both, {"a": "x", "b": "y"}, str)[2] == \
+        "    5.0 -> 4.0 µs per step (-20%), calls × µs: A 1 × 5.0; B 1 × 4.0"
+    gone = {**both, "old": [], "old_us": 0.0, "old_calls": {}, "old_us_per_call": {}}
+    assert cmp._replaced(gone, {"a": None, "b": None}, str)[:3] == [
+        "  (nothing)", "    -> m", "    0.0 -> 4.0 µs per step (new), calls × µs: A none; B 1 × 4.0"]
+    assert cmp._replaced(gone, {"a": "hidden A", "b": "y"}, str)[2] == \
+        "    ? -> 4.0 µs per step, calls × µs: A none; B 1 × 4.0"
