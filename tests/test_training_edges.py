@@ -1,0 +1,121 @@
+"""training.py's rules at their edges, found by running every mutant of the file (docs/tests.md): the optimizer
+guesses at their thresholds, the phases present and idle, backward/forward FLOPs when a side has no count, the
+walks up the call tree, the numbers' formats. The guesses read a stand-in for the step's analysis (written here by
+hand), so each threshold is met exactly, on both sides."""
+import types
+
+import pytest
+
+from trace_reader import training
+from trace_reader.expect import NotApplicable
+
+
+def ev(name, cat="cpu_op", parent=None):
+    return types.SimpleNamespace(name=name, cat=cat, parent=parent)
+
+
+def verdict(monkeypatch, ex, steps, device="cuda"):
+    """The guess's check on a trace whose analysis is `steps` (each a dict of "phases" and "optimizer")."""
+    monkeypatch.setattr(training, "_analysis", lambda t: {"steps": [{"number": 2, **s} for s in steps]})
+    return ex.check(types.SimpleNamespace(device=device, steps=[1]))
+
+
+def opt(ops=0, foreach=0, fused=0, kernels=None, multi=None):
+    return {"optimizer": {"ops": ops, "foreach_ops": foreach, "fused_ops": fused, "other_ops": ops - foreach - fused,
+                          "kernels": kernels, "multi_tensor_kernels": multi}}
+
+
+def test_for_loop_needs_per_param_times_params_ops(monkeypatch):
+    """3 ops per parameter, 2 parameters: 6 others confirm it, 5 do not; on a GPU 6 kernels too."""
+    ex = training.optimizer_kind("for-loop", 3, 2)
+    assert verdict(monkeypatch, ex, [opt(ops=6)], "cpu") is True
+    assert verdict(monkeypatch, ex, [opt(ops=5)], "cpu") == "ProfilerStep#2: 5 ops (0 foreach, 0 fused, 5 others)"
+    assert verdict(monkeypatch, ex, [opt(ops=6, kernels=6, multi=0)]) is True
+    assert verdict(monkeypatch, ex, [opt(ops=6, kernels=5, multi=0)]) == \
+        "ProfilerStep#2: 6 ops (0 foreach, 0 fused, 6 others), 5 kernels (0 multi-tensor)"
+
+
+def test_foreach_needs_one_foreach_op_fewer_others_and_only_multi_tensor_kernels(monkeypatch):
+    """3 per parameter, 2 parameters: 1 foreach op and 5 others confirm it; 0 foreach, or 6 others, do not. On a
+    GPU: 1 multi-tensor kernel of 1 confirms it, 0 of 0 does not, 1 of 2 does not."""
+    ex = training.optimizer_kind("foreach", 3, 2)
+    assert verdict(monkeypatch, ex, [opt(ops=6, foreach=1)], "cpu") is True
+    assert verdict(monkeypatch, ex, [opt(ops=5, foreach=0)], "cpu") is not True
+    assert verdict(monkeypatch, ex, [opt(ops=7, foreach=1)], "cpu") is not True
+    assert verdict(monkeypatch, ex, [opt(ops=1, foreach=1, kernels=1, multi=1)]) is True
+    assert verdict(monkeypatch, ex, [opt(ops=1, foreach=1, kernels=0, multi=0)]) is not True
+    assert verdict(monkeypatch, ex, [opt(ops=1, foreach=1, kernels=2, multi=1)]) is not True
+
+
+def test_fused_needs_one_fused_op(monkeypatch):
+    ex = training.optimizer_kind("fused", 3, 2)
+    assert verdict(monkeypatch, ex, [opt(ops=2, fused=1, kernels=1, multi=1)]) is True
+    assert verdict(monkeypatch, ex, [opt(ops=3, fused=2, kernels=1, multi=1)]) is not True
+    assert verdict(monkeypatch, ex, [opt(ops=2, fused=1, kernels=0, multi=0)]) is not True
+
+
+def phases(**units):
+    return {"phases": {p: {"gpu_us": v, "cpu_us": v} for p, v in units.items()}}
+
+
+def test_phases_present_names_the_missing_and_the_idle(monkeypatch):
+    """A phase needs more than 0 µs of its device's time; 0.5 µs is time. Missing and idle phases are each named."""
+    ex = training.phases_present()
+    assert verdict(monkeypatch, ex, [phases(forward=0.5, backward=1, optimizer=1)]) is True
+    assert verdict(monkeypatch, ex, [phases(forward=0, backward=0)], "cpu") == \
+        "ProfilerStep#2: no optimizer phase no CPU time in forward, backward"
+    assert verdict(monkeypatch, ex, [phases(forward=1, backward=0, optimizer=0)]) == \
+        "ProfilerStep#2: no GPU time in backward, optimizer"
+
+
+def test_backward_flops_not_applicable_for_each_reason(monkeypatch):
+    def flops(f, b):
+        return {"phases": {"forward": {"gemm_flops": f}, "backward": {"gemm_flops": b}}}
+
+    ex = training.backward_flops(1.5, 2.5, "")
+    for f, b in ((None, 4.0), (2.0, None), (None, None)):
+        said = verdict(monkeypatch, ex, [flops(f, b)])
+        assert isinstance(said, NotApplicable) and str(said) == "GEMM shapes not recorded (record_shapes=True)"
+    said = verdict(monkeypatch, ex, [{"phases": {"backward": {"gemm_flops": 4.0}}}])
+    assert str(said) == "GEMM shapes not recorded (record_shapes=True)"
+    said = verdict(monkeypatch, ex, [flops(0.0, 4.0)])
+    assert isinstance(said, NotApplicable) and str(said) == "forward runs no aten GEMM whose FLOPs the trace records"
+    assert verdict(monkeypatch, ex, [flops(2.0, 4.0)]) is True
+
+
+def test_a_step_without_backward_says_so():
+    """No autograd::engine span in the step: the training guesses say why they cannot look."""
+    from test_inspect_trace import gpu_trace, parse
+
+    assert training._analysis(parse(gpu_trace())) == "no backward in the active steps (no autograd::engine spans)"
+
+
+def test_walks_up_the_call_tree():
+    """_top_level: no op of the named ones anywhere above (an annotation of that name is no op); _outermost_op: no
+    op at all above; _annotation: the first span above the ops, unless it is a phase or a step."""
+    addmm = ev("aten::addmm")
+    assert training._top_level(ev("aten::mm", parent=addmm), {"aten::addmm"}) is False
+    assert training._top_level(ev("aten::mm", parent=ev("x", parent=addmm)), {"aten::addmm"}) is False
+    assert training._top_level(ev("aten::mm", parent=ev("aten::addmm", "user_annotation")), {"aten::addmm"}) is True
+    assert training._top_level(ev("aten::mm"), {"aten::addmm"}) is True
+    assert training._outermost_op(ev("aten::mul", parent=ev("step", "user_annotation", ev("aten::x")))) is False
+    assert training._outermost_op(ev("aten::mul", parent=ev("step", "user_annotation"))) is True
+    mlp = ev("model.mlp", "user_annotation", ev("forward", "user_annotation"))
+    assert training._annotation(ev("aten::mm", parent=ev("aten::linear", parent=mlp))) == "model.mlp"
+    assert training._annotation(ev("aten::mm", parent=ev("forward", "user_annotation"))) is None
+    assert training._annotation(ev("aten::mm")) is None
+
+
+def test_windows_hold_both_ends():
+    assert [training._inside(t, (10.0, 20.0)) for t in (9.9, 10.0, 20.0, 20.1)] == [False, True, True, False]
+
+
+def test_formats():
+    assert [training._gflop(x) for x in (None, 1.234e9, 9.99e10, 1e11, 2.5e12)] == ["-", "1.23", "99.9", "100", "2,500"]
+    assert [training._fmt(None), training._fmt(1234.56), training._fmt(2, digits=0), training._fmt(3e6, 1e6)] == [
+        "-", "1,234.6", "2", "3.0"]
+
+
+def test_median_needs_every_value():
+    assert training._median([1.0, 3.0]) == 2.0
+    assert training._median([1.0, None]) is None and training._median([]) is None
