@@ -298,3 +298,22 @@ def test_compile_workers_are_kept_alive_for_the_timings():
         assert inductor_config.quiesce_async_compile_pool is False
     finally:
         inductor_config.quiesce_async_compile_pool = before
+
+
+def test_record_goes_to_bench_results_by_default_and_its_folders_are_made(tmp_path):
+    """bench.py with no --out writes bench_results/bench.json; write_record makes the folders it needs."""
+    import bench
+    assert bench.parse_args([]).out == Path("bench_results/bench.json")
+    out = tmp_path / "a" / "b" / "bench.json"
+    assert bench.write_record(out, {"x": 1}, ["line"]) == f"\nwrote {out}\n      {out.with_suffix('.txt')}"
+    assert json.loads(out.read_text()) == {"x": 1} and out.with_suffix(".txt").read_text() == "line\n"
+    assert sorted(p.name for p in out.parent.iterdir()) == ["bench.json", "bench.txt"]
+
+
+def test_the_page_table_has_a_max_autotune_column():
+    """The committed record's first shape: its max-autotune median is the table's fifth cell."""
+    import bench
+    record = json.loads((ROOT / "results" / "bench_h200.json").read_text())
+    row = bench.markdown_table(record).splitlines()[4]
+    v = record["shapes"][0]["variants"]
+    assert row.split(" | ")[2:6] == [f"{v[n]['median_us']:.1f}" for n in ("eager", "compile", "max-autotune", "liger")]
