@@ -469,3 +469,20 @@ def test_a_cpu_span_of_a_thousand_microseconds_reads_with_a_thousands_separator(
           x("aten::mm", "cpu_op", 5, 5), x("aten::mm", "cpu_op", 1005, 5)]
     assert [line.split() for line in _step_table(it.report(parse({"traceEvents": ev})))[2:]] == [
         ["#2", "999.9"], ["#3", "1,000"]]
+
+
+def test_memory_events_outside_any_step_give_no_peaks(tmp_path):
+    """One CPU allocation and no ProfilerStep span (no step at all): no per-step peaks, None as when nothing was
+    allocated, not an empty table."""
+    import json
+
+    from trace_reader import memory
+
+    alloc = {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 5, "s": "t",
+             "args": {"Device Type": 0, "Device Id": -1, "Addr": 1, "Bytes": 1024, "Total Allocated": 1024,
+                      "Total Reserved": 2048}}
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"traceEvents": [alloc]}))
+    t = it.parse_trace({"traceEvents": [alloc]}, str(path))  # (load_trace refuses a trace of nothing else)
+    assert t.steps == [] and memory.step_peaks(t) == {}
+    assert it.report_data(t)["memory_peak_bytes"] is None
