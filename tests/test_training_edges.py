@@ -4,7 +4,6 @@ walks up the call tree, the numbers' formats. The guesses read a stand-in for th
 hand), so each threshold is met exactly, on both sides."""
 import types
 
-
 from trace_reader import training
 from trace_reader.expect import NotApplicable
 
