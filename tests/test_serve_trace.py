@@ -512,3 +512,77 @@ def test_header_names_are_written_as_the_http_spec_spells_them(trace):
         "Access-Control-Allow-Private-Network", "Access-Control-Max-Age", "Content-Length"]
     assert names("GET") == [*cors, "Content-Type", "Content-Length", "Cache-Control"]
     assert s.finish() == "fetched"
+
+
+# ------------------------------------------------------------------ the command's own rules, in this process
+
+def test_the_command_passes_its_flags_and_turns_outcomes_into_exit_codes(monkeypatch, capsys):
+    """Defaults: port 9001, 300 s, a browser; each flag reaches serve(); "interrupted" exits 130 (128 + SIGINT),
+    any other outcome 0, a refusal 1 with one line."""
+    asked, outcome = [], ["fetched"]
+
+    def fake_serve(path, **kw):
+        asked.append((path, kw))
+        if outcome[0] == "refuse":
+            raise ServeError("trace not found: t.json")
+        return outcome[0]
+
+    monkeypatch.setattr(serve_trace, "serve", fake_serve)
+    assert serve_trace.main(["t.json"]) == 0
+    assert serve_trace.main(["t.json", "--port", "0", "--timeout", "1.5", "--no-browser"]) == 0
+    assert asked == [("t.json", {"port": 9001, "timeout": 300.0, "open_browser": True}),
+                     ("t.json", {"port": 0, "timeout": 1.5, "open_browser": False})]
+    outcome[0] = "interrupted"
+    assert serve_trace.main(["t.json"]) == 130
+    outcome[0] = "timed out"
+    assert serve_trace.main(["t.json"]) == 0
+    outcome[0] = "refuse"
+    assert serve_trace.main(["t.json"]) == 1
+    assert capsys.readouterr().err == "error: trace not found: t.json\n"
+
+
+def test_the_commands_help_word_for_word(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "1000")
+    monkeypatch.setattr(sys, "argv", ["serve_trace.py"])
+    with pytest.raises(SystemExit) as e:
+        serve_trace.main(["--help"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out == (
+        "usage: serve_trace.py [-h] [--port PORT] [--timeout TIMEOUT] [--no-browser] trace\n\n"
+        "Open one trace in the Perfetto UI, served from 127.0.0.1 only.\n\n"
+        "positional arguments:\n"
+        "  trace              a .json or .json.gz trace file\n\n"
+        "options:\n"
+        "  -h, --help         show this help message and exit\n"
+        "  --port PORT        loopback port (default 9001, the one Perfetto allows)\n"
+        "  --timeout TIMEOUT  give up after this many seconds (default 300)\n"
+        "  --no-browser       only print the link\n")
+    with pytest.raises(SystemExit) as e:
+        serve_trace.main([])
+    assert e.value.code == 2
+
+
+@pytest.mark.parametrize("opens, said", [(True, []), (False, ["No browser found: open the link above by hand."]),
+                                         (RuntimeError("a broken $BROWSER"),
+                                          ["No browser found: open the link above by hand."])])
+def test_the_browser_is_asked_for_a_new_tab_and_a_failure_is_one_line(monkeypatch, opens, said):
+    import webbrowser
+
+    asked, lines = [], []
+
+    def fake_open(link, new=0):
+        asked.append((link, new))
+        if isinstance(opens, Exception):
+            raise opens
+        return opens
+
+    def out(line):
+        lines.append(line)
+
+    monkeypatch.setattr(webbrowser, "open", fake_open)
+    before = set(threading.enumerate())
+    serve_trace._open_browser("http://x", out)
+    for t in set(threading.enumerate()) - before:
+        assert t.daemon  # a console browser must not keep the command alive
+        t.join(5)
+    assert asked == [("http://x", 2)] and lines == said
