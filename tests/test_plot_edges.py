@@ -120,6 +120,8 @@ def test_the_gemms_dtype_picks_the_compute_peak():
     rf = roofline([[("mul_kernel", "aten::mul", shapes, 2.0), ("gemm_kernel", "aten::mm", BF16_MM, 4.0)]])
     assert (rf.dtype, rf.peak_tflops) == ("bfloat16", 989.5)
     assert rf.points[1].of_peak == pytest.approx(1.048576 / 989.5)
+    only = roofline([[("mul_kernel", "aten::mul", shapes, 2.0)]])  # no GEMM: the chart still names the dtype
+    assert (only.dtype, only.peak_tflops) == ("float32", 67.0)
 
 
 def test_flops_per_element_count_the_ops_a_fused_kernel_names():
@@ -194,6 +196,7 @@ def test_the_floor_is_the_largest_positive_floor_field():
     assert plot._floor_us({"floor": {"compute": 0, "memory": -1, "x": "7"}}) is None
     assert plot._floor_us({"floor_us": 0.0, "floor_x_us": 0.5}) == 0.5
     assert plot._floor_us({"floor_us": 0}) is None
+    assert plot._floor_us({"floor": {"memory": 0.5}}) == 0.5
 
 
 def test_bars_take_positive_medians_and_any_shape_list():
