@@ -34,6 +34,12 @@ def _keep_bytecode() -> None:
 
 _keep_bytecode()
 
+if "mutmut" in sys.modules:
+    # mutmut forks one child per mutant from this process: a child whose first torch op starts OpenMP's thread pool
+    # after the fork can hang for good (the pool's state is copied, its threads are not). One thread needs no pool.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
+
 # Inductor's C++ kernel for the MLP's GeLU * up on a CPU: graph_0_cpp_fused__unsafe_view_gelu_mul_0 in a fresh
 # process, graph_<N>_... after N earlier compiles in the same process (a test worker), no prefix on older torch.
 FUSED_CPP_RE = re.compile(r"^(?:graph_\d+_)?cpp_fused__unsafe_view_gelu_mul_\d+$")
