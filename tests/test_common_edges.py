@@ -201,3 +201,22 @@ def test_the_cuda_runtime_warning_alone_is_dropped_from_the_log():
                if isinstance(f, common._DropMessage)]
     assert drop.filter(record("No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'")) is False
     assert drop.filter(record("Something else: No CUDA runtime is found")) is True
+
+
+def test_relative_error_of_small_and_zero_tensors():
+    """|a - b| / |b|, with |b| floored at 1e-12 only: 0.25 / 0.25 = 1 for a small b; two zero tensors: 0."""
+    assert common.rel_error(torch.tensor([0.5]), torch.tensor([0.25])) == 1.0
+    assert common.rel_error(torch.zeros(3), torch.zeros(3)) == 0.0
+
+
+def test_an_error_exactly_at_the_tolerance_passes(monkeypatch, capsys):
+    """err <= tol passes, the tolerance included; just above it, or NaN, fails in one line."""
+    r = run()
+    tol = common.TOLERANCE[r.dtype]
+    for err, ok in ((tol, True), (tol * 1.001, False), (float("nan"), False)):
+        monkeypatch.setattr(common, "rel_error", lambda a, b, err=err: err)
+        if ok:
+            assert common.check_close(r, "fused", torch.zeros(1), torch.zeros(1)) == tol
+        else:
+            with pytest.raises(common.Fail):
+                common.check_close(r, "fused", torch.zeros(1), torch.zeros(1))
