@@ -150,3 +150,34 @@ def test_a_replaced_group_with_a_side_unseen():
         "  (nothing)", "    -> m", "    0.0 -> 4.0 µs per step (new), calls × µs: A none; B 1 × 4.0"]
     assert cmp._replaced(gone, {"a": "hidden A", "b": "y"}, str)[2] == \
         "    ? -> 4.0 µs per step, calls × µs: A none; B 1 × 4.0"
+
+
+def test_a_call_only_in_a_marks_its_name_and_one_steps_ops_are_per_step():
+    """One step each. A: mm 5, mm 3, sub 2; B: mm 6. The first mm stayed; A's second mm and its sub are only in A,
+    so the kept name is marked (its other call is counted below); sub's op is gone, 1 per step (one step)."""
+    a, b = traces([[("k_same", 5.0, "aten::mm"), ("k_same", 3.0, "aten::mm"), ("k_x", 2.0, "aten::sub")]],
+                  [[("k_same", 6.0, "aten::mm")]])
+    d = it.comparison_data(a, b)
+    assert d["same"][0]["elsewhere"] == {"a": 1, "b": 0}
+    assert [(r["name"], r["calls"], r["us"]) for r in d["only_a"]] == [("k_same", 1, 3.0), ("k_x", 1, 2.0)]
+    assert d["ops_gone"] == {"aten::sub": 1.0} and d["ops_new"] == {}
+    assert "k_same *        1        1        5.0        6.0      +20%        5.0        6.0" in cmp.render(d)
+
+
+def test_a_trace_without_steps_is_noted_then_a_blank_line():
+    raw = kineto([[("k_same", 5.0, "aten::mm")]])
+    raw["traceEvents"] = [e for e in raw["traceEvents"] if not e["name"].startswith("ProfilerStep")]
+    whole = it.parse_trace(raw, "w.json")
+    _, b = traces([], [[("k_same", 6.0, "aten::mm")]])
+    lines = cmp.render(it.comparison_data(whole, b)).splitlines()
+    assert lines[:5] == ["A  w.json  (GPU, no ProfilerStep spans: one step, the whole trace)",
+                         "B  b.json  (GPU, 1 steps)", "",
+                         'note: A has no ProfilerStep spans, so its "per step" below is per trace; the other\'s is '
+                         "per step", ""]
+
+
+def test_long_kernel_names_are_cut_unless_asked_whole():
+    long = "void cutlass::Kernel<" + "x" * 100 + ">"
+    a, b = traces([[(long, 5.0, "aten::mm")]], [[(long, 6.0, "aten::mm")]])
+    d = it.comparison_data(a, b)
+    assert long not in cmp.render(d) and long in cmp.render(d, full_names=True)
