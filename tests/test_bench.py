@@ -113,7 +113,7 @@ def test_main_writes_the_record_and_its_table_together(tmp_path, monkeypatch):
     monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(bench, "gemm_ceiling_tflops", lambda dtype: 680.0)
     monkeypatch.setattr(bench, "copy_bandwidth_tbps", lambda: 4.0)
-    monkeypatch.setattr(bench, "versions", lambda device="cuda": {"device": "a GPU", "date": "2026-11-30T00:00:00"})
+    monkeypatch.setattr(bench, "versions", lambda device: {"device": f"a GPU ({device})", "date": "2026-11-30T00:00:00"})
     asked = []
 
     def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune):
@@ -130,6 +130,7 @@ def test_main_writes_the_record_and_its_table_together(tmp_path, monkeypatch):
                                                                             False)]
     assert out.with_suffix(".txt").read_text() == bench.table_text(record)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "bench.txt"]
+    assert torch.initial_seed() == 0  # the inputs are seeded
     # the tuned table's rows where they were measured, without its timings
     table = json.loads((ROOT / "fused_geglu_tuned.json").read_text())
     assert record["fused_config"]["tuned"] == {k: table[k] for k in ("device", "capability", "date", "geglu", "down")}
@@ -317,3 +318,42 @@ def test_the_page_table_has_a_max_autotune_column():
     row = bench.markdown_table(record).splitlines()[4]
     v = record["shapes"][0]["variants"]
     assert row.split(" | ")[2:6] == [f"{v[n]['median_us']:.1f}" for n in ("eager", "compile", "max-autotune", "liger")]
+
+
+def test_main_says_what_it_measured_in_order(tmp_path, monkeypatch, capsys):
+    """stdout: the ceilings line, each shape's lines, the summary, where the record went, the chart's line; the
+    record names the CUDA device's versions, the ceiling measured in the run's dtype and liger-kernel's version."""
+    import importlib.metadata
+
+    import bench
+
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
+    ceiling_dtypes = []
+    monkeypatch.setattr(bench, "gemm_ceiling_tflops", lambda dtype: ceiling_dtypes.append(dtype) or 680.0)
+    monkeypatch.setattr(bench, "copy_bandwidth_tbps", lambda: 4.0)
+    monkeypatch.setattr(bench, "versions", lambda device: {"device": f"a GPU ({device})", "date": "2026-11-30"})
+    monkeypatch.setattr(bench, "bench_shape", lambda M, dim, hidden, *rest: _record(M, dim, hidden))
+    charts = []
+    monkeypatch.setattr(bench, "bench_chart_next_to", lambda record, out, what: charts.append((out, what)) or "chart")
+    out = tmp_path / "bench.json"
+    assert bench.main(["--shapes", "8192x768x3072", "--dtype", "fp16", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    try:
+        liger = importlib.metadata.version("liger-kernel")
+    except importlib.metadata.PackageNotFoundError:
+        liger = None
+    assert (record["device"], record["liger_kernel"], ceiling_dtypes) == ("a GPU (cuda)", liger, [torch.float16])
+    shape = record["shapes"][0]
+    assert capsys.readouterr().out == "\n".join([
+        bench.ceilings_line(record), *bench.shape_lines(shape, 680.0, 4.0), *bench.summary_lines([shape]),
+        bench.write_record(out, record, bench.table_text(record).splitlines()), "chart"]) + "\n"
+    assert charts == [(out, "GeGLU MLP forward")]
+
+
+def test_no_gpu_is_one_line_and_exit_2_in_process(monkeypatch, capsys, tmp_path):
+    import bench
+
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: False)
+    assert bench.main(["--out", str(tmp_path / "b.json")]) == 2
+    said = capsys.readouterr()
+    assert (said.out, said.err) == ("", bench.NO_GPU + "\n") and list(tmp_path.iterdir()) == []
