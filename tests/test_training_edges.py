@@ -117,3 +117,46 @@ def test_formats():
 def test_median_needs_every_value():
     assert training._median([1.0, 3.0]) == 2.0
     assert training._median([1.0, None]) is None and training._median([]) is None
+
+
+def _hand(tmp_path, cpu=False):
+    import json
+
+    import inspect_trace as it
+    from test_train_step import _cpu_only, hand_trace
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_cpu_only(hand_trace()) if cpu else hand_trace()))
+    return training.analyze(it.load_trace(path))
+
+
+def test_a_cpu_step_has_no_gpu_numbers_and_counts_its_gemm_ops(tmp_path):
+    """test_train_step's hand-made step without its GPU events: no GPU time or kernels (None, not 0); GEMMs are the
+    aten GEMM ops, 1 in forward and 2 in backward."""
+    a = _hand(tmp_path, cpu=True)
+    assert {p: (f["gpu_us"], f["kernels"], f["gemms"]) for p, f in a["phases"].items()} == {
+        "forward": (None, None, 1), "backward": (None, None, 2), "optimizer": (None, None, 0)}
+    assert (a["optimizer"]["kernels"], a["optimizer"]["multi_tensor_kernels"]) == (None, None)
+
+
+def test_the_optimizer_line_per_gradient_and_without_a_class(tmp_path):
+    """2 kernels over 2 gradients: 1.0 per gradient; an unnamed optimizer class reads "?"."""
+    a = _hand(tmp_path)
+    a["optimizer"].update(gradients=2, **{"class": None})
+    line = next(x for x in training.text(a) if x.startswith("optimizer:"))
+    assert line.startswith("optimizer: ?, looks foreach: 2 ops (2 foreach, 0 fused, 0 others), 2 kernels "
+                           "(2 multi-tensor, 1.0 per gradient) per step")
+
+
+def test_a_phase_without_time_has_no_share_and_the_others_share_their_own_total(tmp_path):
+    """forward's GPU time unknown: "-" for it, and backward 85 / (85 + 20) = 81%, optimizer 19%."""
+    a = _hand(tmp_path)
+    a["phases"]["forward"]["gpu_us"] = None
+    table = training.text(a)[2].splitlines()
+    assert [row.split()[:3] for row in table[2:]] == [["forward", "-", "-"], ["backward", "85.0", "81%"],
+                                                       ["optimizer", "20.0", "19%"]]
+
+
+def test_two_missing_phases_are_both_named(monkeypatch):
+    assert verdict(monkeypatch, training.phases_present(), [phases(forward=1)]) == \
+        "ProfilerStep#2: no backward, optimizer phase "
