@@ -407,28 +407,36 @@ def broken(stdout: str) -> list[str]:
     return [ln.split("BROKEN", 1)[1].strip() for ln in stdout.splitlines() if ln.startswith("  BROKEN  ")]
 
 
+def run_on_gpu(out, key):
+    """(key, the finished process) of one run of RUNS, writing under out."""
+    script, args = RUNS[key]
+    env = {**os.environ, "HUB_TIMEOUT": "5", "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+    cmd = [sys.executable, str(ROOT / script), *args, "--device", "cuda", "--out", str(out / key.replace(" ", "_"))]
+    try:
+        return key, subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=240)
+    except subprocess.TimeoutExpired as e:  # one slow run fails its own test, not the module
+        said = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
+        return key, subprocess.CompletedProcess(cmd, -9, said, f"timed out after {e.timeout} s")
+
+
 @pytest.fixture(scope="module")
 def gpu_runs(tmp_path_factory):
     """Every run of RUNS, four at a time (the GPU has room; each is mostly Python start-up), once per module."""
     out = tmp_path_factory.mktemp("shapes")
-    env = {**os.environ, "HUB_TIMEOUT": "5", "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
-
-    def one(item):
-        key, (script, args) = item
-        cmd = [sys.executable, str(ROOT / script), *args, "--device", "cuda", "--out", str(out / key.replace(" ", "_"))]
-        try:
-            return key, subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=240)
-        except subprocess.TimeoutExpired as e:  # one slow run fails its own test, not the module
-            said = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
-            return key, subprocess.CompletedProcess(cmd, -9, said, f"timed out after {e.timeout} s")
-
     with ThreadPoolExecutor(4) as pool:
-        return dict(pool.map(one, RUNS.items()))
+        return dict(pool.map(lambda key: run_on_gpu(out, key), RUNS))
+
+
+# Claims about a few µs of host time (the cold step's wait before its first op: 228 vs ~5 µs in the post). Beside
+# the suite's other workers and three other runs, a later step's wait grew to 22 µs on the H200 once, and a cold
+# step's 62 µs was under 3x it (2026-12-03): such a claim, broken, is judged again on one more run of the script,
+# not beside three others; a claim false at that shape breaks twice.
+HOST_TIMING = r"^(cold|warm): the first active step "
 
 
 @GPU
 @pytest.mark.parametrize("key", list(RUNS))
-def test_no_claim_that_holds_breaks_at_shapes_nobody_tuned(gpu_runs, key):
+def test_no_claim_that_holds_breaks_at_shapes_nobody_tuned(gpu_runs, key, tmp_path):
     if NO_TRITON and RUNS[key][0] in ("03_kernels_mlp.py", "04_fused_mlp.py"):
         pytest.skip("needs Triton")
     if RUNS[key][0] == "03_kernels_mlp.py" and importlib.util.find_spec("liger_kernel") is None:
@@ -438,6 +446,10 @@ def test_no_claim_that_holds_breaks_at_shapes_nobody_tuned(gpu_runs, key):
     assert "Expectations (guess first, then look):" in proc.stdout
     known = [p for prefix, p in FALSE_ON_HOPPER.items() if key.startswith(prefix)]
     false = [b for b in broken(proc.stdout) if not any(re.match(p, b) for p in known)]
+    if false and all(re.match(HOST_TIMING, b) for b in false):
+        _, proc = run_on_gpu(tmp_path, key)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        false = [b for b in broken(proc.stdout) if not any(re.match(p, b) for p in known)]
     tail = proc.stdout[proc.stdout.index("Expectations (guess first"):]
     assert false == [], tail[:4000]
 
