@@ -334,7 +334,7 @@ def test_main_says_what_it_measured_in_order(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(bench, "versions", lambda device: {"device": f"a GPU ({device})", "date": "2026-11-30"})
     monkeypatch.setattr(bench, "bench_shape", lambda M, dim, hidden, *rest: _record(M, dim, hidden))
     charts = []
-    monkeypatch.setattr(bench, "bench_chart_next_to", lambda record, out, what: charts.append((out, what)) or "chart")
+    monkeypatch.setattr(bench, "bench_chart_next_to", lambda rec, out, what: charts.append((rec, out, what)) or "chart")
     out = tmp_path / "bench.json"
     assert bench.main(["--shapes", "8192x768x3072", "--dtype", "fp16", "--out", str(out)]) == 0
     record = json.loads(out.read_text())
@@ -347,7 +347,7 @@ def test_main_says_what_it_measured_in_order(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().out == "\n".join([
         bench.ceilings_line(record), *bench.shape_lines(shape, 680.0, 4.0), *bench.summary_lines([shape]),
         bench.write_record(out, record, bench.table_text(record).splitlines()), "chart"]) + "\n"
-    assert charts == [(out, "GeGLU MLP forward")]
+    assert [(json.loads(json.dumps(rec)), out, what) for rec, out, what in charts] == [(record, out, "GeGLU MLP forward")]
 
 
 def test_no_gpu_is_one_line_and_exit_2_in_process(monkeypatch, capsys, tmp_path):

@@ -160,3 +160,11 @@ def test_a_phase_without_time_has_no_share_and_the_others_share_their_own_total(
 def test_two_missing_phases_are_both_named(monkeypatch):
     assert verdict(monkeypatch, training.phases_present(), [phases(forward=1)]) == \
         "ProfilerStep#2: no backward, optimizer phase "
+
+
+def test_no_gradient_no_per_gradient_figure(tmp_path):
+    """No AccumulateGrad in backward (0 gradients): the kernels are not divided by anything."""
+    a = _hand(tmp_path)
+    a["optimizer"]["gradients"] = 0
+    line = next(x for x in training.text(a) if x.startswith("optimizer:"))
+    assert "2 kernels (2 multi-tensor) per step" in line
