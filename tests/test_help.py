@@ -1,4 +1,5 @@
-"""--help, word for word: what a reader sees for the flags every script shares (common.parser) and for bench.py.
+"""--help, word for word: what a reader sees for the flags every script shares (common.parser), for bench.py, the
+chart command (python -m trace_reader.plot) and serve_trace.py.
 
 Compared with the files in tests/data/help/, written once and read by eye. After a deliberate change to a flag's
 help, write them again with `uv run python tests/test_help.py` and read the diff before committing it.
@@ -28,13 +29,29 @@ def common_help():
         return _normal(common.parser(DOC, on_cpu="a CPU run says so", batch=8, seq=1024).format_help())
 
 
-def bench_help():
-    """bench.py --help as printed (argparse prints it, then exits 0)."""
+def help_of(main, argv0: str) -> str:
+    """What `main(["--help"])` prints (argparse prints it, then exits 0), run as `argv0`."""
     out = io.StringIO()
-    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as e:
-        bench.parse_args(["--help"])
+    with mock.patch.object(sys, "argv", [argv0]), contextlib.redirect_stdout(out), pytest.raises(SystemExit) as e:
+        main(["--help"])
     assert e.value.code == 0
     return _normal(out.getvalue())
+
+
+def bench_help():
+    return help_of(bench.parse_args, "bench.py")
+
+
+def plot_help():
+    from trace_reader import plot
+
+    return help_of(plot.main, "plot.py")  # its prog is set: python -m trace_reader.plot
+
+
+def serve_help():
+    import serve_trace
+
+    return help_of(serve_trace.main, "serve_trace.py")
 
 
 def _normal(text):
@@ -54,9 +71,19 @@ def test_bench_help_word_for_word():
     assert bench_help() == (GOLDEN / "bench.txt").read_text(), "bench.py --help changed: see the docstring"
 
 
+def test_the_chart_commands_help_word_for_word():
+    assert plot_help() == (GOLDEN / "plot.txt").read_text(), "trace_reader.plot --help changed: see the docstring"
+
+
+def test_the_trace_servers_help_word_for_word():
+    assert serve_help() == (GOLDEN / "serve_trace.txt").read_text(), "serve_trace.py --help changed: see the docstring"
+
+
 if __name__ == "__main__":  # write the files again, after a deliberate change
     os.environ["COLUMNS"] = "1000"
     GOLDEN.mkdir(parents=True, exist_ok=True)
     (GOLDEN / "common.txt").write_text(common_help())
     (GOLDEN / "bench.txt").write_text(bench_help())
-    print(f"wrote {GOLDEN}/common.txt and bench.txt")
+    (GOLDEN / "plot.txt").write_text(plot_help())
+    (GOLDEN / "serve_trace.txt").write_text(serve_help())
+    print(f"wrote {GOLDEN}/common.txt, bench.txt, plot.txt and serve_trace.txt")

@@ -285,21 +285,6 @@ def test_a_failed_write_names_the_reason_and_a_missing_folder_is_named(tmp_path)
     assert str(e.value) == f"{tmp_path / 'no'}: no such folder for the picture"
 
 
-def test_help_word_for_word(monkeypatch, capsys):
-    monkeypatch.setenv("COLUMNS", "1000")
-    with pytest.raises(SystemExit) as e:
-        plot.main(["--help"])
-    assert e.value.code == 0
-    assert capsys.readouterr().out == (
-        "usage: python -m trace_reader.plot [-h] --bench RECORD [--out OUT] [--what WHAT]\n\n"
-        "Draw a benchmark record's chart.\n\n"
-        "options:\n"
-        "  -h, --help      show this help message and exit\n"
-        "  --bench RECORD  a bench.py JSON record\n"
-        "  --out OUT       PNG to write (default: next to the record)\n"
-        "  --what WHAT     what was timed, for the title\n")
-
-
 def test_bench_needs_its_record(capsys):
     with pytest.raises(SystemExit) as e:
         plot.main([])

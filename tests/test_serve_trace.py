@@ -541,25 +541,10 @@ def test_the_command_passes_its_flags_and_turns_outcomes_into_exit_codes(monkeyp
     assert capsys.readouterr().err == "error: trace not found: t.json\n"
 
 
-def test_the_commands_help_word_for_word(monkeypatch, capsys):
-    monkeypatch.setenv("COLUMNS", "1000")
-    monkeypatch.setattr(sys, "argv", ["serve_trace.py"])
-    with pytest.raises(SystemExit) as e:
-        serve_trace.main(["--help"])
-    assert e.value.code == 0
-    assert capsys.readouterr().out == (
-        "usage: serve_trace.py [-h] [--port PORT] [--timeout TIMEOUT] [--no-browser] trace\n\n"
-        "Open one trace in the Perfetto UI, served from 127.0.0.1 only.\n\n"
-        "positional arguments:\n"
-        "  trace              a .json or .json.gz trace file\n\n"
-        "options:\n"
-        "  -h, --help         show this help message and exit\n"
-        "  --port PORT        loopback port (default 9001, the one Perfetto allows)\n"
-        "  --timeout TIMEOUT  give up after this many seconds (default 300)\n"
-        "  --no-browser       only print the link\n")
+def test_the_command_needs_a_trace(capsys):
     with pytest.raises(SystemExit) as e:
         serve_trace.main([])
-    assert e.value.code == 2
+    assert e.value.code == 2 and "the following arguments are required: trace" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("opens, said", [(True, []), (False, ["No browser found: open the link above by hand."]),
