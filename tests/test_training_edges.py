@@ -168,3 +168,109 @@ def test_no_gradient_no_per_gradient_figure(tmp_path):
     a["optimizer"]["gradients"] = 0
     line = next(x for x in training.text(a) if x.startswith("optimizer:"))
     assert "2 kernels (2 multi-tensor) per step" in line
+
+
+# ---- the memory peak, on test_train_step's hand-made CPU step (forward 10..200, backward 210..700, optimizer
+# 710..990; the allocator's total starts at 1000 B) ------------------------------------------------------------------
+
+def _memory(tmp_path, allocations):
+    import json
+
+    import inspect_trace as it
+    from test_train_step import cpu_trace_with_allocations
+
+    path = tmp_path / "mem.json"
+    path.write_text(json.dumps(cpu_trace_with_allocations(allocations)))
+    return it.load_trace(path)
+
+
+def _verdict(t, ex):
+    import inspect_trace as it
+
+    return it.check(t, [ex])[0][1:]
+
+
+def test_an_allocation_at_forwards_last_instant_is_held_when_forward_ends(tmp_path):
+    """+100 B at 15, +300 B at 200 (forward's end), +50 B at 250: 400 B held at forward's end, the peak 450 in
+    backward."""
+    t = _memory(tmp_path, [(15, 100), (200, 300), (250, 50)])
+    assert training.memory_peak(t) == [{"number": 2, "phase": "backward", "peak_bytes": 450,
+                                        "at_forward_end_bytes": 400}]
+
+
+def test_nothing_allocated_before_forward_ends_holds_nothing_known(tmp_path):
+    """One allocation, in backward: nothing held at forward's end (None, not 0), so the plain guess is broken."""
+    t = _memory(tmp_path, [(250, 50)])
+    assert training.memory_peak(t) == [{"number": 2, "phase": "backward", "peak_bytes": 50,
+                                        "at_forward_end_bytes": None}]
+    assert _verdict(t, training.peak_after_forward(False, 0)) == (
+        "broken", "#2: peak 0.00 MiB in backward, - MiB held when forward ends")
+
+
+def test_a_peak_in_forward_per_guess(tmp_path):
+    """+100 B at 15 and +300 B at 150: the peak, 400 B, is in forward, all of it held at forward's end. Without
+    checkpointing that holds; with it the peak belongs in backward; a module that rebuilds allows forward."""
+    t = _memory(tmp_path, [(15, 100), (150, 300)])
+    assert training.memory_peak(t)[0]["phase"] == "forward"
+    assert _verdict(t, training.peak_after_forward(False, 0))[0] == "confirmed"
+    assert _verdict(t, training.peak_after_forward(True, 0))[0] == "broken"
+    assert _verdict(t, training.peak_after_forward(False, 0, "the fused MLP"))[0] == "confirmed"
+
+
+def test_exactly_half_held_is_enough(tmp_path):
+    """+100 B at 15, +100 B at 250: the peak 200 B in backward, 100 B of it held at forward's end: exactly half."""
+    t = _memory(tmp_path, [(15, 100), (250, 100)])
+    assert training.memory_peak(t)[0]["at_forward_end_bytes"] * 2 == training.memory_peak(t)[0]["peak_bytes"] == 200
+    assert _verdict(t, training.peak_after_forward(False, 0))[0] == "confirmed"
+
+
+def test_without_memory_events_the_guess_says_how_to_record_them(tmp_path):
+    assert _verdict(_hand_trace(tmp_path), training.peak_after_forward(False, 0)) == (
+        "not applicable", "no [memory] events: recorded without profile_memory=True")
+
+
+def _hand_trace(tmp_path, edit=None):
+    import json
+
+    import inspect_trace as it
+    from test_train_step import hand_trace
+
+    data = hand_trace()
+    if edit:
+        edit(data["traceEvents"])
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    return it.load_trace(path)
+
+
+def test_backward_rows_count_calls_per_step():
+    """Backward ops grouped by (backward op, forward op, ...): two steps, the pair called twice in each, 10 µs a
+    call on the CPU: 2 calls and 20 µs per step, 10 µs per call."""
+    fwd = types.SimpleNamespace(name="aten::mm", cat="cpu_op", parent=None, args={"Input Dims": [[8, 16], [16, 32]]})
+    bwd = types.SimpleNamespace(name="MmBackward0", dur=10.0)
+    rows = training.slowest_backward(types.SimpleNamespace(steps=[1, 2]), [(fwd, bwd)] * 4, gpu=False)
+    assert rows == [{"backward_op": "MmBackward0", "forward_op": "aten::mm", "forward_in": None,
+                     "forward_shapes": "[8, 16] x [16, 32]", "calls_per_step": 2.0, "us_per_step": 20.0,
+                     "us_per_call": 10.0}]
+
+
+def test_a_step_with_two_optimizers_names_no_class(tmp_path):
+    """An SGD step span beside AdamW's in the same step: the class is not one, so None."""
+    def add_sgd(ev):
+        ev.append({"ph": "X", "cat": "user_annotation", "name": "Optimizer.step#SGD.step", "pid": 1, "tid": 1,
+                   "ts": 985, "dur": 2, "args": {}})
+
+    assert training.analyze(_hand_trace(tmp_path))["optimizer"]["class"] == "AdamW"
+    assert training.analyze(_hand_trace(tmp_path, add_sgd))["optimizer"]["class"] is None
+
+
+def test_an_unknown_implementation_leaves_the_file_names_word(tmp_path):
+    """Without its foreach ops the optimizer's implementation is "?": the file name's adamw-foreach tells it."""
+    def no_foreach(ev):
+        ev[:] = [e for e in ev if not e["name"].startswith("aten::_foreach")]
+
+    t = _hand_trace(tmp_path, no_foreach)
+    assert training.analyze(t)["optimizer"]["implementation"] == "?"
+    a = types.SimpleNamespace()
+    training.train_flags(a, t, ["adamw-foreach", "mlp-eager"])
+    assert (a.optimizer, a.optim_impl, a.mlp) == ("adamw", "foreach", "eager")
