@@ -181,3 +181,39 @@ def test_long_kernel_names_are_cut_unless_asked_whole():
     a, b = traces([[(long, 5.0, "aten::mm")]], [[(long, 6.0, "aten::mm")]])
     d = it.comparison_data(a, b)
     assert long not in cmp.render(d) and long in cmp.render(d, full_names=True)
+
+
+def annotated(steps):
+    """kineto()'s trace, each kernel's launching op inside a record_function span of its own when given a fourth
+    item: (kernel, µs, op, annotation)."""
+    data = kineto([[k[:3] for k in step] for step in steps])
+    ops = iter([e for e in data["traceEvents"] if e["cat"] == "cpu_op"])
+    spans = []
+    for step in steps:
+        for k in step:
+            op = next(ops) if k[2] else None
+            if op is not None and len(k) > 3:
+                spans.append({"ph": "X", "cat": "user_annotation", "name": k[3], "ts": op["ts"] - 0.5,
+                              "dur": op["dur"] + 1, "pid": 1, "tid": 1, "args": {}})
+    data["traceEvents"] += spans
+    return data
+
+
+def test_the_spans_around_an_op_name_what_its_kernel_does():
+    """aten::mul in GeluBlock became aten::add in GeluBlock: the ops share no word, their spans share gelu and block.
+    aten::gelu in MlpBlock became aten::gelu in AttnBlock: the op's word, gelu, is what they share (block too)."""
+    same = ("k_same", 5.0, "aten::mm")
+    a = it.parse_trace(annotated([[same, ("k_a", 3.0, "aten::mul", "GeluBlock")]] * 2), "a.json")
+    b = it.parse_trace(annotated([[same, ("k_b", 2.0, "aten::add", "GeluBlock")]] * 2), "b.json")
+    assert [r["by"] for r in it.comparison_data(a, b)["replaced"]] == ["block, gelu"]
+    a = it.parse_trace(annotated([[same, ("k_a", 3.0, "aten::gelu", "MlpBlock")]] * 2), "a.json")
+    b = it.parse_trace(annotated([[same, ("k_b", 2.0, "aten::gelu", "AttnBlock")]] * 2), "b.json")
+    assert [r["by"] for r in it.comparison_data(a, b)["replaced"]] == ["block, gelu"]
+
+
+def test_kernels_without_a_launching_op_are_replaced_too():
+    """Another harness's bare launches: k_old and k_new have no op; nothing tells them apart but their place."""
+    a, b = traces([[("k_same", 5.0, "aten::mm"), ("k_old", 3.0, None)]] * 2,
+                  [[("k_same", 5.0, "aten::mm"), ("k_new", 2.0, None)]] * 2)
+    assert [(r["old"], r["new"], r["by"]) for r in it.comparison_data(a, b)["replaced"]] == [
+        (["k_old"], ["k_new"], cmp.REST)]
