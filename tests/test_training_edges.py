@@ -274,3 +274,60 @@ def test_an_unknown_implementation_leaves_the_file_names_word(tmp_path):
     a = types.SimpleNamespace()
     training.train_flags(a, t, ["adamw-foreach", "mlp-eager"])
     assert (a.optimizer, a.optim_impl, a.mlp) == ("adamw", "foreach", "eager")
+
+
+def two_steps(first_edit=None, allocations=()):
+    """test_train_step's hand-made CPU step twice: #2 at 0..1000 and #3 at 1000..2000 (its events 1000 µs later),
+    the first edited by first_edit(events); allocations (ts, bytes) on the CPU, the total starting at 1000 B."""
+    from test_train_step import _cpu_only, hand_trace
+
+    first = _cpu_only(hand_trace())["traceEvents"]
+    if first_edit:
+        first_edit(first)
+    second = []
+    for e in _cpu_only(hand_trace())["traceEvents"]:
+        e = {**e, "ts": e["ts"] + 1000, "args": dict(e.get("args", {}))}
+        if e["name"] == "ProfilerStep#2":
+            e["name"] = "ProfilerStep#3"
+        if "id" in e:
+            e["id"] += 100
+        second.append(e)
+    total, mem = 1000, []
+    for ts, nbytes in allocations:
+        total += nbytes
+        mem.append({"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts,
+                    "args": {"Bytes": nbytes, "Total Allocated": total, "Device Type": 0}})
+    return {"traceEvents": first + second + mem}
+
+
+def _load_data(tmp_path, data):
+    import json
+
+    import inspect_trace as it
+
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps(data))
+    return it.load_trace(path)
+
+
+def test_a_step_without_allocations_does_not_hide_the_next_ones_peak(tmp_path):
+    """Allocations in step #3 only (+100 B at 1015, +300 B at 1250): #2 has no peak; #3 peaks in backward, 400 B,
+    100 of them held at forward's end. The broken message names each step's peak."""
+    t = _load_data(tmp_path, two_steps(allocations=[(1015, 100), (1250, 300)]))
+    assert training.memory_peak(t) == [{"number": 3, "phase": "backward", "peak_bytes": 400,
+                                        "at_forward_end_bytes": 100}]
+    t = _load_data(tmp_path, two_steps(allocations=[(250, 100), (1015, 100), (1250, 300)]))
+    assert _verdict(t, training.peak_after_forward(False, 0)) == (
+        "broken", "#2: peak 0.00 MiB in backward, - MiB held when forward ends; "
+                  "#3: peak 0.00 MiB in backward, 0.00 MiB held when forward ends")
+
+
+def test_a_step_missing_a_phase_leaves_that_phase_out_of_the_medians_only(tmp_path):
+    """#2 without its backward (no autograd spans, no forward or backward annotation): it has an optimizer phase
+    only. Forward and backward are then in one step of two, so no median; the optimizer's is over both (280 µs)."""
+    def no_backward(ev):
+        ev[:] = [e for e in ev if e["name"] not in ("forward", "backward") and not e["name"].startswith("autograd::")]
+
+    a = training.analyze(_load_data(tmp_path, two_steps(no_backward)))
+    assert [sorted(st["phases"]) for st in a["steps"]] == [["optimizer"], ["backward", "forward", "optimizer"]]
+    assert list(a["phases"]) == ["optimizer"] and a["phases"]["optimizer"]["cpu_us"] == 280.0
