@@ -331,3 +331,15 @@ def test_a_step_missing_a_phase_leaves_that_phase_out_of_the_medians_only(tmp_pa
     a = training.analyze(_load_data(tmp_path, two_steps(no_backward)))
     assert [sorted(st["phases"]) for st in a["steps"]] == [["optimizer"], ["backward", "forward", "optimizer"]]
     assert list(a["phases"]) == ["optimizer"] and a["phases"]["optimizer"]["cpu_us"] == 280.0
+
+
+def test_a_flow_that_starts_where_three_ops_start_links_the_one_autograd_numbered_innermost(tmp_path):
+    """aten::linear (Sequence number 4) around aten::mm (5), and an aten::empty of its own (none), all starting at
+    the flow's 20 µs: the link goes to the numbered one that is shortest, aten::mm."""
+    def crowd(ev):
+        ev += [{"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 1, "ts": 20, "dur": 55,
+                "args": {"Sequence number": 4}},
+               {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1, "ts": 20, "dur": 1, "args": {}}]
+
+    a = training.analyze(_hand_trace(tmp_path, crowd))
+    assert [(r["forward_op"], r["backward_op"]) for r in a["slowest_backward"]] == [("aten::mm", "MmBackward0")]
