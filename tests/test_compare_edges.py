@@ -217,3 +217,28 @@ def test_kernels_without_a_launching_op_are_replaced_too():
                   [[("k_same", 5.0, "aten::mm"), ("k_new", 2.0, None)]] * 2)
     assert [(r["old"], r["new"], r["by"]) for r in it.comparison_data(a, b)["replaced"]] == [
         (["k_old"], ["k_new"], cmp.REST)]
+
+
+def test_a_gemm_pair_says_whether_sizes_or_order_paired_it():
+    """cuBLAS's GEMM under aten::addmm became an Inductor template (its launch named after it): their ops share no
+    word. Both recorded a [8, 16] and a [16, 32] input: "the same tensor sizes". The template without shapes, or
+    with other sizes: "in launch order"."""
+    same = ("k_same", 5.0, "aten::mm")
+    addmm = ("nvjet_gemm", 4.0, "aten::addmm", [[32], [8, 16], [16, 32]])
+
+    def by(template_dims):
+        t = ("triton_tem_fused_mm_0", 3.0, "triton_tem_fused_mm_0", *([template_dims] if template_dims else []))
+        a = it.parse_trace(kineto([[same, addmm]] * 2), "a.json")
+        b = it.parse_trace(kineto([[same, t]] * 2), "b.json")
+        return [r["by"] for r in it.comparison_data(a, b)["replaced"]]
+
+    assert by([[8, 16], [16, 32], [8, 32]]) == [cmp.GEMM_SIZES]
+    assert by(None) == [cmp.GEMM_ORDER]
+    assert by([[4, 4], [4, 4]]) == [cmp.GEMM_ORDER]
+    # a bare launch after the template (no op, no words, no sizes) joins the GEMM pair by place: the group keeps
+    # the evidence it had, and its label, while adding its own
+    t = ("triton_tem_fused_mm_0", 3.0, "triton_tem_fused_mm_0", [[8, 16], [16, 32], [8, 32]])
+    a = it.parse_trace(kineto([[same, addmm]] * 2), "a.json")
+    b = it.parse_trace(kineto([[same, t, ("k_extra", 1.0, None)]] * 2), "b.json")
+    assert [(r["old"], r["new"], r["by"]) for r in it.comparison_data(a, b)["replaced"]] == [
+        (["nvjet_gemm"], ["triton_tem_fused_mm_0", "k_extra"], cmp.GEMM_SIZES)]
