@@ -242,3 +242,28 @@ def test_a_gemm_pair_says_whether_sizes_or_order_paired_it():
     b = it.parse_trace(kineto([[same, t, ("k_extra", 1.0, None)]] * 2), "b.json")
     assert [(r["old"], r["new"], r["by"]) for r in it.comparison_data(a, b)["replaced"]] == [
         (["nvjet_gemm"], ["triton_tem_fused_mm_0", "k_extra"], cmp.GEMM_SIZES)]
+
+
+def cpu_trace(steps, compiled=False):
+    """kineto()'s steps as a CPU trace (the ops are the units); compiled: a compiled region in each step whose C++
+    kernels were not profiled, so the trace does not show all of its own work."""
+    data = kineto(steps)
+    data["traceEvents"] = [e for e in data["traceEvents"] if e["cat"] in ("cpu_op", "user_annotation")]
+    if compiled:
+        data["traceEvents"] += [{"ph": "X", "cat": "user_annotation", "name": "Torch-Compiled Region: 0/0",
+                                 "ts": e["ts"] + 0.1, "dur": 0.5, "pid": 1, "tid": 1, "args": {}}
+                                for e in data["traceEvents"] if e["name"].startswith("ProfilerStep")]
+    return data
+
+
+def test_a_group_whose_other_side_is_unseen_comes_after_the_groups_in_as_order():
+    """A: a compiled CPU run without its C++ kernels (mm x4, gelu); B: add, mm x4, mul. gelu became mul (by place);
+    B's add, four kept ops from anything of A's, is work A's trace may hide: a group with no A side, listed after
+    the groups that have one, though B launched it first."""
+    mm = ("k", 5.0, "aten::mm")
+    a = it.parse_trace(cpu_trace([[mm, mm, mm, mm, ("k", 3.0, "aten::gelu")]] * 2, compiled=True), "a.json")
+    b = it.parse_trace(cpu_trace([[("k", 1.0, "aten::add"), mm, mm, mm, mm, ("k", 2.0, "aten::mul")]] * 2), "b.json")
+    d = it.comparison_data(a, b)
+    assert d["hidden"]["a"] == cmp.HIDDEN_CPP
+    assert [(r["old"], r["new"], r["by"]) for r in d["replaced"]] == [
+        (["aten::gelu"], ["aten::mul"], cmp.REST), ([], ["aten::add"], cmp.UNSEEN)]
