@@ -267,3 +267,14 @@ def test_a_group_whose_other_side_is_unseen_comes_after_the_groups_in_as_order()
     assert d["hidden"]["a"] == cmp.HIDDEN_CPP
     assert [(r["old"], r["new"], r["by"]) for r in d["replaced"]] == [
         (["aten::gelu"], ["aten::mul"], cmp.REST), ([], ["aten::add"], cmp.UNSEEN)]
+
+
+def test_of_two_same_name_kernels_the_one_whose_op_had_the_same_sizes_stayed():
+    """A runs k twice (aten::mm on [8, 16] x [16, 32], 5 µs; on [4, 4] x [4, 4], 3 µs); B once, on [4, 4] x [4, 4]
+    (3.5 µs): the 3 µs call stayed (+17%), the 5 µs one is only in A, though it came first."""
+    a = it.parse_trace(kineto([[("k", 5.0, "aten::mm", [[8, 16], [16, 32]]),
+                                ("k", 3.0, "aten::mm", [[4, 4], [4, 4]])]] * 2), "a.json")
+    b = it.parse_trace(kineto([[("k", 3.5, "aten::mm", [[4, 4], [4, 4]])]] * 2), "b.json")
+    d = it.comparison_data(a, b)
+    assert [(s["a"]["us"], s["b"]["us"]) for s in d["same"]] == [(3.0, 3.5)]
+    assert [(r["name"], r["us"]) for r in d["only_a"]] == [("k", 5.0)]
