@@ -278,3 +278,16 @@ def test_of_two_same_name_kernels_the_one_whose_op_had_the_same_sizes_stayed():
     d = it.comparison_data(a, b)
     assert [(s["a"]["us"], s["b"]["us"]) for s in d["same"]] == [(3.0, 3.5)]
     assert [(r["name"], r["us"]) for r in d["only_a"]] == [("k", 5.0)]
+
+
+def test_an_epilogue_the_template_fused_joins_the_gemm_pair_by_its_word():
+    """Eager addmm then gelu; compiled, one template that fused the GeLU (its name says addmm and gelu). The GEMMs
+    pair first, GEMM for GEMM; gelu, left alone, then finds its word in the template's group."""
+    same = ("k_same", 5.0, "aten::mm")
+    t = "triton_tem_fused_addmm_gelu_0"
+    a = it.parse_trace(kineto([[same, ("nvjet_gemm", 4.0, "aten::addmm"), ("gelu_kernel", 1.0, "aten::gelu")]] * 2))
+    b = it.parse_trace(kineto([[same, (t, 4.5, t)]] * 2))
+    d = it.comparison_data(a, b)
+    assert [(r["old"], r["new"], r["by"]) for r in d["replaced"]] == [
+        (["nvjet_gemm", "gelu_kernel"], [t], "addmm, gelu")]
+    assert d["only_a"] == []
