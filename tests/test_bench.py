@@ -106,14 +106,22 @@ def test_committed_table_is_its_record():
     assert (ROOT / "results/bench_h200.txt").read_text() == bench.table_text(record)
 
 
+def fake_gpu(monkeypatch, bench) -> list:
+    """bench.main on a made-up GPU: CUDA "available", the ceilings 680 TFLOP/s and 4 TB/s, the versions of "a GPU
+    (cuda)"; returns the dtypes the GEMM ceiling was asked for."""
+    ceiling_dtypes = []
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(bench, "gemm_ceiling_tflops", lambda dtype: ceiling_dtypes.append(dtype) or 680.0)
+    monkeypatch.setattr(bench, "copy_bandwidth_tbps", lambda: 4.0)
+    monkeypatch.setattr(bench, "versions", lambda device: {"device": f"a GPU ({device})", "date": "2026-11-30T00:00:00"})
+    return ceiling_dtypes
+
+
 def test_main_writes_the_record_and_its_table_together(tmp_path, monkeypatch):
     """A finished sweep leaves OUT.json, OUT.txt = table_text(OUT.json), and no OUT.json.partial (timings faked)."""
     import bench
 
-    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(bench, "gemm_ceiling_tflops", lambda dtype: 680.0)
-    monkeypatch.setattr(bench, "copy_bandwidth_tbps", lambda: 4.0)
-    monkeypatch.setattr(bench, "versions", lambda device: {"device": f"a GPU ({device})", "date": "2026-11-30T00:00:00"})
+    fake_gpu(monkeypatch, bench)
     asked = []
 
     def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune):
@@ -145,10 +153,7 @@ def test_a_wrong_first_shape_stops_the_run_with_one_line_and_no_files(tmp_path, 
     no partial one: none was begun)."""
     import bench
 
-    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(bench, "gemm_ceiling_tflops", lambda dtype: 680.0)
-    monkeypatch.setattr(bench, "copy_bandwidth_tbps", lambda: 4.0)
-    monkeypatch.setattr(bench, "versions", lambda device="cuda": {"device": "a GPU", "date": "2026-11-30T00:00:00"})
+    fake_gpu(monkeypatch, bench)
 
     def wrong(*args):
         raise AssertionError("fused differs from eager")
@@ -327,11 +332,7 @@ def test_main_says_what_it_measured_in_order(tmp_path, monkeypatch, capsys):
 
     import bench
 
-    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: True)
-    ceiling_dtypes = []
-    monkeypatch.setattr(bench, "gemm_ceiling_tflops", lambda dtype: ceiling_dtypes.append(dtype) or 680.0)
-    monkeypatch.setattr(bench, "copy_bandwidth_tbps", lambda: 4.0)
-    monkeypatch.setattr(bench, "versions", lambda device: {"device": f"a GPU ({device})", "date": "2026-11-30"})
+    ceiling_dtypes = fake_gpu(monkeypatch, bench)
     monkeypatch.setattr(bench, "bench_shape", lambda M, dim, hidden, *rest: _record(M, dim, hidden))
     charts = []
     monkeypatch.setattr(bench, "bench_chart_next_to", lambda rec, out, what: charts.append((rec, out, what)) or "chart")

@@ -80,9 +80,8 @@ def test_nothing_replaced_and_a_kernel_only_in_b():
 def test_a_cpu_trace_beside_a_gpu_trace():
     """A: the same step without its kernels (a CPU trace: its unit is aten::mm's 4 µs); B: the GPU's 5 µs kernel.
     A's steps have no GPU busy time, and the tables say that the two traces are of different devices."""
-    gpu = kineto([[("k_same", 5.0, "aten::mm")]] * 2)
-    cpu = {"traceEvents": [e for e in gpu["traceEvents"] if e["cat"] in ("cpu_op", "user_annotation")]}
-    d = it.comparison_data(it.parse_trace(cpu, "c.json"), it.parse_trace(gpu, "g.json"))
+    steps = [[("k_same", 5.0, "aten::mm")]] * 2
+    d = it.comparison_data(it.parse_trace(cpu_trace(steps), "c.json"), it.parse_trace(kineto(steps), "g.json"))
     assert [s["gpu_busy_us"] for s in d["a"]["steps"]] == [None, None]
     assert [s["gpu_busy_us"] for s in d["b"]["steps"]] == [5.0, 5.0]
     lines = cmp.render(d).splitlines()
@@ -247,8 +246,9 @@ def test_a_gemm_pair_says_whether_sizes_or_order_paired_it():
 def cpu_trace(steps, compiled=False):
     """kineto()'s steps as a CPU trace (the ops are the units); compiled: a compiled region in each step whose C++
     kernels were not profiled, so the trace does not show all of its own work."""
-    data = kineto(steps)
-    data["traceEvents"] = [e for e in data["traceEvents"] if e["cat"] in ("cpu_op", "user_annotation")]
+    from test_train_step import _cpu_only
+
+    data = _cpu_only(kineto(steps))
     if compiled:
         data["traceEvents"] += [{"ph": "X", "cat": "user_annotation", "name": "Torch-Compiled Region: 0/0",
                                  "ts": e["ts"] + 0.1, "dur": 0.5, "pid": 1, "tid": 1, "args": {}}

@@ -4,6 +4,7 @@ walks up the call tree, the numbers' formats. The guesses read a stand-in for th
 hand), so each threshold is met exactly, on both sides."""
 import types
 
+from test_train_step import _load
 from trace_reader import training
 from trace_reader.expect import NotApplicable
 
@@ -120,14 +121,10 @@ def test_median_needs_every_value():
 
 
 def _hand(tmp_path, cpu=False):
-    import json
+    """training.analyze of test_train_step's hand-made step (on the CPU: without its GPU events)."""
+    from test_train_step import _cpu_only
 
-    import inspect_trace as it
-    from test_train_step import _cpu_only, hand_trace
-
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps(_cpu_only(hand_trace()) if cpu else hand_trace()))
-    return training.analyze(it.load_trace(path))
+    return training.analyze(_hand_trace(tmp_path, _cpu_only if cpu else None))
 
 
 def test_a_cpu_step_has_no_gpu_numbers_and_counts_its_gemm_ops(tmp_path):
@@ -174,14 +171,9 @@ def test_no_gradient_no_per_gradient_figure(tmp_path):
 # 710..990; the allocator's total starts at 1000 B) ------------------------------------------------------------------
 
 def _memory(tmp_path, allocations):
-    import json
-
-    import inspect_trace as it
     from test_train_step import cpu_trace_with_allocations
 
-    path = tmp_path / "mem.json"
-    path.write_text(json.dumps(cpu_trace_with_allocations(allocations)))
-    return it.load_trace(path)
+    return _load(tmp_path, cpu_trace_with_allocations(allocations))
 
 
 def _verdict(t, ex):
@@ -230,17 +222,13 @@ def test_without_memory_events_the_guess_says_how_to_record_them(tmp_path):
 
 
 def _hand_trace(tmp_path, edit=None):
-    import json
-
-    import inspect_trace as it
+    """test_train_step's hand-made step, loaded; edit(data) changes it first (in place, or by returning it)."""
     from test_train_step import hand_trace
 
     data = hand_trace()
     if edit:
-        edit(data["traceEvents"])
-    path = tmp_path / "t.json"
-    path.write_text(json.dumps(data))
-    return it.load_trace(path)
+        data = edit(data) or data
+    return _load(tmp_path, data)
 
 
 def test_backward_rows_count_calls_per_step():
@@ -256,8 +244,8 @@ def test_backward_rows_count_calls_per_step():
 
 def test_a_step_with_two_optimizers_names_no_class(tmp_path):
     """An SGD step span beside AdamW's in the same step: the class is not one, so None."""
-    def add_sgd(ev):
-        ev.append({"ph": "X", "cat": "user_annotation", "name": "Optimizer.step#SGD.step", "pid": 1, "tid": 1,
+    def add_sgd(data):
+        data["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": "Optimizer.step#SGD.step", "pid": 1, "tid": 1,
                    "ts": 985, "dur": 2, "args": {}})
 
     assert training.analyze(_hand_trace(tmp_path))["optimizer"]["class"] == "AdamW"
@@ -266,8 +254,8 @@ def test_a_step_with_two_optimizers_names_no_class(tmp_path):
 
 def test_an_unknown_implementation_leaves_the_file_names_word(tmp_path):
     """Without its foreach ops the optimizer's implementation is "?": the file name's adamw-foreach tells it."""
-    def no_foreach(ev):
-        ev[:] = [e for e in ev if not e["name"].startswith("aten::_foreach")]
+    def no_foreach(data):
+        data["traceEvents"] = [e for e in data["traceEvents"] if not e["name"].startswith("aten::_foreach")]
 
     t = _hand_trace(tmp_path, no_foreach)
     assert training.analyze(t)["optimizer"]["implementation"] == "?"
@@ -278,45 +266,29 @@ def test_an_unknown_implementation_leaves_the_file_names_word(tmp_path):
 
 def two_steps(first_edit=None, allocations=()):
     """test_train_step's hand-made CPU step twice: #2 at 0..1000 and #3 at 1000..2000 (its events 1000 µs later),
-    the first edited by first_edit(events); allocations (ts, bytes) on the CPU, the total starting at 1000 B."""
-    from test_train_step import _cpu_only, hand_trace
+    the first edited by first_edit(events); allocations (ts, bytes) as cpu_trace_with_allocations makes them."""
+    from test_train_step import _cpu_only, cpu_trace_with_allocations, hand_trace
 
-    first = _cpu_only(hand_trace())["traceEvents"]
+    data = cpu_trace_with_allocations(allocations)
     if first_edit:
-        first_edit(first)
-    second = []
+        first_edit(data["traceEvents"])
     for e in _cpu_only(hand_trace())["traceEvents"]:
         e = {**e, "ts": e["ts"] + 1000, "args": dict(e.get("args", {}))}
         if e["name"] == "ProfilerStep#2":
             e["name"] = "ProfilerStep#3"
         if "id" in e:
             e["id"] += 100
-        second.append(e)
-    total, mem = 1000, []
-    for ts, nbytes in allocations:
-        total += nbytes
-        mem.append({"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts,
-                    "args": {"Bytes": nbytes, "Total Allocated": total, "Device Type": 0}})
-    return {"traceEvents": first + second + mem}
-
-
-def _load_data(tmp_path, data):
-    import json
-
-    import inspect_trace as it
-
-    path = tmp_path / "two.json"
-    path.write_text(json.dumps(data))
-    return it.load_trace(path)
+        data["traceEvents"].append(e)
+    return data
 
 
 def test_a_step_without_allocations_does_not_hide_the_next_ones_peak(tmp_path):
     """Allocations in step #3 only (+100 B at 1015, +300 B at 1250): #2 has no peak; #3 peaks in backward, 400 B,
     100 of them held at forward's end. The broken message names each step's peak."""
-    t = _load_data(tmp_path, two_steps(allocations=[(1015, 100), (1250, 300)]))
+    t = _load(tmp_path, two_steps(allocations=[(1015, 100), (1250, 300)]))
     assert training.memory_peak(t) == [{"number": 3, "phase": "backward", "peak_bytes": 400,
                                         "at_forward_end_bytes": 100}]
-    t = _load_data(tmp_path, two_steps(allocations=[(250, 100), (1015, 100), (1250, 300)]))
+    t = _load(tmp_path, two_steps(allocations=[(250, 100), (1015, 100), (1250, 300)]))
     assert _verdict(t, training.peak_after_forward(False, 0)) == (
         "broken", "#2: peak 0.00 MiB in backward, - MiB held when forward ends; "
                   "#3: peak 0.00 MiB in backward, 0.00 MiB held when forward ends")
@@ -328,7 +300,7 @@ def test_a_step_missing_a_phase_leaves_that_phase_out_of_the_medians_only(tmp_pa
     def no_backward(ev):
         ev[:] = [e for e in ev if e["name"] not in ("forward", "backward") and not e["name"].startswith("autograd::")]
 
-    a = training.analyze(_load_data(tmp_path, two_steps(no_backward)))
+    a = training.analyze(_load(tmp_path, two_steps(no_backward)))
     assert [sorted(st["phases"]) for st in a["steps"]] == [["optimizer"], ["backward", "forward", "optimizer"]]
     assert list(a["phases"]) == ["optimizer"] and a["phases"]["optimizer"]["cpu_us"] == 280.0
 
@@ -336,8 +308,8 @@ def test_a_step_missing_a_phase_leaves_that_phase_out_of_the_medians_only(tmp_pa
 def test_a_flow_that_starts_where_three_ops_start_links_the_one_autograd_numbered_innermost(tmp_path):
     """aten::linear (Sequence number 4) around aten::mm (5), and an aten::empty of its own (none), all starting at
     the flow's 20 µs: the link goes to the numbered one that is shortest, aten::mm."""
-    def crowd(ev):
-        ev += [{"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 1, "ts": 20, "dur": 55,
+    def crowd(data):
+        data["traceEvents"] += [{"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 1, "ts": 20, "dur": 55,
                 "args": {"Sequence number": 4}},
                {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1, "ts": 20, "dur": 1, "args": {}}]
 
