@@ -264,21 +264,23 @@ def test_an_unknown_implementation_leaves_the_file_names_word(tmp_path):
     assert (a.optimizer, a.optim_impl, a.mlp) == ("adamw", "foreach", "eager")
 
 
-def two_steps(first_edit=None, allocations=()):
+def two_steps(first_edit=None, allocations=(), steps=2):
     """test_train_step's hand-made CPU step twice: #2 at 0..1000 and #3 at 1000..2000 (its events 1000 µs later),
-    the first edited by first_edit(events); allocations (ts, bytes) as cpu_trace_with_allocations makes them."""
+    the first edited by first_edit(events); allocations (ts, bytes) as cpu_trace_with_allocations makes them.
+    steps: how many in all, each 1000 µs after the one before (#4 at 2000..3000, ...)."""
     from test_train_step import _cpu_only, cpu_trace_with_allocations, hand_trace
 
     data = cpu_trace_with_allocations(allocations)
     if first_edit:
         first_edit(data["traceEvents"])
-    for e in _cpu_only(hand_trace())["traceEvents"]:
-        e = {**e, "ts": e["ts"] + 1000, "args": dict(e.get("args", {}))}
-        if e["name"] == "ProfilerStep#2":
-            e["name"] = "ProfilerStep#3"
-        if "id" in e:
-            e["id"] += 100
-        data["traceEvents"].append(e)
+    for i in range(1, steps):
+        for e in _cpu_only(hand_trace())["traceEvents"]:
+            e = {**e, "ts": e["ts"] + 1000 * i, "args": dict(e.get("args", {}))}
+            if e["name"] == "ProfilerStep#2":
+                e["name"] = f"ProfilerStep#{2 + i}"
+            if "id" in e:
+                e["id"] += 100 * i
+            data["traceEvents"].append(e)
     return data
 
 
@@ -315,3 +317,132 @@ def test_a_flow_that_starts_where_three_ops_start_links_the_one_autograd_numbere
 
     a = training.analyze(_hand_trace(tmp_path, crowd))
     assert [(r["forward_op"], r["backward_op"]) for r in a["slowest_backward"]] == [("aten::mm", "MmBackward0")]
+
+
+# ---- the gaps the whole-file mutation run left (tests/mutation_survivors.md, training.py): a scalar's empty
+# shape, a forward op without shapes, a gradient of unknown dtype, five peaks in the broken message, a split-K
+# GEMM on a GPU, the middle step's optimizer of five, a step of forward and backward alone --------------------------
+
+def _row(lines, first):
+    """The cells of the report's table row that starts with `first` (cells are 2 or more spaces apart)."""
+    import re
+
+    return [c.strip() for c in re.split(r"\s{2,}", next(ln for ln in lines if ln.startswith(first)))]
+
+
+def test_a_forward_ops_scalar_input_is_no_shape_in_its_backward_row(tmp_path):
+    """aten::mul of an [8, 32] tensor and a 0-d one (torch writes [] for a 0-d tensor and for a Scalar alike: x * s,
+    x * 2.0 and add's alpha all record []), its MulBackward0 30 µs on the CPU: the row's forward shapes are
+    "[8, 32]" alone, no "[]" after it."""
+    from test_train_step import _cpu_only
+
+    def scalar_mul(data):
+        data["traceEvents"] += [
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mul", "pid": 1, "tid": 1, "ts": 100, "dur": 10,
+             "args": {"Input Dims": [[8, 32], []], "Input type": ["float", "float"], "Sequence number": 6}},
+            {"ph": "X", "cat": "cpu_op", "name": "MulBackward0", "pid": 1, "tid": 2, "ts": 320, "dur": 30,
+             "args": {"Sequence number": 6}},
+            {"ph": "s", "cat": "fwdbwd", "name": "fwdbwd", "id": 10, "pid": 1, "tid": 1, "ts": 100},
+            {"ph": "f", "cat": "fwdbwd", "name": "fwdbwd", "id": 10, "pid": 1, "tid": 2, "ts": 320, "bp": "e"}]
+        return _cpu_only(data)
+
+    a = training.analyze(_hand_trace(tmp_path, scalar_mul))
+    assert [(r["backward_op"], r["forward_shapes"]) for r in a["slowest_backward"]] == [
+        ("MmBackward0", "[8, 16] x [16, 32]"), ("MulBackward0", "[8, 32]")]
+    assert _row(training.text(a)[-1].splitlines(), "MulBackward0") == [
+        "MulBackward0", "30.0", "1", "aten::mul", "-", "[8, 32]"]
+
+
+def test_a_backward_row_without_forward_shapes_reads_a_dash(tmp_path):
+    """Recorded without shapes (no Input Dims anywhere): MmBackward0's row, 65 µs on the CPU, has "-" for its
+    forward shapes, as for its module."""
+    from test_train_step import _cpu_only
+
+    def no_shapes(data):
+        for e in data["traceEvents"]:
+            e.get("args", {}).pop("Input Dims", None)
+        return _cpu_only(data)
+
+    a = training.analyze(_hand_trace(tmp_path, no_shapes))
+    assert a["slowest_backward"][0]["forward_shapes"] == ""
+    assert _row(training.text(a)[-1].splitlines(), "MmBackward0") == [
+        "MmBackward0", "65.0", "1", "aten::mm", "-", "-"]
+
+
+def test_a_gradient_of_unknown_dtype_leaves_the_bytes_unknown(tmp_path):
+    """Two leaves with shapes, both updated by the optimizer: a [16, 32] bf16 weight and an [8, 16] one of
+    complex32 (c10::complex<c10::Half>, which torch writes and DTYPE_BYTES does not size): 2 parameters, their
+    bytes unknown (not a KeyError)."""
+    from test_train_step import accumulate
+
+    def leaves(data):
+        data["traceEvents"] = [e for e in data["traceEvents"] if e["name"] != training.ACCUMULATE_GRAD]
+        for e in data["traceEvents"]:
+            if e["name"] == "aten::_foreach_mul_":
+                e["args"]["Input Dims"] = [[[16, 32], [8, 16]], []]
+        data["traceEvents"] += accumulate(2, 400, [16, 32]) + accumulate(2, 420, [8, 16], "c10::complex<c10::Half>")
+
+    assert training.parameters(_hand_trace(tmp_path, leaves)) == (2, None)
+
+
+def test_the_broken_memory_message_names_four_peaks_of_five(tmp_path):
+    """Five steps, #2 to #6, each allocating 1, 2, 3, 4 and 5 MiB at 250 µs into it (in backward) and nothing before
+    forward ends: every step breaks the plain guess, and the message names the first four only."""
+    mib = 2**20
+    t = _load(tmp_path, two_steps(allocations=[(250 + 1000 * i, (i + 1) * mib) for i in range(5)], steps=5))
+    assert [(p["number"], p["phase"], p["peak_bytes"]) for p in training.memory_peak(t)] == [
+        (2, "backward", mib), (3, "backward", 2 * mib), (4, "backward", 3 * mib), (5, "backward", 4 * mib),
+        (6, "backward", 5 * mib)]
+    assert _verdict(t, training.peak_after_forward(False, 0)) == (
+        "broken", "#2: peak 1.00 MiB in backward, - MiB held when forward ends; "
+                  "#3: peak 2.00 MiB in backward, - MiB held when forward ends; "
+                  "#4: peak 3.00 MiB in backward, - MiB held when forward ends; "
+                  "#5: peak 4.00 MiB in backward, - MiB held when forward ends")
+
+
+def test_a_split_k_gemm_on_a_gpu_counts_its_two_kernels(tmp_path):
+    """Forward's aten::mm launches its GEMM (30 µs) and then cuBLAS's split-K reduction (5 µs): on a GPU the GEMMs are
+    counted by kernel, 2, where the ops count 1. GPU µs 35 of 140: 25%; backward 85 (61%), optimizer 20 (14%)."""
+    def split_k(data):
+        data["traceEvents"] += [
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 52, "dur": 2,
+             "args": {"correlation": 50}},
+            {"ph": "X", "cat": "kernel", "name": "void cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, "
+             "float, true, false, false>", "pid": 0, "tid": 7, "ts": 152, "dur": 5, "args": {"correlation": 50}}]
+
+    lines = training.text(training.analyze(_hand_trace(tmp_path, split_k)))[2].splitlines()
+    assert [_row(lines, p) for p in ("forward", "backward", "optimizer")] == [
+        ["forward", "35.0", "25%", "2", "2", "8.19e-06", "190.0"],
+        ["backward", "85.0", "61%", "2", "2", "1.64e-05", "490.0"],
+        ["optimizer", "20.0", "14%", "2", "0", "0", "280.0"]]
+
+
+def test_the_optimizer_implementation_is_the_middle_steps(tmp_path):
+    """Five steps whose optimizer runs aten::mul_ and aten::add_ in the first two (#2, #3: a for-loop's ops) and the
+    foreach ops in the last three: the implementation is the middle step's (#4), foreach, as the medians say
+    (foreach ops 0, 0, 2, 2, 2: 2; others 2, 2, 0, 0, 0: 0)."""
+    data = two_steps(steps=5)
+    for e in data["traceEvents"]:
+        if e["name"].startswith("aten::_foreach_") and e["ts"] < 2000:  # in #2 and #3
+            e["name"] = e["name"].replace("_foreach_", "")
+    a = training.analyze(_load(tmp_path, data))
+    assert [training.implementation(s["optimizer"]) for s in a["steps"]] == ["for-loop"] * 2 + ["foreach"] * 3
+    assert a["optimizer"]["implementation"] == "foreach"
+    assert next(ln for ln in training.text(a) if ln.startswith("optimizer:")) == (
+        "optimizer: AdamW, looks foreach: 2 ops (2 foreach, 0 fused, 0 others) per step, for 1 gradients accumulated "
+        "in backward")
+
+
+def test_a_step_of_forward_and_backward_alone_has_its_flops_ratio(tmp_path):
+    """No optimizer (its annotation and torch.optim's step span gone): the step has exactly forward and backward,
+    and backward's GEMMs still do 2 x 8192 / 8192 = 2.00x forward's FLOPs; no optimizer line."""
+    def no_optimizer(data):
+        data["traceEvents"] = [e for e in data["traceEvents"]
+                               if e["name"] not in ("optimizer", "Optimizer.step#AdamW.step")]
+
+    a = training.analyze(_hand_trace(tmp_path, no_optimizer))
+    assert [sorted(s["phases"]) for s in a["steps"]] == [["backward", "forward"]] and a["optimizer"] is None
+    assert a["backward_over_forward_flops"] == 2.0
+    lines = training.text(a)
+    assert lines[3].startswith("=> backward's GEMMs do 2.00x forward's FLOPs (about 2x")
+    assert not any(ln.startswith("optimizer:") for ln in lines)
