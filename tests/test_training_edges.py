@@ -369,20 +369,32 @@ def test_a_backward_row_without_forward_shapes_reads_a_dash(tmp_path):
         "MmBackward0", "65.0", "1", "aten::mm", "-", "-"]
 
 
-def test_a_gradient_of_unknown_dtype_leaves_the_bytes_unknown(tmp_path):
-    """Two leaves with shapes, both updated by the optimizer: a [16, 32] bf16 weight and an [8, 16] one of
-    complex32 (c10::complex<c10::Half>, which torch writes and DTYPE_BYTES does not size): 2 parameters, their
-    bytes unknown (not a KeyError)."""
+def _complex32_leaf(tmp_path, opt_dims):
+    """test_train_step's hand-made step whose leaves are a [16, 32] bf16 one and an [8, 16] one of complex32
+    (c10::complex<c10::Half>: torch writes it, DTYPE_BYTES does not size it); the foreach ops take opt_dims."""
     from test_train_step import accumulate
 
     def leaves(data):
         data["traceEvents"] = [e for e in data["traceEvents"] if e["name"] != training.ACCUMULATE_GRAD]
         for e in data["traceEvents"]:
             if e["name"] == "aten::_foreach_mul_":
-                e["args"]["Input Dims"] = [[[16, 32], [8, 16]], []]
+                e["args"]["Input Dims"] = [opt_dims, []]
         data["traceEvents"] += accumulate(2, 400, [16, 32]) + accumulate(2, 420, [8, 16], "c10::complex<c10::Half>")
 
-    assert training.parameters(_hand_trace(tmp_path, leaves)) == (2, None)
+    return _hand_trace(tmp_path, leaves)
+
+
+def test_a_gradient_of_unknown_dtype_leaves_the_bytes_unknown(tmp_path):
+    """Both leaves updated by the optimizer: 2 parameters, their bytes unknown (not a KeyError)."""
+    assert training.parameters(_complex32_leaf(tmp_path, [[16, 32], [8, 16]])) == (2, None)
+
+
+def test_an_input_of_unknown_dtype_the_optimizer_does_not_take_is_no_parameter(tmp_path):
+    """The optimizer takes the [16, 32] leaf only: the complex32 one is an input that wants a gradient, left out
+    as one of a known dtype is, so 1 parameter of 16 * 32 * 2 bytes (it was 2 of unknown bytes). Taking the
+    complex32 one only: 1 parameter, its bytes unknown."""
+    assert training.parameters(_complex32_leaf(tmp_path, [[16, 32]])) == (1, 16 * 32 * 2)
+    assert training.parameters(_complex32_leaf(tmp_path, [[8, 16]])) == (1, None)
 
 
 def test_the_broken_memory_message_names_four_peaks_of_five(tmp_path):

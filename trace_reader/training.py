@@ -388,7 +388,8 @@ def parameters(trace: Trace) -> tuple[int, int | None] | None:
     """(parameters, their bytes or None) in the first step: the leaves given a gradient in backward (one
     AccumulateGrad each; its input, the gradient, has the parameter's shape and dtype), less those whose shape no
     optimizer op takes (an input that wants a gradient, as 07's MLP input does). Without recorded shapes every
-    such leaf counts and the bytes are unknown. None without a backward and an optimizer."""
+    such leaf counts and the bytes are unknown; a kept one of a dtype DTYPE_BYTES does not size leaves the bytes
+    unknown too. None without a backward and an optimizer."""
     if not trace.steps:
         return None
     st = trace.steps[0]
@@ -402,10 +403,12 @@ def parameters(trace: Trace) -> tuple[int, int | None] | None:
         dims, types = (_dims(inner), _types(inner)) if inner is not None else ([], [])
         shape = _shape(dims[0]) if dims else None
         grads.append((shape, types[0] if types else None))
-    if any(shape is None or t not in DTYPE_BYTES for shape, t in grads):
+    if any(shape is None for shape, _ in grads):
         return len(grads), None
     touched = _optimizer_shapes(st, windows["optimizer"])
     kept = [(shape, t) for shape, t in grads if tuple(shape) in touched]
+    if any(t not in DTYPE_BYTES for _, t in kept):  # a dtype DTYPE_BYTES does not size: the count, not the bytes
+        return len(kept), None
     return len(kept), sum(_numel(shape) * DTYPE_BYTES[t] for shape, t in kept)
 
 
