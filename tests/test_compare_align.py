@@ -509,3 +509,93 @@ def test_a_long_step_with_few_changes_pairs_every_kept_launch():
 def test_a_key_that_disagrees_gives_way_to_one_that_agrees():
     # a[1] and both of b are the same name; a[1]'s key is b[0]'s: that pair, not the later b[1]
     assert al._traceback([5, 1], [1, 1], [None, "k2"], ["k2", "k1"], 0, 2, 0, 2) == [(1, 0)]
+
+
+# ------------------------- align.py's preferences among equally long alignments: the halving path and the slide
+# (the mutation gaps of tests/mutation_survivors.md: which of several LCS is taken, not its length)
+
+def _path(monkeypatch, path: str) -> None:
+    """rows: every block small enough to keep its rows (the defaults); halved: every block of two rows or more
+    halved (Hirschberg), as a step past ROWS_BITS is; myers: every block through Myers' diff (keys by the slide)."""
+    if path == "halved":
+        monkeypatch.setattr(al, "ROWS_BITS", 1)
+    if path == "myers":
+        monkeypatch.setattr(al, "LARGE", 0)
+
+
+@pytest.mark.parametrize("path", ["rows", "halved"])
+def test_halving_cuts_at_the_middle_rows_own_offset(monkeypatch, path):
+    """A = x g g, B = g g g x: two g's stay (x alone would be one pair). Of B's three g's, A's two pair with
+    those at their own offsets, B's 1 and 2 (each at the same offset since the start, then a run), not with B's
+    first two: the halved block crosses its middle row where the row's offset says, not at the edge."""
+    _path(monkeypatch, path)
+    a, b = ["x", "g", "g"], ["g", "g", "g", "x"]
+    pairs = al.align(a, b)
+    check_pairs(a, b, pairs)
+    assert pairs == [(1, 1), (2, 2)]
+
+
+@pytest.mark.parametrize("path", ["rows", "halved"])
+def test_halving_after_a_common_head_counts_the_offset_from_the_block(monkeypatch, path):
+    """A = x g g g, B = x x g g x: the common head x pairs first; of what is left (A's g g g, B's x g g x) the
+    two g's of B pair with A's at the same offset since that x (A's 2 and 3 with B's 2 and 3), A's first g is the
+    one B replaced with its second x. The middle row's offset is counted from where the block starts, past the
+    head, not from the step's start."""
+    _path(monkeypatch, path)
+    a, b = ["x", "g", "g", "g"], ["x", "x", "g", "g", "x"]
+    pairs = al.align(a, b)
+    check_pairs(a, b, pairs)
+    assert pairs == [(0, 0), (2, 2), (3, 3)]
+
+
+@pytest.mark.parametrize("path", ["rows", "halved"])
+def test_halving_keeps_the_keys_in_its_top_half(monkeypatch, path):
+    """Six GEMMs of one kernel name in A (launched by mm, bmm, bmm, mm, mm, mm), B's two by bmm: B's two pair
+    with A's two bmm (the only two pairs whose ops agree), not with A's first mm and the bmm after it."""
+    _path(monkeypatch, path)
+    a, b = ["gemm"] * 6, ["gemm"] * 2
+    keys = (["mm", "bmm", "bmm", "mm", "mm", "mm"], ["bmm", "bmm"])
+    assert al.align(a, b, keys) == [(1, 0), (2, 1)]
+
+
+@pytest.mark.parametrize("path", ["rows", "halved"])
+def test_halving_keeps_the_keys_in_its_bottom_half(monkeypatch, path):
+    """A's GEMMs by mm then bmm, B's by bmm, mm, bmm, mm: both pair with the same op only as B's 1 and 2 (mm
+    before bmm); A's bmm taken by B's mm (the bottom half's first launch) would leave A's mm no agreeing
+    launch before it."""
+    _path(monkeypatch, path)
+    keys = (["mm", "bmm"], ["bmm", "mm", "bmm", "mm"])
+    assert al.align(["gemm"] * 2, ["gemm"] * 4, keys) == [(0, 1), (1, 2)]
+
+
+LN = "aten::layer_norm"
+
+
+@pytest.mark.parametrize("path", ["rows", "myers"])
+def test_slide_moves_a_pair_at_its_offset_whose_ops_differ(monkeypatch, path):
+    """layer_norm, GEMM, layer_norm in A; B launches two more GEMMs around its one by the same op (bmm, mm, bmm).
+    Myers' diff pairs A's GEMM with B's first, at the same offset since the layer_norm but launched by another
+    op: the slide still moves it, to B's GEMM by mm."""
+    _path(monkeypatch, path)
+    a, b = ["ln", "gemm", "ln"], ["ln", "gemm", "gemm", "gemm", "ln"]
+    keys = ([LN, "aten::mm", LN], [LN, "aten::bmm", "aten::mm", "aten::bmm", LN])
+    assert al.align(a, b, keys) == [(0, 0), (1, 2), (2, 4)]
+
+
+@pytest.mark.parametrize("path", ["rows", "myers"])
+def test_slide_finds_the_agreeing_launch_past_nearer_same_name_ones(monkeypatch, path):
+    """B (then A, the mirror) has a copy and three GEMMs by bmm, mm, bmm where the other has one GEMM by mm: the
+    pair slides to the GEMM by mm, though a GEMM of another op is nearer the same offset, on either side."""
+    _path(monkeypatch, path)
+    one = ["ln", "gemm", "ln"], [LN, "aten::mm", LN]
+    three = ["ln", "copy", "gemm", "gemm", "gemm", "ln"], [LN, "aten::copy_", "aten::bmm", "aten::mm", "aten::bmm", LN]
+    assert al.align(one[0], three[0], (one[1], three[1])) == [(0, 0), (1, 3), (2, 5)]
+    assert al.align(three[0], one[0], (three[1], one[1])) == [(0, 0), (3, 1), (5, 2)]
+
+
+def test_slide_takes_the_agreeing_launch_nearest_the_step_start():
+    """A's one GEMM by mm; B's three by bmm, mm, mm. The common tail pairs it with B's last (ops agree), two
+    launches past its offset; of B's two that agree the first pair goes to the one nearest the same offset since
+    the step's start, B's second, not to the one the tail took."""
+    keys = (["aten::mm"], ["aten::bmm", "aten::mm", "aten::mm"])
+    assert al.align(["gemm"], ["gemm"] * 3, keys) == [(0, 1)]
