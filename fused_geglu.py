@@ -682,8 +682,10 @@ def _plan_key(kind, x2d, weights):
         contiguous = contiguous and w.is_contiguous()
     if ptrs & 15 or not contiguous:
         return None
-    device = _driver().get_current_device()  # where _launch launches, kept or not
-    return (kind, x2d.shape, x2d.dtype, x2d.get_device(), device, _driver().get_current_stream(device),
+    # Where _launch launches, kept or not, and on which stream: the two queries Triton's CUDA driver makes, asked
+    # of torch directly (through the driver's lazy proxy they cost several µs a call in a model's forward).
+    device = torch._C._cuda_getDevice()
+    return (kind, x2d.shape, x2d.dtype, x2d.get_device(), device, torch._C._cuda_getCurrentRawStream(device),
             TORCH_WHERE_FASTER, *[(w.shape, w.dtype, w.get_device()) for w in weights])
 
 

@@ -358,3 +358,19 @@ def test_no_gpu_is_one_line_and_exit_2_in_process(monkeypatch, capsys, tmp_path)
     assert bench.main(["--out", str(tmp_path / "b.json")]) == 2
     said = capsys.readouterr()
     assert (said.out, said.err) == ("", bench.NO_GPU + "\n") and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_round_robin_times_forwards_in_inference_mode_unless_told_not_to():
+    """Forwards are timed under inference mode (no autograd bookkeeping on the host); a step with a backward
+    says inference=False, and every one of its calls then runs outside it."""
+    import bench
+
+    seen = {True: [], False: []}
+    for inference in (True, False):
+        fns = {name: (lambda s=seen[inference]: s.append(torch.is_inference_mode_enabled())) for name in "ab"}
+        kwargs = {} if inference else {"inference": False}  # the forward benchmarks take the default
+        times = bench.time_round_robin(fns, rounds=2, rep_ms=1, **kwargs)
+        assert sorted(times) == ["a", "b"] and all(len(v) == 2 for v in times.values())
+    assert seen[True] and set(seen[True]) == {True}
+    assert seen[False] and set(seen[False]) == {False}
