@@ -1,7 +1,8 @@
 """compare.py's text and data at their edges, found by running every mutant of the file (docs/tests.md): the whole
 comparison of two small steps word for word (a kept kernel with another call elsewhere, two replacements, CPU ops
 gone and new), nothing replaced, a kernel only in B, a CPU trace beside a GPU one, the training table's skipped
-phases, the per-cent change from nothing, the step table's elision and a replaced group whose side is unseen.
+phases, the per-cent change from nothing, the step table's elision and a replaced group whose side is unseen;
+then the grouping's choices among equal evidence, one test per rule (its gap mutants, tests/mutation_survivors.md).
 Every number is worked out by hand from the kineto() traces (test_compare.py): a step's CPU span is 1 µs plus
 5 µs per launch, its kernels run back to back."""
 import inspect_trace as it
@@ -311,8 +312,9 @@ def groups(a_step, b_step):
 
 def test_two_gelus_moved_past_a_kept_kernel_pair_in_order():
     """A: K0, gelu_a1, gelu_a2, K1, K2; B moved its two GeLUs after K1. A's are in gap 1 at offsets 0 and 1 (the
-    first kernels left of A: the offset starts at 0 there too), B's in gap 2 at 0 and 1: one gap apart, the first
-    takes the first, the second the second. Offsets 1 and 2 for A's would cross them into one group of four."""
+    first of A's kernels left are in gap 1, not 0: their offsets start at 0 all the same), B's in gap 2 at 0 and 1:
+    one gap apart, the first takes the first, the second the second. Offsets 1 and 2 for A's would cross them
+    into one group of four."""
     a = [K0, ("gelu_a1", 3.0, "aten::gelu"), ("gelu_a2", 4.0, "aten::gelu"), K1, K2]
     b = [K0, K1, ("gelu_b1", 2.0, "MyGelu"), ("gelu_b2", 1.0, "MyGelu"), K2]
     assert groups(a, b) == [(["gelu_a1"], ["gelu_b1"], "gelu"), (["gelu_a2"], ["gelu_b2"], "gelu")]
@@ -369,8 +371,9 @@ def test_what_nothing_tells_apart_joins_the_nearer_gap_before_it():
 
 def test_a_block_replaced_as_a_whole_is_not_joined_again_to_the_gemm_beside_it():
     """A: K0, odd_old (Qux), gemm_old, K1; B: K0, gemm_new, new_1 (Foo), new_2 (Bar), K1. The GEMMs pair; odd_old
-    shares nothing with new_1 or new_2, so the three are one group (place), which holds both traces: done. Were
-    it taken for A's alone, odd_old would then join gemm_new, at its offset: one group of everything."""
+    shares nothing with new_1 or new_2, so the three are one group (place), which holds both traces: done. Had
+    the second merge kept B's side only, the group would count as one trace's, and odd_old would be joined again
+    by place, to gemm_new at its offset: one group of everything."""
     a = [K0, ("odd_old", 3.0, "Qux"), ("gemm_old", 20.0, "aten::mm"), K1]
     b = [K0, ("gemm_new", 18.0, "aten::mm"), ("new_1", 1.0, "Foo"), ("new_2", 2.0, "Bar"), K1]
     assert groups(a, b) == [(["odd_old"], ["new_1", "new_2"], cmp.REST), (["gemm_old"], ["gemm_new"], "mm")]
