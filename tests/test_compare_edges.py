@@ -1,11 +1,12 @@
 """compare.py's text and data at their edges, found by running every mutant of the file (docs/tests.md): the whole
 comparison of two small steps word for word (a kept kernel with another call elsewhere, two replacements, CPU ops
 gone and new), nothing replaced, a kernel only in B, a CPU trace beside a GPU one, the training table's skipped
-phases, the per-cent change from nothing, the step table's elision and a replaced group whose side is unseen.
+phases, the per-cent change from nothing, the step table's elision and a replaced group whose side is unseen;
+then the grouping's choices among equal evidence, one test per rule (its gap mutants, tests/mutation_survivors.md).
 Every number is worked out by hand from the kineto() traces (test_compare.py): a step's CPU span is 1 µs plus
 5 µs per launch, its kernels run back to back."""
 import inspect_trace as it
-from test_compare import kineto
+from test_compare import kineto, replaced
 from trace_reader import compare as cmp
 
 
@@ -291,3 +292,120 @@ def test_an_epilogue_the_template_fused_joins_the_gemm_pair_by_its_word():
     assert [(r["old"], r["new"], r["by"]) for r in d["replaced"]] == [
         (["nvjet_gemm", "gelu_kernel"], [t], "addmm, gelu")]
     assert d["only_a"] == []
+
+
+# ------------------------------------------------------------------ the grouping's choices among equal evidence
+# Each test below offers the grouping a choice that only one rule tells apart (tests/mutation_survivors.md,
+# compare.py's gaps): the offset in a gap, the nearer gap, the word count, both gaps at one distance, the gap a
+# whole block looks back to, a GEMM's gap window, gap and rank, and a merged group's two sides. Kernels of A and B
+# never share a name unless they stayed (keep_*, each its own op); every answer is worked out by hand in the
+# docstring: "gap n" is the n kept kernels before a kernel, "offset" the kernels left or come since the last.
+
+KEEP = [(f"keep_{i}", 5.0, f"aten::op{i}") for i in range(4)]
+K0, K1, K2, K3 = KEEP
+
+
+def groups(a_step, b_step):
+    """One step of each: the replaced groups as (A's kernels, B's kernels, paired by)."""
+    return replaced(it.comparison_data(*traces([a_step], [b_step])))
+
+
+def test_two_gelus_moved_past_a_kept_kernel_pair_in_order():
+    """A: K0, gelu_a1, gelu_a2, K1, K2; B moved its two GeLUs after K1. A's are in gap 1 at offsets 0 and 1 (the
+    first of A's kernels left are in gap 1, not 0: their offsets start at 0 all the same), B's in gap 2 at 0 and 1:
+    one gap apart, the first takes the first, the second the second. Offsets 1 and 2 for A's would cross them
+    into one group of four."""
+    a = [K0, ("gelu_a1", 3.0, "aten::gelu"), ("gelu_a2", 4.0, "aten::gelu"), K1, K2]
+    b = [K0, K1, ("gelu_b1", 2.0, "MyGelu"), ("gelu_b2", 1.0, "MyGelu"), K2]
+    assert groups(a, b) == [(["gelu_a1"], ["gelu_b1"], "gelu"), (["gelu_a2"], ["gelu_b2"], "gelu")]
+
+
+def test_offsets_count_again_from_each_kept_kernel():
+    """A: sub_a1, sub_a2, K0, gelu_a1, gelu_a2, K1; B: sub_b, K0, gelu_b1, gelu_b2, K1. Two subs became one (by
+    their word); after K0 each GeLU of A is at the offset of B's it became (0, 1). Counted on from the subs (A's
+    at 2, 3; B's at 1, 2), both of A's would find B's second first: one group of four GeLUs."""
+    a = [("sub_a1", 2.0, "aten::sub"), ("sub_a2", 2.0, "aten::sub"), K0,
+         ("gelu_a1", 3.0, "aten::gelu"), ("gelu_a2", 4.0, "aten::gelu"), K1]
+    b = [("sub_b", 3.0, "aten::sub"), K0, ("gelu_b1", 2.0, "MyGelu"), ("gelu_b2", 1.0, "MyGelu"), K1]
+    assert groups(a, b) == [(["sub_a1", "sub_a2"], ["sub_b"], "sub"), (["gelu_a1"], ["gelu_b1"], "gelu"),
+                            (["gelu_a2"], ["gelu_b2"], "gelu")]
+
+
+def test_of_two_candidates_sharing_one_word_the_one_in_its_own_gap_wins():
+    """A: mul_a, K0, K1, liger_k (LigerGELUMulFunction: liger, gelu, mul), K2; B: mul_b, K0, K1, gelu_b, K2.
+    liger_k shares one word with gelu_b (gap 2, its own) and one with mul_b (gap 0): the nearer gap wins, not
+    the lower; mul_b is mul_a's. Joined to mul_b, liger_k would make one group of all four."""
+    a = [("mul_a", 2.0, "aten::mul"), K0, K1, ("liger_k", 6.0, "LigerGELUMulFunction"), K2]
+    b = [("mul_b", 2.0, "aten::mul"), K0, K1, ("gelu_b", 4.0, "aten::gelu"), K2]
+    assert groups(a, b) == [(["mul_a"], ["mul_b"], "mul"), (["liger_k"], ["gelu_b"], "gelu")]
+
+
+def test_the_candidate_sharing_more_words_wins_though_a_gap_farther():
+    """A: K0, gelu_a, liger_k (liger, gelu, mul), K1, K2; B: K0, gelu_b, K1, TRITON (gelu, mul), K2. liger_k
+    (gap 1) shares gelu with gelu_b (gap 1) and gelu, mul with Inductor's fused kernel (gap 2): the two words win
+    over the nearer gap; gelu_a takes gelu_b. The fewest words would make one group of all four."""
+    tri = "triton_poi_fused_gelu_mul_0"
+    a = [K0, ("gelu_a", 3.0, "aten::gelu"), ("liger_k", 6.0, "LigerGELUMulFunction"), K1, K2]
+    b = [K0, ("gelu_b", 2.0, "aten::gelu"), K1, (tri, 5.0, tri), K2]
+    assert groups(a, b) == [(["gelu_a"], ["gelu_b"], "gelu"), (["liger_k"], [tri], "gelu, mul")]
+
+
+def test_a_word_is_looked_for_in_both_gaps_at_one_distance():
+    """A: K0, gelu_a1, K1, gelu_a2, K2; B: gelu_b1, K0, K1, k_extra (a bare launch), gelu_b2, K2. gelu_a1
+    (gap 1, offset 0) has B's GeLUs one gap away on both sides: gelu_b1 (gap 0, offset 0) and gelu_b2 (gap 2,
+    offset 1); the nearer offset wins. gelu_a2 takes gelu_b2, and k_extra joins them by place. Looking in the
+    later gap only, gelu_a1 would take gelu_b2: one group of all five."""
+    a = [K0, ("gelu_a1", 3.0, "aten::gelu"), K1, ("gelu_a2", 4.0, "aten::gelu"), K2]
+    b = [("gelu_b1", 2.0, "aten::gelu"), K0, K1, ("k_extra", 1.0, None), ("gelu_b2", 1.0, "aten::gelu"), K2]
+    assert groups(a, b) == [(["gelu_a1"], ["gelu_b1"], "gelu"), (["gelu_a2"], ["k_extra", "gelu_b2"], "gelu")]
+
+
+def test_what_nothing_tells_apart_joins_the_nearer_gap_before_it():
+    """A: K0, odd_old (Qux), K1, K2, gemm_old, K3; B: foo_new (Foo), K0, K1, K2, gemm_new, bar_new (Bar), K3. The
+    GEMMs pair; odd_old (gap 1) shares nothing with foo_new (gap 0) or bar_new (gap 3): it is replaced by the
+    one gap before, one kept kernel away, not by the one two gaps after; bar_new joins the GEMM beside it."""
+    a = [K0, ("odd_old", 3.0, "Qux"), K1, K2, ("gemm_old", 20.0, "aten::mm"), K3]
+    b = [("foo_new", 2.0, "Foo"), K0, K1, K2, ("gemm_new", 18.0, "aten::mm"), ("bar_new", 1.0, "Bar"), K3]
+    assert groups(a, b) == [(["odd_old"], ["foo_new"], cmp.REST), (["gemm_old"], ["gemm_new", "bar_new"], "mm")]
+
+
+def test_a_block_replaced_as_a_whole_is_not_joined_again_to_the_gemm_beside_it():
+    """A: K0, odd_old (Qux), gemm_old, K1; B: K0, gemm_new, new_1 (Foo), new_2 (Bar), K1. The GEMMs pair; odd_old
+    shares nothing with new_1 or new_2, so the three are one group (place), which holds both traces: done. Had
+    the second merge kept B's side only, the group would count as one trace's, and odd_old would be joined again
+    by place, to gemm_new at its offset: one group of everything."""
+    a = [K0, ("odd_old", 3.0, "Qux"), ("gemm_old", 20.0, "aten::mm"), K1]
+    b = [K0, ("gemm_new", 18.0, "aten::mm"), ("new_1", 1.0, "Foo"), ("new_2", 2.0, "Bar"), K1]
+    assert groups(a, b) == [(["odd_old"], ["new_1", "new_2"], cmp.REST), (["gemm_old"], ["gemm_new"], "mm")]
+
+
+def test_a_gemm_pairs_up_to_max_gap_kept_kernels_later_or_earlier_not_three_earlier():
+    """cuBLAS's GEMM under aten::addmm and Inductor's template (mm): no word in common, so the label says how they
+    paired. B's two kept kernels later or earlier: GEMM for GEMM. Three earlier: each is only in its own trace
+    (more than MAX_GAP apart: not even by place)."""
+    gemm_old, tem = ("nvjet_gemm", 20.0, "aten::addmm"), "triton_tem_fused_mm_0"
+    gemm_new = (tem, 18.0, tem)
+    assert groups([gemm_old, K0, K1], [K0, K1, gemm_new]) == [(["nvjet_gemm"], [tem], cmp.GEMM_ORDER)]
+    assert groups([K0, K1, gemm_old], [gemm_new, K0, K1]) == [(["nvjet_gemm"], [tem], cmp.GEMM_ORDER)]
+    d = it.comparison_data(*traces([[K0, K1, K2, gemm_old]], [[gemm_new, K0, K1, K2]]))
+    assert d["replaced"] == []
+    assert [r["name"] for r in d["only_a"]] == ["nvjet_gemm"] and [r["name"] for r in d["only_b"]] == [tem]
+
+
+def test_a_gemm_pairs_with_the_one_in_its_own_gap_before_one_a_gap_lower():
+    """A: K0, gemm_a1, gemm_a2, K1; B: gemm_b0, K0, gemm_b1, K1 (no sizes: GEMM for GEMM). gemm_a1 (gap 1, first)
+    takes gemm_b1 (gap 1, first), not gemm_b0 one gap lower; gemm_a2 the one left."""
+    a = [K0, ("gemm_a1", 20.0, "aten::mm"), ("gemm_a2", 21.0, "aten::mm"), K1]
+    b = [("gemm_b0", 18.0, "aten::mm"), K0, ("gemm_b1", 19.0, "aten::mm"), K1]
+    assert groups(a, b) == [(["gemm_a1"], ["gemm_b1"], "mm"), (["gemm_a2"], ["gemm_b0"], "mm")]
+
+
+def test_a_gemm_whose_rank_is_free_takes_it_not_the_lowest_rank_left():
+    """One gap, three GEMMs each side. gemm_a0's sizes ([8, 16] x [16, 32]) are gemm_b2's only: it takes it.
+    gemm_a1, the second of A's, takes the second of B's, gemm_b1, not the first (still free); gemm_a2 the one
+    left, gemm_b0."""
+    s = [[8, 16], [16, 32]]
+    a = [K0, ("gemm_a0", 20.0, "aten::mm", s), ("gemm_a1", 21.0, "aten::mm"), ("gemm_a2", 22.0, "aten::mm"), K1]
+    b = [K0, ("gemm_b0", 18.0, "aten::mm"), ("gemm_b1", 19.0, "aten::mm"), ("gemm_b2", 17.0, "aten::mm", s), K1]
+    assert groups(a, b) == [(["gemm_a0"], ["gemm_b2"], "mm"), (["gemm_a1"], ["gemm_b1"], "mm"),
+                            (["gemm_a2"], ["gemm_b0"], "mm")]
