@@ -409,3 +409,27 @@ def test_a_gemm_whose_rank_is_free_takes_it_not_the_lowest_rank_left():
     b = [K0, ("gemm_b0", 18.0, "aten::mm"), ("gemm_b1", 19.0, "aten::mm"), ("gemm_b2", 17.0, "aten::mm", s), K1]
     assert groups(a, b) == [(["gemm_a0"], ["gemm_b2"], "mm"), (["gemm_a1"], ["gemm_b1"], "mm"),
                             (["gemm_a2"], ["gemm_b0"], "mm")]
+
+
+def test_near_offers_one_atom_each_side_of_the_offset_in_the_nearest_gaps_only():
+    """_near's documented window, on an index built by hand: under one word, gap 2 holds atoms at offsets 0, 1, 3, 4
+    and 6, gap 4 one at 2, gap 0 one at 5. For an atom in gap 2 at offset 3: the one at 3 and the one before it
+    (1), nearest first; the farther ones of its gap (0, 4, 6) and the other gaps are not looked at. At offset 2:
+    the ones at 1 and 3 (a tie: the earlier first, as sorted is stable). In gap 3 (no atom of its own) both gaps
+    one away count: 2's before offset 5 (4) and at or after it (6), both one away (a tie: the earlier first), and
+    4's at 2, three away."""
+    def atom(gap, offset):
+        return cmp._Atom("b", [100 * gap + offset], gap, offset, {"gelu"}, set(), False)
+
+    theirs = [atom(2, o) for o in (0, 1, 3, 4, 6)] + [atom(4, 2), atom(0, 5)]
+    idx = cmp._index(theirs, lambda y: y.tags)
+
+    def near(gap, offset):
+        return [(y.gap, y.offset) for y in cmp._near(idx, "gelu", atom(gap, offset))]
+
+    assert near(2, 3) == [(2, 3), (2, 1)]
+    assert near(2, 2) == [(2, 1), (2, 3)]
+    assert near(2, 7) == [(2, 6)]  # past the last: the last alone
+    assert near(3, 5) == [(2, 4), (2, 6), (4, 2)]
+    assert near(1, 0) == [(2, 0), (0, 5)]  # gap 1: gap 0 and gap 2 one away, each's first at or after offset 0
+    assert cmp._near(idx, "mul", atom(2, 3)) == []

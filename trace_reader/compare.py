@@ -304,7 +304,10 @@ def _index(atoms: list[_Atom], keys) -> dict:
 
 
 def _near(idx: dict, key, x: _Atom) -> list[_Atom]:
-    """The atoms under `key` in the nearest gap to x's (at most MAX_GAP away), nearest x's offset first."""
+    """Candidates for x under `key`, nearest x's offset first: in the nearest gaps to x's that hold any (at most
+    MAX_GAP away; one below and one above at the same distance both count), the atom at or after x's offset and the
+    one before it, not the whole gap. The bound keeps the pass linear in the atoms; a farther atom of the same gap
+    sharing more words is not looked at."""
     by_gap = idx.get(key)
     if not by_gap:
         return []
