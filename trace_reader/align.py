@@ -3,7 +3,10 @@
 align(a, b) pairs equal names of a and b, both in increasing order, as many pairs as any alignment has. Of the
 alignments with that many, it prefers pairs whose keys agree (the launching op and its tensor sizes: of two GEMMs
 with one kernel name, the projection stays paired with the projection, not with the attention's matmul) and, of
-two same-name launches, the one at the same offset since the last kernel that stayed.
+two same-name launches, the one at the same offset since the last kernel that stayed. The preference is greedy (5.
+below), not an optimum over all longest alignments: A's GEMMs launched by bmm, mm against B's by mm, bmm, bmm are
+paired bmm with mm and mm with bmm, though A's bmm with B's first bmm keeps two pairs, one of them agreeing. The
+number of pairs is always the most there is.
 
 How, exactly, in O(n*m/64) word operations at worst:
 1. A name only one side has can never pair: such launches are dropped first, so kernels that were replaced
