@@ -52,14 +52,22 @@ def check_pairs(a: list, b: list, pairs: list) -> None:
 
 # ------------------------------------------------------------------------------------------- the alignment
 
+def _path(monkeypatch, path: str, rows_bits: int = 1) -> None:
+    """Which way align() takes. rows: every block small enough to keep its rows (the defaults); halved: every block
+    whose rows hold more than rows_bits bits halved (Hirschberg), as a step past ROWS_BITS is (1: every block of two
+    rows or more); myers: every block through Myers' diff (keys by the slide)."""
+    if path == "halved":
+        monkeypatch.setattr(al, "ROWS_BITS", rows_bits)
+    if path == "myers":
+        monkeypatch.setattr(al, "LARGE", 0)
+
+
 @pytest.mark.parametrize("path", ["rows", "halved", "myers"])
 def test_align_is_a_longest_common_subsequence(monkeypatch, path):
     """Random launch orders over a few names (ties everywhere), with and without keys, through each of the three
     ways align() may take: rows kept, blocks halved (Hirschberg), Myers' diff for a large block."""
-    if path == "halved":
-        monkeypatch.setattr(al, "ROWS_BITS", 4)
+    _path(monkeypatch, path, rows_bits=4)
     if path == "myers":
-        monkeypatch.setattr(al, "LARGE", 0)
         monkeypatch.setattr(al, "FEW", 3)
     rng = random.Random(path)
     for case in range(1500):
@@ -513,15 +521,6 @@ def test_a_key_that_disagrees_gives_way_to_one_that_agrees():
 
 # ------------------------- align.py's preferences among equally long alignments: the halving path and the slide
 # (the mutation gaps of tests/mutation_survivors.md: which of several LCS is taken, not its length)
-
-def _path(monkeypatch, path: str) -> None:
-    """rows: every block small enough to keep its rows (the defaults); halved: every block of two rows or more
-    halved (Hirschberg), as a step past ROWS_BITS is; myers: every block through Myers' diff (keys by the slide)."""
-    if path == "halved":
-        monkeypatch.setattr(al, "ROWS_BITS", 1)
-    if path == "myers":
-        monkeypatch.setattr(al, "LARGE", 0)
-
 
 @pytest.mark.parametrize("path", ["rows", "halved"])
 def test_halving_cuts_at_the_middle_rows_own_offset(monkeypatch, path):
