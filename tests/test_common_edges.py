@@ -180,9 +180,11 @@ def test_a_script_that_always_compiles_runs_as_compiled(tmp_path, monkeypatch):
     import torch._inductor.config as inductor_config
 
     monkeypatch.setattr(common, "_check_cpp_compiler", lambda: None)
-    monkeypatch.setattr(inductor_config.cpp, "enable_kernel_profile", False)
-    r = common.setup("05_attention.py", setup_args(tmp_path), compiled=True)
-    assert r.compiled is True and r.mode == "compile" and inductor_config.cpp.enable_kernel_profile is True
+    # Inductor's own patch, not monkeypatch: monkeypatch's undo deletes a config entry, which torch then hides,
+    # and every later compile in this worker fails ("cpp.enable_kernel_profile does not exist").
+    with inductor_config.patch({"cpp.enable_kernel_profile": False}):
+        r = common.setup("05_attention.py", setup_args(tmp_path), compiled=True)
+        assert r.compiled is True and r.mode == "compile" and inductor_config.cpp.enable_kernel_profile is True
 
 
 # ---- the rest ---------------------------------------------------------------------------------------------------
