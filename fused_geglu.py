@@ -671,12 +671,13 @@ def geglu_saving_gu(x2d, w_gate, w_up, *, use_tma=None, kernel=None, config=None
 _plans = {}
 
 
-def _plan_key(kind, x2d, weights):
+def _plan_key(kind, x, weights):
     """What a call's plan depends on besides the module's globals, or None where every call is planned: a CPU
-    tensor, one being traced, a tensor not contiguous or not 16-byte aligned (the kernels specialise on alignment)."""
-    if type(x2d) is not torch.Tensor or not x2d.is_cuda or INTERPRET:  # subclasses: traced ones, DTensor...
+    tensor, one being traced, a tensor not contiguous or not 16-byte aligned (the kernels specialise on alignment).
+    One flat tuple: it is built, hashed and compared at every call (about 5 µs of a model's MLP on the host)."""
+    if type(x) is not torch.Tensor or not x.is_cuda or INTERPRET:  # subclasses: traced ones, DTensor...
         return None
-    ptrs, contiguous = x2d.data_ptr(), x2d.is_contiguous()
+    ptrs, contiguous = x.data_ptr(), x.is_contiguous()
     for w in weights:
         ptrs |= w.data_ptr()
         contiguous = contiguous and w.is_contiguous()
@@ -684,9 +685,15 @@ def _plan_key(kind, x2d, weights):
         return None
     # Where _launch launches, kept or not, and on which stream: the two queries Triton's CUDA driver makes, asked
     # of torch directly (through the driver's lazy proxy they cost several µs a call in a model's forward).
-    device = torch._C._cuda_getDevice()
-    return (kind, x2d.shape, x2d.dtype, x2d.get_device(), device, torch._C._cuda_getCurrentRawStream(device),
-            TORCH_WHERE_FASTER, *[(w.shape, w.dtype, w.get_device()) for w in weights])
+    device = _current_device()
+    key = [kind, x.shape, x.dtype, x.get_device(), device, _current_stream(device), TORCH_WHERE_FASTER]
+    for w in weights:
+        key += (w.shape, w.dtype, w.get_device())
+    return tuple(key)
+
+
+_current_device = getattr(torch._C, "_cuda_getDevice", None)
+_current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def _planned(key, make):
@@ -774,6 +781,7 @@ def _cublas_geglu_plan(x2d, w_gate, save_gu, kept):
             g = F.linear(x2d, w_gate)
             pointwise(g, F.linear(x2d, w_up), g)
             return g, None, None
+    run.any_leading_shape = True  # x [..., K] with as many elements as x2d: F.linear keeps its shape
     return run
 
 
@@ -910,23 +918,30 @@ def _down_plan(m, w_down, config, kept):
     return run if small is None else small
 
 
-def mlp(x2d, w_gate, w_up, w_down):
-    """down_proj(geglu(x2d, w_gate, w_up), w_down), the eager module's forward, planned as one: one key a call, and
-    few Python calls (in a model's decode step each one costs several times what it does in a loop of its own)."""
-    key = _plan_key("mlp", x2d, (w_gate, w_up, w_down))
+def mlp(x, w_gate, w_up, w_down):
+    """down_proj(geglu(x, w_gate, w_up), w_down) over x of any leading shape: the eager module's forward, planned as
+    one: one key a call, and few Python calls (in a model's forward each one costs several times what it does in a
+    loop of its own)."""
+    key = _plan_key("mlp", x, (w_gate, w_up, w_down))
     run = _plans.get(key)
     if run is None:
         if key is None:
-            return down_proj(geglu(x2d, w_gate, w_up), w_down)
-        run = _planned(key, lambda: _mlp_plan(x2d, w_gate, w_up, w_down))
-    return run(x2d, w_gate, w_up, w_down)
+            out_shape = (*x.shape[:-1], w_down.shape[0])  # named, not -1: no tokens give an empty output
+            return down_proj(geglu(x.reshape(-1, x.shape[-1]), w_gate, w_up), w_down).reshape(out_shape)
+        run = _planned(key, lambda: _mlp_plan(x, w_gate, w_up, w_down))
+    return run(x, w_gate, w_up, w_down)
 
 
-def _mlp_plan(x2d, w_gate, w_up, w_down):
+def _mlp_plan(x, w_gate, w_up, w_down):
+    x2d = x.view(-1, x.shape[-1])  # contiguous: it has a plan key
     gate_up = _geglu_plan(x2d, w_gate, w_up, None, None, None, False, True)
-    m = torch.empty((x2d.shape[0], w_gate.shape[0]), device=x2d.device, dtype=x2d.dtype)  # what down_proj will get
+    m = torch.empty((x2d.shape[0], w_gate.shape[0]), device=x.device, dtype=x.dtype)  # what down_proj will get
     down = _down_plan(m, w_down, None, True)
-    return lambda x2d, w_gate, w_up, w_down: down(gate_up(x2d, w_gate, w_up)[0], w_down)
+    if x.dim() == 2 or (getattr(gate_up, "any_leading_shape", False) and down is F.linear):
+        # cuBLAS's GEMMs take [..., K] as it is, and the GeGLU kernel runs over the elements: no views to make
+        return lambda x, w_gate, w_up, w_down: down(gate_up(x, w_gate, w_up)[0], w_down)
+    shape_2d, out_shape = x2d.shape, (*x.shape[:-1], w_down.shape[0])
+    return lambda x, w_gate, w_up, w_down: down(gate_up(x.view(shape_2d), w_gate, w_up)[0], w_down).view(out_shape)
 
 
 def _run_down(cfg, m, w_down):
@@ -1134,17 +1149,33 @@ class FusedGeGLUMLP(nn.Module):
     def extra_repr(self):
         return f"recompute={self.recompute}"
 
+    def _weights(self):
+        """gate_proj's, up_proj's and down_proj's weights: read from the submodules' parameter dicts, which costs a
+        tenth of nn.Module's attribute lookup (six a call: several µs of a model's forward); through that lookup
+        where a weight is not a plain parameter there (parametrized, or a submodule replaced), and for Dynamo."""
+        if torch.compiler.is_compiling():
+            return self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight
+        try:
+            modules = self._modules
+            return (modules["gate_proj"]._parameters["weight"], modules["up_proj"]._parameters["weight"],
+                    modules["down_proj"]._parameters["weight"])
+        except (KeyError, AttributeError):
+            return self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight
+
     def forward(self, x):
-        # Any leading shape: the kernel sees [tokens, dim]; the output's last size is named, not -1, so that
+        # Any leading shape: the kernels see [tokens, dim]; the output's last size is named, not -1, so that
         # no tokens (M = 0) gives an empty output as nn.Linear does.
-        x2d, out_shape = x.reshape(-1, x.shape[-1]), (*x.shape[:-1], self.down_proj.weight.shape[0])
-        w_gate, w_up, w_down = self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight
-        if torch.is_grad_enabled() and (x2d.requires_grad or w_gate.requires_grad or w_up.requires_grad
+        w_gate, w_up, w_down = self._weights()
+        if torch.is_grad_enabled() and (x.requires_grad or w_gate.requires_grad or w_up.requires_grad
                                         or w_down.requires_grad):
             # Training: down_proj is autograd's GEMM.
-            return F.linear(_training_geglu(x2d, w_gate, w_up, self.recompute), w_down).reshape(out_shape)
+            x2d = x.reshape(-1, x.shape[-1])
+            out = F.linear(_training_geglu(x2d, w_gate, w_up, self.recompute), w_down)
+            return out.reshape(*x.shape[:-1], w_down.shape[0])
         if torch.compiler.is_compiling():
-            return down_proj_op(geglu_op(x2d, w_gate, w_up, TORCH_WHERE_FASTER), w_down).reshape(out_shape)
+            x2d = x.reshape(-1, x.shape[-1])
+            out = down_proj_op(geglu_op(x2d, w_gate, w_up, TORCH_WHERE_FASTER), w_down)
+            return out.reshape(*x.shape[:-1], w_down.shape[0])
         # Eager inference: the launchers themselves, planned once per shape (mlp), and down_proj rather than
         # self.down_proj(m): the same GEMM (the small-M kernel for few tokens) without nn.Module's call overhead.
-        return mlp(x2d, w_gate, w_up, w_down).reshape(out_shape)
+        return mlp(x, w_gate, w_up, w_down)

@@ -19,6 +19,7 @@ import pytest
 from conftest import interpreter_cannot_loop
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 pytest.importorskip("triton", reason="needs Triton (Linux wheels only; tests/test_platforms.py runs without it)")
 import fused_geglu  # noqa: E402 - after the skip: it imports Triton
@@ -329,6 +330,37 @@ def test_compiles_without_graph_breaks_and_follows_weight_changes():
     torch.testing.assert_close(xc.grad, xe.grad)
     for pf, pe in zip(fused.parameters(), eager.parameters()):
         torch.testing.assert_close(pf.grad, pe.grad)
+
+
+def test_forward_reads_each_weight_as_it_is_now_however_it_is_held():
+    """The forward reads the weights from the submodules' parameter dicts where they are plain parameters, and through
+    nn.Module's lookup otherwise: a parametrized weight is the parametrization's output, a replaced Parameter or
+    submodule is the new one. Expected values: the GeGLU written out on the weights the test itself computed."""
+    from torch.nn.utils import parametrize
+
+    class Doubled(nn.Module):
+        def forward(self, w):
+            return 2 * w
+
+    class Holder(nn.Module):  # a submodule with its weight as a plain tensor attribute, not in _parameters
+        def __init__(self, w):
+            super().__init__()
+            self.weight = w
+
+    torch.manual_seed(0)
+    fused = fused_geglu.FusedGeGLUMLP(8, 16)
+    x = torch.randn(2, 3, 8)
+    wg, wu, wd = (fused.gate_proj.weight.detach().clone(), fused.up_proj.weight.detach().clone(),
+                  fused.down_proj.weight.detach().clone())
+    expect = lambda wg, wu, wd: (F.gelu(x @ wg.T, approximate="tanh") * (x @ wu.T)) @ wd.T  # noqa: E731
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), expect(wg, wu, wd))
+        parametrize.register_parametrization(fused.gate_proj, "weight", Doubled())
+        torch.testing.assert_close(fused(x), expect(2 * wg, wu, wd))
+        fused.up_proj.weight = nn.Parameter(-wu)
+        torch.testing.assert_close(fused(x), expect(2 * wg, -wu, wd))
+        fused.down_proj = Holder(3 * wd)
+        torch.testing.assert_close(fused(x), expect(2 * wg, -wu, 3 * wd))
 
 
 def test_weights_made_in_inference_mode_work():
@@ -814,6 +846,11 @@ def test_gpu_a_kept_plan_launches_on_each_calls_own_tensors(M, save_gu, monkeypa
         assert ((y.float() - y_ref).norm() / y_ref.norm()).item() < TOL["bf16"]
         y_mlp, y_ref = fused_geglu.mlp(x, wg, wu, wd), m_ref @ wd.float().T  # the module's eager forward, one plan
         assert ((y_mlp.float() - y_ref).norm() / y_ref.norm()).item() < TOL["bf16"]
+        if x.is_contiguous():  # the module passes x as it comes: a plan of its own per leading shape, the same rows
+            for shape, out_shape in [((1, M, K), (1, M, dim)), ((M, 1, K), (M, 1, dim))] + [((K,), (dim,))] * (M == 1):
+                y_nd = fused_geglu.mlp(x.view(shape), wg, wu, wd)
+                assert y_nd.shape == out_shape
+                assert ((y_nd.float().reshape(M, dim) - y_ref).norm() / y_ref.norm()).item() < TOL["bf16"]
 
     wg, wu, wd = new(N, K), new(N, K), new(dim, N)
     check(new(M, K), wg, wu, wd)  # the first call of this key plans
