@@ -542,15 +542,21 @@ def optimizer_kind(impl: str, params: int, per_param: int) -> Expect:
     return Expect(f"the optimizer, {text}", run)
 
 
+# A peak in the optimizer that parameter-sized tensors can make: the gradients, one temporary per parameter (foreach
+# AdamW's sqrt of its second moment), and AdamW's two states where its first step falls in the window.
+OPTIMIZER_PEAK_PARAMS = 4
+
+
 def peak_after_forward(checkpointed: bool, param_bytes: float | None, rebuilds: str | None = None) -> Expect:
     """Without checkpointing the peak comes around the end of forward: in forward or backward, with at least half
     of it already held when forward ends (the activations saved for backward). With it, the peak is in backward,
     where each layer's activations are rebuilt. `rebuilds` names a module that saves less and rebuilds its largest
     tensors in backward (the fused MLP: g and u): the peak is then in forward or backward, however little of it is
-    held when forward ends. Not applicable where a peak in the optimizer holds fewer
-    activations at forward's end than the parameters' bytes: at so few tokens the optimizer's temporaries, each
-    the size of a parameter, can top them (param_bytes None: not known, so any peak in the optimizer). Not
-    applicable either on a trace recorded without profile_memory=True."""
+    held when forward ends. Not applicable where a peak in the optimizer is at most OPTIMIZER_PEAK_PARAMS times the
+    parameters' bytes: the gradients, a foreach optimizer's temporaries and, on its first step, AdamW's two states
+    are each the size of the parameters, so such a peak says nothing of the activations (too few tokens for them to
+    dominate); a larger one holds something else, activations kept too long say (param_bytes None: not known, so
+    any peak in the optimizer). Not applicable either on a trace recorded without profile_memory=True."""
     def run(t: Trace):
         if (miss := _need_steps(t)):
             return miss
@@ -560,16 +566,17 @@ def peak_after_forward(checkpointed: bool, param_bytes: float | None, rebuilds: 
         if peaks is None:
             return f"no [memory] events for the {t.device}: profile with profile_memory=True"
         small = [p for p in peaks if p["phase"] == "optimizer"
-                 and (param_bytes is None or (p["at_forward_end_bytes"] or 0) < param_bytes)]
+                 and (param_bytes is None or p["peak_bytes"] <= OPTIMIZER_PEAK_PARAMS * param_bytes)]
         if small:
             p = small[0]
             held = f"{_fmt(p['at_forward_end_bytes'], 2**20, 2)} MiB held at forward's end"
             if param_bytes is None:
                 return NotApplicable(f"#{p['number']} peaks in the optimizer, with {held}; the parameters' bytes "
                                      "are unknown (no shapes recorded) to weigh it against")
-            return NotApplicable(f"#{p['number']} peaks in the optimizer, with {held}, less than the "
-                                 f"{param_bytes / 2**20:.2f} MiB of parameters: too few tokens for activations to "
-                                 "dominate")
+            return NotApplicable(f"#{p['number']} peaks in the optimizer at {p['peak_bytes'] / 2**20:.2f} MiB, with "
+                                 f"{held}: no more than {OPTIMIZER_PEAK_PARAMS}x the {param_bytes / 2**20:.2f} MiB "
+                                 "of parameters (gradients, optimizer temporaries and states), too few tokens for "
+                                 "activations to dominate")
         if checkpointed:
             bad = [p for p in peaks if p["phase"] != "backward"]
         elif rebuilds:
