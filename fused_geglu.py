@@ -1166,15 +1166,16 @@ class FusedGeGLUMLP(nn.Module):
         # Any leading shape: the kernels see [tokens, dim]; the output's last size is named, not -1, so that
         # no tokens (M = 0) gives an empty output as nn.Linear does.
         w_gate, w_up, w_down = self._weights()
-        training = torch.is_grad_enabled() and (x.requires_grad or w_gate.requires_grad or w_up.requires_grad
-                                                or w_down.requires_grad)
-        if not training and not torch.compiler.is_compiling():
-            # Eager inference: the launchers themselves, planned once per shape (mlp), and down_proj rather than
-            # self.down_proj(m): the same GEMM (the small-M kernel for few tokens) without nn.Module's call overhead.
-            return mlp(x, w_gate, w_up, w_down)
-        x2d = x.reshape(-1, x.shape[-1])
-        if training:  # down_proj is autograd's GEMM
+        if torch.is_grad_enabled() and (x.requires_grad or w_gate.requires_grad or w_up.requires_grad
+                                        or w_down.requires_grad):
+            # Training: down_proj is autograd's GEMM.
+            x2d = x.reshape(-1, x.shape[-1])
             out = F.linear(_training_geglu(x2d, w_gate, w_up, self.recompute), w_down)
-        else:
+            return out.reshape(*x.shape[:-1], w_down.shape[0])
+        if torch.compiler.is_compiling():
+            x2d = x.reshape(-1, x.shape[-1])
             out = down_proj_op(geglu_op(x2d, w_gate, w_up, TORCH_WHERE_FASTER), w_down)
-        return out.reshape(*x.shape[:-1], w_down.shape[0])
+            return out.reshape(*x.shape[:-1], w_down.shape[0])
+        # Eager inference: the launchers themselves, planned once per shape (mlp), and down_proj rather than
+        # self.down_proj(m): the same GEMM (the small-M kernel for few tokens) without nn.Module's call overhead.
+        return mlp(x, w_gate, w_up, w_down)
