@@ -23,8 +23,15 @@ from pathlib import Path
 def _interrupted_while_starting(signum, frame):
     # Ctrl-C while Python imports torch (the first seconds): nothing has been written yet. Exit at once, so
     # no library's import machinery can turn the KeyboardInterrupt into a traceback or swallow it.
-    print(f"{Path(sys.argv[0]).name}: interrupted before writing; earlier traces are untouched", file=sys.stderr)
+    _say(f"{Path(sys.argv[0]).name}: interrupted before writing; earlier traces are untouched")
     os._exit(130)
+
+
+def _say(line: str) -> None:
+    """One line on standard error in one write: print() writes the text and its newline apart, and under torchrun
+    two ranks failing at once then interleave into 'error: ...error: ...' on one line."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 # Scripts import common before torch, so this handler is in place before the slow imports start; main()
@@ -543,7 +550,7 @@ def main(fn) -> None:
     except KeyboardInterrupt:
         _remove_made_folders()
         where = f"after writing {_written}" if _written else "before writing; earlier traces are untouched"
-        print(f"{prog}: interrupted {where}", file=sys.stderr)
+        _say(f"{prog}: interrupted {where}")
         code = 130
     except _StdoutError as e:
         try:  # what is still buffered goes nowhere, also when Python flushes stdout at exit
@@ -589,7 +596,7 @@ def _wrote_or_not() -> str:
 
 def _fail(prog: str, message: str) -> int:
     _remove_made_folders()
-    print(f"{prog}: error: {message}", file=sys.stderr)
+    _say(f"{prog}: error: {message}")
     return 2
 
 

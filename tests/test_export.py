@@ -333,6 +333,25 @@ def test_main_bad_input_exit_2(capsys, prog):
     assert code == 2 and err == "02_linear.py: error: --batch: must be between 1 and 1048576, got 0\n"
 
 
+def test_main_error_line_is_one_write(monkeypatch, prog):
+    # Under torchrun every rank fails at once into one pipe: a line written in two parts (text, then newline, as
+    # print() does on stderr) interleaves into "error: ...error: ..." on one line. One write of < 4 KiB does not.
+    writes = []
+
+    class Recorder:
+        def write(self, text):
+            writes.append(text)
+            return len(text)
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(sys, "stderr", Recorder())
+    with pytest.raises(SystemExit):
+        common.main(raise_(common.Fail("--hidden 255 does not split over 2 ranks: pick a multiple of 2")))
+    assert writes == ["02_linear.py: error: --hidden 255 does not split over 2 ranks: pick a multiple of 2\n"]
+
+
 @pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20 GiB"),
                                    RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 GB"),
                                    RuntimeError("[enforce fail at alloc_cpu.cpp:117] out of memory")])
