@@ -14,6 +14,7 @@ import bench_model
 import common
 
 SEQ = 32
+LAYERS = 1  # tiny's 2 layers cost the cold compile (no Inductor cache, as on CI) 16 s more, for no other check
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +23,7 @@ def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench_model") / "b.json"
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        assert bench_model.main(["--device", "cpu", "--seq", str(SEQ), "--out", str(out)]) == 0
+        assert bench_model.main(["--device", "cpu", "--seq", str(SEQ), "--layers", str(LAYERS), "--out", str(out)]) == 0
     return json.loads(out.read_text()), buf.getvalue(), out
 
 
@@ -58,6 +59,7 @@ def test_floors_are_the_formula_on_the_models_weights(smoke):
     """P counted from the built model's own weight matrices (not the formula's terms), then the docstring's floors."""
     record, _, _ = smoke
     config = bench_model.model_script.preset_config("tiny")
+    config.num_hidden_layers = LAYERS
     model = transformers.AutoModelForCausalLM.from_config(config)
     P = sum(p.numel() for n, p in model.named_parameters() if ".layers." in n and p.dim() == 2)
     assert record["model"]["params_per_token"] == P
@@ -72,6 +74,24 @@ def test_floors_are_the_formula_on_the_models_weights(smoke):
     assert decode["floor_us"] == pytest.approx((weights + kv_cache) / record["copy_tbps"] / 1e6)
     rows = [line.split(" | ")[:2] for line in bench_model.markdown(record).splitlines()[2:] if line.startswith("| ")]
     assert rows == [["| eager", "eager"], ["| compile", "eager"]]
+
+
+@pytest.mark.parametrize("layers", [2, 3])
+def test_floor_counts_grow_with_the_layers(layers):
+    """The smoke run has one layer, where a count that forgets the layers is still right: costs() at 2 and 3 layers,
+    batch 3, against the built model's own weights."""
+    config = bench_model.model_script.preset_config("tiny")
+    config.num_hidden_layers = layers
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    P = sum(p.numel() for n, p in model.named_parameters() if ".layers." in n and p.dim() == 2)
+    head = model.lm_head.weight.numel()
+    H, kv, hd = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+    batch, seq = 3, 20
+    scores = layers * batch * 4 * H * seq * seq * hd / 2  # QK^T and PV, causal: half the scores
+    kv_cache = 2 * layers * batch * kv * seq * hd  # K and V entries; x 2 bytes below
+    assert bench_model.costs(config, batch, seq, 2) == {
+        "params_per_token": P, "prefill_flops": 2 * P * batch * seq + 2 * head * batch + scores,
+        "decode_bytes": 2 * (P + head + kv_cache), "weight_bytes": 2 * (P + head), "kv_cache_bytes": 2 * kv_cache}
 
 
 def test_wrong_variant_stops_the_run_and_writes_nothing(tmp_path, monkeypatch, capsys):

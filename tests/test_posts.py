@@ -9,19 +9,17 @@ GPU finishes in milliseconds take minutes on a 2-core CPU: those run with the po
 and test_readme's SMALLER says why for each one.
 """
 
-import os
 import re
 import shlex
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from conftest import fused_cpp
 from doc_pages import pages, section
 
-# as_run_here: --device cpu and --out under a temp folder
-from test_readme import ROOT, as_run_here, page_runs
-from test_readme import command as runnable  # the argv to start; `command` here names a post line
+# page_runs: --device cpu and --out under a temp folder, each command once in the session
+from test_readme import COMMANDS, ROOT, first_compile_env, page_runs
 from test_scripts import load, steps
 
 PART1 = [
@@ -59,14 +57,17 @@ def runs(shared_runs, tmp_path_factory):
         return pages.out, dict(zip(commands, pool.map(lambda line: pages.run(argv_of(line)), commands)))
 
 
-def test_first_compile_is_quiet_with_a_cuda_toolkit_but_no_gpu(tmp_path):
-    """A CUDA toolkit but no GPU, and Inductor compiling afresh (its C++ compiler too): the setting in which torch
-    warns "No CUDA runtime is found, using CUDA_HOME=..." at the first compile. The post's run stays quiet anyway."""
-    env = {**os.environ, "CUDA_HOME": str(tmp_path), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")}
-    proc = subprocess.run(runnable(as_run_here(argv_of(PART2[3]), tmp_path)), capture_output=True, text=True,
-                          cwd=ROOT, timeout=600, env=env)
+def test_main_command_first_compile_is_quiet_with_a_cuda_toolkit_but_no_gpu(shared_runs, tmp_path_factory):
+    """The README's main command, run fresh as a reader types it, on a machine that has never compiled and has a CUDA
+    toolkit but no GPU (test_readme.first_compile_env): torch warns "No CUDA runtime is found, using CUDA_HOME=..." at
+    the first compile there. The run stays quiet anyway."""
+    pages = page_runs(shared_runs, tmp_path_factory)
+    proc = pages.run(COMMANDS[0])
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-3000:]
-    assert fused_cpp(per_step(proc)["ProfilerStep#2"])  # a C++ kernel was built: the compile the warning comes with
+    assert fused_cpp(per_step(proc)["ProfilerStep#2"])  # the fused C++ kernel ran...
+    cache = Path(first_compile_env(pages.out)["TORCHINDUCTOR_CACHE_DIR"])
+    built = [p for p in cache.rglob("*.cpp") if "cpp_fused__unsafe_view_gelu_mul" in p.read_text()]
+    assert built and all(p.with_suffix(".so").is_file() for p in built)  # ...built by this run's compiler
 
 
 def _get(runs, command):
@@ -91,7 +92,7 @@ def test_post_command_runs_quietly_and_confirms_what_applies_on_a_cpu(command, r
         assert (ROOT / "tests/data/h200_liger.json.gz").is_file()
         return
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stderr == "", proc.stderr[-3000:]  # no kineto USDT lines, no traceback (CUDA_HOME: test_first_compile_...)
+    assert proc.stderr == "", proc.stderr[-3000:]  # no kineto USDT lines, no traceback (CUDA_HOME: test_main_command_first_compile_...)
     assert "BROKEN" not in proc.stdout, proc.stdout[-3000:]
     assert "uvx --python 3.12 trace-util -b BUCKET -f " in proc.stdout  # trace-util 0.2.0 on any local Python
     if "--compile" in command:  # said before the slow first call, not after

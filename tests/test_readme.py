@@ -24,9 +24,10 @@ BENCHES = {"bench.py", "bench_attention.py", "bench_model.py", "bench_tp.py"}
 # CPU. On the CPU, its commands that give no shape run at this one (the scores still outweigh every other
 # activation, so the memory expectations mean the same); with --device cuda they run as written.
 CPU_SHAPE = {"05_attention.py": ["--batch", "1", "--seq", "512", "--heads", "2", "--kv_heads", "1", "--head_dim", "16"],
-             # 4 Gemma-2B layers: 1 GB of weights, slow on a CPU; tiny's own 2 layers (after the pages' --layers 4):
-             # the same check, half the graph for --compile to trace
-             "06_model.py": ["--preset", "tiny", "--seq", "32", "--layers", "2"],
+             # 4 Gemma-2B layers: 1 GB of weights, slow on a CPU; one tiny layer (after the pages' --layers 4): the same
+             # check, a quarter of the graph for --compile to trace and build (8 s less on a cold cache than 2 layers);
+             # tests/test_model.py runs the layers' spans and the reader at 2
+             "06_model.py": ["--preset", "tiny", "--seq", "32", "--layers", "1"],
              # a training step of the post's MLP is three forwards' work: seconds per step at these sizes
              "07_train_step.py": ["--batch", "2", "--seq", "32", "--dim", "64", "--hidden", "256"],
              "03_simple_mlp.py": ["--batch", "1"],  # the post's 64 x 128 tokens: see SMALLER
@@ -65,9 +66,17 @@ def readme_commands():
 
 ENVS = {tuple(argv): env for env, argv in readme_commands()}
 COMMANDS = [argv for _, argv in readme_commands()]
-# The README's first command, the main job, runs as a reader types it (`uv run ...`, a fresh process); the others
-# through tests/zygote.py (conftest.SharedRuns).
+# The README's first command, the main job, runs as a reader types it (`uv run ...`, a fresh process) on a fresh
+# machine (first_compile_env); the others through tests/zygote.py (conftest.SharedRuns).
 FRESH = {tuple(COMMANDS[0])}
+
+
+def first_compile_env(out: Path) -> dict:
+    """A machine that has never compiled, with a CUDA toolkit but no GPU: Inductor's own empty cache (the C++ compiler
+    runs) and CUDA_HOME set, the setting in which torch warns "No CUDA runtime is found, using CUDA_HOME=..." at the
+    first compile. The FRESH runs get it: test_main_command_first_compile_is_quiet_with_a_cuda_toolkit_but_no_gpu."""
+    (out / "cuda-toolkit").mkdir(exist_ok=True)
+    return {"CUDA_HOME": str(out / "cuda-toolkit"), "TORCHINDUCTOR_CACHE_DIR": str(out / "first-compile-cache")}
 
 
 def test_readme_has_the_two_setup_commands():
@@ -217,7 +226,9 @@ class Runs:
         self.shared, self.out = shared, out
 
     def run(self, argv):
-        return self.shared.run(command(as_run_here(argv, self.out)), run_env(argv), fresh=tuple(argv) in FRESH)
+        fresh = tuple(argv) in FRESH
+        env = {**run_env(argv), **(first_compile_env(self.out) if fresh else {})}
+        return self.shared.run(command(as_run_here(argv, self.out)), env, fresh=fresh)
 
     def trace(self, path):
         """The README's traces/<script>/<file>: made by that script's README commands (run as needed)."""
