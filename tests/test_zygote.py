@@ -32,6 +32,9 @@ NO_GPU = {"CUDA_VISIBLE_DEVICES": "", "ZYGOTE_TEST": "a value of these tests"}
 @pytest.fixture
 def servers(monkeypatch):
     monkeypatch.setattr(zygote, "PRELOAD", ["json"])  # a light server: what is compared is the run, not the imports
+    # A registry of their own: counted in the pages' (MAX_SERVERS), these light servers would stop the pages' idle
+    # ones, which the next page command in this worker must start again (torch's imports, 10 CPU-seconds each).
+    monkeypatch.setattr(zygote, "_servers", {})
     yield
     zygote.close({**os.environ, **NO_GPU})
 
@@ -120,7 +123,7 @@ def test_fresh_processes_when_asked(tmp_path, servers, monkeypatch):
     assert got.returncode == 0 and got.stdout == "2\n" and served() == 0
 
 
-def test_a_preloaded_module_that_prints_does_not_garble_the_replies(tmp_path, monkeypatch):
+def test_a_preloaded_module_that_prints_does_not_garble_the_replies(tmp_path, servers, monkeypatch):
     (tmp_path / "noisy_zygote_module.py").write_text("print('imported')\n")
     monkeypatch.setattr(zygote, "PRELOAD", ["noisy_zygote_module"])
     (tmp_path / "quick.py").write_text("print(3)\n")
