@@ -115,6 +115,16 @@ def test_servers_are_bounded_and_a_busy_one_is_never_taken(tmp_path, servers, mo
             zygote.close(env)
 
 
+def test_inductors_address_variable_does_not_start_another_server(tmp_path, servers):
+    # A test worker's environment gains _TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR at its first in-process compile.
+    (tmp_path / "quick.py").write_text("print(1)\n")
+    env = {**os.environ, **NO_GPU}
+    env.pop("_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR", None)
+    for run_env in (env, {**env, "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR": "140234"}):
+        assert zygote.run([sys.executable, str(tmp_path / "quick.py")], run_env, tmp_path, timeout=60).stdout == "1\n"
+    assert sum(len(pool) for pool in zygote._servers.values()) == 1
+
+
 def test_fresh_processes_when_asked(tmp_path, servers, monkeypatch):
     monkeypatch.setenv(zygote.FRESH_VARIABLE, "1")
     (tmp_path / "quick.py").write_text("print(2)\n")

@@ -134,7 +134,10 @@ _servers_lock = threading.Lock()
 # A server serves the runs whose environments differ from its own in these only (the child gets the run's own): set
 # by pytest for each test, or read only when CUDA starts, which never happens in a server (runs that may see a GPU
 # get a process of their own, so where there is one every server has CUDA_VISIBLE_DEVICES="").
-VOLATILE = {"PYTEST_CURRENT_TEST", "CUDA_VISIBLE_DEVICES"}
+# Also _TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR: Inductor writes an address of its own process there before it loads a
+# compiled kernel (every process sets its own first), so a test worker's environment gains it at its first in-process
+# compile, and every later run would start a new server (torch's imports, about 10 CPU-seconds).
+VOLATILE = {"PYTEST_CURRENT_TEST", "CUDA_VISIBLE_DEVICES", "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR"}
 # A server holds about 0.9 GB (torch, Dynamo, Inductor, transformers): at most this many per test process. Past it,
 # the least recently used idle one stops; if none is idle, the run gets a process of its own.
 MAX_SERVERS = 2
