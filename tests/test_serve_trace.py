@@ -180,7 +180,7 @@ def test_custom_origin_and_requests_that_are_not_perfettos_fetch(trace):
 
 def test_a_client_that_reads_part_of_a_small_trace_and_leaves_has_not_fetched_it(trace):
     # The whole trace fits in the socket buffers, so the server's writes succeed even though the client left.
-    s = Running(trace, timeout=3.0)
+    s = Running(trace, timeout=1.5)
     sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
     sock.sendall(f"GET {s.path} HTTP/1.0\r\nHost: 127.0.0.1:{s.port}\r\nOrigin: {PERFETTO_ORIGIN}\r\n\r\n".encode())
     assert sock.recv(100).startswith(b"HTTP/1.0 200")
@@ -208,7 +208,7 @@ def test_timeout(trace):
 def test_partial_download_is_not_fetched(tmp_path):
     big = tmp_path / "big.json"
     big.write_bytes(b" " * (64 << 20))  # more than loopback socket buffers hold
-    s = Running(big, timeout=3.0)
+    s = Running(big, timeout=1.5)
     sock = socket.create_connection(("127.0.0.1", s.port), timeout=10)
     sock.sendall(f"GET {s.path} HTTP/1.0\r\nHost: 127.0.0.1:{s.port}\r\nOrigin: {PERFETTO_ORIGIN}\r\n\r\n".encode())
     assert sock.recv(1024).startswith(b"HTTP/1.0 200")

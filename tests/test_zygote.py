@@ -73,7 +73,7 @@ def test_a_run_past_its_time_is_killed_with_what_it_printed(tmp_path, servers):
                       "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\ntime.sleep(60)\n")
     env = {**os.environ, **NO_GPU}
     with pytest.raises(subprocess.TimeoutExpired) as e:
-        zygote.run([sys.executable, str(script)], env, tmp_path, timeout=3)
+        zygote.run([sys.executable, str(script)], env, tmp_path, timeout=1.5)
     assert e.value.output == "started\n" and served() == 1
     # the server answers the next run: the killed run's process group took its own child with it
     (tmp_path / "quick.py").write_text("print(1)\n")
