@@ -9,6 +9,7 @@ GPU finishes in milliseconds take minutes on a 2-core CPU: those run with the po
 and test_readme's SMALLER says why for each one.
 """
 
+import os
 import re
 import shlex
 from concurrent.futures import ThreadPoolExecutor
@@ -49,11 +50,13 @@ SCHEDULE = "uv run 01_matmul_add.py --wait 0 --profiler-warmup 0 --active 20"  #
 
 @pytest.fixture(scope="module")
 def runs(shared_runs, tmp_path_factory):
-    """All the commands, two at a time (most of a run is single-threaded: start-up, compiling), as test_readme runs
-    them: the posts' commands are the README's too, so each runs once in the session, whichever file asks first."""
+    """All the commands, two at a time where there are cores to spare (most of a run is single-threaded: start-up,
+    compiling; on 2 cores the other test worker keeps the second one busy, and a second thread would only start a
+    second server, torch's imports again), as test_readme runs them: the posts' commands are the README's too, so
+    each runs once in the session, whichever file asks first."""
     pages = page_runs(shared_runs, tmp_path_factory)
     commands = PART1 + PART2 + [SCHEDULE]
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPoolExecutor(max_workers=2 if (os.cpu_count() or 1) > 2 else 1) as pool:
         return pages.out, dict(zip(commands, pool.map(lambda line: pages.run(argv_of(line)), commands)))
 
 
