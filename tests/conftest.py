@@ -34,26 +34,6 @@ def _keep_bytecode() -> None:
 
 _keep_bytecode()
 
-
-def _compile_apart() -> None:
-    """On a cold bytecode cache (a fresh clone: uv installs without bytecode) both test workers start by importing
-    what every test file imports, compiling the same modules at the same time: 13 of the 22 CPU-seconds of those
-    imports, twice. The second worker imports the libraries besides torch first, while the first compiles torch's
-    modules, so that each compiles about half and reads the other half's bytecode."""
-    if os.environ.get("PYTEST_XDIST_WORKER") != "gw1":
-        return
-    sympy = importlib.util.find_spec("sympy")  # torch's dependency, which the first worker reaches seconds in
-    if sympy is None or sympy.origin is None or Path(importlib.util.cache_from_source(sympy.origin)).exists():
-        return
-    for name in ("sympy", "mpmath", "numpy", "matplotlib.pyplot", "transformers", "triton", "jinja2", "networkx"):
-        try:
-            importlib.import_module(name)
-        except Exception:  # not installed here (triton off Linux): the test files that need it skip
-            pass
-
-
-_compile_apart()
-
 if "mutmut" in sys.modules:
     # mutmut forks one child per mutant from this process: a child whose first torch op starts OpenMP's thread pool
     # after the fork can hang for good (the pool's state is copied, its threads are not). One thread needs no pool.
