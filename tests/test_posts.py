@@ -95,7 +95,7 @@ def test_post_command_runs_quietly_and_confirms_what_applies_on_a_cpu(command, r
         assert (ROOT / "tests/data/h200_liger.json.gz").is_file()
         return
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stderr == "", proc.stderr[-3000:]  # no kineto USDT lines, no traceback (CUDA_HOME: test_main_command_first_compile_...)
+    assert proc.stderr == "", proc.stderr[-3000:]  # no kineto USDT lines, no traceback (CUDA_HOME: the first-compile test)
     assert "BROKEN" not in proc.stdout, proc.stdout[-3000:]
     assert "uvx --python 3.12 trace-util -b BUCKET -f " in proc.stdout  # trace-util 0.2.0 on any local Python
     if "--compile" in command:  # said before the slow first call, not after
