@@ -114,6 +114,19 @@ def _geglu_pointwise_kernel(g_ptr, u_ptr, m_ptr, n, FAST_TANH: tl.constexpr, BLO
 
 
 @triton.jit
+def _geglu_packed_kernel(gu_ptr, n, row_stride, FAST_TANH: tl.constexpr, BLOCK: tl.constexpr):
+    # The same GeGLU over rows of [g | u], one [tokens, 2 * hidden] output of one cuBLAS GEMM over the packed gate and
+    # up weights: m = gelu_tanh(g) * u written over g (row r's m is row r's first n elements; each element is read
+    # before it is written). Grid: (rows, column blocks).
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    row = gu_ptr + tl.program_id(0).to(tl.int64) * row_stride  # int64: rows * 2 * hidden can pass 2^31
+    g = tl.load(row + offs, mask=mask, other=0.0).to(tl.float32)
+    u = tl.load(row + n + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(row + offs, _geglu_epilogue(g, u, FAST_TANH).to(gu_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _tile_coords(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
     # Grouped order: GROUP_M row-tiles of x walk the weight tiles together, so each weight tile
     # is fetched from HBM once and then re-read from L2 by the programs running next to it.
@@ -689,6 +702,8 @@ def _plan_key(kind, x, weights):
     key = [kind, x.shape, x.dtype, x.get_device(), device, _current_stream(device), TORCH_WHERE_FASTER]
     for w in weights:
         key += (w.shape, w.dtype, w.get_device())
+    if kind == "mlp":  # the MLP's plan also depends on whether gate and up are packed (see packed)
+        key.append(packed(weights[0], weights[1]))
     return tuple(key)
 
 
@@ -928,20 +943,54 @@ def mlp(x, w_gate, w_up, w_down):
         if key is None:
             out_shape = (*x.shape[:-1], w_down.shape[0])  # named, not -1: no tokens give an empty output
             return down_proj(geglu(x.reshape(-1, x.shape[-1]), w_gate, w_up), w_down).reshape(out_shape)
-        run = _planned(key, lambda: _mlp_plan(x, w_gate, w_up, w_down))
+        run = _planned(key, lambda: _mlp_plan(x, w_gate, w_up, w_down, key[-1]))
     return run(x, w_gate, w_up, w_down)
 
 
-def _mlp_plan(x, w_gate, w_up, w_down):
+def packed(w_gate, w_up):
+    """w_up's rows start where w_gate's end, in memory (FusedGeGLUMLP keeps them so: pack_gate_up): then one
+    [2 * hidden, dim] view spans both, and cuBLAS runs gate and up as one GEMM."""
+    return (w_up.data_ptr() - w_gate.data_ptr() == w_gate.numel() * w_gate.element_size()
+            and w_gate.shape == w_up.shape)
+
+
+def _mlp_plan(x, w_gate, w_up, w_down, both_packed=False):
     x2d = x.view(-1, x.shape[-1])  # contiguous: it has a plan key
     gate_up = _geglu_plan(x2d, w_gate, w_up, None, None, None, False, True)
     m = torch.empty((x2d.shape[0], w_gate.shape[0]), device=x.device, dtype=x.dtype)  # what down_proj will get
     down = _down_plan(m, w_down, None, True)
     if x.dim() == 2 or (getattr(gate_up, "any_leading_shape", False) and down is F.linear):
         # cuBLAS's GEMMs take [..., K] as it is, and the GeGLU kernel runs over the elements: no views to make
-        return lambda x, w_gate, w_up, w_down: down(gate_up(x, w_gate, w_up)[0], w_down)
-    shape_2d, out_shape = x2d.shape, (*x.shape[:-1], w_down.shape[0])
-    return lambda x, w_gate, w_up, w_down: down(gate_up(x.view(shape_2d), w_gate, w_up)[0], w_down).view(out_shape)
+        run = lambda x, w_gate, w_up, w_down: down(gate_up(x, w_gate, w_up)[0], w_down)  # noqa: E731
+    else:
+        shape_2d, out_shape = x2d.shape, (*x.shape[:-1], w_down.shape[0])
+        run = lambda x, w_gate, w_up, w_down: down(gate_up(x.view(shape_2d), w_gate, w_up)[0], w_down).view(out_shape)  # noqa: E731
+    if both_packed and getattr(gate_up, "any_leading_shape", False) and down is F.linear:
+        return _packed_mlp_plan(x2d, w_gate, run)
+    return run
+
+
+def _packed_mlp_plan(x2d, w_gate, unpacked):
+    """Where cuBLAS runs gate and up (tokens past the tiled kernels' range) and the two weights are packed: one
+    [tokens, 2 * hidden] GEMM over both, _geglu_packed_kernel writing m over its g half, and down_proj's GEMM reading
+    that half where it is (row stride 2 * hidden). Three launches, against the unpacked plan's four and
+    transformers' MLP's five: in an eager model's forward, each is host time. unpacked: the plan for two weights
+    adjacent by chance in two allocations, which no one view can span."""
+    (M, K), N = x2d.shape, w_gate.shape[0]
+    like = (torch.empty(1, device=x2d.device, dtype=x2d.dtype),)  # a fresh allocation's alignment, as gu's
+    launch, head, tail = _bind(_geglu_packed_kernel, (M, _cdiv(N, POINTWISE_BLOCK)), like, (N, 2 * N),
+                               {"FAST_TANH": _fast_tanh(x2d), "BLOCK": POINTWISE_BLOCK, "num_warps": 4,
+                                "num_stages": 1})
+
+    def run(x, w_gate, w_up, w_down):
+        try:
+            both = w_gate.as_strided((2 * N, K), (K, 1))
+        except RuntimeError:  # w_gate's storage ends where w_gate does
+            return unpacked(x, w_gate, w_up, w_down)
+        gu = F.linear(x, both)
+        launch(*head, gu, *tail)
+        return F.linear(gu[..., :N], w_down)
+    return run
 
 
 def _run_down(cfg, m, w_down):
@@ -1127,12 +1176,18 @@ def down_proj_op(m: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
     return down_proj(m, w_down)
 
 
+def _pack_after_load(module, incompatible_keys):
+    module.pack_gate_up()  # load_state_dict(assign=True) gives the weights the state dict's own tensors
+
+
 class FusedGeGLUMLP(nn.Module):
     """down_proj(gelu_tanh(gate_proj(x)) * up_proj(x)) with gate, up and GeGLU in one kernel.
 
     Same parameter names as SimpleGeGLUMLP (gate_proj.weight, up_proj.weight, down_proj.weight), so
     `load_state_dict` moves weights both ways. The kernels read the gate and up weights where they are, so
-    the module holds nothing beyond its parameters (and a weight changed in place is read as it is now).
+    the module holds nothing beyond its parameters (and a weight changed in place is read as it is now). The two
+    share one storage, gate's rows then up's (pack_gate_up): eagerly, past the Triton kernels' range of tokens,
+    cuBLAS runs both projections as one GEMM.
 
     Training: by default the forward kernel also stores g and u (two [tokens, hidden] tensors kept for backward,
     as Liger and eager PyTorch keep theirs); recompute=True keeps only x and runs the two GEMMs again in backward:
@@ -1145,9 +1200,41 @@ class FusedGeGLUMLP(nn.Module):
         self.up_proj = nn.Linear(dim, hidden, bias=False)
         self.down_proj = nn.Linear(hidden, dim, bias=False)
         self.recompute = recompute
+        self.register_load_state_dict_post_hook(_pack_after_load)
+        self.pack_gate_up()
 
     def extra_repr(self):
         return f"recompute={self.recompute}"
+
+    def pack_gate_up(self):
+        """Put gate_proj's and up_proj's weights in one storage, gate's rows then up's, each parameter a view of it
+        (the same Parameter objects; their old storages are freed). Eagerly, where cuBLAS runs the projections, one
+        GEMM then reads both: one launch fewer (_packed_mlp_plan), no extra memory. Done when the module is made and
+        again after whatever gives the weights storages of their own: .to(), .cuda(), .half() (_apply),
+        copy.deepcopy and unpickling (__setstate__), load_state_dict(assign=True) (a post hook). Left as they are
+        where the two are not plain tensors of one shape, dtype and device (a DTensor, a parametrization). Costs a
+        copy of both (and, for a moment, their memory once more)."""
+        weights = [getattr(m, "_parameters", {}).get("weight") for m in (self.gate_proj, self.up_proj)]
+        if not all(isinstance(w, torch.Tensor) and type(w.data) is torch.Tensor for w in weights):
+            return
+        g, u = (w.data for w in weights)
+        if g.dim() != 2 or g.shape != u.shape or g.dtype != u.dtype or g.device != u.device:
+            return
+        if (g.is_contiguous() and u.is_contiguous() and packed(g, u)
+                and g.untyped_storage().data_ptr() == u.untyped_storage().data_ptr()):
+            return
+        with torch.no_grad():
+            both = torch.cat([g, u])
+        weights[0].data, weights[1].data = both[:len(g)], both[len(g):]
+
+    def _apply(self, fn, recurse=True):
+        out = super()._apply(fn, recurse)
+        self.pack_gate_up()
+        return out
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        self.pack_gate_up()
 
     def _weights(self):
         """gate_proj's, up_proj's and down_proj's weights: read from the submodules' parameter dicts, which costs a

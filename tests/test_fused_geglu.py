@@ -298,6 +298,97 @@ def test_same_parameter_names_as_eager():
     assert list(fused_geglu.FusedGeGLUMLP(8, 16).state_dict()) == list(SimpleGeGLUMLP(8, 16).state_dict())
 
 
+def _one_storage(module):
+    """gate_proj's and up_proj's weights are gate's rows then up's in one storage of exactly their bytes."""
+    g, u = module.gate_proj.weight, module.up_proj.weight
+    nbytes = g.numel() * g.element_size()
+    return (g.untyped_storage().data_ptr() == u.untyped_storage().data_ptr() == g.data_ptr()
+            and u.data_ptr() == g.data_ptr() + nbytes and g.untyped_storage().nbytes() == 2 * nbytes)
+
+
+def test_packed_is_up_right_after_gate():
+    """fused_geglu.packed: the expected answers written out from addresses the test lays out itself."""
+    both = torch.zeros(2 * 6, 4)
+    assert fused_geglu.packed(both[:6], both[6:])
+    assert not fused_geglu.packed(both[6:], both[:6])  # up before gate
+    assert fused_geglu.packed(both[:5], both[5:10])  # [5, 4] then [5, 4]
+    assert not fused_geglu.packed(both[:6], both[6:11])  # adjacent, but [6, 4] then [5, 4]
+    assert not fused_geglu.packed(both[:6], both[7:])  # a row between them
+    assert not fused_geglu.packed(torch.zeros(6, 4), torch.zeros(6, 4))
+
+
+def test_gate_and_up_stay_in_one_storage_through_what_gives_weights_new_ones(tmp_path):
+    """Made, converted (.to, .double), deep-copied, pickled, loaded with assign=True, made on meta then to_empty: the
+    module's gate and up weights end in one storage (no extra bytes), with the values they should hold, and
+    state_dict moves them to and from SimpleGeGLUMLP."""
+    SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
+    torch.manual_seed(0)
+    eager = SimpleGeGLUMLP(8, 16)
+    fused = fused_geglu.FusedGeGLUMLP(8, 16)
+    assert _one_storage(fused)
+    fused.load_state_dict(eager.state_dict())  # copied in place
+    assert _one_storage(fused) and torch.equal(fused.up_proj.weight, eager.up_proj.weight)
+    fused = fused.to(torch.bfloat16)
+    assert _one_storage(fused) and fused.gate_proj.weight.dtype == torch.bfloat16
+    fused = fused.double()
+    assert _one_storage(fused)
+    torch.testing.assert_close(fused.gate_proj.weight, eager.gate_proj.weight.bfloat16().double())
+    copied = __import__("copy").deepcopy(fused)
+    assert _one_storage(copied) and copied.gate_proj.weight.data_ptr() != fused.gate_proj.weight.data_ptr()
+    assert torch.equal(copied.up_proj.weight, fused.up_proj.weight)
+    torch.save(fused, tmp_path / "m.pt")
+    loaded = torch.load(tmp_path / "m.pt", weights_only=False)
+    assert _one_storage(loaded) and torch.equal(loaded.gate_proj.weight, fused.gate_proj.weight)
+    state = {k: torch.full_like(v, i) for i, (k, v) in enumerate(fused.state_dict().items())}
+    fused.load_state_dict(state, assign=True)  # the state dict's own tensors, then packed again
+    assert _one_storage(fused)
+    assert [float(v.unique()) for v in fused.state_dict().values()] == [0.0, 1.0, 2.0]
+    back = SimpleGeGLUMLP(8, 16).double()
+    back.load_state_dict(fused.state_dict())
+    assert torch.equal(back.up_proj.weight, torch.full((16, 8), 1.0, dtype=torch.float64))
+    with torch.device("meta"):
+        on_meta = fused_geglu.FusedGeGLUMLP(8, 16)
+    assert _one_storage(on_meta.to_empty(device="cpu"))
+
+
+def test_weights_not_packable_are_left_as_they_are():
+    """A parametrized gate weight or weights of two dtypes: nothing packed, nothing moved, and the forward is right."""
+    from torch.nn.utils import parametrize
+
+    fused = fused_geglu.FusedGeGLUMLP(8, 16)
+    fused.up_proj.weight = nn.Parameter(fused.up_proj.weight.detach().double())
+    ptrs = [p.data_ptr() for p in fused.parameters()]
+    fused.pack_gate_up()
+    assert [p.data_ptr() for p in fused.parameters()] == ptrs and not _one_storage(fused)
+    fused = fused_geglu.FusedGeGLUMLP(8, 16)
+    parametrize.register_parametrization(fused.gate_proj, "weight", nn.Identity())
+    fused.pack_gate_up()  # finds no gate_proj.weight parameter: nothing to do
+    x = torch.randn(3, 8)
+    wg, wu, wd = fused.gate_proj.weight, fused.up_proj.weight, fused.down_proj.weight
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), (F.gelu(x @ wg.T, approximate="tanh") * (x @ wu.T)) @ wd.T)
+
+
+def test_training_updates_the_packed_weights_in_place():
+    """Each packed weight is a leaf of its own: its gradient is its own, and an optimizer's step writes into the
+    shared storage, which later forwards read. Expected gradients: eager autograd on SimpleGeGLUMLP."""
+    SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
+    torch.manual_seed(0)
+    eager, fused = SimpleGeGLUMLP(8, 16), fused_geglu.FusedGeGLUMLP(8, 16)
+    fused.load_state_dict(eager.state_dict())
+    x = torch.randn(5, 8)
+    for m in (eager, fused):
+        torch.optim.SGD(m.parameters(), lr=0.1).zero_grad()
+        m(x).square().sum().backward()
+        torch.optim.SGD(m.parameters(), lr=0.1).step()
+    assert _one_storage(fused)
+    for (name, pe), pf in zip(eager.named_parameters(), fused.parameters()):
+        torch.testing.assert_close(pf.grad, pe.grad, msg=name)
+        torch.testing.assert_close(pf, pe, msg=name)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), eager(x))
+
+
 @pytest.mark.skipif(fused_geglu.INTERPRET or torch.cuda.is_available(), reason="CPU without the interpreter only")
 def test_cpu_fallback_matches_eager():
     # Without a GPU or the interpreter the module computes the same math with PyTorch ops.
@@ -821,6 +912,61 @@ def test_gpu_the_torch_bucket_is_cublas_and_one_geglu_kernel(dt, monkeypatch):
     kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     assert kernels.count("_geglu_pointwise_kernel") == 2, kernels
     assert not any("Gelu" in k or "Mul" in k for k in kernels), kernels  # no PyTorch GeLU, no mul
+
+
+@cuda
+@pytest.mark.parametrize("dt", ["bf16", "fp16", "fp32"])
+def test_gpu_packed_weights_run_gate_and_up_as_one_gemm(dt, monkeypatch):
+    """Where the table runs cuBLAS (here at every M), the module's packed gate and up weights are one GEMM of
+    [tokens, 2 * hidden], then _geglu_packed_kernel over its rows, then down_proj's GEMM reading m where it is (row
+    stride 2 * hidden, no copy): eager's values at shapes no block divides, with any leading shape, planned once.
+    Weights no longer packed (one replaced), or adjacent only by chance (two storages, which no view spans), take
+    the two GEMMs again. Expected values: the MLP written out in fp64 on the module's weights."""
+    monkeypatch.setattr(fused_geglu, "_tuned_rows", lambda device, which: [(None, None, "torch", None)])
+    monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", True)
+    monkeypatch.setattr(fused_geglu, "_plans", {})
+    torch.manual_seed(0)
+    K, N = 136, 1000  # 300 * 1000: no whole number of blocks; 136: no whole number of K tiles
+    fused = fused_geglu.FusedGeGLUMLP(K, N).cuda().to(DTYPES[dt])
+    assert _one_storage(fused)
+    linears = []
+    linear = F.linear
+    monkeypatch.setattr(F, "linear", lambda x, w, *a: linears.append((tuple(w.shape), x.stride())) or linear(x, w, *a))
+
+    def check(x):
+        wg, wu, wd = (w.detach().double() for w in (fused.gate_proj.weight, fused.up_proj.weight, fused.down_proj.weight))
+        ref = (F.gelu(x.double() @ wg.T, approximate="tanh") * (x.double() @ wu.T)) @ wd.T
+        linears.clear()
+        with torch.inference_mode(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            y = fused(x)
+            torch.cuda.synchronize()
+        assert y.shape == (*x.shape[:-1], K) and y.dtype == x.dtype
+        assert ((y.double() - ref).norm() / ref.norm()).item() < max(TOL[dt], 1e-4)  # fp32 GEMMs may use TF32
+        return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+    planned, plan_ = [], fused_geglu.plan
+    for i, shape in enumerate(((300, K), (2, 150, K), (300, K))):  # the last: the first shape's kept plan
+        if i == 2:
+            monkeypatch.setattr(fused_geglu, "plan", lambda *a, **k: planned.append(a) or plan_(*a, **k))
+        x = torch.randn(*shape, device="cuda").to(DTYPES[dt])
+        kernels = check(x)
+        m_stride = (2 * N, 1) if x.dim() == 2 else (150 * 2 * N, 2 * N, 1)  # m: the first half of each row of gu
+        assert linears == [((2 * N, K), x.stride()), ((K, N), m_stride)], linears
+        assert kernels.count("_geglu_packed_kernel") == 1 and "_geglu_pointwise_kernel" not in kernels, kernels
+        assert not any(w in k.lower() for k in kernels for w in ("gelu", "copy", "elementwise")), kernels
+    assert planned == [], "the kept plan was worked out again"
+    fused.up_proj.weight = nn.Parameter(fused.up_proj.weight.detach().clone())  # no longer packed
+    kernels = check(torch.randn(300, K, device="cuda").to(DTYPES[dt]))
+    assert [w for w, _ in linears] == [(N, K), (N, K), (K, N)] and "_geglu_pointwise_kernel" in kernels, kernels
+    # Adjacent by chance: two storages over consecutive memory (held by `both`), which no one view spans.
+    both = torch.randn(2 * N, K, device="cuda").div(K ** 0.5).to(DTYPES[dt])
+    nbytes = N * K * both.element_size()
+    for i, proj in enumerate((fused.gate_proj, fused.up_proj)):
+        storage = torch._C._construct_storage_from_data_pointer(both.data_ptr() + i * nbytes, both.device, nbytes)
+        proj.weight = nn.Parameter(torch.empty(0, device="cuda", dtype=both.dtype).set_(storage, 0, (N, K), (K, 1)))
+    assert fused_geglu.packed(fused.gate_proj.weight, fused.up_proj.weight) and not _one_storage(fused)
+    check(torch.randn(300, K, device="cuda").to(DTYPES[dt]))
+    assert [w for w, _ in linears] == [(N, K), (N, K), (K, N)], linears
 
 
 @cuda
