@@ -239,7 +239,7 @@ def test_model_benchmark_prose():
         b = modules.breakdown(it.load_trace(ROOT / f"tests/data/h200_model_{name}.json.gz"), name.split("_")[0])
         return round(next(r["gpu_us"] for r in b["types"] if r["type"] == "mlp"))
 
-    assert quoted(r"prefill (\d+) → (\d+), decode\s+(\d+) → (\d+)\)") == [
+    assert quoted(r"prefill (\d+) → (\d+),\s+decode\s+(\d+) → (\d+)[;)]") == [
         mlp_us("prefill_eager"), mlp_us("prefill_fused"), mlp_us("decode_eager"), mlp_us("decode_fused")]
     record = json.loads((ROOT / "results/bench_model_h200.json").read_text())
     assert not any(r["skipped"] for r in record["shapes"])  # every variant ran
@@ -288,12 +288,13 @@ def test_model_benchmark_prose():
     assert rp > 1 and rd > 1 and np_ > 45 / 2 and nd > 45 / 2
     assert quoted(r"ahead in both phases \(prefill (\d\.\d\d)×, in (\d+) of 45 rounds; decode (\d\.\d\d)×, in (\d+) of "
                   r"45\)") == [round(rp, 2), np_, round(rd, 2), nd]
-    # "In eager it is ahead at decode (Rx, N of 45) and behind at prefill (Rx, faster in only N of 45)"
-    (rd, nd, _), (rp, np_, _) = pair("decode", "eager"), pair("prefill", "eager")
-    assert rd > 1 > rp
-    assert quoted(r"ahead at decode\s+\((\d\.\d\d)×, (\d+) of 45\) and behind at prefill \((\d\.\d\d)×, faster in only "
-                  r"(\d+) of 45\)") == [round(rd, 2), nd, round(rp, 2), np_]
-    # "Its eager rows alone, run again after that (..., run N minutes after this table ...): prefill Rx (faster in N
+    # "In eager it is level with transformers' MLP in both phases (prefill Rx, faster in N of 45; decode Rx, N of 45)":
+    # level, within 2.5% either way, and neither side faster in most rounds by far
+    (rp, np_, _), (rd, nd, _) = pair("prefill", "eager"), pair("decode", "eager")
+    assert abs(rp - 1) < 0.025 and abs(rd - 1) < 0.025 and 10 < np_ < 35 and 10 < nd < 35
+    assert quoted(r"level with transformers' MLP in both phases \(prefill (\d\.\d\d)×, faster in (\d+) of 45; decode "
+                  r"(\d\.\d\d)×, (\d+) of\s+45\)") == [round(rp, 2), np_, round(rd, 2), nd]
+    # "Its eager rows alone, run just before (..., run N minutes before this table ...): prefill Rx (faster in N
     # of 45), decode Rx (N of 45)": the same pairing, on that record's rounds
     alone = json.loads((ROOT / "results/bench_model_eager_h200.json").read_text())
     alone_rounds = {r["phase"]: {(v["execution"], v["mlp"]): v["rounds_us"] for v in r["variants"].values()}
@@ -305,11 +306,11 @@ def test_model_benchmark_prose():
                                               alone_rounds[phase][("eager", "fused")]))
         return [round(ratios[len(ratios) // 2], 2), sum(r > 1 for r in ratios)]
 
-    later = (datetime.fromisoformat(alone["date"]) - datetime.fromisoformat(record["date"])).total_seconds()
-    assert later > 0 and quoted(r"eager_h200\.json`, run (\d+) minutes after\s+this table on the same GPU") == [
-        round(later / 60)]
+    earlier = (datetime.fromisoformat(record["date"]) - datetime.fromisoformat(alone["date"])).total_seconds()
+    assert earlier > 0 and quoted(r"eager_h200\.json`, run (\d+) minutes before this\s+table on the same GPU") == [
+        round(earlier / 60)]
     assert alone["device"] == record["device"] and alone["torch"] == record["torch"]
-    assert quoted(r"prefill (\d\.\d\d)× \(faster in (\d+) of 45\), decode (\d\.\d\d)× \((\d+) of 45\)") == [
+    assert quoted(r"prefill (\d\.\d\d)× \(faster in (\d+) of 45\), decode (\d\.\d\d)× \((\d+) of\s+45\)") == [
         *alone_pair("prefill"), *alone_pair("decode")]
     # the record carries the same pairs
     for phase, execution in (("prefill", "eager"), ("decode", "eager"), ("decode", "cuda-graphs")):
