@@ -71,10 +71,30 @@ class _DropMessage(logging.Filter):
 logging.getLogger("torch.utils.cpp_extension").addFilter(_DropMessage(r"^No CUDA runtime is found"))
 
 import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile as _profile, record_function, schedule  # noqa: E402
+from torch.profiler import ProfilerActivity, profile, record_function, schedule  # noqa: E402
 
 import inspect_trace  # noqa: E402
 from trace_reader.plot import CPU_HAS_NO_ROOFLINE, plot_next_to  # noqa: E402 - imports matplotlib only when it draws
+
+
+
+class _profile(profile):
+    """torch.profiler.profile, without importing Inductor into a process that never compiled. Each time the schedule
+    starts a cycle, torch's profile asks `hasattr(torch, "_inductor")` to read Inductor's CUDA-graphs setting, and
+    that lookup imports Inductor (and Dynamo): about 2 s of CPU for an eager run. Where Inductor is not imported yet,
+    nothing in this process compiled and its setting is still its default (off), as profile starts it; the lookup
+    then finds no such module."""
+
+    def prepare_trace(self):
+        lazy = getattr(torch, "_lazy_modules", None)
+        if "torch._inductor" in sys.modules or not isinstance(lazy, set) or "_inductor" not in lazy:
+            return super().prepare_trace()
+        lazy.discard("_inductor")
+        try:
+            return super().prepare_trace()
+        finally:
+            lazy.add("_inductor")
+
 
 ROOT = Path(__file__).resolve().parent
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

@@ -222,3 +222,47 @@ def test_an_error_exactly_at_the_tolerance_passes(monkeypatch, capsys):
         else:
             with pytest.raises(common.Fail):
                 common.check_close(r, "fused", torch.zeros(1), torch.zeros(1))
+
+
+def test_an_eager_profile_does_not_import_inductor():
+    """torch's profile asks hasattr(torch, "_inductor") as each cycle starts, which imports Inductor and Dynamo (about
+    2 s of an eager script's start); common._profile hides the lazy module for that question only. In a fresh process:
+    an eager profile leaves Inductor unimported, and torch's lazy import works again after it."""
+    import subprocess
+    import sys
+
+    code = ("import argparse, sys, torch, common\n"
+            "args = argparse.Namespace(dtype='fp32', warmup=0, sync_each_step=False, compile=False, **common.SCHEDULE)\n"
+            "common.profile(common.Run('02_linear', args, torch.device('cpu'), torch.float32), lambda: torch.ones(2) + 1,"
+            " 'step')\n"
+            "print('torch._inductor' in sys.modules, '_inductor' in torch._lazy_modules, hasattr(torch, '_inductor'),"
+            " 'torch._inductor' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(common.__file__).parent, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True", "True", "True"], out.stdout
+
+
+@pytest.mark.parametrize("imported", [False, True])
+def test_inductor_is_hidden_only_while_the_profile_prepares_and_only_if_not_imported(monkeypatch, imported):
+    """The lazy module is hidden during profile.prepare_trace alone, and put back even when it raises; where Inductor
+    is imported already, nothing is hidden."""
+    import sys
+
+    lazy = {"_dynamo", "_inductor"}
+    monkeypatch.setattr(torch, "_lazy_modules", lazy)
+    if imported:
+        monkeypatch.setitem(sys.modules, "torch._inductor", sys.modules.get("torch._inductor", object()))
+    else:
+        monkeypatch.delitem(sys.modules, "torch._inductor", raising=False)
+    seen = []
+
+    def prepare(self):
+        seen.append(set(lazy))
+        raise RuntimeError("kineto failed")
+
+    monkeypatch.setattr(torch.profiler.profile, "prepare_trace", prepare)
+    with pytest.raises(RuntimeError, match="kineto failed"):
+        common._profile.prepare_trace(object.__new__(common._profile))
+    assert seen == [{"_dynamo", "_inductor"} if imported else {"_dynamo"}]
+    assert lazy == {"_dynamo", "_inductor"}
