@@ -77,7 +77,6 @@ import inspect_trace  # noqa: E402
 from trace_reader.plot import CPU_HAS_NO_ROOFLINE, plot_next_to  # noqa: E402 - imports matplotlib only when it draws
 
 
-
 class _profile(profile):
     """torch.profiler.profile, without importing Inductor into a process that never compiled. Each time the schedule
     starts a cycle, torch's profile asks `hasattr(torch, "_inductor")` to read Inductor's CUDA-graphs setting, and

@@ -943,7 +943,7 @@ def mlp(x, w_gate, w_up, w_down):
         if key is None:
             out_shape = (*x.shape[:-1], w_down.shape[0])  # named, not -1: no tokens give an empty output
             return down_proj(geglu(x.reshape(-1, x.shape[-1]), w_gate, w_up), w_down).reshape(out_shape)
-        run = _planned(key, lambda: _mlp_plan(x, w_gate, w_up, w_down, key[-1]))
+        run = _planned(key, lambda: _mlp_plan(x, w_gate, w_up, w_down, packed(w_gate, w_up)))
     return run(x, w_gate, w_up, w_down)
 
 
