@@ -947,6 +947,34 @@ def mlp(x, w_gate, w_up, w_down):
     return run(x, w_gate, w_up, w_down)
 
 
+def mlp_plan(x, w_gate, w_up, w_down):
+    """mlp's kept plan for a call like this one (run(x, w_gate, w_up, w_down)), or None where calls are not planned."""
+    key = _plan_key("mlp", x, (w_gate, w_up, w_down))
+    return None if key is None else _planned(key, lambda: _mlp_plan(x, w_gate, w_up, w_down, packed(w_gate, w_up)))
+
+
+# In a model's eager forward, building mlp's key costs the module more host time than the rest of its Python (a dozen
+# tensor queries, a list, a tuple hashed and compared: each Python step there costs several times what it does in a
+# loop of its own). Each module keeps instead what its last planned call was like (_call_signature): the same key
+# follows from the same input shape, dtype and device, the same current device and stream, the same globals, and
+# weights at the same addresses with the same shapes (x and the weights were contiguous then, x 16-byte aligned:
+# every planned call's are; a weight re-strided or re-typed in place at the same address and shape is not noticed).
+def _call_signature(x, w_gate, w_up, w_down, run):
+    device = _current_device()
+    return (x.shape, x.dtype, x.get_device(), device, _current_stream(device), TORCH_WHERE_FASTER, _plans,
+            w_gate.data_ptr(), w_up.data_ptr(), w_down.data_ptr(), w_gate.shape, w_up.shape, w_down.shape, run)
+
+
+def _same_call(last, x, w_gate, w_up, w_down):
+    """A call like the one last signs (_call_signature): its plan serves this one. Cheap queries, nothing built."""
+    shape, dtype, x_device, device, stream, where_faster, plans, p_gate, p_up, p_down, s_gate, s_up, s_down, _ = last
+    return (type(x) is torch.Tensor and x.shape == shape and x.dtype is dtype and x.get_device() == x_device
+            and x.is_contiguous() and not x.data_ptr() & 15 and _current_device() == device
+            and _current_stream(device) == stream and TORCH_WHERE_FASTER is where_faster and _plans is plans
+            and w_gate.data_ptr() == p_gate and w_up.data_ptr() == p_up and w_down.data_ptr() == p_down
+            and w_gate.shape == s_gate and w_up.shape == s_up and w_down.shape == s_down)
+
+
 def packed(w_gate, w_up):
     """w_up's rows start where w_gate's end, in memory (FusedGeGLUMLP keeps them so: pack_gate_up): then one
     [2 * hidden, dim] view spans both, and cuBLAS runs gate and up as one GEMM."""
@@ -982,14 +1010,22 @@ def _packed_mlp_plan(x2d, w_gate, unpacked):
                                {"FAST_TANH": _fast_tanh(x2d), "BLOCK": POINTWISE_BLOCK, "num_warps": 4,
                                 "num_stages": 1})
 
-    def run(x, w_gate, w_up, w_down):
+    def span(w_gate):
+        """The [2 * hidden, dim] view over both weights, or None where w_gate's storage ends where w_gate does."""
         try:
-            both = w_gate.as_strided((2 * N, K), (K, 1))
-        except RuntimeError:  # w_gate's storage ends where w_gate does
-            return unpacked(x, w_gate, w_up, w_down)
+            return w_gate.as_strided((2 * N, K), (K, 1))
+        except RuntimeError:
+            return None
+
+    def run(x, w_gate, w_up, w_down, both=None):  # both: span(w_gate), where the caller keeps it
+        if both is None:
+            both = span(w_gate)
+            if both is None:
+                return unpacked(x, w_gate, w_up, w_down)
         gu = F.linear(x, both)
         launch(*head, gu, *tail)
-        return F.linear(gu[..., :N], w_down)
+        return F.linear(gu.narrow(-1, 0, N), w_down)
+    run.span = span
     return run
 
 
@@ -1200,6 +1236,7 @@ class FusedGeGLUMLP(nn.Module):
         self.up_proj = nn.Linear(dim, hidden, bias=False)
         self.down_proj = nn.Linear(hidden, dim, bias=False)
         self.recompute = recompute
+        self._last_call = None  # what the last eager call was like, and its plan (see forward)
         self.register_load_state_dict_post_hook(_pack_after_load)
         self.pack_gate_up()
 
@@ -1223,17 +1260,22 @@ class FusedGeGLUMLP(nn.Module):
         if (g.is_contiguous() and u.is_contiguous() and packed(g, u)
                 and g.untyped_storage().data_ptr() == u.untyped_storage().data_ptr()):
             return
+        self._last_call = None  # it may hold a view of the old storages
         with torch.no_grad():
             both = torch.cat([g, u])
         weights[0].data, weights[1].data = both[:len(g)], both[len(g):]
 
     def _apply(self, fn, recurse=True):
+        self._last_call = None  # it may hold a view of the weights' old storage
         out = super()._apply(fn, recurse)
         self.pack_gate_up()
         return out
 
+    def __getstate__(self):  # copy.deepcopy, pickle: without the last call's plan (a closure over this process's kernels)
+        return {**self.__dict__, "_last_call": None}
+
     def __setstate__(self, state):
-        super().__setstate__(state)
+        super().__setstate__({"_last_call": None, **state})  # also a module pickled before there was one
         self.pack_gate_up()
 
     def _weights(self):
@@ -1265,4 +1307,17 @@ class FusedGeGLUMLP(nn.Module):
             return out.reshape(*x.shape[:-1], w_down.shape[0])
         # Eager inference: the launchers themselves, planned once per shape (mlp), and down_proj rather than
         # self.down_proj(m): the same GEMM (the small-M kernel for few tokens) without nn.Module's call overhead.
-        return mlp(x, w_gate, w_up, w_down)
+        # A call like this module's last one takes that call's plan without building mlp's key (_same_call).
+        last = self._last_call
+        if last is not None and _same_call(last, x, w_gate, w_up, w_down):
+            return last[-1](x, w_gate, w_up, w_down)
+        run = mlp_plan(x, w_gate, w_up, w_down)
+        if run is None:  # not planned (a CPU tensor, a strided x...): worked out at this call
+            return mlp(x, w_gate, w_up, w_down)
+        # The packed plan takes the view over gate and up that this module keeps with its signature: a view of the
+        # weights' own storage, no memory of its own (a weight replaced by hand leaves the old storage held until
+        # this module's next call, or its next .to()).
+        both = run.span(w_gate) if hasattr(run, "span") else None
+        self._last_call = _call_signature(x, w_gate, w_up, w_down,
+                                          run if both is None else functools.partial(run, both=both))
+        return self._last_call[-1](x, w_gate, w_up, w_down)

@@ -6,6 +6,7 @@ interpreter checks run once in a child process that prints one JSON result per c
 GPU (skipped without CUDA): the same kernels compiled for the device, at the benchmark's shapes.
 """
 
+import copy
 import importlib
 import json
 import os
@@ -349,6 +350,25 @@ def test_gate_and_up_stay_in_one_storage_through_what_gives_weights_new_ones(tmp
     with torch.device("meta"):
         on_meta = fused_geglu.FusedGeGLUMLP(8, 16)
     assert _one_storage(on_meta.to_empty(device="cpu"))
+
+
+def test_the_kept_last_call_is_not_copied_nor_kept_past_new_weights(tmp_path):
+    """The module's memo of its last call (see FusedGeGLUMLP.forward) holds a closure over this process's kernels and
+    may hold a view of the weights: a deep copy and a pickle leave it out (both work with one there), and whatever
+    gives the weights new storages (.to, repacking) drops it."""
+    fused = fused_geglu.FusedGeGLUMLP(8, 12)
+    closure = (lambda: None)
+    fused._last_call = (fused.gate_proj.weight, closure)
+    assert copy.deepcopy(fused)._last_call is None
+    torch.save(fused, tmp_path / "m.pt")
+    assert torch.load(tmp_path / "m.pt", weights_only=False)._last_call is None
+    assert fused._last_call[1] is closure  # the original keeps its own
+    fused.double()
+    assert fused._last_call is None
+    fused._last_call = (closure,)
+    fused.up_proj.weight = nn.Parameter(torch.randn(12, 8, dtype=torch.float64))
+    fused.pack_gate_up()
+    assert fused._last_call is None and _one_storage(fused)
 
 
 def test_weights_not_packable_are_left_as_they_are():
@@ -967,6 +987,68 @@ def test_gpu_packed_weights_run_gate_and_up_as_one_gemm(dt, monkeypatch):
     assert fused_geglu.packed(fused.gate_proj.weight, fused.up_proj.weight) and not _one_storage(fused)
     check(torch.randn(300, K, device="cuda").to(DTYPES[dt]))
     assert [w for w, _ in linears] == [(N, K), (N, K), (K, N)], linears
+
+
+@cuda
+@pytest.mark.parametrize("M", [1, 300])
+def test_gpu_a_call_like_the_modules_last_takes_its_plan_without_a_key(M, monkeypatch):
+    """The eager module keeps what its last planned call was like: a call like it (x's shape, dtype and device, the
+    current device and stream, the globals, weights at the same addresses and shapes) runs that call's plan and
+    builds no plan key; a call that differs in any of these builds the key again. Every output is right, on the
+    weights as they are now. M = 300 runs the packed plan (the table says cuBLAS at every M here), M = 1 the
+    small-M kernels. Expected values: the MLP in fp64 on the module's weights."""
+    monkeypatch.setattr(fused_geglu, "_plans", {})
+    if M > 1:
+        monkeypatch.setattr(fused_geglu, "_tuned_rows", lambda device, which: [(None, None, "torch", None)])
+    torch.manual_seed(0)
+    K, N = 136, 1000
+    fused = fused_geglu.FusedGeGLUMLP(K, N).cuda().bfloat16()
+    keys, key_ = [], fused_geglu._plan_key
+    monkeypatch.setattr(fused_geglu, "_plan_key", lambda *a: keys.append(a[0]) or key_(*a))
+    new = lambda *shape: torch.randn(*shape, device="cuda").bfloat16()  # noqa: E731
+
+    def keyed(x):
+        """Whether fused(x) built a plan key; its output checked."""
+        wg, wu, wd = (w.detach().double() for w in (fused.gate_proj.weight, fused.up_proj.weight, fused.down_proj.weight))
+        ref = (F.gelu(x.double() @ wg.T, approximate="tanh") * (x.double() @ wu.T)) @ wd.T
+        keys.clear()
+        with torch.inference_mode():
+            y = fused(x)
+        assert y.shape == (*x.shape[:-1], K)
+        assert ((y.double() - ref).norm() / ref.norm()).item() < TOL["bf16"]
+        return bool(keys)
+
+    assert keyed(new(M, K)) and not keyed(new(M, K))  # planned, then taken
+    assert keyed(new(1, M, K)) and not keyed(new(1, M, K))  # another leading shape
+    assert keyed(new(M + 1, K)) and not keyed(new(M + 1, K))
+    with torch.no_grad():
+        fused.gate_proj.weight.mul_(-1)  # changed in place: read as it is now
+    assert not keyed(new(M + 1, K))
+    misaligned = new(M + 1, K + 1).view(-1)[1:(M + 1) * K + 1].view(M + 1, K)  # 2 bytes off
+    assert keyed(misaligned) and keyed(misaligned)  # planned at each call; the kept one stays
+    assert keyed(new(M + 1, 2 * K)[:, ::2]) and not keyed(new(M + 1, K))  # a strided x: the same
+    with torch.cuda.stream(torch.cuda.Stream()):
+        assert keyed(new(M + 1, K)) and not keyed(new(M + 1, K))
+        torch.cuda.current_stream().synchronize()
+    assert keyed(new(M + 1, K))  # the default stream again
+    monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", not fused_geglu.TORCH_WHERE_FASTER)
+    assert keyed(new(M + 1, K)) and not keyed(new(M + 1, K))
+    monkeypatch.setattr(fused_geglu, "_plans", {})  # plans dropped: not kept by the module either
+    assert keyed(new(M + 1, K))
+    fused.up_proj.weight = nn.Parameter(fused.up_proj.weight.detach().clone())  # another weight, not packed
+    assert keyed(new(M + 1, K)) and not keyed(new(M + 1, K))
+    fused.half()
+    assert keyed(new(M + 1, K).half()) and not keyed(new(M + 1, K).half())
+    # The rest of the signature, one field at a time: weights of another shape at the same address, another
+    # tensor type, another dtype.
+    x = new(M + 1, K).half()
+    last, wg, wu, wd = fused._last_call, fused.gate_proj.weight, fused.up_proj.weight, fused.down_proj.weight
+    assert fused_geglu._same_call(last, x, wg, wu, wd)
+    assert not fused_geglu._same_call(last, x, wg.view(N // 2, 2 * K), wu, wd)
+    assert not fused_geglu._same_call(last, x, wg, wu.view(N // 2, 2 * K), wd)
+    assert not fused_geglu._same_call(last, x, wg, wu, wd.view(2 * K, N // 2))
+    assert not fused_geglu._same_call(last, nn.Parameter(x, requires_grad=False), wg, wu, wd)
+    assert not fused_geglu._same_call(last, x.bfloat16(), wg, wu, wd)
 
 
 @cuda
