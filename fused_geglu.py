@@ -1213,6 +1213,7 @@ def down_proj_op(m: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
 
 
 def _pack_after_load(module, incompatible_keys):
+    module._last_call = None  # it may hold a view of the weights' storage before the load
     module.pack_gate_up()  # load_state_dict(assign=True) gives the weights the state dict's own tensors
 
 
