@@ -501,6 +501,46 @@ def test_middle_sweep_table_and_prose():
         round(v["fused"]["median_us"], 1), round(v["compile"]["median_us"], 1)]
 
 
+
+def test_middle_rows_timed_again_after_packing():
+    """The paragraph on the nine rows timed after the packed weights: its counts, ratios and microseconds, from the two
+    records by hand (fastest other variant / fused; spread = (slowest round - fastest) / median)."""
+    flat = " ".join((ROOT / "docs/04_fused_mlp.md").read_text().split())
+    middle = json.loads((ROOT / "results/bench_middle_h200.json").read_text())
+    mid, llama = (json.loads((ROOT / f"results/bench_{n}_packed_h200.json").read_text()) for n in ("mid", "llama7b"))
+    assert (mid["device"], mid["torch"], mid["triton"]) == (llama["device"], llama["torch"], llama["triton"])
+    assert datetime.fromisoformat(mid["date"]) < datetime.fromisoformat(llama["date"])  # "one after the other"
+    assert mid["date"][:10] == llama["date"][:10] == "2026-12-03"
+    old_mid = json.loads((ROOT / "results/bench_mid_h200.json").read_text())
+    key = lambda s: (s["M"], s["dim"], s["hidden"])  # noqa: E731
+    assert [key(s) for s in mid["shapes"]] == [key(s) for s in old_mid["shapes"]]  # "the same four rows"
+    assert [key(s) for s in llama["shapes"]] == [(m, 4096, 11008) for m in (128, 256, 384, 512, 768)]
+    assert "--shapes " + ",".join("{}x{}x{}".format(*key(s)) for s in llama["shapes"]) in flat
+    rows = mid["shapes"] + llama["shapes"]
+    assert {s["fused_path"] for s in rows} == {"torch"}  # "the table still runs cuBLAS there"
+    assert "Of the nine rows the fused MLP is the fastest in seven." in flat
+    assert (len(rows), sum(_ratio(s) > 1 for s in rows)) == (9, 7)
+    # The row the sweep had behind (below 1 by more than the spreads there: test_middle_sweep_table_and_prose)
+    assert _ratio(next(s for s in middle["shapes"] if key(s) == (128, 4096, 11008))) < 1
+    at_128 = [s["variants"] for s in rows if key(s) == (128, 4096, 11008)]
+    assert all(min((k for k in v if k != "fused"), key=lambda k: v[k]["median_us"]) == "compile" for v in at_128)
+    assert quoted(r"it is now (\d\.\d\d)× and (\d\.\d\d)× of `torch.compile`", flat) == [
+        round(v["compile"]["median_us"] / v["fused"]["median_us"], 2) for v in at_128]
+    assert quoted(r"\(([\d.]+) against ([\d.]+) µs, then ([\d.]+) against ([\d.]+) µs\)", flat) == [
+        round(v[k]["median_us"], 1) for v in at_128 for k in ("fused", "compile")]
+
+    def spread(v):
+        return (max(v["rounds_us"]) - min(v["rounds_us"])) / v["median_us"]
+
+    behind = [s for s in rows if _ratio(s) < 1]
+    assert quoted(r"behind `torch.compile` by\s+([\d.]+)% \((\d+)×(\d+)→(\d+)\) and ([\d.]+)% \((\d+)×(\d+)→(\d+)\)",
+                  flat) == [x for s in behind for x in (round(100 * (1 - _ratio(s)), 1), *key(s))]
+    for s in behind:
+        v = s["variants"]
+        best = min((k for k in v if k != "fused"), key=lambda k: v[k]["median_us"])
+        assert best == "compile" and 1 - _ratio(s) < min(spread(v["fused"]), spread(v[best]))  # "less than either side's"
+
+
 def test_training_benchmark_table_and_prose():
     import bench_train
 
