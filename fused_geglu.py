@@ -1224,7 +1224,8 @@ class FusedGeGLUMLP(nn.Module):
     `load_state_dict` moves weights both ways. The kernels read the gate and up weights where they are, so
     the module holds nothing beyond its parameters (and a weight changed in place is read as it is now). The two
     share one storage, gate's rows then up's (pack_gate_up): eagerly, past the Triton kernels' range of tokens,
-    cuBLAS runs both projections as one GEMM.
+    cuBLAS runs both projections as one GEMM. Eagerly, each module also keeps what its last call was like and that
+    call's plan (_last_call): a call like it skips the plan's key (_same_call).
 
     Training: by default the forward kernel also stores g and u (two [tokens, hidden] tensors kept for backward,
     as Liger and eager PyTorch keep theirs); recompute=True keeps only x and runs the two GEMMs again in backward:
