@@ -1267,8 +1267,7 @@ class FusedGeGLUMLP(nn.Module):
             both = torch.cat([g, u])
         weights[0].data, weights[1].data = both[:len(g)], both[len(g):]
 
-    def _apply(self, fn, recurse=True):
-        self._last_call = None  # it may hold a view of the weights' old storage
+    def _apply(self, fn, recurse=True):  # where the weights get new storages, repacking drops the kept last call
         out = super()._apply(fn, recurse)
         self.pack_gate_up()
         return out
@@ -1318,7 +1317,7 @@ class FusedGeGLUMLP(nn.Module):
             return mlp(x, w_gate, w_up, w_down)
         # The packed plan takes the view over gate and up that this module keeps with its signature: a view of the
         # weights' own storage, no memory of its own (a weight replaced by hand leaves the old storage held until
-        # this module's next call, or its next .to()).
+        # this module's next call, or a .to() that repacks them).
         both = run.span(w_gate) if hasattr(run, "span") else None
         self._last_call = _call_signature(x, w_gate, w_up, w_down,
                                           run if both is None else functools.partial(run, both=both))

@@ -355,7 +355,7 @@ def test_gate_and_up_stay_in_one_storage_through_what_gives_weights_new_ones(tmp
 def test_the_kept_last_call_is_not_copied_nor_kept_past_new_weights(tmp_path):
     """The module's memo of its last call (see FusedGeGLUMLP.forward) holds a closure over this process's kernels and
     may hold a view of the weights: a deep copy and a pickle leave it out (both work with one there), and whatever
-    gives the weights new storages (.to, repacking) drops it."""
+    gives the weights new storages (.to, which repacks them) drops it."""
     fused = fused_geglu.FusedGeGLUMLP(8, 12)
     closure = (lambda: None)
     fused._last_call = (fused.gate_proj.weight, closure)
