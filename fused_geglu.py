@@ -934,23 +934,22 @@ def _down_plan(m, w_down, config, kept):
 
 
 def mlp(x, w_gate, w_up, w_down):
-    """down_proj(geglu(x, w_gate, w_up), w_down) over x of any leading shape: the eager module's forward, planned as
-    one: one key a call, and few Python calls (in a model's forward each one costs several times what it does in a
-    loop of its own)."""
-    key = _plan_key("mlp", x, (w_gate, w_up, w_down))
-    run = _plans.get(key)
-    if run is None:
-        if key is None:
-            out_shape = (*x.shape[:-1], w_down.shape[0])  # named, not -1: no tokens give an empty output
-            return down_proj(geglu(x.reshape(-1, x.shape[-1]), w_gate, w_up), w_down).reshape(out_shape)
-        run = _planned(key, lambda: _mlp_plan(x, w_gate, w_up, w_down, packed(w_gate, w_up)))
-    return run(x, w_gate, w_up, w_down)
+    """down_proj(geglu(x, w_gate, w_up), w_down) over x of any leading shape, planned as one: one key a call, and few
+    Python calls (in a model's forward each one costs several times what it does in a loop of its own). The eager
+    module's forward, less its memo of the last call."""
+    run = mlp_plan(x, w_gate, w_up, w_down)
+    return _unplanned_mlp(x, w_gate, w_up, w_down) if run is None else run(x, w_gate, w_up, w_down)
 
 
 def mlp_plan(x, w_gate, w_up, w_down):
     """mlp's kept plan for a call like this one (run(x, w_gate, w_up, w_down)), or None where calls are not planned."""
     key = _plan_key("mlp", x, (w_gate, w_up, w_down))
     return None if key is None else _planned(key, lambda: _mlp_plan(x, w_gate, w_up, w_down, packed(w_gate, w_up)))
+
+
+def _unplanned_mlp(x, w_gate, w_up, w_down):  # a call with no plan key: geglu and down_proj work it out now
+    out_shape = (*x.shape[:-1], w_down.shape[0])  # named, not -1: no tokens give an empty output
+    return down_proj(geglu(x.reshape(-1, x.shape[-1]), w_gate, w_up), w_down).reshape(out_shape)
 
 
 # In a model's eager forward, building mlp's key costs the module more host time than the rest of its Python (a dozen
@@ -1314,7 +1313,7 @@ class FusedGeGLUMLP(nn.Module):
             return last[-1](x, w_gate, w_up, w_down)
         run = mlp_plan(x, w_gate, w_up, w_down)
         if run is None:  # not planned (a CPU tensor, a strided x...): worked out at this call
-            return mlp(x, w_gate, w_up, w_down)
+            return _unplanned_mlp(x, w_gate, w_up, w_down)
         # The packed plan takes the view over gate and up that this module keeps with its signature: a view of the
         # weights' own storage, no memory of its own (a weight replaced by hand leaves the old storage held until
         # this module's next call, or a .to() that repacks them).
