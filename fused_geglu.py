@@ -1009,22 +1009,23 @@ def _packed_mlp_plan(x2d, w_gate, unpacked):
                                {"FAST_TANH": _fast_tanh(x2d), "BLOCK": POINTWISE_BLOCK, "num_warps": 4,
                                 "num_stages": 1})
 
-    def span(w_gate):
-        """The [2 * hidden, dim] view over both weights, or None where w_gate's storage ends where w_gate does."""
+    def kept(w_gate):
+        """run for calls on weights at these addresses, over the [2 * hidden, dim] view of both made now (a view of
+        their own storage: no memory), or None where w_gate's storage ends where w_gate does."""
         try:
-            return w_gate.as_strided((2 * N, K), (K, 1))
+            both = w_gate.as_strided((2 * N, K), (K, 1))
         except RuntimeError:
             return None
 
-    def run(x, w_gate, w_up, w_down, both=None):  # both: span(w_gate), where the caller keeps it
-        if both is None:
-            both = span(w_gate)
-            if both is None:
-                return unpacked(x, w_gate, w_up, w_down)
-        gu = F.linear(x, both)
-        launch(*head, gu, *tail)
-        return F.linear(gu.narrow(-1, 0, N), w_down)
-    run.span = span
+        def run_on_both(x, w_gate, w_up, w_down):
+            gu = F.linear(x, both)
+            launch(*head, gu, *tail)
+            return F.linear(gu.narrow(-1, 0, N), w_down)
+        return run_on_both
+
+    def run(x, w_gate, w_up, w_down):
+        return (kept(w_gate) or unpacked)(x, w_gate, w_up, w_down)
+    run.kept = kept
     return run
 
 
@@ -1211,6 +1212,10 @@ def down_proj_op(m: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
     return down_proj(m, w_down)
 
 
+def _requires_grad(*tensors):
+    return any(t.requires_grad for t in tensors)
+
+
 def _pack_after_load(module, incompatible_keys):
     module._last_call = None  # it may hold a view of the weights' storage before the load
     module.pack_gate_up()  # load_state_dict(assign=True) gives the weights the state dict's own tensors
@@ -1281,9 +1286,7 @@ class FusedGeGLUMLP(nn.Module):
     def _weights(self):
         """gate_proj's, up_proj's and down_proj's weights: read from the submodules' parameter dicts, which costs a
         tenth of nn.Module's attribute lookup (six a call: several µs of a model's forward); through that lookup
-        where a weight is not a plain parameter there (parametrized, or a submodule replaced), and for Dynamo."""
-        if torch.compiler.is_compiling():
-            return self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight
+        where a weight is not a plain parameter there (parametrized, or a submodule replaced)."""
         try:
             modules = self._modules
             return (modules["gate_proj"]._parameters["weight"], modules["up_proj"]._parameters["weight"],
@@ -1292,11 +1295,21 @@ class FusedGeGLUMLP(nn.Module):
             return self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight
 
     def forward(self, x):
+        # Eager inference (the hot path of a model's forward: in there each Python step costs several times what it
+        # does in a loop of its own, so this path makes few): a call like this module's last one takes that call's
+        # plan without building mlp's key (_same_call). Dynamo skips it (is_dynamo_compiling is False but where
+        # Dynamo traces); an export's tensors are not plain tensors, so _same_call sends them on.
+        if not torch.compiler.is_dynamo_compiling():
+            w_gate, w_up, w_down = self._weights()
+            last = self._last_call
+            if (last is not None and (not torch.is_grad_enabled() or not _requires_grad(x, w_gate, w_up, w_down))
+                    and _same_call(last, x, w_gate, w_up, w_down)):
+                return last[-1](x, w_gate, w_up, w_down)
+        else:  # Dynamo traces the submodules' attributes as they are
+            w_gate, w_up, w_down = self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight
         # Any leading shape: the kernels see [tokens, dim]; the output's last size is named, not -1, so that
         # no tokens (M = 0) gives an empty output as nn.Linear does.
-        w_gate, w_up, w_down = self._weights()
-        if torch.is_grad_enabled() and (x.requires_grad or w_gate.requires_grad or w_up.requires_grad
-                                        or w_down.requires_grad):
+        if torch.is_grad_enabled() and _requires_grad(x, w_gate, w_up, w_down):
             # Training: down_proj is autograd's GEMM.
             x2d = x.reshape(-1, x.shape[-1])
             out = F.linear(_training_geglu(x2d, w_gate, w_up, self.recompute), w_down)
@@ -1307,17 +1320,12 @@ class FusedGeGLUMLP(nn.Module):
             return out.reshape(*x.shape[:-1], w_down.shape[0])
         # Eager inference: the launchers themselves, planned once per shape (mlp), and down_proj rather than
         # self.down_proj(m): the same GEMM (the small-M kernel for few tokens) without nn.Module's call overhead.
-        # A call like this module's last one takes that call's plan without building mlp's key (_same_call).
-        last = self._last_call
-        if last is not None and _same_call(last, x, w_gate, w_up, w_down):
-            return last[-1](x, w_gate, w_up, w_down)
         run = mlp_plan(x, w_gate, w_up, w_down)
         if run is None:  # not planned (a CPU tensor, a strided x...): worked out at this call
             return _unplanned_mlp(x, w_gate, w_up, w_down)
-        # The packed plan takes the view over gate and up that this module keeps with its signature: a view of the
-        # weights' own storage, no memory of its own (a weight replaced by hand leaves the old storage held until
+        # The packed plan's kept form runs over a view of gate and up made now and kept with the signature: a view of
+        # the weights' own storage, no memory of its own (a weight replaced by hand leaves the old storage held until
         # this module's next call, or a .to() that repacks them).
-        both = run.span(w_gate) if hasattr(run, "span") else None
-        self._last_call = _call_signature(x, w_gate, w_up, w_down,
-                                          run if both is None else functools.partial(run, both=both))
+        kept = run.kept(w_gate) if hasattr(run, "kept") else None
+        self._last_call = _call_signature(x, w_gate, w_up, w_down, run if kept is None else kept)
         return self._last_call[-1](x, w_gate, w_up, w_down)
