@@ -958,20 +958,11 @@ def _unplanned_mlp(x, w_gate, w_up, w_down):  # a call with no plan key: geglu a
 # follows from the same input shape, dtype and device, the same current device and stream, the same globals, and
 # weights at the same addresses with the same shapes (x and the weights were contiguous then, x 16-byte aligned:
 # every planned call's are; a weight re-strided or re-typed in place at the same address and shape is not noticed).
+# FusedGeGLUMLP.forward compares a call with it field by field, in this order.
 def _call_signature(x, w_gate, w_up, w_down, run):
     device = _current_device()
     return (x.shape, x.dtype, x.get_device(), device, _current_stream(device), TORCH_WHERE_FASTER, _plans,
             w_gate.data_ptr(), w_up.data_ptr(), w_down.data_ptr(), w_gate.shape, w_up.shape, w_down.shape, run)
-
-
-def _same_call(last, x, w_gate, w_up, w_down):
-    """A call like the one last signs (_call_signature): its plan serves this one. Cheap queries, nothing built."""
-    shape, dtype, x_device, device, stream, where_faster, plans, p_gate, p_up, p_down, s_gate, s_up, s_down, _ = last
-    return (type(x) is torch.Tensor and x.shape == shape and x.dtype is dtype and x.get_device() == x_device
-            and x.is_contiguous() and not x.data_ptr() & 15 and _current_device() == device
-            and _current_stream(device) == stream and TORCH_WHERE_FASTER is where_faster and _plans is plans
-            and w_gate.data_ptr() == p_gate and w_up.data_ptr() == p_up and w_down.data_ptr() == p_down
-            and w_gate.shape == s_gate and w_up.shape == s_up and w_down.shape == s_down)
 
 
 def packed(w_gate, w_up):
@@ -1229,7 +1220,7 @@ class FusedGeGLUMLP(nn.Module):
     the module holds nothing beyond its parameters (and a weight changed in place is read as it is now). The two
     share one storage, gate's rows then up's (pack_gate_up): eagerly, past the Triton kernels' range of tokens,
     cuBLAS runs both projections as one GEMM. Eagerly, each module also keeps what its last call was like and that
-    call's plan (_last_call): a call like it skips the plan's key (_same_call).
+    call's plan (_last_call): a call like it skips the plan's key (forward).
 
     Training: by default the forward kernel also stores g and u (two [tokens, hidden] tensors kept for backward,
     as Liger and eager PyTorch keep theirs); recompute=True keeps only x and runs the two GEMMs again in backward:
@@ -1283,30 +1274,34 @@ class FusedGeGLUMLP(nn.Module):
         super().__setstate__({"_last_call": None, **state})  # also a module pickled before there was one
         self.pack_gate_up()
 
-    def _weights(self):
-        """gate_proj's, up_proj's and down_proj's weights: read from the submodules' parameter dicts, which costs a
-        tenth of nn.Module's attribute lookup (six a call: several µs of a model's forward); through that lookup
-        where a weight is not a plain parameter there (parametrized, or a submodule replaced)."""
+    def forward(self, x):
+        if torch.compiler.is_dynamo_compiling():  # Dynamo traces the submodules' attributes as they are
+            return self._forward(x, self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight)
+        # The hot path of an eager model's forward, where each Python step costs several times what it does in a
+        # loop of its own: written out here, with no call but the plan's. The weights come from the submodules'
+        # parameter dicts (a tenth of nn.Module's attribute lookup), through that lookup where a weight is not a
+        # plain parameter there (parametrized, or a submodule replaced).
         try:
             modules = self._modules
-            return (modules["gate_proj"]._parameters["weight"], modules["up_proj"]._parameters["weight"],
-                    modules["down_proj"]._parameters["weight"])
+            w_gate, w_up, w_down = (modules["gate_proj"]._parameters["weight"],
+                                    modules["up_proj"]._parameters["weight"], modules["down_proj"]._parameters["weight"])
         except (KeyError, AttributeError):
-            return self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight
-
-    def forward(self, x):
-        # Eager inference (the hot path of a model's forward: in there each Python step costs several times what it
-        # does in a loop of its own, so this path makes few): a call like this module's last one takes that call's
-        # plan without building mlp's key (_same_call). Dynamo skips it (is_dynamo_compiling is False but where
-        # Dynamo traces); an export's tensors are not plain tensors, so _same_call sends them on.
-        if not torch.compiler.is_dynamo_compiling():
-            w_gate, w_up, w_down = self._weights()
-            last = self._last_call
-            if (last is not None and (not torch.is_grad_enabled() or not _requires_grad(x, w_gate, w_up, w_down))
-                    and _same_call(last, x, w_gate, w_up, w_down)):
-                return last[-1](x, w_gate, w_up, w_down)
-        else:  # Dynamo traces the submodules' attributes as they are
             w_gate, w_up, w_down = self.gate_proj.weight, self.up_proj.weight, self.down_proj.weight
+        # Inference like this module's last planned call (see _call_signature) takes that call's plan without
+        # building mlp's key. An export's tensors are not plain tensors: they go on to _forward.
+        last = self._last_call
+        if last is not None and (not torch.is_grad_enabled() or not _requires_grad(x, w_gate, w_up, w_down)):
+            shape, dtype, x_device, device, stream, where_faster, plans, p_gate, p_up, p_down, s_gate, s_up, s_down, \
+                run = last
+            if (type(x) is torch.Tensor and x.shape == shape and x.dtype is dtype and x.get_device() == x_device
+                    and x.is_contiguous() and not x.data_ptr() & 15 and _current_device() == device
+                    and _current_stream(device) == stream and TORCH_WHERE_FASTER is where_faster and _plans is plans
+                    and w_gate.data_ptr() == p_gate and w_up.data_ptr() == p_up and w_down.data_ptr() == p_down
+                    and w_gate.shape == s_gate and w_up.shape == s_up and w_down.shape == s_down):
+                return run(x, w_gate, w_up, w_down)
+        return self._forward(x, w_gate, w_up, w_down)
+
+    def _forward(self, x, w_gate, w_up, w_down):
         # Any leading shape: the kernels see [tokens, dim]; the output's last size is named, not -1, so that
         # no tokens (M = 0) gives an empty output as nn.Linear does.
         if torch.is_grad_enabled() and _requires_grad(x, w_gate, w_up, w_down):
@@ -1327,5 +1322,7 @@ class FusedGeGLUMLP(nn.Module):
         # the weights' own storage, no memory of its own (a weight replaced by hand leaves the old storage held until
         # this module's next call, or a .to() that repacks them).
         kept = run.kept(w_gate) if hasattr(run, "kept") else None
-        self._last_call = _call_signature(x, w_gate, w_up, w_down, run if kept is None else kept)
-        return self._last_call[-1](x, w_gate, w_up, w_down)
+        run = run if kept is None else kept
+        out = run(x, w_gate, w_up, w_down)
+        self._last_call = _call_signature(x, w_gate, w_up, w_down, run)  # a call that raised is not kept
+        return out

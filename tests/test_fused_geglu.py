@@ -1039,16 +1039,39 @@ def test_gpu_a_call_like_the_modules_last_takes_its_plan_without_a_key(M, monkey
     assert keyed(new(M + 1, K)) and not keyed(new(M + 1, K))
     fused.half()
     assert keyed(new(M + 1, K).half()) and not keyed(new(M + 1, K).half())
-    # The rest of the signature, one field at a time: weights of another shape at the same address, another
-    # tensor type, another dtype.
+    # The rest of the signature, one field at a time: weights of another shape at the same address (refused by the
+    # plan's checks, not run by the kept plan), another tensor type, another dtype (refused too).
     x = new(M + 1, K).half()
-    last, wg, wu, wd = fused._last_call, fused.gate_proj.weight, fused.up_proj.weight, fused.down_proj.weight
-    assert fused_geglu._same_call(last, x, wg, wu, wd)
-    assert not fused_geglu._same_call(last, x, wg.view(N // 2, 2 * K), wu, wd)
-    assert not fused_geglu._same_call(last, x, wg, wu.view(N // 2, 2 * K), wd)
-    assert not fused_geglu._same_call(last, x, wg, wu, wd.view(2 * K, N // 2))
-    assert not fused_geglu._same_call(last, nn.Parameter(x, requires_grad=False), wg, wu, wd)
-    assert not fused_geglu._same_call(last, x.bfloat16(), wg, wu, wd)
+    assert not keyed(x)
+
+    def refused(x):
+        keys.clear()
+        with torch.inference_mode(), pytest.raises((ValueError, RuntimeError)):
+            fused(x)
+        return bool(keys)
+
+    for proj, shape in ((fused.gate_proj, (N // 2, 2 * K)), (fused.up_proj, (N // 2, 2 * K)),
+                        (fused.down_proj, (2 * K, N // 2))):
+        weight = proj.weight.data
+        proj.weight.data = weight.view(shape)
+        assert refused(x)
+        proj.weight.data = weight
+    assert not keyed(x)  # the kept call again
+    assert keyed(nn.Parameter(x, requires_grad=False)) and not keyed(x)
+    assert refused(x.bfloat16()) and not keyed(x)
+    wg, wu, wd = fused.gate_proj.weight, fused.up_proj.weight, fused.down_proj.weight
+    # Grad mode on: weights that need no grad still take the kept plan; weights that do go to autograd's path.
+    fused.requires_grad_(False)
+    with torch.enable_grad():
+        keys.clear()
+        y = fused(x)
+        assert not keys and not y.requires_grad
+        fused.requires_grad_(True)
+        y = fused(x)  # the training path: its GeGLU saves g and u, under a key of its own
+    ref = (F.gelu(x.double() @ wg.detach().double().T, approximate="tanh") * (x.double() @ wu.detach().double().T)) \
+        @ wd.detach().double().T
+    assert keys == [("geglu", True)] and y.grad_fn is not None
+    assert ((y.double() - ref).norm() / ref.norm()).item() < TOL["fp16"]
 
 
 @cuda
