@@ -288,12 +288,12 @@ def test_model_benchmark_prose():
     assert rp > 1 and rd > 1 and np_ > 45 / 2 and nd > 45 / 2
     assert quoted(r"ahead in both phases \(prefill (\d\.\d\d)×, in (\d+) of 45 rounds; decode (\d\.\d\d)×, in (\d+) of "
                   r"45\)") == [round(rp, 2), np_, round(rd, 2), nd]
-    # "In eager it is ahead at decode (Rx, faster in N of 45 rounds) and level at prefill (Rx, faster in N of 45)":
-    # ahead, in most rounds; level, within 2.5% either way, and neither side faster in most rounds by far
+    # "In eager it is level in both phases: prefill Rx (faster in N of 45 rounds), decode Rx (faster in N of 45)":
+    # level, within 2.5% either way, and neither side faster in most rounds by far
     (rp, np_, _), (rd, nd, _) = pair("prefill", "eager"), pair("decode", "eager")
-    assert rd > 1 and nd > 45 / 2 and abs(rp - 1) < 0.025 and 10 < np_ < 35
-    assert quoted(r"eager it is ahead at decode \((\d\.\d\d)×, faster in (\d+) of 45 rounds\) and level at prefill "
-                  r"\((\d\.\d\d)×, faster in (\d+) of\s+45\)") == [round(rd, 2), nd, round(rp, 2), np_]
+    assert all(abs(r - 1) < 0.025 and 10 < n < 35 for r, n in ((rp, np_), (rd, nd)))
+    assert quoted(r"eager it is level in both phases: prefill (\d\.\d\d)× \(faster in (\d+) of 45 rounds\), decode "
+                  r"(\d\.\d\d)× \(faster in (\d+) of\s+45\)") == [round(rp, 2), np_, round(rd, 2), nd]
     # "Its eager rows alone (..., run N minute(s) before this table ...): prefill Rx (faster in N of 45), decode Rx
     # (N of 45)": the same pairing, on that record's rounds
     alone = json.loads((ROOT / "results/bench_model_eager_h200.json").read_text())
@@ -312,6 +312,8 @@ def test_model_benchmark_prose():
     assert alone["device"] == record["device"] and alone["torch"] == record["torch"]
     assert quoted(r"prefill (\d\.\d\d)× \(faster in (\d+) of 45\), decode (\d\.\d\d)× \((\d+) of\s+45\)") == [
         *alone_pair("prefill"), *alone_pair("decode")]
+    # "The two runs, a minute apart, put eager decode on either side of level"
+    assert (alone_pair("decode")[0] - 1) * (rd - 1) < 0
     # the record carries the same pairs
     for phase, execution in (("prefill", "eager"), ("decode", "eager"), ("decode", "cuda-graphs")):
         v = next(v for v in record["shapes"][["prefill", "decode"].index(phase)]["variants"].values()
@@ -447,51 +449,78 @@ def _ratio(shape):
     return min(o["median_us"] for k, o in v.items() if k != "fused") / v["fused"]["median_us"]
 
 
+def _spread(v):  # by hand: (slowest round - fastest) / median
+    return (max(v["rounds_us"]) - min(v["rounds_us"])) / v["median_us"]
+
+
+def _best_other(v):
+    return min((k for k in v if k != "fused"), key=lambda k: v[k]["median_us"])
+
+
+def _key(shape):
+    return shape["M"], shape["dim"], shape["hidden"]
+
+
 def test_middle_sweep_table_and_prose():
+    """The middle sweep's table is bench.markdown_table of the record; its counts, the rows behind (by how much, and
+    within the spread of both sides) and the graph times quoted, from the record by hand."""
     import bench
 
     record = json.loads((ROOT / "results/bench_middle_h200.json").read_text())
     text = (ROOT / "docs/04_fused_mlp.md").read_text()
     assert bench.markdown_table(record, "results/bench_middle_h200.json") in text
     flat = " ".join(text.split())
-    # "in every row "fused" is that": cuBLAS and the pointwise kernel, as the record says per shape
+    # "in every row "fused" is three launches": cuBLAS over the packed weights, as the record says per shape
     assert {s["fused_path"] for s in record["shapes"]} == {"torch"}
-    ratios = {(s["M"], s["dim"], s["hidden"]): _ratio(s) for s in record["shapes"]}
-    behind = {k: r for k, r in ratios.items() if r < 1}
-    assert (len(ratios) - len(behind), len(ratios)) == (11, 17)
-    assert "the fastest in 11 of these 17 rows, and the other five are behind" in flat
+    ratios = {_key(s): _ratio(s) for s in record["shapes"]}
+    behind = [s for s in record["shapes"] if ratios[_key(s)] < 1]
+    assert quoted(r"The fused MLP is the fastest in (\d+) of these (\d+) rows", flat) == [
+        len(ratios) - len(behind), len(ratios)]
+    assert quoted(r"The other two are behind `torch.compile` by ([\d.]+)% \((\d+)×(\d+)→(\d+)\) and ([\d.]+)% "
+                  r"\((\d+)×(\d+)→(\d+)\), less than\s+either side's spread", flat) == [
+        x for s in behind for x in (round(100 * (1 - _ratio(s)), 1), *_key(s))]
+    for s in behind:
+        v = s["variants"]
+        assert _best_other(v) == "compile" and 1 - _ratio(s) < min(_spread(v["fused"]), _spread(v["compile"]))
+    # "Where the record times the GPU alone (the rows of 128 tokens), the fused MLP takes the least time in each"
+    graphed = [s for s in record["shapes"] if s["variants"]["fused"].get("graph_median_us") is not None]
+    assert graphed and {s["M"] for s in graphed} == {128}
+    for s in graphed:
+        v = s["variants"]
+        assert v["fused"]["graph_median_us"] < min(o["graph_median_us"] for k, o in v.items() if k != "fused")
+    v = next(s["variants"] for s in graphed if _key(s) == (128, 2304, 9216))
+    assert quoted(r"least time in each: ([\d.]+) against ([\d.]+) µs at 128×2304→9216", flat) == [
+        round(v["fused"]["graph_median_us"], 1),
+        round(min(o["graph_median_us"] for k, o in v.items() if k != "fused"), 1)]
 
-    def spread(v):  # by hand: (slowest round - fastest) / median
-        return (max(v["rounds_us"]) - min(v["rounds_us"])) / v["median_us"]
-
-    slower = []
-    for s in record["shapes"]:
-        key, v = (s["M"], s["dim"], s["hidden"]), s["variants"]
-        best = min((k for k in v if k != "fused"), key=lambda k: v[k]["median_us"])
-        if ratios[key] < 1 - max(spread(v["fused"]), spread(v[best])):
-            slower.append((key, best))
+    # The sweep before, kept beside it: same rows, the fastest in 11, one row behind beyond both spreads.
+    before = json.loads((ROOT / "results/bench_middle_unpacked_h200.json").read_text())
+    assert [_key(s) for s in before["shapes"]] == [_key(s) for s in record["shapes"]]
+    assert before["date"][:10] == "2026-12-02" and record["date"][:10] == "2026-12-03"
+    old = {_key(s): _ratio(s) for s in before["shapes"]}
+    assert quoted(r"had the fused MLP the fastest in (\d+) of the same (\d+) rows", flat) == [
+        sum(r > 1 for r in old.values()), len(old)]
+    slower = [(_key(s), _best_other(s["variants"])) for s in before["shapes"]
+              if old[_key(s)] < 1 - max(_spread(s["variants"]["fused"]), _spread(s["variants"][_best_other(s["variants"])]))]
     assert slower == [((128, 4096, 11008), "compile")]
-    # "0.98x of torch.compile (94.6 against 93.2 us) ... its GPU time alone is the lower (90.2 against 91.4 us)"
-    v = next(s["variants"] for s in record["shapes"] if (s["M"], s["dim"], s["hidden"]) == (128, 4096, 11008))
+    v = next(s["variants"] for s in before["shapes"] if _key(s) == (128, 4096, 11008))
+    assert quoted(r"(\d\.\d\d)× of `torch.compile` at 128×4096→11008 \(([\d.]+) against ([\d.]+) µs\)", flat) == [
+        round(old[(128, 4096, 11008)], 2), round(v["fused"]["median_us"], 1), round(v["compile"]["median_us"], 1)]
     graphs = [o["graph_median_us"] for k, o in v.items() if k != "fused"]
-    assert v["fused"]["graph_median_us"] < min(graphs)
-    assert quoted(r"at 128×4096→11008 the fused MLP is (\d\.\d\d)× of `torch.compile` \(([\d.]+) against ([\d.]+) µs\)",
-                  flat) == [round(ratios[(128, 4096, 11008)], 2), round(v["fused"]["median_us"], 1),
-                            round(v["compile"]["median_us"], 1)]
-    assert quoted(r"its GPU time alone is the lower \(([\d.]+) against ([\d.]+) µs", flat) == [
+    assert quoted(r"its GPU time alone was the lower \(([\d.]+) against ([\d.]+) µs", flat) == [
         round(v["fused"]["graph_median_us"], 1), round(min(graphs), 1)]
-    assert quoted(r"one by one \(([\d.]+) µs over its graph's time, compile's ([\d.]+)\)", flat) == [
-        round(v[k]["median_us"] - v[k]["graph_median_us"], 1) for k in ("fused", "compile")]
-    rest = [r for k, r in behind.items() if k != (128, 4096, 11008)]
-    assert len(rest) == 5 and round(min(rest), 2) == 0.98 and max(rest) < 1
-    assert "(0.98× to just under 1×)" in flat
+    v = next(s["variants"] for s in record["shapes"] if _key(s) == (128, 4096, 11008))
+    assert quoted(r"That row is now (\d\.\d\d)× \(([\d.]+) against ([\d.]+) µs\)", flat) == [
+        round(ratios[(128, 4096, 11008)], 2), round(v["fused"]["median_us"], 1),
+        round(v[_best_other(v)]["median_us"], 1)]
 
-    # The rerun of four of those six rows, alone: fused the fastest in each, by the ratio quoted.
+    # The rerun of four of the rows behind then, alone: fused the fastest in each, by the ratio quoted.
     again = json.loads((ROOT / "results/bench_mid_h200.json").read_text())
-    shapes = {(s["M"], s["dim"], s["hidden"]): s for s in again["shapes"]}
-    assert set(shapes) <= set(behind) and len(shapes) == 4 and len(behind) == 6
-    assert set(sorted(behind, key=behind.get)[:2]) <= set(shapes)  # "the two furthest behind among them"
-    assert (again["device"], again["torch"], again["triton"]) == (record["device"], record["torch"], record["triton"])
+    shapes = {_key(s): s for s in again["shapes"]}
+    old_behind = {k for k, r in old.items() if r < 1}
+    assert set(shapes) <= old_behind and len(shapes) == 4
+    assert set(sorted(old_behind, key=old.get)[:2]) <= set(shapes)  # the two furthest behind among them
+    assert (again["device"], again["torch"], again["triton"]) == (before["device"], before["torch"], before["triton"])
     assert "the fastest in all four, 1.01× the best other each time" in flat
     assert all(round(_ratio(s), 2) == 1.01 for s in shapes.values())
     assert "--shapes " + ",".join(f"{m}x{d}x{h}" for m, d, h in shapes) in flat
@@ -501,44 +530,38 @@ def test_middle_sweep_table_and_prose():
         round(v["fused"]["median_us"], 1), round(v["compile"]["median_us"], 1)]
 
 
-
 def test_middle_rows_timed_again_after_packing():
     """The paragraph on the nine rows timed after the packed weights: its counts, ratios and microseconds, from the two
     records by hand (fastest other variant / fused; spread = (slowest round - fastest) / median)."""
     flat = " ".join((ROOT / "docs/04_fused_mlp.md").read_text().split())
-    middle = json.loads((ROOT / "results/bench_middle_h200.json").read_text())
+    before = json.loads((ROOT / "results/bench_middle_unpacked_h200.json").read_text())
     mid, llama = (json.loads((ROOT / f"results/bench_{n}_packed_h200.json").read_text()) for n in ("mid", "llama7b"))
     assert (mid["device"], mid["torch"], mid["triton"]) == (llama["device"], llama["torch"], llama["triton"])
     assert datetime.fromisoformat(mid["date"]) < datetime.fromisoformat(llama["date"])  # "one after the other"
     assert mid["date"][:10] == llama["date"][:10] == "2026-12-03"
     old_mid = json.loads((ROOT / "results/bench_mid_h200.json").read_text())
-    key = lambda s: (s["M"], s["dim"], s["hidden"])  # noqa: E731
-    assert [key(s) for s in mid["shapes"]] == [key(s) for s in old_mid["shapes"]]  # "the same four rows"
-    assert [key(s) for s in llama["shapes"]] == [(m, 4096, 11008) for m in (128, 256, 384, 512, 768)]
-    assert "--shapes " + ",".join("{}x{}x{}".format(*key(s)) for s in llama["shapes"]) in flat
+    assert [_key(s) for s in mid["shapes"]] == [_key(s) for s in old_mid["shapes"]]  # "the same four rows"
+    assert [_key(s) for s in llama["shapes"]] == [(m, 4096, 11008) for m in (128, 256, 384, 512, 768)]
+    assert "--shapes " + ",".join("{}x{}x{}".format(*_key(s)) for s in llama["shapes"]) in flat
     rows = mid["shapes"] + llama["shapes"]
-    assert {s["fused_path"] for s in rows} == {"torch"}  # "the table still runs cuBLAS there"
+    assert {s["fused_path"] for s in rows} == {"torch"}
     assert "Of the nine rows the fused MLP is the fastest in seven." in flat
     assert (len(rows), sum(_ratio(s) > 1 for s in rows)) == (9, 7)
-    # The row the sweep had behind (below 1 by more than the spreads there: test_middle_sweep_table_and_prose)
-    assert _ratio(next(s for s in middle["shapes"] if key(s) == (128, 4096, 11008))) < 1
-    at_128 = [s["variants"] for s in rows if key(s) == (128, 4096, 11008)]
-    assert all(min((k for k in v if k != "fused"), key=lambda k: v[k]["median_us"]) == "compile" for v in at_128)
-    assert quoted(r"it is now (\d\.\d\d)× and (\d\.\d\d)× of `torch.compile`", flat) == [
+    # The row the sweep before had behind
+    assert _ratio(next(s for s in before["shapes"] if _key(s) == (128, 4096, 11008))) < 1
+    at_128 = [s["variants"] for s in rows if _key(s) == (128, 4096, 11008)]
+    assert all(_best_other(v) == "compile" for v in at_128)
+    assert quoted(r"At 128×4096→11008 it is (\d\.\d\d)× and (\d\.\d\d)× of\s+`torch.compile`", flat) == [
         round(v["compile"]["median_us"] / v["fused"]["median_us"], 2) for v in at_128]
     assert quoted(r"\(([\d.]+) against ([\d.]+) µs, then ([\d.]+) against ([\d.]+) µs\)", flat) == [
         round(v[k]["median_us"], 1) for v in at_128 for k in ("fused", "compile")]
-
-    def spread(v):
-        return (max(v["rounds_us"]) - min(v["rounds_us"])) / v["median_us"]
-
     behind = [s for s in rows if _ratio(s) < 1]
-    assert quoted(r"behind `torch.compile` by\s+([\d.]+)% \((\d+)×(\d+)→(\d+)\) and ([\d.]+)% \((\d+)×(\d+)→(\d+)\)",
-                  flat) == [x for s in behind for x in (round(100 * (1 - _ratio(s)), 1), *key(s))]
+    assert quoted(r"The two rows left trail `torch.compile` by\s+([\d.]+)% \((\d+)×(\d+)→(\d+)\) and ([\d.]+)% "
+                  r"\((\d+)×(\d+)→(\d+)\), within either side's spread between rounds\.", flat) == [
+        x for s in behind for x in (round(100 * (1 - _ratio(s)), 1), *_key(s))]
     for s in behind:
         v = s["variants"]
-        best = min((k for k in v if k != "fused"), key=lambda k: v[k]["median_us"])
-        assert best == "compile" and 1 - _ratio(s) < min(spread(v["fused"]), spread(v[best]))  # "less than either side's"
+        assert _best_other(v) == "compile" and 1 - _ratio(s) < min(_spread(v["fused"]), _spread(v["compile"]))
 
 
 def test_training_benchmark_table_and_prose():
