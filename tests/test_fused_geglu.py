@@ -389,6 +389,23 @@ def test_weights_not_packable_are_left_as_they_are():
         torch.testing.assert_close(fused(x), (F.gelu(x @ wg.T, approximate="tanh") * (x @ wu.T)) @ wd.T)
 
 
+@pytest.mark.parametrize("needs", ["x", "gate", "up", "down"])
+def test_the_training_path_whenever_one_input_needs_a_gradient(needs, monkeypatch):
+    """Grad mode on and any one of x and the three weights requiring grad: the forward takes autograd's path
+    (_training_geglu, whose kernels save what the backward needs); none of them, or grad mode off: it does not."""
+    fused = fused_geglu.FusedGeGLUMLP(8, 16).requires_grad_(False)
+    x = torch.randn(3, 8)
+    tensor = {"x": x, "gate": fused.gate_proj.weight, "up": fused.up_proj.weight, "down": fused.down_proj.weight}[needs]
+    calls, training = [], fused_geglu._training_geglu
+    monkeypatch.setattr(fused_geglu, "_training_geglu", lambda *a: calls.append(needs) or training(*a))
+    tensor.requires_grad_(True)
+    assert fused(x).requires_grad and calls == [needs]
+    with torch.no_grad():
+        fused(x)
+    tensor.requires_grad_(False)
+    assert not fused(x).requires_grad and calls == [needs]
+
+
 def test_training_updates_the_packed_weights_in_place():
     """Each packed weight is a leaf of its own: its gradient is its own, and an optimizer's step writes into the
     shared storage, which later forwards read. Expected gradients: eager autograd on SimpleGeGLUMLP."""
