@@ -461,6 +461,18 @@ def _key(shape):
     return shape["M"], shape["dim"], shape["hidden"]
 
 
+def _behind_within_spread(flat, words, rows):
+    """The rows where fused is behind: two, quoted after `words` as "P% (MxDIM→HIDDEN) and P% (MxDIM→HIDDEN)", each
+    behind torch.compile by less than either side's spread between rounds. Returns them."""
+    behind = [s for s in rows if _ratio(s) < 1]
+    assert quoted(words + r"\s+([\d.]+)% \((\d+)×(\d+)→(\d+)\) and ([\d.]+)% \((\d+)×(\d+)→(\d+)\)", flat) == [
+        x for s in behind for x in (round(100 * (1 - _ratio(s)), 1), *_key(s))]
+    for s in behind:
+        v = s["variants"]
+        assert _best_other(v) == "compile" and 1 - _ratio(s) < min(_spread(v["fused"]), _spread(v["compile"]))
+    return behind
+
+
 def test_middle_sweep_table_and_prose():
     """The middle sweep's table is bench.markdown_table of the record; its counts, the rows behind (by how much, and
     within the spread of both sides) and the graph times quoted, from the record by hand."""
@@ -473,15 +485,10 @@ def test_middle_sweep_table_and_prose():
     # "in every row "fused" is three launches": cuBLAS over the packed weights, as the record says per shape
     assert {s["fused_path"] for s in record["shapes"]} == {"torch"}
     ratios = {_key(s): _ratio(s) for s in record["shapes"]}
-    behind = [s for s in record["shapes"] if ratios[_key(s)] < 1]
+    behind = _behind_within_spread(flat, r"The other two are behind `torch.compile` by", record["shapes"])
+    assert "less than either side's spread between rounds" in flat
     assert quoted(r"The fused MLP is the fastest in (\d+) of these (\d+) rows", flat) == [
         len(ratios) - len(behind), len(ratios)]
-    assert quoted(r"The other two are behind `torch.compile` by ([\d.]+)% \((\d+)×(\d+)→(\d+)\) and ([\d.]+)% "
-                  r"\((\d+)×(\d+)→(\d+)\), less than\s+either side's spread", flat) == [
-        x for s in behind for x in (round(100 * (1 - _ratio(s)), 1), *_key(s))]
-    for s in behind:
-        v = s["variants"]
-        assert _best_other(v) == "compile" and 1 - _ratio(s) < min(_spread(v["fused"]), _spread(v["compile"]))
     # "Where the record times the GPU alone (the rows of 128 tokens), the fused MLP takes the least time in each"
     graphed = [s for s in record["shapes"] if s["variants"]["fused"].get("graph_median_us") is not None]
     assert graphed and {s["M"] for s in graphed} == {128}
@@ -555,13 +562,8 @@ def test_middle_rows_timed_again_after_packing():
         round(v["compile"]["median_us"] / v["fused"]["median_us"], 2) for v in at_128]
     assert quoted(r"\(([\d.]+) against ([\d.]+) µs, then ([\d.]+) against ([\d.]+) µs\)", flat) == [
         round(v[k]["median_us"], 1) for v in at_128 for k in ("fused", "compile")]
-    behind = [s for s in rows if _ratio(s) < 1]
-    assert quoted(r"The two rows left trail `torch.compile` by\s+([\d.]+)% \((\d+)×(\d+)→(\d+)\) and ([\d.]+)% "
-                  r"\((\d+)×(\d+)→(\d+)\), within either side's spread between rounds\.", flat) == [
-        x for s in behind for x in (round(100 * (1 - _ratio(s)), 1), *_key(s))]
-    for s in behind:
-        v = s["variants"]
-        assert _best_other(v) == "compile" and 1 - _ratio(s) < min(_spread(v["fused"]), _spread(v["compile"]))
+    _behind_within_spread(flat, r"The two rows left trail `torch.compile` by", rows)
+    assert "within either side's spread between rounds" in flat
 
 
 def test_training_benchmark_table_and_prose():
