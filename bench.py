@@ -9,7 +9,8 @@ A shape is tokens x dim x hidden; 8192 x 768 x 3072 is the post's (batch 64 x se
 and prefill (M = 4096..16384) at Llama-2-7B (4096 -> 11008), Gemma-2B (2048 -> 16384) and Llama-3-8B
 (4096 -> 14336) sizes; and an odd M. For each shape the variants get the same weights and are checked
 against an fp32 reference before anything is timed (correct before fast). Each forward is then timed in
-ROUNDS round-robin rounds with the order rotated each round; the table shows the median of the rounds.
+ROUNDS interleaved rounds (time_interleaved: one call of each variant in turn, the first one rotated each round);
+the table shows the median of the rounds.
 
 The timer: CUDA events around each call, median over ~100 ms of calls, L2 evicted before every call by
 *reading* 256 MB. (triton.testing.do_bench evicts by writing zeros: the dirty lines it leaves are written
@@ -73,6 +74,9 @@ GRAPH_MAX_M = 128  # CUDA-graph replays where host time matters: few tokens, sho
 # 4.84 ms minutes apart at the large shape. Rounds with a rotating order keep any variant from always
 # running last, on the hottest GPU. Five, not three: on the lent H200 a busy host slowed two consecutive rounds
 # of the host-bound variants at one shape or another in each of two runs, and a median of three kept one of them.
+# Interleaved call by call, not 100 ms of one variant then the next: in the last round-robin sweep (2026-12-03) the
+# compute-bound rows' rounds moved by up to 10% with the clock (fused at 8192x4096x14336: 4197 to 4603 µs), so the
+# variants' medians came from different clocks; replayed from CUDA graphs side by side, fused was 1.3% ahead there.
 ROUNDS = 5
 NO_GPU = "bench.py needs a CUDA GPU; torch.cuda.is_available() is False here (run it on the GPU machine)"
 
@@ -136,28 +140,66 @@ def keep_compile_workers():
 def median_us(fn, rep_ms=100, inference=True):
     """Median GPU time of fn in µs: CUDA events around each call, L2 evicted by a 256 MB read before each.
     inference=False for a fn that runs a backward (autograd cannot run under inference mode)."""
+    with torch.inference_mode(inference):
+        est_ms = _warm_up(fn)
+        events = _events(max(5, min(int(rep_ms / est_ms), 300)))
+        for start, end in events:
+            _timed_call(fn, start, end)
+        torch.cuda.synchronize()
+    return _median_of(events)
+
+
+def _warm_up(fn):
+    """~25 ms of calls of fn (clocks up, caches filled); the ms one call took, estimated from three of them."""
     global _l2_flush
     if _l2_flush is None:  # larger than any GPU's L2; read, so it leaves no dirty lines behind
         _l2_flush = torch.empty(256 << 20, device="cuda", dtype=torch.int8)
-    with torch.inference_mode(inference):
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(3):
         fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        est_ms = max((time.perf_counter() - t0) / 3 * 1e3, 1e-3)
-        for _ in range(min(int(25 / est_ms), 200)):  # ~25 ms of warm-up: clocks up, caches filled
-            fn()
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(max(5, min(int(rep_ms / est_ms), 300)))]
-        for start, end in events:
-            _l2_flush.max()
-            start.record()
-            fn()
-            end.record()
-        torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    est_ms = max((time.perf_counter() - t0) / 3 * 1e3, 1e-3)
+    for _ in range(min(int(25 / est_ms), 200)):
+        fn()
+    return est_ms
+
+
+def _events(n):
+    return [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+
+
+def _timed_call(fn, start, end):
+    _l2_flush.max()
+    start.record()
+    fn()
+    end.record()
+
+
+def _median_of(events):
     return 1e3 * statistics.median(start.elapsed_time(end) for start, end in events)
+
+
+def time_interleaved(fns, inference=True, rounds=ROUNDS, rep_ms=100):
+    """{name: [median µs per round]}, as time_round_robin's, but each round calls the fns in turn, one call each,
+    again and again (~rep_ms of calls of each; the starting fn rotated each round): a slow spell of the host, a few
+    ms or a few seconds long, falls on all of them alike. For host-bound forwards, whose ratio is the number to read."""
+    names = list(fns)
+    with torch.inference_mode(inference):
+        est_ms = max(_warm_up(fns[name]) for name in names)
+        calls = max(5, min(int(rep_ms / est_ms), 300))
+        times = {name: [] for name in names}
+        for r in range(rounds):
+            order = names[r % len(names):] + names[:r % len(names)]
+            events = {name: _events(calls) for name in order}
+            for i in range(calls):
+                for name in order:
+                    _timed_call(fns[name], *events[name][i])
+            torch.cuda.synchronize()
+            for name in names:
+                times[name].append(_median_of(events[name]))
+    return times
 
 
 def host_us(fn, calls=100, bursts=5):
@@ -200,12 +242,14 @@ def cpu_ceilings(dtype):
     return 2 * 512**3 / cpu_median_us(lambda: a @ w) / 1e6, 2 * src.numel() / cpu_median_us(lambda: dst.copy_(src)) / 1e3
 
 
-def timing_fields(cuda, rounds=ROUNDS, rep_ms=100):
-    """A round-robin benchmark record's "timer" and "ceiling_gemm": how it timed, and the ceiling's matmul."""
+def timing_fields(cuda, rounds=ROUNDS, rep_ms=100, interleaved=False):
+    """A round-robin (or interleaved) benchmark record's "timer" and "ceiling_gemm": how it timed, and the ceiling's
+    matmul."""
     if cuda:
         each = "" if rep_ms == 100 else f" of ~{rep_ms} ms of calls each"
-        return {"timer": f"bench.median_us (CUDA events, L2 evicted before each call); middle of {rounds} round-robin "
-                         f"rounds{each}", "ceiling_gemm": "8192x8192x8192"}
+        how = "interleaved rounds (one call of each variant in turn)" if interleaved else "round-robin rounds"
+        return {"timer": f"bench.median_us (CUDA events, L2 evicted before each call); middle of {rounds} {how}"
+                         f"{each}", "ceiling_gemm": "8192x8192x8192"}
     return {"timer": "bench.cpu_median_us: time.perf_counter median of 5 calls (CPU smoke test)",
             "ceiling_gemm": "512x512x512"}
 
@@ -333,10 +377,10 @@ def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune):
               **roofline(M, dim, hidden, x.element_size(), ceiling, bandwidth), "variants": {}, "parts": {}}
     # model=model binds each variant now, not the loop's last value.
     calls = {name: (lambda model=model: model(x)) for name, model in variants.items()}
-    rounds = time_round_robin(calls)
+    rounds = time_interleaved(calls)
     # The same forwards replayed from CUDA graphs: GPU time only. Where the two columns differ, the
     # forward waits on the host (Python, guards, launches), not on the GPU. Only where that can matter.
-    graph_rounds = (time_round_robin({name: graph_replay(fn) for name, fn in calls.items()})
+    graph_rounds = (time_interleaved({name: graph_replay(fn) for name, fn in calls.items()})
                     if M <= GRAPH_MAX_M else {})
     for name in variants:
         result["variants"][name] = {"median_us": middle(rounds[name]), "rounds_us": rounds[name],
@@ -359,7 +403,7 @@ def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune):
              "cuBLAS down_proj GEMM": graph_replay(lambda: F.linear(m, w_down))}
     if small_m_config(M, "down") is not None:
         parts["fused down_proj kernel"] = graph_replay(lambda: down_proj(m, w_down))
-    result["parts"] = {name: middle(r) for name, r in time_round_robin(parts).items()}
+    result["parts"] = {name: middle(r) for name, r in time_interleaved(parts).items()}
     return result
 
 
@@ -494,7 +538,7 @@ def main(argv=None):
         **versions("cuda"), "liger_kernel": liger_version,
         "dtype": args.dtype,
         "timer": f"CUDA events, median over ~100 ms of calls, L2 evicted by a 256 MB read before each call; "
-                 f"middle of {ROUNDS} round-robin rounds",
+                 f"middle of {ROUNDS} interleaved rounds (one call of each variant in turn)",
         "ceiling_tflops": ceiling, "ceiling_gemm": "8192x8192x8192",
         "copy_tbps": bandwidth, "copy": "1 GiB device-to-device, bytes read + written",
         "floor": "max(6*M*dim*hidden / ceiling, bytes / copy) with bytes = the 3 weights + x + y",

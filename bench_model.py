@@ -11,8 +11,9 @@ weights copied). Correct before fast: every variant's logits are checked against
 anything is timed; a wrong one stops the run (exit 1, nothing written). A variant that cannot run here
 (liger-kernel not installed, a Triton kernel on a CPU, a failed compile) is listed as skipped, with the reason.
 
-What is timed (bench.py's timer: median_us, CUDA events, L2 evicted before each call; ROUNDS short round-robin
-rounds of ~REP_MS ms of calls per variant, the middle one reported; on a CPU, bench.cpu_median_us):
+What is timed (bench.py's timer: CUDA events, L2 evicted before each call; ROUNDS short interleaved rounds,
+bench.time_interleaved: one call of each variant in turn, ~REP_MS ms of calls of each, the middle round reported;
+on a CPU, bench.cpu_median_us):
 - prefill: one forward of batch x seq tokens, no cache, logits of the last position only (what generation
   needs): 06_model.py --phase prefill's step. Tokens/s = batch * seq / time.
 - decode: one forward of one token per sequence against a static KV cache of --seq entries: 06_model.py
@@ -32,8 +33,8 @@ Floors, with the ceilings measured in the same run by bench.gemm_ceiling_tflops 
 "of floor" = floor / time: 1.00 is at the ceiling.
 
 Against transformers' MLP, side by side: each row with another MLP is set against the row of the same execution
-with transformers' MLP, round by round (the two are timed within one round, under a second apart), so a slow
-spell of the host slows both. "vs eager MLP" is the middle of those per-round ratios (eager MLP's time / this
+with transformers' MLP, round by round; within a round their calls alternate (a few ms apart), so a slow spell of
+the host slows both. "vs eager MLP" is the middle of those per-round ratios (eager MLP's time / this
 row's: above 1, this MLP's model is faster) and in how many rounds it was faster. Rows timed by the host (all but
 CUDA graphs) move with its speed by tens of % between rounds; their ratio is the number to read.
 
@@ -63,6 +64,10 @@ MLPS = ["eager", "liger", "fused"]
 # Many short rounds rather than bench.py's 5 of 100 ms: a host that slows for seconds slows both sides of a pair.
 # 45, not the 15 of the first paired record: the eager rows, timed by the host, spread by up to 120% between rounds,
 # and 15 pairs left a 3% difference undecided (5 of 15). A round of the six prefill variants takes ~0.2 s.
+# Interleaved (call by call), not round-robin (30 ms of one variant, then the next): the lent H200's host switches
+# between a fast and a slow speed (3.5 and 6.5 ms for the same eager step) every few hundred ms, and a switch fell
+# between the two halves of many pairs: in the round-robin records made at aa40973, 23 to 26 of the 45 ratios of the
+# fused eager rows to transformers' MLP's lay beyond +-5%, around middles of 0.99 to 1.03.
 ROUNDS, REP_MS = 45, 30
 # The issue's shape on the GPU; the tiny preset on the CPU (seconds).
 DEFAULTS = {"cuda": {"preset": "gemma-2b", "layers": 4, "seq": 512}, "cpu": {"preset": "tiny", "layers": 2, "seq": 64}}
@@ -212,7 +217,7 @@ def check(phase, calls, skipped, reference, tol):
 
 def bench_phase(phase, calls, skipped, reference, floor_us, tokens, tol, cuda):
     errors = check(phase, calls, skipped, reference, tol)
-    rounds = (bench.time_round_robin(calls, rounds=ROUNDS, rep_ms=REP_MS) if cuda
+    rounds = (bench.time_interleaved(calls, rounds=ROUNDS, rep_ms=REP_MS) if cuda
               else {n: [bench.cpu_median_us(c)] for n, c in calls.items()})
     variants = {}
     for name in calls:
@@ -359,7 +364,7 @@ def main(argv=None):
                   "intermediate": config.intermediate_size, "heads": config.num_attention_heads,
                   "kv_heads": config.num_key_value_heads, "head_dim": config.head_dim, "vocab": config.vocab_size,
                   "batch": args.batch, "seq": args.seq, "params_per_token": c["params_per_token"]},
-        **bench.timing_fields(cuda, ROUNDS, REP_MS),
+        **bench.timing_fields(cuda, ROUNDS, REP_MS, interleaved=True),
         "timed": {"prefill": "one forward of batch x seq tokens, no cache, logits of the last position",
                   "decode": "one forward of 1 token per sequence, static KV cache of seq entries (all read)"},
         "ceiling_tflops": ceiling,

@@ -284,7 +284,7 @@ def test_gpu_wrong_variant_stops_the_run(tmp_path, monkeypatch, capsys, factor):
     monkeypatch.setattr(bench, "gemm_ceiling_tflops", lambda dtype: 700.0)  # no 8192^3 matmul for this check
     monkeypatch.setattr(bench, "copy_bandwidth_tbps", lambda: 4.0)
     timed = []
-    monkeypatch.setattr(bench, "time_round_robin", lambda fns: timed.append(fns) or {n: [1.0] * 3 for n in fns})
+    monkeypatch.setattr(bench, "time_interleaved", lambda fns: timed.append(fns) or {n: [1.0] * 3 for n in fns})
     out = tmp_path / "bench.json"
     assert bench.main(["--shapes", "256x128x512", "--out", str(out)]) == 1
     err = capsys.readouterr().err
@@ -366,11 +366,12 @@ def test_round_robin_times_forwards_in_inference_mode_unless_told_not_to():
     says inference=False, and every one of its calls then runs outside it."""
     import bench
 
-    seen = {True: [], False: []}
-    for inference in (True, False):
-        fns = {name: (lambda s=seen[inference]: s.append(torch.is_inference_mode_enabled())) for name in "ab"}
-        kwargs = {} if inference else {"inference": False}  # the forward benchmarks take the default
-        times = bench.time_round_robin(fns, rounds=2, rep_ms=1, **kwargs)
-        assert sorted(times) == ["a", "b"] and all(len(v) == 2 for v in times.values())
-    assert seen[True] and set(seen[True]) == {True}
-    assert seen[False] and set(seen[False]) == {False}
+    for timer in (bench.time_round_robin, bench.time_interleaved):
+        seen = {True: [], False: []}
+        for inference in (True, False):
+            fns = {name: (lambda s=seen[inference]: s.append(torch.is_inference_mode_enabled())) for name in "ab"}
+            kwargs = {} if inference else {"inference": False}  # the forward benchmarks take the default
+            times = timer(fns, rounds=2, rep_ms=1, **kwargs)
+            assert sorted(times) == ["a", "b"] and all(len(v) == 2 and min(v) > 0 for v in times.values())
+        assert seen[True] and set(seen[True]) == {True}, timer.__name__
+        assert seen[False] and set(seen[False]) == {False}, timer.__name__

@@ -195,7 +195,7 @@ def test_bench_phase_pairs_each_mlp_with_the_same_executions_eager_mlp(monkeypat
               "cuda-graphs / fused": [10.0, 10.0, 10.0]}  # no cuda-graphs / eager row: nothing to pair with
     seen = {}
     monkeypatch.setattr(bench_model, "check", lambda phase, calls, skipped, ref, tol: {n: 0.0 for n in calls})
-    monkeypatch.setattr(bench_model.bench, "time_round_robin",
+    monkeypatch.setattr(bench_model.bench, "time_interleaved",
                         lambda calls, rounds, rep_ms: seen.update(rounds=rounds, rep_ms=rep_ms) or table)
     out = bench_model.bench_phase("decode", dict.fromkeys(table), {}, None, 50.0, 1, 0.1, cuda=True)
     assert seen == {"rounds": bench_model.ROUNDS, "rep_ms": bench_model.REP_MS}

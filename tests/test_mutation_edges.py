@@ -406,6 +406,27 @@ def test_round_robin_rotates_its_start_and_passes_the_round_length(monkeypatch):
     assert len(bench.time_round_robin({"a": "A"})["a"]) == 5 and order[0][1] == 100  # bench.py's own: 5 of 100 ms
 
 
+def test_interleaved_rounds_call_the_fns_in_turn_and_keep_each_ones_middle(monkeypatch):
+    """time_interleaved: one call of each fn in turn, the start rotated each round, as many calls each as ~rep_ms of
+    the slowest one's warm-up estimate allows (at least 5); each fn's round is the median of its own calls."""
+    calls, synced = [], []
+    warm = {"A": 2.0, "B": 10.0, "C": 1.0}  # ms per call: B's 10 ms sets 30 ms / 10 = 3 calls -> at least 5
+    monkeypatch.setattr(bench, "_warm_up", lambda fn: warm[fn])
+    monkeypatch.setattr(bench, "_events", lambda n: [(i, None) for i in range(n)])
+    monkeypatch.setattr(bench, "_timed_call", lambda fn, start, end: calls.append((fn, start)))
+    monkeypatch.setattr(bench, "_median_of", lambda events: len(calls) * 1000 + len(events))
+    monkeypatch.setattr(bench.torch.cuda, "synchronize", lambda: synced.append(len(calls)))
+    times = bench.time_interleaved({"a": "A", "b": "B", "c": "C"}, rounds=2, rep_ms=30)
+    assert [fn for fn, _ in calls] == list("ABC" * 5 + "BCA" * 5)
+    assert [i for _, i in calls[:6]] == [0, 0, 0, 1, 1, 1]  # the i-th call of each uses its i-th pair of events
+    assert synced == [15, 30]  # the GPU waited on once a round, after all its calls
+    assert times == {"a": [15005, 30005], "b": [15005, 30005], "c": [15005, 30005]}
+    calls.clear()
+    warm["B"] = 0.05  # 30 ms / 2 ms (A now the slowest) -> 15 calls each
+    assert len(bench.time_interleaved({"a": "A", "b": "B"}, rounds=1, rep_ms=30)["a"]) == 1
+    assert [fn for fn, _ in calls] == list("AB" * 15)
+
+
 def test_write_record_leaves_the_json_and_its_table(tmp_path):
 
     out = tmp_path / "new" / "b.json"
@@ -740,7 +761,7 @@ def test_main_writes_what_the_record_says_it_measured(tmp_path, monkeypatch):
     assert {k: v for k, v in record.items() if k not in ("shapes", "fused_config", "liger_kernel")} == {
         "device": "a GPU", "date": "2026-11-30T00:00:00", "dtype": "fp16",
         "timer": "CUDA events, median over ~100 ms of calls, L2 evicted by a 256 MB read before each call; "
-                 "middle of 5 round-robin rounds",
+                 "middle of 5 interleaved rounds (one call of each variant in turn)",
         "ceiling_tflops": 680.0, "ceiling_gemm": "8192x8192x8192",
         "copy_tbps": 4.0, "copy": "1 GiB device-to-device, bytes read + written",
         "floor": "max(6*M*dim*hidden / ceiling, bytes / copy) with bytes = the 3 weights + x + y"}
