@@ -184,7 +184,9 @@ def _median_of(events):
 def time_interleaved(fns, inference=True, rounds=ROUNDS, rep_ms=100):
     """{name: [median µs per round]}, as time_round_robin's, but each round calls the fns in turn, one call each,
     again and again (~rep_ms of calls of each; the starting fn rotated each round): a slow spell of the host, a few
-    ms or a few seconds long, falls on all of them alike. For host-bound forwards, whose ratio is the number to read."""
+    ms or a few seconds long, or a lower clock of the GPU, falls on all of them alike. Interleave fns alike: a call
+    whose host time is longer than the L2 eviction's GPU time (~70 µs on the H200) is timed from an empty queue after
+    a host-bound call, its host time in its span, where in a row of its own calls the GPU's queue would hide it."""
     names = list(fns)
     with torch.inference_mode(inference):
         est_ms = max(_warm_up(fns[name]) for name in names)

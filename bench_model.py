@@ -12,8 +12,8 @@ anything is timed; a wrong one stops the run (exit 1, nothing written). A varian
 (liger-kernel not installed, a Triton kernel on a CPU, a failed compile) is listed as skipped, with the reason.
 
 What is timed (bench.py's timer: CUDA events, L2 evicted before each call; ROUNDS short interleaved rounds,
-bench.time_interleaved: one call of each variant in turn, ~REP_MS ms of calls of each, the middle round reported;
-on a CPU, bench.cpu_median_us):
+bench.time_interleaved: one call of each variant of the same execution in turn, ~REP_MS ms of calls of each, the
+middle round reported; on a CPU, bench.cpu_median_us):
 - prefill: one forward of batch x seq tokens, no cache, logits of the last position only (what generation
   needs): 06_model.py --phase prefill's step. Tokens/s = batch * seq / time.
 - decode: one forward of one token per sequence against a static KV cache of --seq entries: 06_model.py
@@ -67,7 +67,9 @@ MLPS = ["eager", "liger", "fused"]
 # Interleaved (call by call), not round-robin (30 ms of one variant, then the next): the lent H200's host switches
 # between a fast and a slow speed (3.5 and 6.5 ms for the same eager step) every few hundred ms, and a switch fell
 # between the two halves of many pairs: in the round-robin records made at aa40973, 23 to 26 of the 45 ratios of the
-# fused eager rows to transformers' MLP's lay beyond +-5%, around middles of 0.99 to 1.03.
+# fused eager rows to transformers' MLP's lay beyond +-5%, around middles of 0.99 to 1.03. Each execution's rows are
+# interleaved among themselves only: after a host-bound eager step the GPU's queue is empty, and a CUDA-graph step
+# timed next shows its host's time too (0.83 ms a decode step, against 0.48 in a row of its own steps).
 ROUNDS, REP_MS = 45, 30
 # The issue's shape on the GPU; the tiny preset on the CPU (seconds).
 DEFAULTS = {"cuda": {"preset": "gemma-2b", "layers": 4, "seq": 512}, "cpu": {"preset": "tiny", "layers": 2, "seq": 64}}
@@ -217,8 +219,12 @@ def check(phase, calls, skipped, reference, tol):
 
 def bench_phase(phase, calls, skipped, reference, floor_us, tokens, tol, cuda):
     errors = check(phase, calls, skipped, reference, tol)
-    rounds = (bench.time_interleaved(calls, rounds=ROUNDS, rep_ms=REP_MS) if cuda
-              else {n: [bench.cpu_median_us(c)] for n, c in calls.items()})
+    rounds = {}
+    for execution in EXECUTIONS:  # interleaved with the same execution's rows only (see ROUNDS)
+        group = {n: c for n, c in calls.items() if n.split(" / ")[0] == execution}
+        if group:
+            rounds.update(bench.time_interleaved(group, rounds=ROUNDS, rep_ms=REP_MS) if cuda
+                          else {n: [bench.cpu_median_us(c)] for n, c in group.items()})
     variants = {}
     for name in calls:
         us = bench.middle(rounds[name])

@@ -195,10 +195,18 @@ def test_bench_phase_pairs_each_mlp_with_the_same_executions_eager_mlp(monkeypat
               "cuda-graphs / fused": [10.0, 10.0, 10.0]}  # no cuda-graphs / eager row: nothing to pair with
     seen = {}
     monkeypatch.setattr(bench_model, "check", lambda phase, calls, skipped, ref, tol: {n: 0.0 for n in calls})
-    monkeypatch.setattr(bench_model.bench, "time_interleaved",
-                        lambda calls, rounds, rep_ms: seen.update(rounds=rounds, rep_ms=rep_ms) or table)
+    groups = []
+
+    def timed(calls, rounds, rep_ms):
+        seen.update(rounds=rounds, rep_ms=rep_ms)
+        groups.append(sorted(calls))
+        return {n: table[n] for n in calls}
+    monkeypatch.setattr(bench_model.bench, "time_interleaved", timed)
     out = bench_model.bench_phase("decode", dict.fromkeys(table), {}, None, 50.0, 1, 0.1, cuda=True)
     assert seen == {"rounds": bench_model.ROUNDS, "rep_ms": bench_model.REP_MS}
+    # each execution's rows interleaved among themselves: a CUDA-graph step never timed after a host-bound one
+    assert groups == [["eager / eager", "eager / fused"], ["compile / eager", "compile / fused"],
+                      ["cuda-graphs / fused"]]
     # eager / fused: 100/90 = 1.11, 300/330 = 0.91, 100/80 = 1.25 -> middle 1.11, faster in 2 of 3
     assert out["eager / fused"]["vs_eager_mlp"] == pytest.approx(100 / 90) and out["eager / fused"]["faster_rounds"] == 2
     # compile / fused: 50/60 = 0.83, 50/40 = 1.25, 1.25 -> middle 1.25, faster in 2 of 3
