@@ -74,9 +74,9 @@ GRAPH_MAX_M = 128  # CUDA-graph replays where host time matters: few tokens, sho
 # 4.84 ms minutes apart at the large shape. Rounds with a rotating order keep any variant from always
 # running last, on the hottest GPU. Five, not three: on the lent H200 a busy host slowed two consecutive rounds
 # of the host-bound variants at one shape or another in each of two runs, and a median of three kept one of them.
-# Interleaved call by call, not 100 ms of one variant then the next: in the last round-robin sweep (2026-12-03) the
-# compute-bound rows' rounds moved by up to 10% with the clock (fused at 8192x4096x14336: 4197 to 4603 µs), so the
-# variants' medians came from different clocks; replayed from CUDA graphs side by side, fused was 1.3% ahead there.
+# Interleaved call by call, not 100 ms of one variant then the next: in the last round-robin sweep
+# (results/bench_round_robin_h200.json) the compute-bound rows' rounds moved by up to 9% from one to the next (fused at
+# 8192x4096x14336: 4197 to 4603 µs), so two variants' medians came from different moments of the GPU.
 ROUNDS = 5
 NO_GPU = "bench.py needs a CUDA GPU; torch.cuda.is_available() is False here (run it on the GPU machine)"
 
