@@ -78,6 +78,7 @@ GRAPH_MAX_M = 128  # CUDA-graph replays where host time matters: few tokens, sho
 # (results/bench_round_robin_h200.json) the compute-bound rows' rounds moved by up to 9% from one to the next (fused at
 # 8192x4096x14336: 4197 to 4603 µs), so two variants' medians came from different moments of the GPU.
 ROUNDS = 5
+INTERLEAVED = "interleaved rounds (one call of each variant in turn)"  # how time_interleaved's records say they timed
 NO_GPU = "bench.py needs a CUDA GPU; torch.cuda.is_available() is False here (run it on the GPU machine)"
 
 
@@ -140,13 +141,7 @@ def keep_compile_workers():
 def median_us(fn, rep_ms=100, inference=True):
     """Median GPU time of fn in µs: CUDA events around each call, L2 evicted by a 256 MB read before each.
     inference=False for a fn that runs a backward (autograd cannot run under inference mode)."""
-    with torch.inference_mode(inference):
-        est_ms = _warm_up(fn)
-        events = _events(max(5, min(int(rep_ms / est_ms), 300)))
-        for start, end in events:
-            _timed_call(fn, start, end)
-        torch.cuda.synchronize()
-    return _median_of(events)
+    return time_interleaved({"fn": fn}, inference, rounds=1, rep_ms=rep_ms)["fn"][0]  # one fn, one round
 
 
 def _warm_up(fn):
@@ -249,7 +244,7 @@ def timing_fields(cuda, rounds=ROUNDS, rep_ms=100, interleaved=False):
     matmul."""
     if cuda:
         each = "" if rep_ms == 100 else f" of ~{rep_ms} ms of calls each"
-        how = "interleaved rounds (one call of each variant in turn)" if interleaved else "round-robin rounds"
+        how = INTERLEAVED if interleaved else "round-robin rounds"
         return {"timer": f"bench.median_us (CUDA events, L2 evicted before each call); middle of {rounds} {how}"
                          f"{each}", "ceiling_gemm": "8192x8192x8192"}
     return {"timer": "bench.cpu_median_us: time.perf_counter median of 5 calls (CPU smoke test)",
@@ -540,7 +535,7 @@ def main(argv=None):
         **versions("cuda"), "liger_kernel": liger_version,
         "dtype": args.dtype,
         "timer": f"CUDA events, median over ~100 ms of calls, L2 evicted by a 256 MB read before each call; "
-                 f"middle of {ROUNDS} interleaved rounds (one call of each variant in turn)",
+                 f"middle of {ROUNDS} {INTERLEAVED}",
         "ceiling_tflops": ceiling, "ceiling_gemm": "8192x8192x8192",
         "copy_tbps": bandwidth, "copy": "1 GiB device-to-device, bytes read + written",
         "floor": "max(6*M*dim*hidden / ceiling, bytes / copy) with bytes = the 3 weights + x + y",

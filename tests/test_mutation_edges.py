@@ -427,6 +427,20 @@ def test_interleaved_rounds_call_the_fns_in_turn_and_keep_each_ones_middle(monke
     assert [fn for fn, _ in calls] == list("AB" * 15)
 
 
+def test_median_us_is_one_round_of_one_fn(monkeypatch):
+    """median_us: warm-up once, ~rep_ms of timed calls (at least 5, at most 300) after it, then their median."""
+    calls, warmed = [], []
+    monkeypatch.setattr(bench, "_warm_up", lambda fn: warmed.append(fn) or 4.0)  # 4 ms a call
+    monkeypatch.setattr(bench, "_events", lambda n: [(i, None) for i in range(n)])
+    monkeypatch.setattr(bench, "_timed_call", lambda fn, start, end: calls.append((fn, start)))
+    monkeypatch.setattr(bench, "_median_of", lambda events: 1000 + len(events))
+    monkeypatch.setattr(bench.torch.cuda, "synchronize", lambda: None)
+    assert bench.median_us("F", rep_ms=100) == 1025 and warmed == ["F"]  # 100 ms / 4 ms = 25 calls
+    assert calls == [("F", i) for i in range(25)]
+    calls.clear()
+    assert bench.median_us("F", rep_ms=1) == 1005 and len(calls) == 5  # never fewer than 5
+
+
 def test_write_record_leaves_the_json_and_its_table(tmp_path):
 
     out = tmp_path / "new" / "b.json"
