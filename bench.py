@@ -352,7 +352,7 @@ def build_variants(M, dim, hidden, dtype, max_autotune):
 
 
 def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune):
-    from fused_geglu import down_proj, geglu, kernel_path, small_m_config
+    from fused_geglu import down_proj, geglu, kernel_path, packs_gate_up, small_m_config
 
     torch._dynamo.reset()  # a fresh cache per shape: no recompile limit across a long sweep
     variants, reference = build_variants(M, dim, hidden, dtype, max_autotune)
@@ -395,6 +395,9 @@ def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune):
     m = geglu(x, w_gate, w_up)
     w_down = fused.down_proj.weight.detach()
     result["fused_path"] = kernel_path(x, w_gate, w_up)
+    # cuBLAS: gate and up as one GEMM over the packed weights, or as two (fused_geglu.packs_gate_up); None: a kernel
+    result["fused_gate_up_gemms"] = (1 if packs_gate_up(x.device, M, dim) else 2) if result["fused_path"] == "torch" \
+        else None
     parts = {"fused geglu kernel": graph_replay(lambda: geglu(x, w_gate, w_up)),
              "cuBLAS gate+up GEMM": graph_replay(lambda: F.linear(x, w_cat)),
              "cuBLAS down_proj GEMM": graph_replay(lambda: F.linear(m, w_down))}
@@ -440,6 +443,9 @@ def shape_lines(r, ceiling, bandwidth):
         lines.append("  MB held after the first call, beyond the parameters: "
                      + ", ".join(f"{name} {v['held_bytes'] / 1e6:.2f}" for name, v in r["variants"].items()))
     lines += [f"  skipped: {note}" for note in r["skipped"]]
+    if "fused_gate_up_gemms" in r:  # records before the packing rows have no such line
+        lines.append(f"  fused path: {r['fused_path']}" + {None: "", 1: " (gate and up: one GEMM over the packed weights)",
+                                                            2: " (gate and up: two GEMMs)"}[r.get("fused_gate_up_gemms")])
     best, ratio, slower = fused_vs_best(r)
     lines.append(f"  fused vs best of the others ({best}): {ratio:.2f}x{' SLOWER beyond the spread' if slower else ''}")
     gemm_flops = 2 * r["M"] * r["dim"] * r["hidden"]
@@ -511,7 +517,7 @@ def _tuned_rows(path):
     if not path.exists():
         return None
     table = json.loads(path.read_text())
-    return {key: table[key] for key in ("device", "capability", "date", "geglu", "down")}
+    return {key: table[key] for key in ("device", "capability", "date", "geglu", "down", "packing") if key in table}
 
 
 def main(argv=None):

@@ -345,20 +345,32 @@ TUNED_TABLE = Path(__file__).with_name("fused_geglu_tuned.json")
 KERNELS = ("small", "tma", "pointer", "torch")
 
 
+def _a_largest_k(max_k):
+    return max_k is None or (type(max_k) is int and max_k > 0)
+
+
 def _load_tuned(path=TUNED_TABLE):
-    """{major compute capability: {"geglu": [(largest M or None, largest K or None, kernel, config)], "down": [...]}}
-    from path. None: any. A row without max_k holds every K (down_proj's rows, and tables before K classes)."""
+    """{major compute capability: {"geglu": [(largest M or None, largest K or None, kernel, config)], "down": [...],
+    "packing": [(largest M or None, largest K or None, packed)]}} from path (see table_rows)."""
     if not path.exists():
         return {}
-    table = json.loads(path.read_text())
+    return table_rows(json.loads(path.read_text()), path.name)
+
+
+def table_rows(table, name):
+    """_load_tuned's rows of a table as tune_fused.py writes it; None: any. A row without max_k holds every K
+    (down_proj's rows, and tables before K classes); a table without packing rows packs everywhere."""
     rows = {which: [(row["max_m"], row.get("max_k"), row["kernel"], row.get("config")) for row in table[which]]
             for which in ("geglu", "down")}
+    rows["packing"] = [(row["max_m"], row.get("max_k"), row["packed"]) for row in table.get("packing", [])]
     for which, kernels in (("geglu", KERNELS), ("down", ("small", "torch"))):
         for max_m, max_k, kernel, cfg in rows[which]:
-            if kernel not in kernels or (kernel != "torch" and not cfg) or not (
-                    max_k is None or (type(max_k) is int and max_k > 0)):
-                raise ValueError(f"{path.name}: {which} row for M <= {max_m}, K <= {max_k}: kernel {kernel!r} and "
+            if kernel not in kernels or (kernel != "torch" and not cfg) or not _a_largest_k(max_k):
+                raise ValueError(f"{name}: {which} row for M <= {max_m}, K <= {max_k}: kernel {kernel!r} and "
                                  f"config {cfg!r}")
+    for max_m, max_k, pack in rows["packing"]:
+        if type(pack) is not bool or not _a_largest_k(max_k):
+            raise ValueError(f"{name}: packing row for M <= {max_m}, K <= {max_k}: packed {pack!r}")
     return {int(table["capability"].split(".")[0]): rows}
 
 
@@ -465,6 +477,18 @@ def _by_m(device, M, which, K=None):
         return None, None
     cfg = small_m_config(M, which)
     return ("small", cfg) if cfg is not None else (None, None)
+
+
+def packs_gate_up(device, M, K):
+    """Whether, where cuBLAS runs gate and up, the module's packed weights run as one GEMM of twice the width (three
+    launches) rather than two (four): the tuned table's packing rows, by M bucket then class of K, on its GPUs. cuBLAS
+    picks its kernel per GEMM shape, and at some token counts the two narrower GEMMs measured faster; the table packs
+    only where the packed GEMM was not slower at any width and token count measured in the row's bucket and class.
+    No table, or no packing rows in it: packed."""
+    for max_m, max_k, pack in _tuned_rows(device, "packing") or ():
+        if (max_m is None or M <= max_m) and (max_k is None or K <= max_k):
+            return pack
+    return True
 
 
 def small_m_config(M, kernel="geglu"):
@@ -983,7 +1007,8 @@ def _mlp_plan(x, w_gate, w_up, w_down, both_packed=False):
     else:
         shape_2d, out_shape = x2d.shape, (*x.shape[:-1], w_down.shape[0])
         run = lambda x, w_gate, w_up, w_down: down(gate_up(x.view(shape_2d), w_gate, w_up)[0], w_down).view(out_shape)  # noqa: E731
-    if both_packed and getattr(gate_up, "any_leading_shape", False) and down is F.linear:
+    if (both_packed and getattr(gate_up, "any_leading_shape", False) and down is F.linear
+            and packs_gate_up(x.device, *x2d.shape)):
         return _packed_mlp_plan(x2d, w_gate, run)
     return run
 

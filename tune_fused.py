@@ -3,6 +3,7 @@
     python3 tune_fused.py                       # on the GPU machine (~2 min on an H200): writes fused_geglu_tuned.json
     python3 tune_fused.py --widths all          # also Gemma-2B and Qwen2-7B widths (longer)
     python3 tune_fused.py --out /tmp/t.json     # somewhere else (fused_geglu reads only the file beside it)
+    python3 tune_fused.py --packing-only        # re-measure only the packing rows of the table there (~2 min)
 
 For each M bucket (its upper edge: M = 1, 8, 32, ..., 16384) and each MLP width (dim -> hidden), every candidate
 (kernel, config) of the gate/up GeGLU is checked against an fp32 reference, then timed as a CUDA-graph replay
@@ -12,10 +13,17 @@ where no kernel beats it, the table says to run it). The fused epilogue saves th
 width K (dim) while the GEMM's work grows with it, so the choice depends on K too: per M bucket and per class of K
 (one per dim tuned, k_classes), the table keeps the candidate with the lowest geometric mean, over the class's widths,
 of its time / torch's time. down_proj's small-M kernel is chosen per M bucket over all widths, against cuBLAS's
-GEMM. One table per GPU kind, read at import by fused_geglu on GPUs of the same compute capability: no tuning at a
+GEMM. Then, where the table runs cuBLAS, whether the module's packed gate and up weights run as one GEMM of twice
+the width or as two: cuBLAS picks a kernel per GEMM shape, and at some token counts the two narrower GEMMs are faster.
+At each M bucket's upper edge and middle, and for each of PACKING_WIDTHS, the whole module is timed both ways
+(CUDA-graph replays, one call of each in turn); a measured M packs only where the packed form was not slower by more
+than PACKING_MARGIN at any width of its class of K, and an M between two measured ones only where both ends pack
+(cuBLAS's choice can flip between them): the two GEMMs are what eager PyTorch and torch.compile run, so where the
+table is unsure it runs theirs. One table per GPU kind, read at import by fused_geglu on GPUs of the same compute capability: no tuning at a
 user's first call, and the same choice every run.
 """
 
+import copy
 import datetime
 import json
 import math
@@ -32,6 +40,9 @@ BUCKETS = [1, 8, 32, 64, 128, 256, 384, 512, 768, 1024, 2048, 4096, 8192, 16384]
 WIDTHS = {"models": [(768, 3072), (2304, 9216), (4096, 11008), (4096, 14336)],  # the post's (GPT-2's), Gemma-2-2B,
           # Llama-2-7B, Llama-3-8B; all: + Gemma-2B, Qwen2-7B
           "all": [(768, 3072), (2304, 9216), (4096, 11008), (4096, 14336), (2048, 16384), (3584, 18944)]}
+# The packing rows: Gemma-2B, Gemma-2-2B, Llama-3.2-3B, Qwen2-7B, Llama-2-7B, Llama-3-8B (and Mistral-7B), Qwen2.5-14B
+PACKING_WIDTHS = [(2048, 16384), (2304, 9216), (3072, 8192), (3584, 18944), (4096, 11008), (4096, 14336), (5120, 13824)]
+PACKING_MARGIN = 0.005  # packed within 0.5% of the two GEMMs counts as not slower (rounds of one shape vary ~1%)
 SMALL_MAX_M = 256  # the small-M kernels are tried up to here; past it their tiles are the tiled kernels' anyway
 DOWN_MAX_M = 256  # down_proj: cuBLAS is a tuned GEMM; the small-M kernel only ever helps at few tokens
 
@@ -132,12 +143,116 @@ def k_classes(widths):
     return [(top, [i for i, (d, _) in enumerate(widths) if d == dim]) for dim, top in zip(dims, tops)]
 
 
+def packing_ms():
+    """The token counts the packing is measured at: each M bucket's upper edge and its middle."""
+    points, low = set(), 0
+    for top in BUCKETS:
+        points |= {max(1, (low + top) // 2), top}
+        low = top
+    return sorted(points)
+
+
+def packing_spans(points):
+    """[(largest M of a row or None, the measured Ms its choice comes from)], in order: each measured M on its own,
+    and the Ms between two measured ones from both (cuBLAS's choice of kernel can flip between them: packed only
+    where both ends say so); from the last measured M on, its own."""
+    spans = []
+    for i, M in enumerate(points):
+        if i and M - 1 > points[i - 1]:
+            spans.append((M - 1, [points[i - 1], M]))
+        spans.append((None if i == len(points) - 1 else M, [M]))
+    return spans
+
+
+def apart(module):
+    """A copy of a FusedGeGLUMLP whose gate and up weights have storages of their own (not packed)."""
+    other = copy.deepcopy(module)
+    for proj in (other.gate_proj, other.up_proj):
+        proj.weight.data = proj.weight.data.clone()
+    return other
+
+
+def time_packing(fg, module, other, M, dtype, tol):
+    """(packed µs, unpacked µs) of the whole module at M tokens, the second form `other` (apart(module)), or None
+    where the plan does not run cuBLAS for gate and up (the packing does not matter there). Both forms are checked
+    against an fp32 reference first."""
+    dim = module.gate_proj.in_features
+    x = torch.randn(M, dim, device="cuda", dtype=dtype)
+    w_gate, w_up, w_down = (p.weight for p in (module.gate_proj, module.up_proj, module.down_proj))
+    if fg.kernel_path(x, w_gate, w_up) != "torch":
+        return None
+    assert fg.packed(w_gate, w_up) and not fg.packed(other.gate_proj.weight, other.up_proj.weight)
+    ref = (F.gelu(x.float() @ w_gate.float().T, approximate="tanh") * (x.float() @ w_up.float().T)) @ w_down.float().T
+    with torch.inference_mode():
+        for form in (module, other):
+            err = rel_error(form(x), ref)
+            if not err <= tol:
+                raise AssertionError(f"{M}x{dim}: relative error {err:.2e} > {tol:.0e}")
+        times = bench.time_interleaved({"packed": bench.graph_replay(lambda: module(x)),
+                                        "unpacked": bench.graph_replay(lambda: other(x))}, rounds=3, rep_ms=25)
+    return bench.middle(times["packed"]), bench.middle(times["unpacked"])
+
+
+def choose_packing(pairs, margin=PACKING_MARGIN):
+    """(packed?, the worst packed / unpacked ratio or None) over (packed µs, unpacked µs) pairs: packed where no pair
+    has it slower by more than margin, and where there is no pair at all (cuBLAS does not run gate and up there)."""
+    if not pairs:
+        return True, None
+    worst = max(p / u for p, u in pairs)
+    return worst <= 1 + margin, round(worst, 3)
+
+
+def measure_packing(fg, record, dtype):
+    """{(M, dim, hidden): (packed µs, unpacked µs)} at each PACKING_WIDTHS width and each M of packing_ms where
+    record's kernel rows run cuBLAS for gate and up."""
+    fg._tuned.clear()
+    fg._tuned.update({cap: {**rows, "packing": []}  # measured as the module runs without packing rows: packed
+                      for cap, rows in fg.table_rows(record, "the new table").items()})
+    fg._plans.clear()  # plans made under another table
+    measured = {}
+    for d, h in PACKING_WIDTHS:
+        module = fg.FusedGeGLUMLP(d, h).to("cuda", dtype).eval()
+        other = apart(module)
+        for M in packing_ms():
+            pair = time_packing(fg, module, other, M, dtype, common.TOLERANCE[dtype])
+            if pair is not None:
+                measured[M, d, h] = pair
+        del module, other
+    return measured
+
+
+def tune_packing(fg, record, dtype):
+    """record's packing rows and what they were chosen from (packing_measured), under record's kernel rows."""
+    measured = measure_packing(fg, record, dtype)
+    rows = []
+    for top, Ms in packing_spans(packing_ms()):
+        line = [f"M = {Ms[0]}:"]
+        for max_k, members in k_classes(PACKING_WIDTHS):
+            pairs = [measured[M, *PACKING_WIDTHS[j]] for M in Ms for j in members if (M, *PACKING_WIDTHS[j]) in measured]
+            pack, worst = choose_packing(pairs)
+            rows.append({"max_m": top, "max_k": max_k, "packed": pack, "worst_packed_vs_unpacked": worst})
+            if pairs:
+                line.append(f"K<={max_k} {'packed' if pack else 'two GEMMs'} {worst:.3f}")
+        if len(Ms) == 1 and len(line) > 1:
+            print("packing " + "  ".join(line))
+    record["packing"] = rows
+    record["packing_rule"] = (f"per M bucket and class of K (widths {', '.join(f'{d}x{h}' for d, h in PACKING_WIDTHS)}):"
+                              " and per measured M (each M bucket's upper edge and middle; an M between two measured"
+                              " ones from both): packed unless, at a width of the class and such an M, the whole"
+                              f" module took more than {1 + PACKING_MARGIN:.3f}x the time "
+                              "with gate and up apart; timer: bench.time_interleaved of CUDA-graph replays, 3 rounds")
+    record["packing_measured"] = [{"M": M, "dim": d, "hidden": h, "packed_us": round(p, 2), "unpacked_us": round(u, 2)}
+                                  for (M, d, h), (p, u) in sorted(measured.items())]
+
+
 def parse_args(argv=None):
     p = bench.Parser(prog="tune_fused.py", description=__doc__.split("\n")[0])
     p.add_argument("--widths", choices=sorted(WIDTHS), default="models",
                    help="MLP widths to tune over: models (3 widths, default) or all (5)")
     p.add_argument("--dtype", choices=sorted(bench.DTYPES), default="bf16")
     p.add_argument("--out", type=Path, default=None, help="table to write (default: fused_geglu's, beside it)")
+    p.add_argument("--packing-only", action="store_true",
+                   help="keep the table's kernel rows (from --out's file) and re-measure only its packing rows")
     return p.parse_args(argv)
 
 
@@ -148,16 +263,35 @@ def main(argv=None):
         return 2
     import fused_geglu as fg
     out = args.out or fg.TUNED_TABLE
-    fg._tuned.clear()  # candidates run as asked, never through an older table
     dtype, widths = bench.DTYPES[args.dtype], WIDTHS[args.widths]
     torch.manual_seed(0)
+    if args.packing_only:
+        try:
+            record = json.loads(out.read_text())
+            fg.table_rows(record, out.name)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"tune_fused.py --packing-only: cannot read the table's kernel rows from {out}: {e}", file=sys.stderr)
+            return 2
+        print(f"{bench.versions('cuda')['device']}: tuning the packing rows of {out}, {args.dtype}")
+    else:
+        record = tune_kernels(fg, dtype, widths, args.dtype)
+    tune_packing(fg, record, dtype)
+    record["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {out}; fused_geglu reads {fg.TUNED_TABLE} at import (commit it)")
+    return 0
+
+
+def tune_kernels(fg, dtype, widths, dtype_name):
+    """A new table's kernel rows (geglu and down), and what they were chosen from."""
+    fg._tuned.clear()  # candidates run as asked, never through an older table
     record = {**bench.versions("cuda"), "capability": ".".join(map(str, torch.cuda.get_device_capability())),
-              "dtype": args.dtype, "widths": [f"{d}x{h}" for d, h in widths],
+              "dtype": dtype_name, "widths": [f"{d}x{h}" for d, h in widths],
               "timer": "bench.median_us of a CUDA-graph replay (L2 evicted before each call), ~30 ms of calls",
               "rule": ("gate/up: per M bucket and class of K (dim), the lowest geometric mean over the class's "
                        "widths of time / torch's time; down_proj: per M bucket, over all widths"),
               "geglu": [], "down": [], "measured": []}
-    print(f"{record['device']}: tuning {len(BUCKETS)} M buckets x {len(widths)} widths, {args.dtype}")
+    print(f"{record['device']}: tuning {len(BUCKETS)} M buckets x {len(widths)} widths, {dtype_name}")
     classes = k_classes(widths)
     for i, M in enumerate(BUCKETS):
         per_width = [time_candidates(fg, M, d, h, dtype, common.TOLERANCE[dtype]) for d, h in widths]
@@ -175,10 +309,7 @@ def main(argv=None):
         record["measured"] += [{"M": M, "dim": d, "hidden": h,
                                 "us": {f"{w} {k} {c}": round(us, 2) for (w, k, c), us in t.items()}}
                                for (d, h), t in zip(widths, per_width)]
-    record["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    out.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"wrote {out}; fused_geglu reads {fg.TUNED_TABLE} at import (commit it)")
-    return 0
+    return record
 
 
 if __name__ == "__main__":

@@ -907,13 +907,18 @@ def test_gpu_cuda_graph_capture_of_the_eager_module():
 
 
 
+def _cublas_everywhere(device, which):
+    """_tuned_rows of a table that runs cuBLAS for gate and up at every M (and has no packing rows: packed)."""
+    return None if which == "packing" else [(None, None, "torch", None)]
+
+
 @cuda
 @pytest.mark.parametrize("dt", ["bf16", "fp16", "fp32"])
 def test_gpu_the_torch_bucket_is_cublas_and_one_geglu_kernel(dt, monkeypatch):
     """Where the table runs cuBLAS (here at every M), the GeGLU of the two GEMMs' outputs is one kernel of ours, not
     PyTorch's GeLU and mul: the reference's values, g and u returned where saved, the launch kept per shape, and
     without g and u to save, m written over g."""
-    monkeypatch.setattr(fused_geglu, "_tuned_rows", lambda device, which: [(None, None, "torch", None)])
+    monkeypatch.setattr(fused_geglu, "_tuned_rows", _cublas_everywhere)
     monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", True)
     monkeypatch.setattr(fused_geglu, "_plans", {})  # none kept from the real table's choices
     torch.manual_seed(0)
@@ -959,7 +964,7 @@ def test_gpu_packed_weights_run_gate_and_up_as_one_gemm(dt, monkeypatch):
     stride 2 * hidden, no copy): eager's values at shapes no block divides, with any leading shape, planned once.
     Weights no longer packed (one replaced), or adjacent only by chance (two storages, which no view spans), take
     the two GEMMs again. Expected values: the MLP written out in fp64 on the module's weights."""
-    monkeypatch.setattr(fused_geglu, "_tuned_rows", lambda device, which: [(None, None, "torch", None)])
+    monkeypatch.setattr(fused_geglu, "_tuned_rows", _cublas_everywhere)
     monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", True)
     monkeypatch.setattr(fused_geglu, "_plans", {})
     torch.manual_seed(0)
@@ -1004,6 +1009,17 @@ def test_gpu_packed_weights_run_gate_and_up_as_one_gemm(dt, monkeypatch):
     assert fused_geglu.packed(fused.gate_proj.weight, fused.up_proj.weight) and not _one_storage(fused)
     check(torch.randn(300, K, device="cuda").to(DTYPES[dt]))
     assert [w for w, _ in linears] == [(N, K), (N, K), (K, N)], linears
+    # Packed again, where the table's packing rows say two GEMMs (at 257..512 tokens here): the two GEMMs.
+    fused.pack_gate_up()
+    assert _one_storage(fused)
+    packing = [(256, None, True), (512, None, False), (None, None, True)]
+    monkeypatch.setattr(fused_geglu, "_tuned_rows", lambda device, which: packing if which == "packing"
+                        else _cublas_everywhere(device, which))
+    fused_geglu._plans.clear()  # plans are kept per shape, made under the table of their first call
+    for M, gemms in ((256, [(2 * N, K), (K, N)]), (300, [(N, K), (N, K), (K, N)]), (513, [(2 * N, K), (K, N)])):
+        kernels = check(torch.randn(M, K, device="cuda").to(DTYPES[dt]))
+        assert [w for w, _ in linears] == gemms, (M, linears)
+        assert ("_geglu_pointwise_kernel" in kernels) == (len(gemms) == 3), (M, kernels)
 
 
 @cuda
@@ -1016,7 +1032,7 @@ def test_gpu_a_call_like_the_modules_last_takes_its_plan_without_a_key(M, monkey
     small-M kernels. Expected values: the MLP in fp64 on the module's weights."""
     monkeypatch.setattr(fused_geglu, "_plans", {})
     if M > 1:
-        monkeypatch.setattr(fused_geglu, "_tuned_rows", lambda device, which: [(None, None, "torch", None)])
+        monkeypatch.setattr(fused_geglu, "_tuned_rows", _cublas_everywhere)
     torch.manual_seed(0)
     K, N = 136, 1000
     fused = fused_geglu.FusedGeGLUMLP(K, N).cuda().bfloat16()
@@ -1236,6 +1252,36 @@ def test_a_malformed_table_says_which_row(tmp_path, row):
     path = tmp_path / "tuned.json"
     path.write_text(json.dumps(dict(TABLE, geglu=[row])))
     with pytest.raises(ValueError, match="geglu row for M <= None"):
+        fused_geglu._load_tuned(path)
+
+
+PACKING = [{"max_m": 256, "max_k": None, "packed": True},
+           {"max_m": 768, "max_k": 3000, "packed": True}, {"max_m": 768, "max_k": None, "packed": False},
+           {"max_m": None, "max_k": 3000, "packed": False}, {"max_m": None, "max_k": None, "packed": True}]
+
+
+@pytest.mark.parametrize("M, K, want", [(1, 100000, True), (256, 4096, True), (257, 3000, True), (257, 3001, False),
+                                        (768, 8192, False), (769, 2048, False), (769, 3001, True), (10 ** 6, 64, False)])
+def test_packing_rows_pick_by_m_bucket_then_k(monkeypatch, tmp_path, M, K, want):
+    _with_table(monkeypatch, tmp_path, dict(TABLE, packing=PACKING))
+    assert fused_geglu.packs_gate_up(torch.device("cuda", 0), M, K) is want
+
+
+def test_packing_defaults_to_packed(monkeypatch, tmp_path):
+    """No packing rows (a table from before them), a GPU of another kind, or a CPU: packed, as before the rows."""
+    _with_table(monkeypatch, tmp_path, TABLE)
+    assert fused_geglu.packs_gate_up(torch.device("cuda", 0), 512, 4096) is True
+    _with_table(monkeypatch, tmp_path, dict(TABLE, packing=[{"max_m": None, "packed": False}]), capability=(8, 0))
+    assert fused_geglu.packs_gate_up(torch.device("cuda", 0), 512, 4096) is True
+    assert fused_geglu.packs_gate_up(torch.device("cpu"), 512, 4096) is True
+
+
+@pytest.mark.parametrize("row", [{"max_m": None, "packed": "false"}, {"max_m": None, "packed": 0},
+                                 {"max_m": None, "max_k": -1, "packed": True}])
+def test_a_malformed_packing_row_says_which(tmp_path, row):
+    path = tmp_path / "tuned.json"
+    path.write_text(json.dumps(dict(TABLE, packing=[row])))
+    with pytest.raises(ValueError, match="packing row for M <= None"):
         fused_geglu._load_tuned(path)
 
 

@@ -81,6 +81,7 @@ def test_the_written_table_is_what_fused_geglu_reads(monkeypatch, tmp_path):
         return times
 
     monkeypatch.setattr(tune_fused, "time_candidates", made_up)
+    monkeypatch.setattr(tune_fused, "measure_packing", _made_up_packing)
     monkeypatch.setattr(tune_fused.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(tune_fused.torch.cuda, "get_device_capability", lambda: (9, 0))
     monkeypatch.setattr(tune_fused.bench, "versions", lambda device: {"device": "a made-up GPU"})
@@ -104,3 +105,78 @@ def test_the_written_table_is_what_fused_geglu_reads(monkeypatch, tmp_path):
     n_widths, n_classes = len(tune_fused.WIDTHS["models"]), len({d for d, _ in tune_fused.WIDTHS["models"]})
     assert len(record["measured"]) == len(tune_fused.BUCKETS) * n_widths
     assert len(record["geglu"]) == len(tune_fused.BUCKETS) * n_classes and len(record["down"]) == len(tune_fused.BUCKETS)
+    _check_packing(fused_geglu, gpu, record)
+
+
+def _made_up_packing(fg, record, dtype):
+    """Made-up (packed µs, unpacked µs): packed 2% faster at every width from 96 tokens on, except 640 tokens of
+    4096 -> 14336 (3% slower) and 3072 tokens of 2048 -> 16384 (0.4% slower: within the margin)."""
+    pairs = {}
+    for M in (96, 128, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1536, 2048, 3072, 4096, 12288, 16384):
+        for d, h in tune_fused.PACKING_WIDTHS:
+            pairs[M, d, h] = (98.0, 100.0)
+    pairs[640, 4096, 14336] = (103.0, 100.0)
+    pairs[3072, 2048, 16384] = (100.4, 100.0)
+    return pairs
+
+
+def _check_packing(fused_geglu, gpu, record):
+    """The packing rows fused_geglu reads back: two GEMMs for the class of K holding 4096 (3832..4579: isqrt(3584 *
+    4096), isqrt(4096 * 5120)) at 640 tokens and between 640 and the measured Ms beside it (512, 768); packed everywhere
+    else, and at 3072 tokens of width 2048 (0.4% slower: within the margin)."""
+    for M, K, want in [(513, 4096, False), (639, 4000, False), (640, 3832, False), (641, 4579, False),
+                       (767, 4096, False), (768, 4096, True), (512, 4096, True), (640, 3831, True), (640, 4580, True),
+                       (3072, 2048, True), (1, 4096, True), (20000, 4096, True)]:
+        assert fused_geglu.packs_gate_up(gpu, M, K) is want, (M, K)
+    assert len(record["packing_measured"]) == 18 * len(tune_fused.PACKING_WIDTHS)
+    row = next(r for r in record["packing"] if r["max_m"] == 640 and r["max_k"] == 4579)
+    assert row == {"max_m": 640, "max_k": 4579, "packed": False, "worst_packed_vs_unpacked": 1.03}
+    assert next(r for r in record["packing"] if r["max_m"] == 1)["worst_packed_vs_unpacked"] is None  # nothing measured
+
+
+@pytest.mark.parametrize("pairs, want", [
+    ([], (True, None)),  # cuBLAS does not run gate and up there: packing costs nothing
+    ([(100.4, 100.0), (90.0, 100.0)], (True, 1.004)),  # 0.4% slower once: within the margin
+    ([(100.6, 100.0), (90.0, 100.0)], (False, 1.006)),  # 0.6% slower once: two GEMMs, though faster on average
+    ([(99.0, 100.0), (50.0, 100.0)], (True, 0.99))])
+def test_packing_only_where_never_slower_beyond_the_margin(pairs, want):
+    assert tune_fused.choose_packing(pairs) == want
+
+
+def test_packing_is_measured_at_each_buckets_edge_and_middle():
+    assert tune_fused.packing_ms()[:7] == [1, 4, 8, 20, 32, 48, 64]
+    ms = tune_fused.packing_ms()
+    assert ms[-5:] == [4096, 6144, 8192, 12288, 16384] and {320, 384, 448, 512, 640, 768, 896} <= set(ms)
+    assert len(ms) == len(set(ms)) == 2 * len(tune_fused.BUCKETS) - 1  # bucket 1's middle is 1 itself
+
+
+def test_packing_spans_between_two_measured_ms_take_both():
+    assert tune_fused.packing_spans([1, 4, 5, 8]) == [(1, [1]), (3, [1, 4]), (4, [4]), (5, [5]), (7, [5, 8]),
+                                                      (None, [8])]
+
+
+def test_packing_only_keeps_the_kernel_rows(monkeypatch, tmp_path, capsys):
+    """--packing-only rewrites the packing rows of the table at --out and nothing else of it; with no readable
+    table there, one line and exit 2."""
+    fused_geglu = pytest.importorskip("fused_geglu", reason="needs Triton (Linux wheels only)")
+    monkeypatch.setattr(tune_fused.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(tune_fused.bench, "versions", lambda device: {"device": "a made-up GPU"})
+    monkeypatch.setattr(tune_fused, "measure_packing", _made_up_packing)
+    monkeypatch.setattr(fused_geglu, "_tuned", {})
+    out = tmp_path / "tuned.json"
+    assert tune_fused.main(["--packing-only", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot read the table's kernel rows" in err
+    old = {"capability": "9.0", "device": "a made-up GPU", "geglu": [{"max_m": None, "kernel": "torch"}],
+           "down": [{"max_m": None, "kernel": "torch"}], "measured": [{"M": 1}],
+           "packing": [{"max_m": None, "max_k": None, "packed": False}]}
+    out.write_text(json.dumps(old))
+    assert tune_fused.main(["--packing-only", "--out", str(out)]) == 0
+    new = json.loads(out.read_text())
+    assert {k: new[k] for k in ("capability", "device", "geglu", "down", "measured")} == {
+        k: old[k] for k in ("capability", "device", "geglu", "down", "measured")}
+    assert new["packing"] != old["packing"] and new["date"]
+    monkeypatch.setattr(fused_geglu, "_tuned", fused_geglu._load_tuned(out))
+    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu, "_capability", lambda device: (9, 0))
+    _check_packing(fused_geglu, fused_geglu.torch.device("cuda", 0), new)
