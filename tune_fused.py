@@ -181,7 +181,9 @@ def time_packing(fg, module, other, M, dtype, tol):
     w_gate, w_up, w_down = (p.weight for p in (module.gate_proj, module.up_proj, module.down_proj))
     if fg.kernel_path(x, w_gate, w_up) != "torch":
         return None
-    assert fg.packed(w_gate, w_up) and not fg.packed(other.gate_proj.weight, other.up_proj.weight)
+    # one storage, and two (their addresses may still be adjacent: the plan then runs two GEMMs, as no view spans both)
+    assert w_gate.untyped_storage().data_ptr() == w_up.untyped_storage().data_ptr() and fg.packed(w_gate, w_up)
+    assert other.gate_proj.weight.untyped_storage().data_ptr() != other.up_proj.weight.untyped_storage().data_ptr()
     ref = (F.gelu(x.float() @ w_gate.float().T, approximate="tanh") * (x.float() @ w_up.float().T)) @ w_down.float().T
     with torch.inference_mode():
         for form in (module, other):
@@ -236,7 +238,7 @@ def tune_packing(fg, record, dtype):
         if len(Ms) == 1 and len(line) > 1:
             print("packing " + "  ".join(line))
     record["packing"] = rows
-    record["packing_rule"] = (f"per M bucket and class of K (widths {', '.join(f'{d}x{h}' for d, h in PACKING_WIDTHS)}):"
+    record["packing_rule"] = (f"per class of K (widths {', '.join(f'{d}x{h}' for d, h in PACKING_WIDTHS)})"
                               " and per measured M (each M bucket's upper edge and middle; an M between two measured"
                               " ones from both): packed unless, at a width of the class and such an M, the whole"
                               f" module took more than {1 + PACKING_MARGIN:.3f}x the time "

@@ -504,8 +504,13 @@ def test_middle_sweep_table_and_prose():
     text = (ROOT / "docs/04_fused_mlp.md").read_text()
     assert bench.markdown_table(record, "results/bench_middle_h200.json") in text
     flat = " ".join(text.split())
-    # "in every row "fused" is three launches": cuBLAS over the packed weights, as the record says per shape
+    # "in every row "fused" runs cuBLAS for gate and up ... in 10 rows ... one GEMM over the packed weights ..., in 7
+    # the packing rows chose two GEMMs", as the record says per shape
     assert {s["fused_path"] for s in record["shapes"]} == {"torch"}
+    gemms = [s["fused_gate_up_gemms"] for s in record["shapes"]]
+    assert quoted(r"in (\d+) rows gate and up are one GEMM over the packed weights", flat) == [gemms.count(1)]
+    assert quoted(r"in (\d+) the packing rows chose two GEMMs", flat) == [gemms.count(2)]
+    assert gemms.count(1) + gemms.count(2) == len(gemms)
     ratios = {_key(s): _ratio(s) for s in record["shapes"]}
     # "The other two are behind torch.compile by P% (row) and P% (row); paired round by round ..., it was faster in A
     # and B of the 5 rounds: the first is level, the second a loss"
@@ -518,6 +523,25 @@ def test_middle_sweep_table_and_prose():
     assert quoted(r"it was faster\s+in (\d) and (\d) of the (\d) rounds: the first is level, the second a loss", flat) == [
         *faster, len(record["shapes"][0]["variants"]["fused"]["rounds_us"])]
     assert 1 - _ratio(behind[0]) < 0.01 and 0 < faster[0] < 5 and faster[1] == 0  # level; a loss in every round
+    assert all(s["fused_gate_up_gemms"] == 2 for s in behind)  # "Both run two GEMMs for gate and up"
+
+    # The same sweep earlier that day, every row packed: 15 of 17, and 768x4096->14336 behind in every round, by P%
+    # (fused against compile µs); that row now two GEMMs, ahead in all 5 rounds.
+    packed = json.loads((ROOT / "results/bench_middle_all_packed_h200.json").read_text())
+    assert [_key(s) for s in packed["shapes"]] == [_key(s) for s in record["shapes"]]
+    assert packed["date"][:10] == record["date"][:10] and packed["date"] < record["date"]
+    assert "fused_gate_up_gemms" not in packed["shapes"][0]  # before the packing rows: every row packed
+    assert quoted(r"had the fused MLP the fastest in (\d+) of the 17 rows too", flat) == [
+        sum(_ratio(s) > 1 for s in packed["shapes"])]
+    old_row = next(s for s in packed["shapes"] if _key(s) == (768, 4096, 14336))
+    new_row = next(s for s in record["shapes"] if _key(s) == (768, 4096, 14336))
+    ov, nv = old_row["variants"], new_row["variants"]
+    assert all(f > c for f, c in zip(ov["fused"]["rounds_us"], ov["compile"]["rounds_us"]))
+    assert quoted(r"behind by ([\d.]+)% at 768×4096→14336 in every round \(([\d.]+) against ([\d.]+) µs\)", flat) == [
+        round(100 * (1 - _ratio(old_row)), 1), round(ov["fused"]["median_us"], 1), round(ov["compile"]["median_us"], 1)]
+    assert new_row["fused_gate_up_gemms"] == 2 and all(f < c for f, c in zip(nv["fused"]["rounds_us"], nv["compile"]["rounds_us"]))
+    assert quoted(r"ahead in all 5 rounds \(([\d.]+) against ([\d.]+) µs\)", flat) == [
+        round(nv["fused"]["median_us"], 1), round(nv["compile"]["median_us"], 1)]
     assert quoted(r"The fused MLP is the fastest in (\d+) of these (\d+) rows", flat) == [
         len(ratios) - len(behind), len(ratios)]
     # "Where the record times the GPU alone (the rows of 128 tokens), the fused MLP takes the least time in each"
@@ -566,6 +590,41 @@ def test_middle_sweep_table_and_prose():
     assert min(v, key=lambda k: v[k]["median_us"]) == "fused"
     assert quoted(r"at 128×4096→11008, ([\d.]+) against ([\d.]+) µs of `torch.compile`", flat) == [
         round(v["fused"]["median_us"], 1), round(v["compile"]["median_us"], 1)]
+
+
+def _h200_table(monkeypatch):
+    """fused_geglu with the committed table read as it is on the H200 (compute capability 9), on this machine."""
+    fused_geglu = pytest.importorskip("fused_geglu", reason="needs Triton (Linux wheels only)")
+    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu, "_capability", lambda device: (9, 0))
+    return fused_geglu
+
+
+def test_packing_rows_prose(monkeypatch):
+    """The bullet on one GEMM or two: the ratios at 448 tokens, the margin and the number of widths, from the committed
+    table's packing_measured and tune_fused.py; and the default sweep's one row whose path the packing rows changed."""
+    import tune_fused
+
+    flat = " ".join((ROOT / "docs/04_fused_mlp.md").read_text().split())
+    table = json.loads((ROOT / "fused_geglu_tuned.json").read_text())
+    at = {(r["M"], r["dim"], r["hidden"]): r["packed_us"] / r["unpacked_us"] for r in table["packing_measured"]}
+    assert quoted(r"at 448 tokens the packed form of the whole MLP took ([\d.]+)× the time of the two GEMMs at 3584 → "
+                  r"18944 and ([\d.]+)× at 4096 → 14336", flat) == [round(at[448, 3584, 18944], 2), round(at[448, 4096, 14336], 2)]
+    assert min(at.values()) == at[448, 3584, 18944] and max(at.values()) == at[448, 4096, 14336]  # the extremes
+    assert quoted(r"not slower \(by more than ([\d.]+)%\)", flat) == [100 * tune_fused.PACKING_MARGIN]
+    assert "and seven model widths" in flat and len(tune_fused.PACKING_WIDTHS) == 7
+    assert {(d, h) for _, d, h in at} == set(tune_fused.PACKING_WIDTHS)
+    # "Its rows run the same kernels under them but one: at 1000x4096->11008 the table now runs two GEMMs"
+    fused_geglu = _h200_table(monkeypatch)
+    default = json.loads((ROOT / "results/bench_h200.json").read_text())
+    assert default["date"] < table["date"] and "fused_gate_up_gemms" not in default["shapes"][0]
+    gpu = fused_geglu.torch.device("cuda", 0)
+    apart = [_key(s) for s in default["shapes"] if s["fused_path"] == "torch"
+             and not fused_geglu.packs_gate_up(gpu, s["M"], s["dim"])]
+    assert apart == [(1000, 4096, 11008)]
+    # the kernel rows unchanged since: every row's kernel is the one it was timed with
+    assert [fused_geglu._by_m(gpu, s["M"], "geglu", s["dim"])[0] for s in default["shapes"]] == [
+        s["fused_path"] for s in default["shapes"]]
 
 
 def test_middle_rows_timed_again_after_packing():
