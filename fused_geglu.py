@@ -1014,7 +1014,7 @@ def _mlp_plan(x, w_gate, w_up, w_down, both_packed=False):
 
 
 def _packed_mlp_plan(x2d, w_gate, unpacked):
-    """Where cuBLAS runs gate and up (tokens past the tiled kernels' range) and the two weights are packed: one
+    """Where cuBLAS runs gate and up, the two weights are packed and packs_gate_up says so: one
     [tokens, 2 * hidden] GEMM over both, _geglu_packed_kernel writing m over its g half, and down_proj's GEMM reading
     that half where it is (row stride 2 * hidden). Three launches, against the unpacked plan's four and
     transformers' MLP's five: in an eager model's forward, each is host time. unpacked: the plan for two weights
@@ -1243,8 +1243,8 @@ class FusedGeGLUMLP(nn.Module):
     Same parameter names as SimpleGeGLUMLP (gate_proj.weight, up_proj.weight, down_proj.weight), so
     `load_state_dict` moves weights both ways. The kernels read the gate and up weights where they are, so
     the module holds nothing beyond its parameters (and a weight changed in place is read as it is now). The two
-    share one storage, gate's rows then up's (pack_gate_up): eagerly, past the Triton kernels' range of tokens,
-    cuBLAS runs both projections as one GEMM. Eagerly, each module also keeps what its last call was like and that
+    share one storage, gate's rows then up's (pack_gate_up): eagerly, where cuBLAS runs gate and up and the tuned
+    table's packing rows say so (packs_gate_up), both projections are one GEMM. Eagerly, each module also keeps what its last call was like and that
     call's plan (_last_call): a call like it skips the plan's key (forward).
 
     Training: by default the forward kernel also stores g and u (two [tokens, hidden] tensors kept for backward,
