@@ -1452,3 +1452,26 @@ def test_the_tuned_table_can_send_the_module_to_cublas_and_04_past_it(monkeypatc
         assert capsys.readouterr().out.startswith("note: at 200 tokens of width 256 the tuned table "
                                                   "(fused_geglu_tuned.json)")
         assert [fused_geglu.plan(x, w, w)[0] for x in by_m.values()] == ["small", "pointer", "pointer", "pointer"]
+
+
+@pytest.mark.parametrize("pack", [True, False])
+def test_the_mlp_plan_asks_the_packing_rows_with_tokens_and_width(monkeypatch, pack):
+    """Where cuBLAS runs gate and up and the weights are packed, _mlp_plan makes the packed plan only where
+    packs_gate_up (the table's packing rows) says so, asked with the input's device, its tokens (all leading dims)
+    and its width; the GPU test above runs both plans. Here the plans themselves are stand-ins (no GPU)."""
+    asked, made = [], []
+
+    def gate_up(x, w_gate, w_up):
+        return (F.linear(x, w_gate),)
+    gate_up.any_leading_shape = True  # as cuBLAS's plan is
+    monkeypatch.setattr(fused_geglu, "_geglu_plan", lambda *a: gate_up)
+    monkeypatch.setattr(fused_geglu, "packs_gate_up", lambda device, M, K: asked.append((device.type, M, K)) or pack)
+    monkeypatch.setattr(fused_geglu, "_packed_mlp_plan", lambda x2d, w_gate, run: made.append(x2d.shape) or "packed")
+    x, wg, wu, wd = torch.randn(2, 150, 16), torch.randn(32, 16), torch.randn(32, 16), torch.randn(16, 32)
+    run = fused_geglu._mlp_plan(x, wg, wu, wd, both_packed=True)
+    assert asked == [("cpu", 300, 16)]
+    assert (run == "packed") is pack and made == ([(300, 16)] if pack else [])
+    if not pack:  # the two-GEMM plan: gate, then down_proj, over any leading shape
+        assert torch.allclose(run(x, wg, wu, wd), F.linear(F.linear(x, wg), wd))
+    asked.clear()
+    assert fused_geglu._mlp_plan(x, wg, wu, wd, both_packed=False) != "packed" and made == ([(300, 16)] if pack else [])
