@@ -250,7 +250,8 @@ def tune_packing(fg, record, dtype):
 def parse_args(argv=None):
     p = bench.Parser(prog="tune_fused.py", description=__doc__.split("\n")[0])
     p.add_argument("--widths", choices=sorted(WIDTHS), default="models",
-                   help="MLP widths to tune over: models (3 widths, default) or all (5)")
+                   help=f"MLP widths of the kernel rows: models ({len(WIDTHS['models'])} widths, default) or all "
+                        f"({len(WIDTHS['all'])})")
     p.add_argument("--dtype", choices=sorted(bench.DTYPES), default="bf16")
     p.add_argument("--out", type=Path, default=None, help="table to write (default: fused_geglu's, beside it)")
     p.add_argument("--packing-only", action="store_true",
