@@ -445,7 +445,7 @@ def shape_lines(r, ceiling, bandwidth):
     lines += [f"  skipped: {note}" for note in r["skipped"]]
     if "fused_gate_up_gemms" in r:  # records before the packing rows have no such line
         lines.append(f"  fused path: {r['fused_path']}" + {None: "", 1: " (gate and up: one GEMM over the packed weights)",
-                                                            2: " (gate and up: two GEMMs)"}[r.get("fused_gate_up_gemms")])
+                                                            2: " (gate and up: two GEMMs)"}[r["fused_gate_up_gemms"]])
     best, ratio, slower = fused_vs_best(r)
     lines.append(f"  fused vs best of the others ({best}): {ratio:.2f}x{' SLOWER beyond the spread' if slower else ''}")
     gemm_flops = 2 * r["M"] * r["dim"] * r["hidden"]

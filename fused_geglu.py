@@ -471,24 +471,30 @@ def _by_m(device, M, which, K=None):
     narrow one favours the fused kernel."""
     rows = _tuned_rows(device, which)
     if rows is not None:
-        for max_m, max_k, kernel, cfg in rows:
-            if (max_m is None or M <= max_m) and (max_k is None or K is None or K <= max_k):
-                return kernel, cfg
-        return None, None
+        row = _first_row(rows, M, K)
+        return (None, None) if row is None else row[2:]
     cfg = small_m_config(M, which)
     return ("small", cfg) if cfg is not None else (None, None)
 
 
+def _first_row(rows, M, K):
+    """The first of a table's rows (largest M or None, largest K or None, ...) holding M tokens of K inputs each (K
+    None: any row of M's bucket), or None."""
+    for row in rows:
+        max_m, max_k = row[:2]
+        if (max_m is None or M <= max_m) and (max_k is None or K is None or K <= max_k):
+            return row
+    return None
+
+
 def packs_gate_up(device, M, K):
     """Whether, where cuBLAS runs gate and up, the module's packed weights run as one GEMM of twice the width (three
-    launches) rather than two (four): the tuned table's packing rows, by M bucket then class of K, on its GPUs. cuBLAS
-    picks its kernel per GEMM shape, and at some token counts the two narrower GEMMs measured faster; the table packs
-    only where the packed GEMM was not slower at any width and token count measured in the row's bucket and class.
-    No table, or no packing rows in it: packed."""
-    for max_m, max_k, pack in _tuned_rows(device, "packing") or ():
-        if (max_m is None or M <= max_m) and (max_k is None or K <= max_k):
-            return pack
-    return True
+    launches) rather than two (four): the tuned table's packing rows, by M then class of K, on its GPUs. cuBLAS picks
+    its kernel per GEMM shape, and at some token counts the two narrower GEMMs measured faster; the table packs at a
+    measured M only where the packed GEMM was not slower at any width of the class, and between two measured Ms only
+    where both ends pack (tune_fused.py). No table, no packing rows in it, or no row for M: packed."""
+    row = _first_row(_tuned_rows(device, "packing") or (), M, K)
+    return True if row is None else row[2]
 
 
 def small_m_config(M, kernel="geglu"):
@@ -1244,8 +1250,8 @@ class FusedGeGLUMLP(nn.Module):
     `load_state_dict` moves weights both ways. The kernels read the gate and up weights where they are, so
     the module holds nothing beyond its parameters (and a weight changed in place is read as it is now). The two
     share one storage, gate's rows then up's (pack_gate_up): eagerly, where cuBLAS runs gate and up and the tuned
-    table's packing rows say so (packs_gate_up), both projections are one GEMM. Eagerly, each module also keeps what its last call was like and that
-    call's plan (_last_call): a call like it skips the plan's key (forward).
+    table's packing rows say so (packs_gate_up), both projections are one GEMM. Eagerly, each module also keeps what
+    its last call was like and that call's plan (_last_call): a call like it skips the plan's key (forward).
 
     Training: by default the forward kernel also stores g and u (two [tokens, hidden] tensors kept for backward,
     as Liger and eager PyTorch keep theirs); recompute=True keeps only x and runs the two GEMMs again in backward:

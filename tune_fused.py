@@ -3,7 +3,7 @@
     python3 tune_fused.py                       # on the GPU machine (~2 min on an H200): writes fused_geglu_tuned.json
     python3 tune_fused.py --widths all          # also Gemma-2B and Qwen2-7B widths (longer)
     python3 tune_fused.py --out /tmp/t.json     # somewhere else (fused_geglu reads only the file beside it)
-    python3 tune_fused.py --packing-only        # re-measure only the packing rows of the table there (~2 min)
+    python3 tune_fused.py --packing-only        # re-measure only the packing rows of the table there (~1 min)
 
 For each M bucket (its upper edge: M = 1, 8, 32, ..., 16384) and each MLP width (dim -> hidden), every candidate
 (kernel, config) of the gate/up GeGLU is checked against an fp32 reference, then timed as a CUDA-graph replay
@@ -19,8 +19,8 @@ At each M bucket's upper edge and middle, and for each of PACKING_WIDTHS, the wh
 (CUDA-graph replays, one call of each in turn); a measured M packs only where the packed form was not slower by more
 than PACKING_MARGIN at any width of its class of K, and an M between two measured ones only where both ends pack
 (cuBLAS's choice can flip between them): the two GEMMs are what eager PyTorch and torch.compile run, so where the
-table is unsure it runs theirs. One table per GPU kind, read at import by fused_geglu on GPUs of the same compute capability: no tuning at a
-user's first call, and the same choice every run.
+table is unsure it runs theirs. One table per GPU kind, read at import by fused_geglu on GPUs of the same compute
+capability: no tuning at a user's first call, and the same choice every run.
 """
 
 import copy
@@ -226,10 +226,10 @@ def measure_packing(fg, record, dtype):
 def tune_packing(fg, record, dtype):
     """record's packing rows and what they were chosen from (packing_measured), under record's kernel rows."""
     measured = measure_packing(fg, record, dtype)
-    rows = []
+    rows, classes = [], k_classes(PACKING_WIDTHS)
     for top, Ms in packing_spans(packing_ms()):
         line = [f"M = {Ms[0]}:"]
-        for max_k, members in k_classes(PACKING_WIDTHS):
+        for max_k, members in classes:
             pairs = [measured[M, *PACKING_WIDTHS[j]] for M in Ms for j in members if (M, *PACKING_WIDTHS[j]) in measured]
             pack, worst = choose_packing(pairs)
             rows.append({"max_m": top, "max_k": max_k, "packed": pack, "worst_packed_vs_unpacked": worst})
