@@ -10,10 +10,12 @@ from trace_reader.kernels import pointwise_bytes
 from trace_reader.read import Event
 
 
-def op(name, dims, types, concrete=None):
+def op(name, dims, types, concrete=None, strides=None):
     args = {"Input Dims": dims, "Input type": types}
     if concrete is not None:
         args["Concrete Inputs"] = concrete
+    if strides is not None:
+        args["Input Strides"] = strides
     return Event({"name": name, "cat": "cpu_op", "ph": "X", "ts": 0, "dur": 1, "args": args})
 
 
@@ -36,6 +38,33 @@ def test_indexing_ops_count_what_they_pick(name, dims, types, concrete, expected
     assert pointwise_bytes(op(name, dims, types, concrete)) == (float(expected), True)
 
 
+@pytest.mark.parametrize("name, dims, types, strides, expected", [
+    # transformers' gather: its [512, 2048] int64 index is a [512, 1] one expanded (strides [1, 0]): 512 distinct
+    # indices read, 512 * 2048 bf16 elements picked and written
+    ("aten::gather", [[32000, 2048], [], [512, 2048], [], [512, 2048]],
+     ["c10::BFloat16", "Scalar", "long int", "Scalar", "c10::BFloat16"], [[2048, 1], [], [1, 0], [], [2048, 1]],
+     512 * 8 + 2 * 512 * 2048 * 2),
+    # the same index stored whole (strides [2048, 1]): every index element read
+    ("aten::gather", [[32000, 2048], [], [512, 2048], [], [512, 2048]],
+     ["c10::BFloat16", "Scalar", "long int", "Scalar", "c10::BFloat16"], [[2048, 1], [], [2048, 1], [], [2048, 1]],
+     512 * 2048 * 8 + 2 * 512 * 2048 * 2),
+    # mul(x [4, 8] fp32, mask [4, 8] fp32 expanded from [4, 1]): x, 4 mask elements, the [4, 8] output
+    ("aten::mul", [[4, 8], [4, 8]], ["float", "float"], [[8, 1], [1, 0]], 32 * 4 + 4 * 4 + 32 * 4),
+    # a [3, 5] bf16 bias expanded from a scalar-like [1, 1] (strides [0, 0]): one element
+    ("aten::add", [[3, 5], [3, 5], []], ["c10::BFloat16", "c10::BFloat16", "Scalar"], [[5, 1], [0, 0], []],
+     15 * 2 + 1 * 2 + 15 * 2),
+    # an expanded view with no elements: nothing to read, nothing to write
+    ("aten::mul", [[0, 8], [0, 8]], ["float", "float"], [[8, 1], [0, 0]], 0),
+    # strides that do not fit the shape (a hostile or foreign trace): every element, as without strides
+    ("aten::mul", [[4, 8], [4, 8]], ["float", "float"], [[8, 1], [0]], 3 * 32 * 4),
+    ("aten::mul", [[4, 8], [4, 8]], ["float", "float"], [[8, 1], ["0", "0"]], 3 * 32 * 4),
+    ("aten::mul", [[4, 8], [4, 8]], ["float", "float"], "not a list", 3 * 32 * 4),
+])
+def test_expanded_inputs_count_their_distinct_elements(name, dims, types, strides, expected):
+    got = pointwise_bytes(op(name, dims, types, strides=strides))
+    assert got == (float(expected), True)
+
+
 def test_index_select_with_a_made_up_dim_has_no_rate():
     assert pointwise_bytes(op("aten::index_select", [[4, 10], [], [3]], ["float", "Scalar", "long int"],
                               ["", "5", ""])) is None
@@ -49,3 +78,8 @@ def test_the_models_gather_runs_below_the_memory_peak():
     assert rows, "the decoder trace launches its gather"
     for k in rows:
         assert k["rate"] is not None and k["rate"] < k["peak"], k
+    # Its index is expanded (strides [1, 0]): 512 int64 indices, then 512 x 2048 bf16 picked and written, over the
+    # kernel's mean time; counted whole, the index alone would be 8 MB and the rate near the peak.
+    gather = next(k for k in rows if k["launched_by"] == "aten::gather")
+    assert gather["rate"] == pytest.approx((512 * 8 + 2 * 512 * 2048 * 2) / (gather["mean_us"] * 1e-6) / 1e9, rel=1e-3)
+    assert gather["rate"] < 0.5 * gather["peak"]

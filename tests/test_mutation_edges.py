@@ -1830,6 +1830,10 @@ def test_broadcast_pads_the_shorter_shape_with_ones_on_the_left():
     assert _broadcast([[3], [2, 3]]) == [2, 3]  # the first is the shorter
     assert _broadcast([[1, 3], [3]]) == [1, 3]  # the second is: padded with 1, not the other's size
     assert _broadcast([[5, 1, 3], [4, 1]]) == [5, 4, 3]
+    # a dimension of 0 broadcasts as any other size against 1: the result has no elements (it counted one row of 8
+    # per empty [0, 8] before, as if 0 were 1)
+    assert _broadcast([[0, 8]]) == _broadcast([[0, 8], [1, 8]]) == _broadcast([[1, 8], [0, 1]]) == [0, 8]
+    assert _broadcast([[3, 1], [1, 0]]) == [3, 0]
 
 
 @pytest.mark.parametrize("wrapper", ["AUnaryFunctor", "UnaryFunctor"])

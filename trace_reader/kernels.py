@@ -49,6 +49,20 @@ def _dims(op: Event) -> list:
     return dims if isinstance(dims, list) else []
 
 
+def _strides(op: Event) -> list:
+    strides = op.args.get("Input Strides")  # recorded beside the shapes by newer torch versions
+    return strides if isinstance(strides, list) else []
+
+
+def _read_numel(shape: list, strides) -> int:
+    """The elements a tensor input holds in memory: an expanded view (stride 0 along a dimension, as `expand` and
+    broadcasting make) is its distinct elements, read once however often the op sees each. Without strides (older
+    traces, other harnesses) or with strides that do not fit the shape: every element."""
+    if isinstance(strides, list) and len(strides) == len(shape) and all(type(s) is int for s in strides):
+        return math.prod(int(n) for n, s in zip(shape, strides) if s != 0 or n == 0)
+    return _numel(shape)
+
+
 def _shape(d) -> list[int] | None:
     """A recorded tensor shape, if it is one: a list of non-negative ints (not strings, not bools), none
     beyond 2**40 (no tensor dimension is that long: a made-up one must not turn into a 400-digit rate)."""
@@ -114,19 +128,20 @@ def _numel(shape: list) -> int:
 
 def _broadcast(shapes: list[list]) -> list:
     if shapes and shapes.count(shapes[0]) == len(shapes):  # one shape, or all alike (most ops): nothing to pad
-        return [n if n > 1 else 1 for n in shapes[0]]
+        return list(shapes[0])
     out: list = []
     for shape in shapes:
         shape = list(shape)
         if len(shape) > len(out):
             out = [1] * (len(shape) - len(out)) + out
         shape = [1] * (len(out) - len(shape)) + shape
-        out = [b if b > a else a for a, b in zip(out, shape)]  # max(a, b), without a call per dimension
+        out = [a if b == 1 else b if a == 1 else max(a, b) for a, b in zip(out, shape)]  # a size 1 takes the other's, 0 too
     return out
 
 
 def pointwise_bytes(op: Event | None, sources: dict[str, str] | None = None) -> tuple[float, bool] | None:
-    """(bytes a pointwise op must move, exact?): its tensor inputs once, plus its output unless in place.
+    """(bytes a pointwise op must move, exact?): its tensor inputs once (an expanded one, its distinct elements, where
+    the trace records strides), plus its output unless in place.
 
     The trace records inputs only; the output of an aten op (or an autograd Function such as Liger's) is
     the broadcast of its tensor inputs in the first input's dtype. An Inductor Triton launch lists every
@@ -143,12 +158,13 @@ def pointwise_bytes(op: Event | None, sources: dict[str, str] | None = None) -> 
         return _indexing_bytes(op)
     triton = op.name.startswith("triton_") or op.args.get("kernel_backend") == "triton"
     arg_names = _triton_arg_names(op, sources or {}) if triton else None
-    total, tensors = 0, []
+    total, tensors, strides = 0, [], _strides(op)
     for i, (d, t) in enumerate(zip(_dims(op), _types(op))):
         # 0-d tensors and scalars (xnumel) move nothing worth counting
         if _shape(d) and isinstance(t, str) and t in DTYPE_BYTES:
             reads_and_writes = arg_names is not None and i < len(arg_names) and arg_names[i].startswith("in_out_ptr")
-            total += _numel(d) * DTYPE_BYTES[t] * (2 if reads_and_writes else 1)
+            read = _read_numel(d, strides[i] if i < len(strides) else None)
+            total += read * DTYPE_BYTES[t] * (2 if reads_and_writes else 1)
             tensors.append((d, DTYPE_BYTES[t]))
     if not tensors:
         return None
@@ -177,7 +193,8 @@ def _indexing_bytes(op: Event) -> tuple[float, bool] | None:
     src, idx = _shape(dims[src_at]), _shape(dims[idx_at])
     if not src or idx is None or types[src_at] not in DTYPE_BYTES or types[idx_at] not in DTYPE_BYTES:
         return None
-    index_bytes = _numel(idx) * DTYPE_BYTES[types[idx_at]]
+    strides = _strides(op)
+    index_bytes = _read_numel(idx, strides[idx_at] if len(strides) > idx_at else None) * DTYPE_BYTES[types[idx_at]]
     picked = _numel(idx)
     if op.name in ("aten::index_select", "aten::embedding"):
         dim = 0  # embedding: rows of its [num, dim] weight
