@@ -83,3 +83,77 @@ def test_the_models_gather_runs_below_the_memory_peak():
     gather = next(k for k in rows if k["launched_by"] == "aten::gather")
     assert gather["rate"] == pytest.approx((512 * 8 + 2 * 512 * 2048 * 2) / (gather["mean_us"] * 1e-6) / 1e9, rel=1e-3)
     assert gather["rate"] < 0.5 * gather["peak"]
+
+
+F32, BF16, I64 = "float", "c10::BFloat16", "long int"
+
+
+@pytest.mark.parametrize("name, dims, types, concrete, expected", [
+    # RMSNorm's mean over the last dim of [4, 512, 2048] fp32, keepdim: the input read, [4, 512, 1] written
+    ("aten::mean", [[4, 512, 2048], [], [], []], [F32, "ScalarList", "Scalar", ""], ["", "[-1]", "True", ""],
+     (4 * 512 * 2048 * 4 + 4 * 512 * 4, True)),
+    # sum over dims 0 and 2 of [3, 5, 7] bf16: 5 elements out
+    ("aten::sum", [[3, 5, 7], [], [], []], [BF16, "ScalarList", "Scalar", ""], ["", "[0, 2]", "False", ""],
+     (105 * 2 + 5 * 2, True)),
+    # sum(x) with no dim: one element out
+    ("aten::sum", [[6, 4], []], [F32, ""], ["", ""], (24 * 4 + 4, True)),
+    # argmax along dim 1 of [8, 10] fp16: 8 int64 indices out
+    ("aten::argmax", [[8, 10], [], []], ["c10::Half", "Scalar", "Scalar"], ["", "1", "False"], (80 * 2 + 8 * 8, True)),
+    # linalg_vector_norm(x, ord, dim=[-1]): the dim is its third argument
+    ("aten::linalg_vector_norm", [[16, 32], [], [], [], []], [F32, "Scalar", "ScalarList", "Scalar", ""],
+     ["", "2", "[-1]", "False", ""], (512 * 4 + 16 * 4, True)),
+    # no recorded dim (an older trace), or one past the shape: the read alone, a lower bound
+    ("aten::mean", [[4, 512, 2048], [], [], []], [F32, "ScalarList", "Scalar", ""], None,
+     (4 * 512 * 2048 * 4, False)),
+    ("aten::mean", [[4, 8], [], [], []], [F32, "ScalarList", "Scalar", ""], ["", "[2]", "True", ""], (32 * 4, False)),
+    ("aten::mean", [[4, 8], [], [], []], [F32, "ScalarList", "Scalar", ""], ["", "dim", "True", ""], (32 * 4, False)),
+    # the training trace's loss: 2048 targets pick 2048 of the [2048, 32000] fp32 log-probabilities; mean: 1 out
+    ("aten::nll_loss_forward", [[2048, 32000], [2048], [], [], []], [F32, I64, "", "Scalar", "Scalar"],
+     ["", "", "", "1", "-100"], (2048 * 8 + 2048 * 4 + 4, True)),
+    # reduction none: one loss per target
+    ("aten::nll_loss_forward", [[2048, 32000], [2048], [], [], []], [F32, I64, "", "Scalar", "Scalar"],
+     ["", "", "", "0", "-100"], (2048 * 8 + 2048 * 4 + 2048 * 4, True)),
+    # reduction not recorded: one loss counted, a lower bound
+    ("aten::nll_loss_forward", [[2048, 32000], [2048], [], [], []], [F32, I64, "", "Scalar", "Scalar"], None,
+     (2048 * 8 + 2048 * 4 + 4, False)),
+    # its backward: the 0-d gradient and the targets read, one gradient element written per target
+    ("aten::nll_loss_backward", [[], [2048, 32000], [2048], [], [], [], []], [F32, F32, I64, "", "Scalar", "Scalar", F32],
+     ["", "", "", "", "1", "-100", ""], (2048 * 8 + 4 + 2048 * 4, True)),
+])
+def test_reductions_and_the_loss_count_what_they_write(name, dims, types, concrete, expected):
+    got = pointwise_bytes(op(name, dims, types, concrete))
+    assert got == (float(expected[0]), expected[1])
+
+
+def inductor(name, dims, types, **extra):
+    return Event({"name": name, "cat": "kernel_launch_op", "ph": "X", "ts": 0, "dur": 1,
+                  "args": {"Input Dims": dims, "Input type": types, "kernel_backend": "triton", "kernel_name": name,
+                           **extra}})
+
+
+def test_an_inductor_kernel_fusing_an_embedding_has_no_rate():
+    """Its inputs hold the whole [32000, 2048] table; it reads one row per index: counting the inputs made the
+    decode trace's first RMSNorm kernel run at 15 times the HBM peak."""
+    dims, types = [[1, 1], [32000, 2048], [], [2048], [1, 1, 2048]], [I64, BF16, BF16, BF16, BF16]
+    assert pointwise_bytes(inductor("triton_red_fused__to_copy_add_embedding_mean_mul_pow_rsqrt_0", dims, types)) is None
+    assert pointwise_bytes(inductor("triton_poi_fused_index_select_3", dims, types)) is None
+    # where Inductor recorded its own count, that is the count
+    assert pointwise_bytes(inductor("triton_poi_fused_embedding_0", dims, types, kernel_num_gb=0.001)) == (1e6, True)
+    # a name holding the word inside another is not an indexing op: every input counted (a lower bound: no source)
+    got = pointwise_bytes(inductor("triton_poi_fused_reindexed_add_0", [[4, 8], [4, 8]], [F32, F32]))
+    assert got == (2 * 32 * 4.0, False)
+
+
+def test_the_committed_traces_claim_no_rate_above_what_l2_can_give():
+    """On every committed H200 trace, no kernel's rate passes 1.5 x the HBM peak (a kernel reading data still in the
+    50 MB L2 can pass the peak a little; 15 or 60 times it, as the embedding-fused kernel, the loss and its backward
+    claimed, is a count of bytes never read). The loss kernels of the training trace, by hand: 2048 targets."""
+    data = Path(__file__).parent / "data"
+    for path in sorted(data.glob("h200_*.json.gz")) + sorted((data / "train").glob("h200_*.json.gz")):
+        for k in it.report_data(it.load_trace(path))["kernels"]:
+            assert k["rate"] is None or k["rate"] < 1.5 * k["peak"], (path.name, k["name"], k["rate"])
+    kernels = it.report_data(it.load_trace(data / "train" / "h200_train_gemma_2l.json.gz"))["kernels"]
+    loss = {k["launched_by"]: k for k in kernels if k["launched_by"].startswith("aten::nll_loss")}
+    assert set(loss) == {"aten::nll_loss_forward", "aten::nll_loss_backward"}
+    for name, moved in (("aten::nll_loss_forward", 2048 * 8 + 2048 * 4 + 4), ("aten::nll_loss_backward", 2048 * 8 + 4 + 2048 * 4)):
+        assert loss[name]["rate"] == pytest.approx(moved / (loss[name]["mean_us"] * 1e-6) / 1e9, rel=1e-3)

@@ -156,7 +156,11 @@ def pointwise_bytes(op: Event | None, sources: dict[str, str] | None = None) -> 
         return float(gb) * 1e9, True
     if op.name in INDEXING_OPS:
         return _indexing_bytes(op)
+    if op.name in NLL_LOSS_OPS:
+        return _nll_loss_bytes(op)
     triton = op.name.startswith("triton_") or op.args.get("kernel_backend") == "triton"
+    if triton and INDUCTOR_INDEXING_RE.search(str(op.args.get("kernel_name", op.name))):
+        return None  # a fused embedding or gather: its inputs hold a whole table, it reads the rows its index picks
     arg_names = _triton_arg_names(op, sources or {}) if triton else None
     total, tensors, strides = 0, [], _strides(op)
     for i, (d, t) in enumerate(zip(_dims(op), _types(op))):
@@ -169,11 +173,16 @@ def pointwise_bytes(op: Event | None, sources: dict[str, str] | None = None) -> 
     if not tensors:
         return None
     in_place = op.name.endswith("_") or op.name.endswith(".out")
-    if not (triton or in_place):
+    exact = not triton or arg_names is not None
+    if op.name in REDUCTION_OPS:  # the output keeps the dimensions not reduced: unknown, it counts as nothing
+        kept = _kept_numel(op, tensors[0][0])
+        total += 0 if kept is None else kept * REDUCTION_OUT_BYTES.get(op.name, tensors[0][1])
+        exact = kept is not None
+    elif not (triton or in_place):
         total += _numel(_broadcast([d for d, _ in tensors])) * tensors[0][1]
     if total >= 1e15:  # a petabyte per call is a made-up shape
         return None
-    return float(total), not triton or arg_names is not None
+    return float(total), exact
 
 
 # Ops that read only the elements their index picks: op -> (position of the source, position of the index).
@@ -206,6 +215,62 @@ def _indexing_bytes(op: Event) -> tuple[float, bool] | None:
             return None
         picked *= _numel(src) // max(src[dim], 1)
     total = index_bytes + 2 * picked * DTYPE_BYTES[types[src_at]]
+    return (float(total), True) if total < 1e15 else None
+
+
+# Reductions: op -> where its dim argument is (mean(self, dim, keepdim), linalg_vector_norm(self, ord, dim, ...)).
+REDUCTION_OPS = {"aten::mean": 1, "aten::sum": 1, "aten::amax": 1, "aten::amin": 1, "aten::prod": 1,
+                 "aten::logsumexp": 1, "aten::argmax": 1, "aten::argmin": 1, "aten::any": 1, "aten::all": 1,
+                 "aten::var": 1, "aten::std": 1, "aten::linalg_vector_norm": 2, "aten::norm": 2}
+REDUCTION_OUT_BYTES = {"aten::argmax": 8, "aten::argmin": 8, "aten::any": 1, "aten::all": 1}  # else the input's
+# Inductor kernels that fuse an indexing op name it: triton_red_fused__to_copy_add_embedding_mean_..._0
+INDUCTOR_INDEXING_RE = re.compile(r"(?:^|_)(?:embedding|index|gather|take|scatter)(?:_|$)")
+DIMS_RE = re.compile(r"\[?\s*(-?\d+(?:\s*,\s*-?\d+)*)?\s*\]?")
+
+
+def _kept_numel(op: Event, shape: list) -> int | None:
+    """The elements a reduction writes: its input's, less the dimensions its recorded dim argument reduces (all of
+    them where it is empty: sum(x) and mean(x) give one element); None where the trace does not say which."""
+    concrete = op.args.get("Concrete Inputs")
+    at = REDUCTION_OPS[op.name]
+    if not isinstance(concrete, list) or len(concrete) <= at or not isinstance(concrete[at], str):
+        return None
+    m = DIMS_RE.fullmatch(concrete[at].strip())
+    if m is None:
+        return None
+    dims = [int(d) for d in m.group(1).split(",")] if m.group(1) else list(range(len(shape)))
+    if any(not -len(shape) <= d < len(shape) for d in dims) or (not shape and dims):
+        return None
+    reduced = {d % len(shape) for d in dims}
+    return math.prod(int(n) for i, n in enumerate(shape) if i not in reduced)
+
+
+# nll_loss: op -> (position of the values, of the target, of the reduction). Forward: reads the target and the one
+# log-probability each target picks; writes the loss (one element, or one per target with reduction none).
+# Backward: reads the target and the loss's gradient, writes one gradient element per target (the zeros around them
+# are a fill_ kernel of their own).
+NLL_LOSS_OPS = {"aten::nll_loss_forward": (0, 1, 3), "aten::nll_loss2d_forward": (0, 1, 3),
+                "aten::nll_loss_backward": (0, 2, 4), "aten::nll_loss2d_backward": (0, 2, 4)}
+
+
+def _nll_loss_bytes(op: Event) -> tuple[float, bool] | None:
+    values_at, target_at, reduction_at = NLL_LOSS_OPS[op.name]  # values: the log-probabilities, or the loss's gradient
+    dims, types = _dims(op), _types(op)
+    if len(dims) <= target_at or len(types) <= target_at:
+        return None
+    target, values = _shape(dims[target_at]), _shape(dims[values_at])
+    if target is None or values is None or types[target_at] not in DTYPE_BYTES or types[values_at] not in DTYPE_BYTES:
+        return None
+    picked, item = _numel(target), DTYPE_BYTES[types[values_at]]
+    if op.name.endswith("_backward"):
+        total = picked * DTYPE_BYTES[types[target_at]] + _numel(values) * item + picked * item
+    else:
+        concrete = op.args.get("Concrete Inputs")
+        reduction = concrete[reduction_at] if isinstance(concrete, list) and len(concrete) > reduction_at else None
+        written = picked if reduction == "0" else 1  # Reduction::None, else Mean or Sum
+        total = picked * DTYPE_BYTES[types[target_at]] + picked * item + written * item
+        if reduction not in ("0", "1", "2"):
+            return float(total), False
     return (float(total), True) if total < 1e15 else None
 
 
