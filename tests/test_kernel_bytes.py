@@ -117,7 +117,8 @@ F32, BF16, I64 = "float", "c10::BFloat16", "long int"
     ("aten::nll_loss_forward", [[2048, 32000], [2048], [], [], []], [F32, I64, "", "Scalar", "Scalar"], None,
      (2048 * 8 + 2048 * 4 + 4, False)),
     # its backward: the 0-d gradient and the targets read, one gradient element written per target
-    ("aten::nll_loss_backward", [[], [2048, 32000], [2048], [], [], [], []], [F32, F32, I64, "", "Scalar", "Scalar", F32],
+    ("aten::nll_loss_backward", [[], [2048, 32000], [2048], [], [], [], []],
+     [F32, F32, I64, "", "Scalar", "Scalar", F32],
      ["", "", "", "", "1", "-100", ""], (2048 * 8 + 4 + 2048 * 4, True)),
 ])
 def test_reductions_and_the_loss_count_what_they_write(name, dims, types, concrete, expected):
@@ -135,7 +136,8 @@ def test_an_inductor_kernel_fusing_an_embedding_has_no_rate():
     """Its inputs hold the whole [32000, 2048] table; it reads one row per index: counting the inputs made the
     decode trace's first RMSNorm kernel run at 15 times the HBM peak."""
     dims, types = [[1, 1], [32000, 2048], [], [2048], [1, 1, 2048]], [I64, BF16, BF16, BF16, BF16]
-    assert pointwise_bytes(inductor("triton_red_fused__to_copy_add_embedding_mean_mul_pow_rsqrt_0", dims, types)) is None
+    rmsnorm = "triton_red_fused__to_copy_add_embedding_mean_mul_pow_rsqrt_0"
+    assert pointwise_bytes(inductor(rmsnorm, dims, types)) is None
     assert pointwise_bytes(inductor("triton_poi_fused_index_select_3", dims, types)) is None
     # where Inductor recorded its own count, that is the count
     assert pointwise_bytes(inductor("triton_poi_fused_embedding_0", dims, types, kernel_num_gb=0.001)) == (1e6, True)
@@ -155,5 +157,17 @@ def test_the_committed_traces_claim_no_rate_above_what_l2_can_give():
     kernels = it.report_data(it.load_trace(data / "train" / "h200_train_gemma_2l.json.gz"))["kernels"]
     loss = {k["launched_by"]: k for k in kernels if k["launched_by"].startswith("aten::nll_loss")}
     assert set(loss) == {"aten::nll_loss_forward", "aten::nll_loss_backward"}
-    for name, moved in (("aten::nll_loss_forward", 2048 * 8 + 2048 * 4 + 4), ("aten::nll_loss_backward", 2048 * 8 + 4 + 2048 * 4)):
+    for name, moved in (("aten::nll_loss_forward", 2048 * 8 + 2048 * 4 + 4),
+                        ("aten::nll_loss_backward", 2048 * 8 + 4 + 2048 * 4)):
         assert loss[name]["rate"] == pytest.approx(moved / (loss[name]["mean_us"] * 1e-6) / 1e9, rel=1e-3)
+
+
+@pytest.mark.parametrize("text", ["9" * 5000, "²", "[" + "9" * 5000 + "]", "[1, ²]", "[-1]x" + " " * 100000,
+                                  "[" + "1, " * 100000 + "x]"])
+def test_a_hostile_recorded_dim_is_no_dim(text):
+    """A trace is untrusted: int() of a 5000-digit string raises, and "²" passes str.isdigit() but not int(). Such a
+    dim reads as none: index_select's as dim 0 (as when absent), a reduction's as unknown (its read, a lower bound)."""
+    assert pointwise_bytes(op("aten::index_select", [[4, 10], [], [3]], [F32, "Scalar", I64], ["", text, ""])) == (
+        float(3 * 8 + 2 * 3 * 10 * 4), True)
+    assert pointwise_bytes(op("aten::mean", [[4, 8], [], [], []], [F32, "ScalarList", "Scalar", ""],
+                              ["", text, "True", ""])) == (32 * 4.0, False)

@@ -135,7 +135,7 @@ def _broadcast(shapes: list[list]) -> list:
         if len(shape) > len(out):
             out = [1] * (len(shape) - len(out)) + out
         shape = [1] * (len(out) - len(shape)) + shape
-        out = [a if b == 1 else b if a == 1 else max(a, b) for a, b in zip(out, shape)]  # a size 1 takes the other's, 0 too
+        out = [a if b == 1 else b if a == 1 else max(a, b) for a, b in zip(out, shape)]  # 1 takes the other's, 0 too
     return out
 
 
@@ -185,6 +185,10 @@ def pointwise_bytes(op: Event | None, sources: dict[str, str] | None = None) -> 
     return float(total), exact
 
 
+# A recorded int or int list, as "-1" or "[0, 2]": ASCII digits, a few per number (a trace is untrusted input: int()
+# of a 5000-digit string raises, and str.isdigit() passes "²", which int() rejects).
+SMALL_INT_RE = re.compile(r"-?[0-9]{1,9}")
+DIMS_RE = re.compile(r"\[?\s*(-?[0-9]{1,9}(?:\s*,\s*-?[0-9]{1,9})*)?\s*\]?")
 # Ops that read only the elements their index picks: op -> (position of the source, position of the index).
 INDEXING_OPS = {"aten::gather": (0, 2), "aten::index_select": (0, 2), "aten::embedding": (0, 1), "aten::take": (0, 1)}
 
@@ -210,7 +214,7 @@ def _indexing_bytes(op: Event) -> tuple[float, bool] | None:
         if op.name == "aten::index_select":
             concrete = op.args.get("Concrete Inputs")
             text = concrete[1] if isinstance(concrete, list) and len(concrete) > 1 else ""
-            dim = int(text) if isinstance(text, str) and text.lstrip("-").isdigit() else 0
+            dim = int(text) if isinstance(text, str) and SMALL_INT_RE.fullmatch(text) else 0
         if not -len(src) <= dim < len(src):
             return None
         picked *= _numel(src) // max(src[dim], 1)
@@ -225,7 +229,6 @@ REDUCTION_OPS = {"aten::mean": 1, "aten::sum": 1, "aten::amax": 1, "aten::amin":
 REDUCTION_OUT_BYTES = {"aten::argmax": 8, "aten::argmin": 8, "aten::any": 1, "aten::all": 1}  # else the input's
 # Inductor kernels that fuse an indexing op name it: triton_red_fused__to_copy_add_embedding_mean_..._0
 INDUCTOR_INDEXING_RE = re.compile(r"(?:^|_)(?:embedding|index|gather|take|scatter)(?:_|$)")
-DIMS_RE = re.compile(r"\[?\s*(-?\d+(?:\s*,\s*-?\d+)*)?\s*\]?")
 
 
 def _kept_numel(op: Event, shape: list) -> int | None:
