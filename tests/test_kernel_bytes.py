@@ -1,6 +1,7 @@
 """Bytes a kernel must move, for the ops whose inputs say more than they read: indexing ops read only what their
 index picks. Expected values are written out by hand from the shapes."""
 
+import math
 from pathlib import Path
 
 import pytest
@@ -53,8 +54,8 @@ def test_indexing_ops_count_what_they_pick(name, dims, types, concrete, expected
     # a [3, 5] bf16 bias expanded from a scalar-like [1, 1] (strides [0, 0]): one element
     ("aten::add", [[3, 5], [3, 5], []], ["c10::BFloat16", "c10::BFloat16", "Scalar"], [[5, 1], [0, 0], []],
      15 * 2 + 1 * 2 + 15 * 2),
-    # an expanded view with no elements: nothing to read, nothing to write
-    ("aten::mul", [[0, 8], [0, 8]], ["float", "float"], [[8, 1], [0, 0]], 0),
+    # an expanded view with no elements: nothing to read, nothing to write, no rate
+    ("aten::mul", [[0, 8], [0, 8]], ["float", "float"], [[8, 1], [0, 0]], None),
     # strides that do not fit the shape (a hostile or foreign trace): every element, as without strides
     ("aten::mul", [[4, 8], [4, 8]], ["float", "float"], [[8, 1], [0]], 3 * 32 * 4),
     ("aten::mul", [[4, 8], [4, 8]], ["float", "float"], [[8, 1], ["0", "0"]], 3 * 32 * 4),
@@ -62,7 +63,7 @@ def test_indexing_ops_count_what_they_pick(name, dims, types, concrete, expected
 ])
 def test_expanded_inputs_count_their_distinct_elements(name, dims, types, strides, expected):
     got = pointwise_bytes(op(name, dims, types, strides=strides))
-    assert got == (float(expected), True)
+    assert got == (None if expected is None else (float(expected), True))
 
 
 def test_index_select_with_a_made_up_dim_has_no_rate():
@@ -171,3 +172,68 @@ def test_a_hostile_recorded_dim_is_no_dim(text):
         float(3 * 8 + 2 * 3 * 10 * 4), True)
     assert pointwise_bytes(op("aten::mean", [[4, 8], [], [], []], [F32, "ScalarList", "Scalar", ""],
                               ["", text, "True", ""])) == (32 * 4.0, False)
+
+
+@pytest.mark.parametrize("name, dims, types, strides, expected", [
+    # the decode trace's KV-cache write: index_copy_(cache [1, 1, 512, 256], 2, index [1], source [1, 1, 1, 256]):
+    # the index, then one 256-element row read and written; the cache is not read whole
+    ("aten::index_copy_", [[1, 1, 512, 256], [], [1], [1, 1, 1, 256]], [BF16, "Scalar", I64, BF16],
+     [[131072, 131072, 256, 1], [], [1], [256, 256, 256, 1]], (8 + 2 * 256 * 2, True)),
+    # index_add_ also reads the rows it adds to
+    ("aten::index_add_", [[100, 16], [], [3], [3, 16], []], [F32, "Scalar", I64, F32, "Scalar"], None,
+     (3 * 8 + 3 * 3 * 16 * 4, True)),
+    # scatter_ with a scalar value: one element per index entry
+    ("aten::scatter_", [[10, 10], [], [2, 3], []], [F32, "Scalar", I64, "Scalar"], None, (6 * 8 + 2 * 6 * 4, True)),
+    # decode attention: q [1, 8, 1, 256], k and v [1, 8, 512, 256] (one KV head expanded to 8: stride 0), mask
+    # [1, 1, 1, 512]: q, one head of k and v, the mask read; out [1, 8, 1, 256] written
+    ("aten::_cudnn_attention_forward", [[1, 8, 1, 256], [1, 8, 512, 256], [1, 8, 512, 256], [1, 1, 1, 512], []],
+     [BF16, BF16, BF16, BF16, "Scalar"], [[2048, 256, 256, 1], [131072, 0, 256, 1], [131072, 0, 256, 1],
+                                          [512, 512, 512, 1], []],
+     ((2048 + 2 * 131072 + 512) * 2 + 2048 * 2, True)),
+    # flash's [batch, seq, heads, dim] layout: out is q's shape with v's head size
+    ("aten::_flash_attention_forward", [[4, 1, 32, 128], [4, 2048, 8, 64], [4, 2048, 8, 64]], [BF16] * 3, None,
+     ((4 * 32 * 128 + 2 * 4 * 2048 * 8 * 64) * 2 + 4 * 32 * 64 * 2, True)),
+    # backward: dout, q, k, v, out, logsumexp read; dq, dk, dv written
+    ("aten::_cudnn_attention_backward", [[2, 4, 8, 16], [2, 4, 8, 16], [2, 1, 8, 16], [2, 1, 8, 16], [2, 4, 8, 16],
+                                         [2, 4, 8, 1]], [BF16] * 5 + [F32], None,
+     ((3 * 1024 + 2 * 256) * 2 + 64 * 4 + (1024 + 2 * 256) * 2, True)),
+    # an attention op whose v the trace does not hold: the reads alone, a lower bound
+    ("aten::_cudnn_attention_forward", [[1, 8, 1, 256], [1, 8, 512, 256]], [BF16, BF16], None,
+     ((2048 + 8 * 512 * 256) * 2, False)),
+    # shapes that do not broadcast, outside attention: the reads alone, a lower bound
+    ("aten::mul", [[4, 8], [4, 3]], [F32, F32], None, ((32 + 12) * 4, False)),
+    # the output's dtype: bool for a comparison; fp32 for bf16 plus fp32 (the math trace's mask add); bf16 for
+    # where(bool, scalar, bf16), the condition aside; fp32 for bf16 with fp16; int64 for int32 plus int64
+    ("aten::ne", [[4, 512], []], [I64, "Scalar"], None, (2048 * 8 + 2048 * 1, True)),
+    ("aten::add", [[4, 32, 64, 64], [64, 64]], [BF16, F32], None,
+     (4 * 32 * 64 * 64 * 2 + 64 * 64 * 4 + 4 * 32 * 64 * 64 * 4, True)),
+    ("aten::where", [[1, 1, 1, 512], [], [1, 1, 1, 512]], ["bool", "Scalar", BF16], None,
+     (512 + 512 * 2 + 512 * 2, True)),
+    ("aten::add", [[8], [8]], [BF16, "c10::Half"], None, (8 * 2 + 8 * 2 + 8 * 4, True)),
+    ("aten::add", [[8], [8]], ["int", I64], None, (8 * 4 + 8 * 8 + 8 * 8, True)),
+    # where(bool, scalar, scalar) or an op with only a bool mask to go by: no output dtype to say: a lower bound
+    ("aten::where", [[6], [], []], ["bool", "Scalar", "Scalar"], None, (6.0, False)),
+])
+def test_writes_at_an_index_attention_and_result_dtypes(name, dims, types, strides, expected):
+    assert pointwise_bytes(op(name, dims, types, strides=strides)) == (float(expected[0]), expected[1])
+
+
+def test_the_decode_traces_cache_write_and_attention_rates():
+    """On the committed decode trace, by hand: index_copy_ writes one 256-element bf16 row (plus its 8-byte index),
+    and the attention kernel reads q, one KV head of k and v, the mask and writes out (from the op's recorded shapes
+    and strides); the rate is those bytes over the kernel's mean time (within 2%: the report averages each call's
+    rate, and the 8 cache writes a step vary in time)."""
+    import gzip
+    import json
+
+    path = Path(__file__).parent / "data" / "h200_model_decode_eager.json.gz"
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    attention = next(e["args"] for e in events if e.get("name") == "aten::_cudnn_attention_forward")
+    dims, strides = attention["Input Dims"], attention["Input Strides"]
+    distinct = [math.prod(n for n, s in zip(d, st) if s != 0) for d, st in zip(dims[:4], strides[:4]) if d]
+    q, v = dims[0], dims[2]
+    attention_bytes = 2 * sum(distinct) + 2 * math.prod(q[:-1] + v[-1:])
+    kernels = {k["launched_by"]: k for k in it.report_data(it.load_trace(path))["kernels"]}
+    for name, moved in (("aten::index_copy_", 8 + 2 * 256 * 2), ("aten::_cudnn_attention_forward", attention_bytes)):
+        k = kernels[name]
+        assert k["rate"] == pytest.approx(moved / (k["mean_us"] * 1e-6) / 1e9, rel=0.02), name

@@ -126,7 +126,7 @@ def _numel(shape: list) -> int:
     return math.prod(map(int, shape))
 
 
-def _broadcast(shapes: list[list]) -> list:
+def _broadcast(shapes: list[list]) -> list | None:
     if shapes and shapes.count(shapes[0]) == len(shapes):  # one shape, or all alike (most ops): nothing to pad
         return list(shapes[0])
     out: list = []
@@ -135,7 +135,9 @@ def _broadcast(shapes: list[list]) -> list:
         if len(shape) > len(out):
             out = [1] * (len(shape) - len(out)) + out
         shape = [1] * (len(out) - len(shape)) + shape
-        out = [a if b == 1 else b if a == 1 else max(a, b) for a, b in zip(out, shape)]  # 1 takes the other's, 0 too
+        if any(a != b and a != 1 and b != 1 for a, b in zip(out, shape)):
+            return None  # shapes that do not broadcast (attention's q against its k and v): no one output shape
+        out = [a if b == 1 else b for a, b in zip(out, shape)]  # a size 1 takes the other's, 0 too
     return out
 
 
@@ -158,6 +160,8 @@ def pointwise_bytes(op: Event | None, sources: dict[str, str] | None = None) -> 
         return _indexing_bytes(op)
     if op.name in NLL_LOSS_OPS:
         return _nll_loss_bytes(op)
+    if op.name in INDEX_WRITE_OPS:
+        return _index_write_bytes(op)
     triton = op.name.startswith("triton_") or op.args.get("kernel_backend") == "triton"
     if triton and INDUCTOR_INDEXING_RE.search(str(op.args.get("kernel_name", op.name))):
         return None  # a fused embedding or gather: its inputs hold a whole table, it reads the rows its index picks
@@ -178,10 +182,19 @@ def pointwise_bytes(op: Event | None, sources: dict[str, str] | None = None) -> 
         kept = _kept_numel(op, tensors[0][0])
         total += 0 if kept is None else kept * REDUCTION_OUT_BYTES.get(op.name, tensors[0][1])
         exact = kept is not None
+    elif op.name in ATTENTION_OPS:  # forward: out is q's shape with v's head size; backward: dq, dk, dv
+        written = _attention_written(op)
+        total += written or 0
+        exact = exact and written is not None
     elif not (triton or in_place):
-        total += _numel(_broadcast([d for d, _ in tensors])) * tensors[0][1]
-    if total >= 1e15:  # a petabyte per call is a made-up shape
-        return None
+        out = _broadcast([d for d, _ in tensors])
+        item = _result_bytes(op)
+        if out is None or item is None:
+            exact = False  # the output's size or dtype is not the inputs' to say: the reads alone, a lower bound
+        else:
+            total += _numel(out) * item
+    if total >= 1e15 or total == 0:  # a petabyte per call is a made-up shape; nothing moved, no rate (an `out=`
+        return None  # recorded before its resize, as arange's [0])
     return float(total), exact
 
 
@@ -275,6 +288,86 @@ def _nll_loss_bytes(op: Event) -> tuple[float, bool] | None:
         if reduction not in ("0", "1", "2"):
             return float(total), False
     return (float(total), True) if total < 1e15 else None
+
+
+# In-place writes at an index: op -> (position of the index, of the source, times the source's bytes move). The
+# target (a KV cache) is counted by what the index touches, not whole: index_copy_ reads the source and writes it,
+# index_add_ also reads the rows it adds to; scatter_ writes one element per index entry.
+INDEX_WRITE_OPS = {"aten::index_copy_": (2, 3, 2), "aten::index_add_": (2, 3, 3), "aten::scatter_": (2, 3, 2),
+                   "aten::scatter_add_": (2, 3, 3)}
+
+
+def _index_write_bytes(op: Event) -> tuple[float, bool] | None:
+    idx_at, src_at, times = INDEX_WRITE_OPS[op.name]
+    dims, types, strides = _dims(op), _types(op), _strides(op)
+    if len(dims) <= idx_at or len(types) <= idx_at or types[0] not in DTYPE_BYTES or types[idx_at] not in DTYPE_BYTES:
+        return None
+    idx = _shape(dims[idx_at])
+    if idx is None:
+        return None
+    index_bytes = _read_numel(idx, strides[idx_at] if len(strides) > idx_at else None) * DTYPE_BYTES[types[idx_at]]
+    src = _shape(dims[src_at]) if len(dims) > src_at else None
+    # scatter_ moves one element per index entry (its src may be larger, or a scalar); index_copy_ a source's worth
+    moved = _numel(idx) if op.name.startswith("aten::scatter") or not src else _numel(src)
+    total = index_bytes + times * moved * DTYPE_BYTES[types[0]]
+    return (float(total), True) if 0 < total < 1e15 else None
+
+
+# Attention: its inputs are q, k, v (then a mask, scales...); backward: the output's gradient first, then q, k, v.
+ATTENTION_FORWARD = {"aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_efficient_attention",
+                     "aten::_scaled_dot_product_cudnn_attention", "aten::_cudnn_attention_forward",
+                     "aten::_flash_attention_forward", "aten::_efficient_attention_forward",
+                     "aten::_scaled_dot_product_flash_attention_for_cpu"}
+ATTENTION_OPS = ATTENTION_FORWARD | {
+    "aten::_scaled_dot_product_flash_attention_backward", "aten::_scaled_dot_product_efficient_attention_backward",
+    "aten::_scaled_dot_product_cudnn_attention_backward", "aten::_cudnn_attention_backward",
+    "aten::_flash_attention_backward", "aten::_efficient_attention_backward",
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward"}
+
+
+def _attention_written(op: Event) -> int | None:
+    """Bytes an attention kernel writes: the output, q's shape with v's head size (forward), or the gradients of q,
+    k and v (backward); None where q, k, v are not in the trace."""
+    first = 0 if op.name in ATTENTION_FORWARD else 1
+    dims, types = _dims(op), _types(op)
+    if len(dims) < first + 3 or len(types) < first + 3:
+        return None
+    q, k, v = (_shape(dims[first + i]) for i in range(3))
+    item = [DTYPE_BYTES.get(types[first + i]) if isinstance(types[first + i], str) else None for i in range(3)]
+    if not (q and k and v) or None in item:
+        return None
+    if first == 0:
+        return _numel(q[:-1] + v[-1:]) * item[0]
+    return _numel(q) * item[0] + _numel(k) * item[1] + _numel(v) * item[2]
+
+
+# What an op's output holds, where its inputs' dtypes do not say it: comparisons give bool.
+BOOL_RESULT_OPS = {"aten::eq", "aten::ne", "aten::lt", "aten::le", "aten::gt", "aten::ge", "aten::logical_and",
+                   "aten::logical_or", "aten::logical_xor", "aten::logical_not", "aten::isnan", "aten::isinf",
+                   "aten::isfinite", "aten::isneginf", "aten::isposinf", "aten::eq_", "aten::ne_"}
+FLOATING = {"float", "double", "c10::BFloat16", "c10::Half", "c10::Float8_e4m3fn", "c10::Float8_e5m2",
+            "c10::Float8_e4m3fnuz", "c10::Float8_e5m2fnuz"}
+
+
+def _result_bytes(op: Event) -> int | None:
+    """Bytes per element of a pointwise op's output: bool for a comparison, else its tensor inputs' promoted dtype
+    (a float one over integers, the wider of two floats, fp32 for bf16 with fp16; where's condition aside)."""
+    if op.name in BOOL_RESULT_OPS:
+        return 1
+    dims, types = _dims(op), _types(op)
+    start = 1 if op.name == "aten::where" else 0
+    kinds = [t for d, t in list(zip(dims, types))[start:] if _shape(d) and isinstance(t, str) and t in DTYPE_BYTES]
+    if not kinds:
+        return None
+    complex_ = [t for t in kinds if t.startswith("c10::complex")]
+    floats = [t for t in kinds if t in FLOATING]
+    if complex_:
+        return max(DTYPE_BYTES[t] for t in complex_)
+    if floats:
+        if {"c10::BFloat16", "c10::Half"} <= set(floats):
+            return max(4, *(DTYPE_BYTES[t] for t in floats))
+        return max(DTYPE_BYTES[t] for t in floats)
+    return max(DTYPE_BYTES[t] for t in kinds)
 
 
 def _triton_arg_names(op: Event, sources: dict[str, str]) -> list[str] | None:
