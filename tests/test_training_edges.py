@@ -3,6 +3,7 @@ guesses at their thresholds, the phases present and idle, backward/forward FLOPs
 walks up the call tree, the numbers' formats. The guesses read a stand-in for the step's analysis (written here by
 hand), so each threshold is met exactly, on both sides."""
 import types
+from pathlib import Path
 
 from test_train_step import _load
 from trace_reader import training
@@ -139,10 +140,42 @@ def test_a_cpu_step_has_no_gpu_numbers_and_counts_its_gemm_ops(tmp_path):
 def test_the_optimizer_line_per_gradient_and_without_a_class(tmp_path):
     """2 kernels over 2 gradients: 1.0 per gradient; an unnamed optimizer class reads "?"."""
     a = _hand(tmp_path)
-    a["optimizer"].update(gradients=2, **{"class": None})
+    a["optimizer"].update(gradients=2, parameters=None, **{"class": None})
     line = next(x for x in training.text(a) if x.startswith("optimizer:"))
     assert line.startswith("optimizer: ?, looks foreach: 2 ops (2 foreach, 0 fused, 0 others), 2 kernels "
                            "(2 multi-tensor, 1.0 per gradient) per step")
+
+
+def test_an_input_wanting_a_gradient_is_not_a_parameter(tmp_path):
+    """3 gradients accumulated, 2 of them parameters' (the optimizer touches their shapes): the kernels go per
+    parameter, and the line says both counts; as many parameters as gradients: the line as before."""
+    a = _hand(tmp_path)
+    a["optimizer"].update(gradients=3, parameters=2)
+    line = next(x for x in training.text(a) if x.startswith("optimizer:"))
+    assert line.endswith("2 kernels (2 multi-tensor, 1.0 per parameter) per step, for 2 parameters (3 gradients "
+                         "accumulated in backward)")
+    a["optimizer"].update(gradients=2, parameters=2)
+    line = next(x for x in training.text(a) if x.startswith("optimizer:"))
+    assert line.endswith("(2 multi-tensor, 1.0 per gradient) per step, for 2 gradients accumulated in backward")
+
+
+def test_the_for_loop_traces_optimizer_counts_its_three_weights():
+    """07's MLP input wants a gradient too: 4 AccumulateGrad per step, 3 parameters. By hand from the committed
+    H200 trace: for-loop AdamW runs one addcdiv_ per parameter, and its kernels per step over those."""
+    import gzip
+    import json
+
+    import inspect_trace as it
+
+    path = Path(__file__).parent / "data" / "train" / "h200_train_mlp_forloop.json.gz"
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
+    addcdiv = sum(e.get("name") == "aten::addcdiv_" for e in events) // len(steps)
+    grads = sum(e.get("name") == training.ACCUMULATE_GRAD for e in events) // len(steps)
+    assert (addcdiv, grads) == (3, 4)
+    line = next(x for x in it.report(it.load_trace(path)).splitlines() if x.startswith("optimizer:"))
+    kernels = int(line.split(" kernels (")[0].rsplit(" ", 1)[1])
+    assert f"{kernels / addcdiv:.1f} per parameter) per step, for 3 parameters (4 gradients" in line
 
 
 def test_a_phase_without_time_has_no_share_and_the_others_share_their_own_total(tmp_path):

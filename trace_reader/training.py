@@ -278,6 +278,9 @@ def phases_summary(trace: Trace) -> dict | None:
         optimizer["implementation"] = implementation(opts[len(opts) // 2])
         names = {m.group(1) for st in trace.steps for e in st.spans if (m := OPTIMIZER_STEP_RE.match(e.name))}
         optimizer["class"] = next(iter(names)) if len(names) == 1 else None
+        # the leaves the optimizer updates: the gradients less an input's (07's MLP input wants one too)
+        counted = parameters(trace)
+        optimizer["parameters"] = counted[0] if counted is not None else None
     return {"phases_from": "annotations" if annotated else "torch.optim and autograd spans", "steps": steps,
             "phases": phases, "backward_over_forward_flops": statistics.median(ratios) if ratios else None,
             "optimizer": optimizer}
@@ -322,15 +325,19 @@ def text(data: dict | None) -> list[str]:
                                              "? x forward's FLOPs (no GEMM shapes: record_shapes=True, or forward "
                                              "has no aten GEMM)"))
     if (o := data["optimizer"]) is not None:
-        grads = o["gradients"]
+        grads, params = o["gradients"], o.get("parameters")
+        params = params if params and grads and params < grads else None  # said apart only where they differ
         what = [(f"{_fmt(o['ops'], digits=0)} ops ({_fmt(o['foreach_ops'], digits=0)} foreach, "
                  f"{_fmt(o['fused_ops'], digits=0)} fused, {_fmt(o['other_ops'], digits=0)} others)")]
+        each, count = ("parameter", params) if params else ("gradient", grads)
         if gpu:
-            per = f", {o['kernels'] / grads:.1f} per gradient" if grads and o["kernels"] is not None else ""
+            per = f", {o['kernels'] / count:.1f} per {each}" if count and o["kernels"] is not None else ""
             what.append(f"{_fmt(o['kernels'], digits=0)} kernels ({_fmt(o['multi_tensor_kernels'], digits=0)} "
                         f"multi-tensor{per})")
+        updated = f"{_fmt(params, digits=0)} parameters ({_fmt(grads, digits=0)} gradients" if params else \
+            f"{_fmt(grads, digits=0)} gradients"
         out.append(f"optimizer: {o['class'] or '?'}, looks {o['implementation']}: " + ", ".join(what)
-                   + f" per step, for {_fmt(grads, digits=0)} gradients accumulated in backward")
+                   + f" per step, for {updated} accumulated in backward" + (")" if params else ""))
     top = data["slowest_backward"]
     out.append("")
     if not top:
