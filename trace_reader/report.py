@@ -228,9 +228,10 @@ def gpu_time_by_annotation(trace: Trace) -> dict[str, list[float]]:
     Backward work launched on the autograd engine's thread counts for the annotations open on the step's own
     thread at its launch (`with record_function("backward"): loss.backward()`), see annotations_around."""
     per: dict[str, list[float]] = {}
+    starts: dict[int, list[float]] = {}  # id(span) -> its children's start times, made once per span asked
     for i, st in enumerate(trace.steps):
         for k in st.gpu:
-            for name in annotations_around(k, st):
+            for name in annotations_around(k, st, starts):
                 _row(per, name, len(trace.steps))[i] += k.dur
     return per
 
@@ -261,13 +262,16 @@ def cpu_time_by_annotation(trace: Trace) -> dict[str, list[float]]:
     return per
 
 
-def annotations_around(k: Kernel, st: Step) -> list[str]:
+def annotations_around(k: Kernel, st: Step, starts: dict | None = None) -> list[str]:
     """The record_function names (ProfilerStep#k aside) around the CPU call that launched k in step st, sorted (so
     that the tables and the JSON built from them keep one order from run to run, whatever the string hashes).
 
     A kernel launched by the autograd engine (its call's outermost op an `autograd::engine::evaluate_function`,
     on a thread that holds no step span) also counts for the annotations open on the step's thread when it was
-    launched: the thread that called backward() waits inside them while the engine works for it."""
+    launched: the thread that called backward() waits inside them while the engine works for it. And a launch
+    whose op is an outer span (a CUDA graph's replay: cudaGraphLaunch carries the id of the compiled region's op,
+    though it runs inside the "## Call CompiledFxGraph" annotation within it) also counts for the annotations
+    under that op that hold the launch call in time. starts: a cache of children's start times, per span."""
     names, node, top = set(), k.op, None
     while node is not None and node is not st.span:
         if node.cat == "user_annotation" and not STEP_RE.match(node.name):
@@ -275,7 +279,29 @@ def annotations_around(k: Kernel, st: Step) -> list[str]:
         top, node = node, node.parent
     if node is None and top is not None and BACKWARD_RE.match(top.name) and k.launch is not None:
         names |= _open_on_step_thread(st, top, k.launch.ts)
+    if k.op is not None and k.launch is not None and k.op.children:
+        names |= _annotations_below(k.op, k.launch.ts, {} if starts is None else starts)
     return sorted(names)
+
+
+def _annotations_below(op: Event, ts: float, starts: dict) -> set[str]:
+    """The annotations among op's descendants that hold ts: one span per level, found by bisection (children are
+    kept in time order and do not overlap on one thread)."""
+    names, node = set(), op
+    for _ in range(256):  # deeper than any real call stack; a made-up trace's chain stops here
+        children = node.children
+        if not children:
+            break
+        at = starts.get(id(node))
+        if at is None:
+            at = starts[id(node)] = [c.ts for c in children]
+        i = bisect.bisect_right(at, ts) - 1
+        if i < 0 or not children[i].ts <= ts <= children[i].end:
+            break
+        node = children[i]
+        if node.cat == "user_annotation" and not STEP_RE.match(node.name):
+            names.add(node.name)
+    return names
 
 
 def _open_on_step_thread(st: Step, engine_op: Event, ts: float) -> set[str]:
