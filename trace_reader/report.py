@@ -288,7 +288,7 @@ def _annotations_below(op: Event, ts: float, starts: dict) -> set[str]:
     """The annotations among op's descendants that hold ts: one span per level, found by bisection (children are
     kept in time order and do not overlap on one thread)."""
     names, node = set(), op
-    for _ in range(256):  # deeper than any real call stack; a made-up trace's chain stops here
+    for _ in range(64):  # deeper than a real call stack under one op; a made-up chain stops here
         children = node.children
         if not children:
             break
