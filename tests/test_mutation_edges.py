@@ -1091,14 +1091,14 @@ def test_view_ops_table_counts_calls_kernels_and_their_time():
         x("aten::view", "cpu_op", 60, 1), x("aten::view", "cpu_op", 62, 1)]
     t = parse(data)
     assert it.report_data(t)["views"] == [
-        {"op": "aten::reshape", "calls_per_step": 1.0, "kernels": 1, "cuda_us": 5.0},
-        {"op": "aten::view", "calls_per_step": 2.0, "kernels": 0, "cuda_us": 0.0}]
+        {"op": "aten::reshape", "calls_per_step": 1.0, "kernels_per_step": 1.0, "cuda_us_per_step": 5.0},
+        {"op": "aten::view", "calls_per_step": 2.0, "kernels_per_step": 0.0, "cuda_us_per_step": 0.0}]
     assert block(it.report(t), "View ops") == [
         "View ops (no data moved, so no kernel expected):",
-        "op             calls/step  kernels  CUDA µs",
-        "-------------  ----------  -------  -------",
-        "aten::reshape           1        1      5.0",
-        "aten::view              2        0      0.0",
+        "op             calls/step  kernels/step  CUDA µs/step",
+        "-------------  ----------  ------------  ------------",
+        "aten::reshape           1             1           5.0",
+        "aten::view              2             0           0.0",
     ]
 
 

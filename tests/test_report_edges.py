@@ -409,13 +409,20 @@ def test_a_lower_bound_rate_keeps_its_unit_plain_in_json():
 
 
 def test_view_ops_are_counted_per_step():
-    """Two steps, each with one aten::view (no kernel): 1 call per step."""
+    """Two steps, each with one aten::view (no kernel): 1 call per step; and one aten::reshape per step that copies
+    (its clone launches a kernel of 4 µs, then of 6): 1 kernel and 5 µs per step, not the two steps' sums (the table
+    showed 2 and 10 beside 1 call per step)."""
     ev = []
     for i in range(2):
         ev += [x(f"ProfilerStep#{i + 2}", "user_annotation", 100 * i, 90), x("aten::view", "cpu_op", 100 * i + 5, 2),
-               x("aten::mm", "cpu_op", 100 * i + 10, 5)]
+               x("aten::mm", "cpu_op", 100 * i + 10, 5),
+               x("aten::reshape", "cpu_op", 100 * i + 20, 10),
+               x("aten::clone", "cpu_op", 100 * i + 21, 8, **{"External id": 50 + i}),
+               x("cudaLaunchKernel", "cuda_runtime", 100 * i + 22, 2, **{"External id": 50 + i, "correlation": 80 + i}),
+               x("k_copy", "kernel", 100 * i + 40, 4 + 2 * i, pid=0, tid=7, correlation=80 + i)]
     views = it.report_data(parse({"traceEvents": ev}))["views"]
-    assert views == [{"op": "aten::view", "calls_per_step": 1.0, "kernels": 0, "cuda_us": 0.0}]
+    assert views == [{"op": "aten::reshape", "calls_per_step": 1.0, "kernels_per_step": 1.0, "cuda_us_per_step": 5.0},
+                     {"op": "aten::view", "calls_per_step": 1.0, "kernels_per_step": 0.0, "cuda_us_per_step": 0.0}]
 
 
 def test_cpu_time_per_annotation_counts_a_nested_instance_once_and_back_to_back_ones_each():

@@ -41,7 +41,8 @@ def _need_steps(trace: Trace) -> str | None:
 
 
 # record_function spans torch writes by itself, in any harness: torch.optim's step and zero_grad
-TORCH_SPAN_RE = re.compile(r"^Optimizer\.(step|zero_grad)#")
+# Spans torch records on its own: the optimizer's, Inductor's around a compiled graph's call, Dynamo's compile steps.
+TORCH_SPAN_RE = re.compile(r"^(?:Optimizer\.(step|zero_grad)#|## Call CompiledFxGraph |\w+_data: compile_id=)")
 
 
 def has_annotations(t: Trace) -> bool:

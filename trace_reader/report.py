@@ -405,7 +405,7 @@ def report_data(trace: Trace) -> dict:
         "cpu_ops": [{k: v for k, v in r.items() if k != "per_step_us"} for r in cpu_self_times(trace)],
         "annotations": gpu_time_by_annotation(trace), "annotations_cpu": cpu_time_by_annotation(trace),
         "compiled": compiled_regions(trace),
-        "views": [{"op": k, "calls_per_step": v[0] / n, "kernels": v[1], "cuda_us": v[2]}
+        "views": [{"op": k, "calls_per_step": v[0] / n, "kernels_per_step": v[1] / n, "cuda_us_per_step": v[2] / n}
                   for k, v in sorted(views.items())],
         "occupancy": occupancy,
         "memory_peak_bytes": _memory(trace),
@@ -627,8 +627,9 @@ def _text_gpu(d: dict, full: bool, all_steps: bool) -> list[str]:
     out.append("")
     if d["views"]:
         out.append("View ops (no data moved, so no kernel expected):")
-        out.append(_table(["op", "calls/step", "kernels", "CUDA µs"],
-                          [[v["op"], f"{v['calls_per_step']:g}", v["kernels"], _us(v["cuda_us"])] for v in d["views"]],
+        out.append(_table(["op", "calls/step", "kernels/step", "CUDA µs/step"],
+                          [[v["op"], f"{v['calls_per_step']:g}", f"{v['kernels_per_step']:g}", _us(v["cuda_us_per_step"])]
+                           for v in d["views"]],
                           right={1, 2, 3}))
     else:
         out.append("View ops: none in the active steps")
