@@ -628,8 +628,8 @@ def _text_gpu(d: dict, full: bool, all_steps: bool) -> list[str]:
     if d["views"]:
         out.append("View ops (no data moved, so no kernel expected):")
         out.append(_table(["op", "calls/step", "kernels/step", "CUDA µs/step"],
-                          [[v["op"], f"{v['calls_per_step']:g}", f"{v['kernels_per_step']:g}", _us(v["cuda_us_per_step"])]
-                           for v in d["views"]],
+                          [[v["op"], f"{v['calls_per_step']:g}", f"{v['kernels_per_step']:g}",
+                            _us(v["cuda_us_per_step"])] for v in d["views"]],
                           right={1, 2, 3}))
     else:
         out.append("View ops: none in the active steps")
