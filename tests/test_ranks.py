@@ -634,3 +634,25 @@ def test_expect_names_the_scripts_it_knows():
         it.expectations_for("09_nope", it.parse_trace(gpu_rank(0, 1, [])))
     assert str(e.value) == ("--expect: unknown script '09_nope'; one of 01_matmul_add, 02_linear, 03_simple_mlp, "
                             "03_kernels_mlp, 04_fused_mlp, 06_model, 07_train_step, 08_tensor_parallel")
+
+
+def test_a_one_rank_run_says_the_collectives_its_code_called():
+    """The committed TP1 trace (08 with --chunks 4 on one H200): no NCCL kernel runs in a group of one rank, but the
+    code called its 4 all-reduces a step. By hand from the raw trace: c10d's record_param_comms spans named
+    allreduce, per ProfilerStep."""
+    import gzip
+    from pathlib import Path
+
+    path = Path(__file__).parent / "data" / "tp" / "h200_tp1_64x128x768x3072_chunks4_eager_rank0.json.gz"
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
+    calls = [e for e in events if e.get("name") == "record_param_comms"
+             and e.get("args", {}).get("Collective name") == "allreduce"]
+    per_step = {s["name"]: sum(s["ts"] <= c["ts"] <= s["ts"] + s["dur"] for c in calls) for s in steps}
+    assert set(per_step.values()) == {4}
+    data = ranks.analyze(ranks.load_run([path]))
+    assert [s["collectives"] for s in data["ranks"][0]["steps"]] == [0] * len(steps)
+    assert [s["called"] for s in data["ranks"][0]["steps"]] == [4] * len(steps)
+    assert ranks.text(data).endswith("no collectives in the active steps, though the code called up to 4 a step "
+                                     "(c10d's record_param_comms): a group of one rank exchanges nothing, so none "
+                                     "launched a kernel")

@@ -225,6 +225,13 @@ def bandwidth(kind: str, size: int | None, us: float, world: int) -> tuple[float
     return algbw, (algbw * factor(world) if factor else None)
 
 
+def _called(st: Step) -> int:
+    """Collectives the step's code called (c10d's record_param_comms spans, waits aside), run or not: a group of one
+    rank has nothing to exchange, and NCCL launches no kernel for it."""
+    return sum(e.name == "record_param_comms" and e.args.get("Collective name") not in (None, "", "wait")
+               for e in st.spans)
+
+
 def analyze(traces: list[Trace]) -> dict:
     """The run as plain data (--json): per rank and step the time split, per collective its skew and bandwidth."""
     world, gpu = len(traces), traces[0].device == "cuda"
@@ -237,7 +244,7 @@ def analyze(traces: list[Trace]) -> dict:
             comm_us, overlapped = intervals.length(comm), intervals.common(comm, compute)
             rows.append({"step": st.number, "busy_us": intervals.length(compute + comm),
                          "compute_us": intervals.length(compute), "comm_us": comm_us, "overlapped_us": overlapped,
-                         "exposed_us": comm_us - overlapped, "collectives": len(cs)})
+                         "exposed_us": comm_us - overlapped, "collectives": len(cs), "called": _called(st)})
             colls.append(cs)
         per_rank.append({"rank": r, "trace": t.path, "steps": rows})
         colls_by_rank.append(colls)
@@ -312,7 +319,11 @@ def text(data: dict) -> str:
     for c in data["collectives"]:
         by_index.setdefault(c["index"], []).append(c)
     if not by_index:
-        lines.append("\nno collectives in the active steps")
+        called = max((s.get("called", 0) for r in data["ranks"] for s in r["steps"]), default=0)
+        why = ("a group of one rank exchanges nothing, so none launched a kernel" if data["world_size"] == 1 else
+               "the trace holds none of their kernels or spans")
+        lines.append("\nno collectives in the active steps" + (
+            f", though the code called up to {called} a step (c10d's record_param_comms): {why}" if called else ""))
         return "\n".join(lines)
     lines.append(f"\neach step's collectives (median over {len(data['ranks'][0]['steps'])} step(s); time is the "
                  "straggler's, who waited for no one; busbw as nccl-tests counts it):")
