@@ -40,8 +40,8 @@ def _need_steps(trace: Trace) -> str | None:
             if trace.whole else "no active steps in the trace")
 
 
-# record_function spans torch writes by itself, in any harness: torch.optim's step and zero_grad
-# Spans torch records on its own: the optimizer's, Inductor's around a compiled graph's call, Dynamo's compile steps.
+# record_function spans torch writes by itself, in any harness: torch.optim's step and zero_grad, Inductor's around
+# a compiled graph's call, Dynamo's compile steps.
 TORCH_SPAN_RE = re.compile(r"^(?:Optimizer\.(step|zero_grad)#|## Call CompiledFxGraph |\w+_data: compile_id=)")
 
 

@@ -63,6 +63,11 @@ def _read_numel(shape: list, strides) -> int:
     return _numel(shape)
 
 
+def _read_bytes(shape: list, strides: list, types: list, at: int) -> int:
+    """Bytes input `at` of shape `shape` holds in memory (_read_numel: an expanded one, its distinct elements)."""
+    return _read_numel(shape, strides[at] if at < len(strides) else None) * DTYPE_BYTES[types[at]]
+
+
 def _shape(d) -> list[int] | None:
     """A recorded tensor shape, if it is one: a list of non-negative ints (not strings, not bools), none
     beyond 2**40 (no tensor dimension is that long: a made-up one must not turn into a 400-digit rate)."""
@@ -146,7 +151,9 @@ def pointwise_bytes(op: Event | None, sources: dict[str, str] | None = None) -> 
     the trace records strides), plus its output unless in place.
 
     The trace records inputs only; the output of an aten op (or an autograd Function such as Liger's) is
-    the broadcast of its tensor inputs in the first input's dtype. An Inductor Triton launch lists every
+    the broadcast of its tensor inputs in the dtype torch promotes them to (_result_bytes), and where they do not
+    broadcast or say no dtype, the inputs alone are a lower bound. Reductions, attention, indexing ops and the loss
+    count what they write on their own. An Inductor Triton launch lists every
     buffer, outputs included, as its inputs; a buffer it reads and writes back ("in_out_ptr") counts twice,
     which only the kernel's source says (`sources`, read on request by read.read_kernel_sources): without
     that file the count is a lower bound (exact=False).
@@ -166,13 +173,12 @@ def pointwise_bytes(op: Event | None, sources: dict[str, str] | None = None) -> 
     if triton and INDUCTOR_INDEXING_RE.search(str(op.args.get("kernel_name", op.name))):
         return None  # a fused embedding or gather: its inputs hold a whole table, it reads the rows its index picks
     arg_names = _triton_arg_names(op, sources or {}) if triton else None
-    total, tensors, strides = 0, [], _strides(op)
-    for i, (d, t) in enumerate(zip(_dims(op), _types(op))):
+    total, tensors, strides, types = 0, [], _strides(op), _types(op)
+    for i, (d, t) in enumerate(zip(_dims(op), types)):
         # 0-d tensors and scalars (xnumel) move nothing worth counting
         if _shape(d) and isinstance(t, str) and t in DTYPE_BYTES:
             reads_and_writes = arg_names is not None and i < len(arg_names) and arg_names[i].startswith("in_out_ptr")
-            read = _read_numel(d, strides[i] if i < len(strides) else None)
-            total += read * DTYPE_BYTES[t] * (2 if reads_and_writes else 1)
+            total += _read_bytes(d, strides, types, i) * (2 if reads_and_writes else 1)
             tensors.append((d, DTYPE_BYTES[t]))
     if not tensors:
         return None
@@ -219,8 +225,7 @@ def _indexing_bytes(op: Event) -> tuple[float, bool] | None:
     src, idx = _shape(dims[src_at]), _shape(dims[idx_at])
     if not src or idx is None or types[src_at] not in DTYPE_BYTES or types[idx_at] not in DTYPE_BYTES:
         return None
-    strides = _strides(op)
-    index_bytes = _read_numel(idx, strides[idx_at] if len(strides) > idx_at else None) * DTYPE_BYTES[types[idx_at]]
+    index_bytes = _read_bytes(idx, _strides(op), types, idx_at)
     picked = _numel(idx)
     if op.name in ("aten::index_select", "aten::embedding"):
         dim = 0  # embedding: rows of its [num, dim] weight
@@ -299,13 +304,13 @@ INDEX_WRITE_OPS = {"aten::index_copy_": (2, 3, 2), "aten::index_add_": (2, 3, 3)
 
 def _index_write_bytes(op: Event) -> tuple[float, bool] | None:
     idx_at, src_at, times = INDEX_WRITE_OPS[op.name]
-    dims, types, strides = _dims(op), _types(op), _strides(op)
+    dims, types = _dims(op), _types(op)
     if len(dims) <= idx_at or len(types) <= idx_at or types[0] not in DTYPE_BYTES or types[idx_at] not in DTYPE_BYTES:
         return None
     idx = _shape(dims[idx_at])
     if idx is None:
         return None
-    index_bytes = _read_numel(idx, strides[idx_at] if len(strides) > idx_at else None) * DTYPE_BYTES[types[idx_at]]
+    index_bytes = _read_bytes(idx, _strides(op), types, idx_at)
     src = _shape(dims[src_at]) if len(dims) > src_at else None
     # scatter_ moves one element per index entry (its src may be larger, or a scalar); index_copy_ a source's worth
     moved = _numel(idx) if op.name.startswith("aten::scatter") or not src else _numel(src)

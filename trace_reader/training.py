@@ -334,10 +334,10 @@ def text(data: dict | None) -> list[str]:
             per = f", {o['kernels'] / count:.1f} per {each}" if count and o["kernels"] is not None else ""
             what.append(f"{_fmt(o['kernels'], digits=0)} kernels ({_fmt(o['multi_tensor_kernels'], digits=0)} "
                         f"multi-tensor{per})")
-        updated = f"{_fmt(params, digits=0)} parameters ({_fmt(grads, digits=0)} gradients" if params else \
-            f"{_fmt(grads, digits=0)} gradients"
+        accumulated = f"{_fmt(grads, digits=0)} gradients accumulated in backward"
+        updated = f"{_fmt(params, digits=0)} parameters ({accumulated})" if params else accumulated
         out.append(f"optimizer: {o['class'] or '?'}, looks {o['implementation']}: " + ", ".join(what)
-                   + f" per step, for {updated} accumulated in backward" + (")" if params else ""))
+                   + f" per step, for {updated}")
     top = data["slowest_backward"]
     out.append("")
     if not top:
