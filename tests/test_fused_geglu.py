@@ -1330,7 +1330,7 @@ def test_hopper_config_compiles_without_wgmma_serialisation():
         BM, BN, BK = cfg["BM"], cfg["BN"], cfg["BK"]
         m_desc = TensorDescriptor.from_tensor(m, [BM, BN])
         args = (TensorDescriptor.from_tensor(x, [BM, BK]), TensorDescriptor.from_tensor(w_gate, [BN, BK]),
-                TensorDescriptor.from_tensor(w_up, [BN, BK]), m_desc, m_desc, m_desc, M, N, K)
+                TensorDescriptor.from_tensor(w_up, [BN, BK]), m_desc, *((m_desc, m_desc) if save_gu else (None, None)), M, N, K)
         return _ptxas_report(fused_geglu._geglu_tma_kernel, args,
                              dict(NUM_SMS=132, UPCAST=False, FAST_TANH=True, SAVE_GU=save_gu, **cfg))
 
