@@ -390,6 +390,38 @@ def test_two_gelus_in_one_gap_pair_with_the_ones_at_their_place():
         ("nvjet", "nvjet", "nvjet", 2)]
 
 
+def in_spans(data: dict, spans: list[tuple[str, int, int]]) -> dict:
+    """kineto()'s first step with annotations added: (name, first, last) spans the launches of kernels first..last
+    (0-based, in launch order), as a module's record_function span does."""
+    for name, first, last in spans:  # kernel k's op starts at 1 + 5k (4 µs), its launch at 2 + 5k
+        data["traceEvents"].append({"ph": "X", "cat": "user_annotation", "name": name, "ts": 0.5 + 5 * first,
+                                    "dur": 5 * (last - first) + 5, "pid": 1, "tid": 1, "args": {}})
+    return data
+
+
+def test_a_fused_module_replaces_the_whole_block_its_words_do_not_tell_apart():
+    """Two layers' MLPs: eager's gate GEMM, GeLU, up GEMM, mul and down GEMM (ops with sizes) became a fused
+    module's two kernels, launched from Python (no op, no sizes), under the same module spans. Nothing but the
+    module's words (model, layers, mlp), which every kernel there has, links them: each MLP is replaced as a
+    whole, not its first two kernels by the fused two at the same launch position."""
+    keep = ("nvjet_keep", 9.0, "aten::mm")
+    gemm_in, gemm_down = [[1, 2048], [2048, 16384]], [[1, 16384], [16384, 2048]]
+    eager = [("nvjet_gu", 18.0, "aten::mm", gemm_in), ("gelu_k", 1.0, "aten::gelu"),
+             ("nvjet_gu", 18.0, "aten::mm", gemm_in), ("mul_k", 1.5, "aten::mul"),
+             ("nvjet_down", 19.0, "aten::mm", gemm_down)]
+    fused = [("geglu_k", 33.0, None), ("linear_k", 20.0, None)]
+    a = in_spans(kineto([[keep, *eager, keep, *eager, keep]]),
+                 [("model.layers.0.mlp", 1, 5), ("model.layers.1.mlp", 7, 11)])
+    b = in_spans(kineto([[keep, *fused, keep, *fused, keep]]),
+                 [("model.layers.0.mlp", 1, 2), ("model.layers.1.mlp", 4, 5)])
+    d = it.comparison_data(it.parse_trace(a), it.parse_trace(b))
+    (r,) = d["replaced"]
+    assert (r["old"], r["new"], r["times"], r["by"]) == (
+        ["nvjet_gu", "gelu_k", "nvjet_gu", "mul_k", "nvjet_down"], ["geglu_k", "linear_k"], 2, "layers, mlp, model")
+    assert r["old_us"] == pytest.approx(2 * 57.5) and r["new_us"] == pytest.approx(2 * 53.0)
+    assert d["only_a"] == [] and d["only_b"] == []
+
+
 def test_kernels_one_op_launched_are_replaced_together():
     """Two split-K GEMMs (each aten::mm launches a GEMM and its reduce) became two single-kernel GEMMs: one group
     per op, the reduce with its own GEMM, each pair of A's kernels for one of B's."""
@@ -615,6 +647,21 @@ def test_readme_fused_mlp_figures_are_what_the_committed_traces_give():
     assert r["new"] == ["_geglu_tma_kernel"] and r["old_calls"] == {coop_a: 2, TRITON: 1} and d["only_a"] == []
     (down,) = d["same"]
     assert [float(x) for x in m.groups()] == [round(r["old_us"], 1), round(r["new_us"], 1), round(down["b"]["us"], 1)]
+
+
+@needs_h200
+def test_decode_eager_vs_fused_model_replaces_each_mlp_whole():
+    """06's decode step, transformers' MLP against the fused one (4 layers, H200): each layer's eager MLP (gate and
+    up GEMMs, GeLU, mul, the split-K down GEMM and its reduce) became the fused module's two Triton kernels, which
+    carry no op and no sizes: one group per layer, not gate -> _geglu_small_m_kernel and the rest -> _linear."""
+    d = it.comparison_data(it.load_trace(DATA / "h200_model_decode_eager.json.gz"),
+                           it.load_trace(DATA / "h200_model_decode_fused.json.gz"))
+    (r,) = d["replaced"]
+    assert r["times"] == 4 and r["new_calls"] == {"_geglu_small_m_kernel": 4, "_linear_small_m_kernel": 4}
+    gemms = [n for n in r["old_calls"] if n.startswith("nvjet")]
+    assert sum(r["old_calls"][n] for n in gemms) == 12 and len(r["old_calls"]) == 5, r["old_calls"]
+    assert any("Gelu" in n for n in r["old"]) and any("splitKreduce" in n for n in r["old"])
+    assert d["only_a"] == [] and d["only_b"] == []
 
 
 def test_training_lines_by_hand():

@@ -411,25 +411,41 @@ def test_a_gemm_whose_rank_is_free_takes_it_not_the_lowest_rank_left():
                             (["gemm_a2"], ["gemm_b0"], "mm")]
 
 
-def test_near_offers_one_atom_each_side_of_the_offset_in_the_nearest_gaps_only():
-    """_near's documented window, on an index built by hand: under one word, gap 2 holds atoms at offsets 0, 1, 3, 4
-    and 6, gap 4 one at 2, gap 0 one at 5. For an atom in gap 2 at offset 3: the one at 3 and the one before it
-    (1), nearest first; the farther ones of its gap (0, 4, 6) and the other gaps are not looked at. At offset 2:
-    the ones at 1 and 3 (a tie: the earlier first, as sorted is stable). In gap 3 (no atom of its own) both gaps
-    one away count: 2's before offset 5 (4) and at or after it (6), both one away (a tie: the earlier first), and
-    4's at 2, three away."""
+def test_a_for_loop_optimizer_pairs_each_op_with_the_foreach_op_in_its_place():
+    """AdamW per parameter (3): param.mul_ (weight decay), exp_avg.lerp_, exp_avg_sq.mul_, addcmul_; foreach runs
+    each once over all three. The first mul_ of each parameter comes before lerp_ (as foreach's first _foreach_mul_)
+    and the second after it (as the second): 3 + 3, each with its own. By launch position alone, the first
+    parameter's weight decay took one and the other five mul_ the other."""
+    per_param = [("mul_wd", 3.0, "aten::mul_"), ("lerp_k", 5.0, "aten::lerp_"), ("mul_sq", 3.5, "aten::mul_"),
+                 ("addcmul_k", 3.3, "aten::addcmul_")]
+    foreach = [("mta_mul1", 17.0, "aten::_foreach_mul_"), ("mta_lerp", 22.0, "aten::_foreach_lerp_"),
+               ("mta_mul2", 17.5, "aten::_foreach_mul_"), ("mta_addcmul", 13.0, "aten::_foreach_addcmul_")]
+    assert groups([K0, *per_param * 3, K1], [K0, *foreach, K1]) == [
+        (["mul_wd"] * 3, ["mta_mul1"], "mul"), (["lerp_k"] * 3, ["mta_lerp"], "lerp"),
+        (["mul_sq"] * 3, ["mta_mul2"], "mul"), (["addcmul_k"] * 3, ["mta_addcmul"], "addcmul")]
+
+
+def test_near_offers_four_atoms_each_side_of_the_offset_in_the_nearest_gaps_only():
+    """_near's documented window (NEAR = 4), on an index built by hand: under one word, gap 2 holds atoms at offsets
+    0, 1, 3, 4, 6, 7, 8, 9, 10, 11 and 12, gap 4 one at 2, gap 0 one at 5. For an atom in gap 2 at offset 3: the
+    four before it (0, 1: only two) and the four at or after it (3, 4, 6, 7), nearest first (ties: the earlier
+    first, as sorted is stable); 8 to 12 and the other gaps are not looked at. Past the last offset: the last four.
+    In gap 3 (no atom of its own) both gaps one away count: 2's four before offset 5 and four at or after it, and
+    4's one atom."""
+    assert cmp.NEAR == 4
+
     def atom(gap, offset):
         return cmp._Atom("b", [100 * gap + offset], gap, offset, {"gelu"}, set(), False)
 
-    theirs = [atom(2, o) for o in (0, 1, 3, 4, 6)] + [atom(4, 2), atom(0, 5)]
+    theirs = [atom(2, o) for o in (0, 1, 3, 4, 6, 7, 8, 9, 10, 11, 12)] + [atom(4, 2), atom(0, 5)]
     idx = cmp._index(theirs, lambda y: y.tags)
 
     def near(gap, offset):
         return [(y.gap, y.offset) for y in cmp._near(idx, "gelu", atom(gap, offset))]
 
-    assert near(2, 3) == [(2, 3), (2, 1)]
-    assert near(2, 2) == [(2, 1), (2, 3)]
-    assert near(2, 7) == [(2, 6)]  # past the last: the last alone
-    assert near(3, 5) == [(2, 4), (2, 6), (4, 2)]
-    assert near(1, 0) == [(2, 0), (0, 5)]  # gap 1: gap 0 and gap 2 one away, each's first at or after offset 0
+    assert near(2, 3) == [(2, 3), (2, 4), (2, 1), (2, 0), (2, 6), (2, 7)]
+    assert near(2, 2) == [(2, 1), (2, 3), (2, 0), (2, 4), (2, 6), (2, 7)]
+    assert near(2, 13) == [(2, 12), (2, 11), (2, 10), (2, 9)]  # past the last: the last four
+    assert near(3, 5) == [(2, 4), (2, 6), (2, 3), (2, 7), (2, 8), (4, 2), (2, 1), (2, 9), (2, 0)]
+    assert near(1, 0) == [(2, 0), (2, 1), (2, 3), (2, 4), (0, 5)]  # gap 1: gaps 0 and 2 one away
     assert cmp._near(idx, "mul", atom(2, 3)) == []

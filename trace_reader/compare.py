@@ -12,8 +12,12 @@ and B's to B's:
                the annotation or autograd Function around it up to the first span that also holds a kernel that
                stayed (LigerGELUMulFunction -> liger, gelu, mul), the op names Inductor writes into its kernel
                names (triton_poi_fused__unsafe_view_gelu_mul_0 -> unsafe, view, gelu, mul): each kernel joins
-               the nearest kernel of the other trace sharing the most words, at most MAX_GAP kept kernels away;
-               pointwise work joins pointwise work before a GEMM (whose name may carry an op it fused);
+               the kernel of the other trace sharing the most words, at most MAX_GAP kept kernels away, the
+               nearest gap first, then the one whose neighbours share words with its own (a for-loop optimizer's
+               mul_ before lerp_ with foreach's _foreach_mul_ before _foreach_lerp_), then the nearest; where the
+               two traces left different numbers of kernels between the same kept ones, words all of those share
+               (the module around them) do not count; pointwise work joins pointwise work before a GEMM (whose
+               name may carry an op it fused);
             c. what is still alone: its words against any group (a GEMM template's name carries the epilogue
                it fused), then the tensor sizes the launching ops recorded;
             d. place: the nearest kernels of the other trace, grouped or not (eager attention's softmax joins
@@ -172,6 +176,7 @@ def _key(u: Unit):
 # ------------------------------------------------------------------------------ pairing the rest by meaning
 
 MAX_GAP = 2  # kernels that stayed, at most, between two kernels paired by words, sizes or place
+NEAR = 4  # per nearest gap, the atoms sharing a key on each side of x's offset that a link looks at (linear time)
 INDUCTOR_RE = re.compile(r"(?:triton|cpp)_\w*?fused_(\w+?)(?:_\d+)?$")
 STOP_WORDS = {"aten", "fused", "kernel", "function", "forward", "backward", "triton", "poi", "per", "red", "tem",
               "cpp", "graph", "call", "compiled", "fx", "torch", "region", "default", "out", "impl", "autograd"}
@@ -240,6 +245,8 @@ class _Atom:
     tags: set[str]
     sizes: set[str]
     gemm: bool
+    prev: _Atom | None = None  # the atoms launched just before and after it in its gap, on its side
+    next: _Atom | None = None
 
 
 class _Union:
@@ -289,6 +296,9 @@ def _atoms(side: str, units: list[Unit], free: list[int], gap: list[int], tags: 
         atom.tags |= tags[i]
         atom.sizes |= sizes(units[i])
         atom.gemm = atom.gemm or _is_gemm(units[i])
+    for x, y in zip(out, out[1:]):
+        if x.gap == y.gap:
+            x.next, y.prev = y, x
     return out
 
 
@@ -305,9 +315,9 @@ def _index(atoms: list[_Atom], keys) -> dict:
 
 def _near(idx: dict, key, x: _Atom) -> list[_Atom]:
     """Candidates for x under `key`, nearest x's offset first: in the nearest gaps to x's that hold any (at most
-    MAX_GAP away; one below and one above at the same distance both count), the atom at or after x's offset and the
-    one before it, not the whole gap. The bound keeps the pass linear in the atoms; a farther atom of the same gap
-    sharing more words is not looked at."""
+    MAX_GAP away; one below and one above at the same distance both count), the NEAR atoms at or after x's offset and
+    the NEAR before it, not the whole gap. The bound keeps the pass linear in the atoms; a farther atom of the same
+    gap sharing more words is not looked at."""
     by_gap = idx.get(key)
     if not by_gap:
         return []
@@ -317,7 +327,7 @@ def _near(idx: dict, key, x: _Atom) -> list[_Atom]:
             if g in by_gap:
                 offs, xs = by_gap[g]
                 k = bisect.bisect_left(offs, x.offset)
-                found += xs[max(k - 1, 0): k + 1]
+                found += xs[max(k - NEAR, 0): k + NEAR]
         if found:
             return sorted(found, key=lambda y: abs(y.offset - x.offset))
     return []
@@ -328,13 +338,20 @@ def _distance(x: _Atom, y: _Atom) -> tuple[int, int]:
 
 
 def _link(uf: _Union, mine: list[_Atom], theirs: list[_Atom], keys, why) -> None:
-    """Join each atom of `mine` to the atom of `theirs` sharing the most keys (tags, sizes), the nearest of those,
-    at most MAX_GAP kept kernels away. why(x, y): the evidence, written down for the group."""
+    """Join each atom of `mine` to the atom of `theirs` sharing the most keys (tags, sizes), the nearest gap of
+    those (at most MAX_GAP kept kernels away), then in that gap the one whose neighbours share keys with x's (a
+    for-loop optimizer's param.mul_ before lerp_ and exp_avg_sq.mul_ after it, per parameter, against foreach's
+    two _foreach_mul_ in the same places), then the nearest. why(x, y): the evidence, written down for the group."""
     idx = _index(theirs, keys)
+
+    def alike(p, q):
+        return p is not None and q is not None and bool(keys(p) & keys(q))
+
     for x in mine:
         cands = {id(y): y for k in keys(x) for y in _near(idx, k, x)}.values()
         if cands:
-            y = min(cands, key=lambda y: (-len(keys(x) & keys(y)),) + _distance(x, y))
+            y = min(cands, key=lambda y: (-len(keys(x) & keys(y)), abs(x.gap - y.gap),
+                                          -alike(x.prev, y.prev) - alike(x.next, y.next), abs(x.offset - y.offset)))
             uf.union(x, y, why(x, y))
 
 
@@ -398,6 +415,7 @@ def _group(ua: list[Unit], ub: list[Unit], pairs: list[tuple[int, int]], hidden=
     atoms_a = _atoms("a", ua, free_a, gap_a, {i: _tags(ua[i], shared_a) for i in free_a}, _sizes)
     atoms_b = _atoms("b", ub, free_b, gap_b, {j: _tags(ub[j], shared_b) for j in free_b}, _sizes)
     every = atoms_a + atoms_b
+    telling = _telling_tags(atoms_a, atoms_b)
 
     def words(x, y):
         return ", ".join(sorted(x.tags & y.tags))
@@ -406,11 +424,11 @@ def _group(ua: list[Unit], ub: list[Unit], pairs: list[tuple[int, int]], hidden=
     _pair_gemms(uf, atoms_a, atoms_b)
     alone = uf.alone
     # pointwise work with pointwise work (and GEMMs no GEMM took), before a GEMM whose name carries its op
-    _link_both(uf, alone(atoms_a), alone(atoms_b), lambda x: x.tags, words)
+    _link_both(uf, alone(atoms_a), alone(atoms_b), telling, words)
     # what is still alone: by words with any group (an epilogue a GEMM template fused), by tensor sizes, then by
     # place: the nearest kernels of the other trace, grouped or not
-    _link(uf, alone(atoms_a), atoms_b, lambda x: x.tags, words)
-    _link(uf, alone(atoms_b), atoms_a, lambda x: x.tags, words)
+    _link(uf, alone(atoms_a), atoms_b, telling, words)
+    _link(uf, alone(atoms_b), atoms_a, telling, words)
     _link_both(uf, alone(atoms_a), alone(atoms_b), lambda x: x.sizes, lambda x, y: SIZES)
     # what neither trace's words nor sizes pair: one group with what is left of the other trace near it, if any
     _link_whole(uf, alone(atoms_a), alone(atoms_b))
@@ -436,6 +454,22 @@ def _group(ua: list[Unit], ub: list[Unit], pairs: list[tuple[int, int]], hidden=
     if hidden[0] and lone_b:
         groups, lone_b = groups + [([], lone_b, UNSEEN)], []
     return _merge(ua, ub, groups), sorted(lone_a), sorted(lone_b)
+
+
+def _telling_tags(atoms_a: list[_Atom], atoms_b: list[_Atom]):
+    """keys(x) for the passes by words: x's tags less those every atom of its gap has, where the two traces left
+    different numbers of atoms there. Words all of them share (the module around a whole MLP: model, layers, mlp)
+    tell none apart; as keys they paired a fused module's two kernels with the first two of eager's six by launch
+    position alone (its kernels carry no op and no sizes). Left with no telling words, such a block is replaced as
+    a whole. As many atoms on each side keep them: one for one, in launch order, is then the likely replacement."""
+    common: dict[int, set[str]] = {}
+    count: dict[int, Counter] = defaultdict(Counter)
+    for x in atoms_a + atoms_b:
+        common[x.gap] = common[x.gap] & x.tags if x.gap in common else set(x.tags)
+        count[x.gap][x.side] += 1
+    keep = {g: tags for g, tags in common.items() if count[g]["a"] and count[g]["b"] and count[g]["a"] != count[g]["b"]}
+    empty: set[str] = set()
+    return lambda x: x.tags - keep.get(x.gap, empty)
 
 
 def _evidence(why: set[str]) -> str:
