@@ -362,8 +362,12 @@ def table_rows(table, name):
     (down_proj's rows, and tables before K classes); a table without packing rows packs everywhere."""
     rows = {which: [(row["max_m"], row.get("max_k"), row["kernel"], row.get("config")) for row in table[which]]
             for which in ("geglu", "down")}
+    # Where torch won, the best fused kernel there (what show_the_kernel's scripts run); elsewhere the row's own.
+    rows["fused"] = [(row["max_m"], row.get("max_k"), *((row["fused"]["kernel"], row["fused"].get("config"))
+                                                       if "fused" in row else (row["kernel"], row.get("config"))))
+                     for row in table["geglu"] if "fused" in row or row["kernel"] != "torch"]
     rows["packing"] = [(row["max_m"], row.get("max_k"), row["packed"]) for row in table.get("packing", [])]
-    for which, kernels in (("geglu", KERNELS), ("down", ("small", "torch"))):
+    for which, kernels in (("geglu", KERNELS), ("fused", KERNELS[:3]), ("down", ("small", "torch"))):
         for max_m, max_k, kernel, cfg in rows[which]:
             if kernel not in kernels or (kernel != "torch" and not cfg) or not _a_largest_k(max_k):
                 raise ValueError(f"{name}: {which} row for M <= {max_m}, K <= {max_k}: kernel {kernel!r} and "
@@ -438,8 +442,8 @@ def plan(x2d, w_gate, w_up, use_tma=None, where_faster=None):
                              "dim and hidden multiples of 8")
         return ("tma" if use_tma else "pointer"), None
     kernel, cfg = _by_m(x2d.device, x2d.shape[0], "geglu", x2d.shape[1])
-    if kernel == "torch" and not where_faster:
-        kernel, cfg = None, None  # the default fused kernel below
+    if kernel == "torch" and not where_faster:  # the best fused kernel the table measured there, else the default
+        kernel, cfg = _by_m(x2d.device, x2d.shape[0], "fused", x2d.shape[1])
     if kernel is None:  # in the interpreter the pointer kernel is the default; tests ask for the TMA one explicitly
         kernel = "tma" if tma_possible and not INTERPRET else "pointer"
     if kernel == "tma" and not tma_possible:
@@ -499,7 +503,7 @@ def packs_gate_up(device, M, K):
 
 def small_m_config(M, kernel="geglu"):
     """The small-M kernel's default config for M tokens ('geglu' or 'down'), or None past the small-M buckets."""
-    for max_m, cfg in (INTERPRETER_SMALL_M_CONFIGS if INTERPRET else SMALL_M_CONFIGS)[kernel]:
+    for max_m, cfg in (INTERPRETER_SMALL_M_CONFIGS if INTERPRET else SMALL_M_CONFIGS).get(kernel, ()):
         if M <= max_m:
             return cfg
     return None

@@ -120,16 +120,17 @@ def time_candidates(fg, M, dim, hidden, dtype, tol):
 TORCH = {which: (which, "torch", json.dumps(None)) for which in ("geglu", "down")}  # the baselines' keys
 
 
-def choose(per_width, which):
-    """The candidate with the lowest geometric mean of time / torch's time over the widths where it ran at all."""
-    keys = [k for k in per_width[0] if k[0] == which]
+def choose(per_width, which, fused_only=False):
+    """The candidate with the lowest geometric mean of time / torch's time over the widths where it ran at all;
+    fused_only: the best of the others (torch's own ratio, 1.0, is never chosen then; None where none ran)."""
+    keys = [k for k in per_width[0] if k[0] == which and not (fused_only and k[1] == "torch")]
     scores = {}
     for key in keys:
         ratios = [t[key] / t[TORCH[which]] for t in per_width if key in t and TORCH[which] in t]
         if len(ratios) == len(per_width):  # measured at every width: no choice from a partial record
             scores[key] = math.exp(sum(map(math.log, ratios)) / len(ratios))
     if not scores:  # torch itself missing at a width: nothing to compare with, so nothing but torch is chosen
-        return TORCH[which], 1.0
+        return (None, None) if fused_only else (TORCH[which], 1.0)
     best = min(scores, key=scores.get)
     return best, scores[best]
 
@@ -295,24 +296,52 @@ def tune_kernels(fg, dtype, widths, dtype_name):
                        "widths of time / torch's time; down_proj: per M bucket, over all widths"),
               "geglu": [], "down": [], "measured": []}
     print(f"{record['device']}: tuning {len(BUCKETS)} M buckets x {len(widths)} widths, {dtype_name}")
-    classes = k_classes(widths)
     for i, M in enumerate(BUCKETS):
         per_width = [time_candidates(fg, M, d, h, dtype, common.TOLERANCE[dtype]) for d, h in widths]
-        max_m = None if i == len(BUCKETS) - 1 else M
-        line = [f"M <= {M if max_m else 'any'}:"]
-        for which, groups in (("geglu", classes), ("down", [(None, list(range(len(widths))))])):
-            for max_k, members in groups:
-                (_, kernel, cfg), score = choose([per_width[j] for j in members], which)
-                record[which].append({"max_m": max_m, **({"max_k": max_k} if which == "geglu" else {}),
-                                      "kernel": kernel, "config": json.loads(cfg), "vs_torch": round(score, 3)})
-                torch_us = [per_width[j][TORCH[which]] for j in members]
-                line.append(f"{which}{f' K<={max_k}' if which == 'geglu' else ''} {kernel} {score:.2f}x (torch "
-                            + ", ".join(f"{us:.1f}" for us in torch_us) + " µs)")
-        print("  ".join(line))
         record["measured"] += [{"M": M, "dim": d, "hidden": h,
                                 "us": {f"{w} {k} {c}": round(us, 2) for (w, k, c), us in t.items()}}
                                for (d, h), t in zip(widths, per_width)]
+        geglu, down = bucket_rows(per_width, widths, None if i == len(BUCKETS) - 1 else M)
+        record["geglu"] += geglu
+        record["down"] += down
+        print(f"M <= {M if i < len(BUCKETS) - 1 else 'any'}: " + "  ".join(
+            f"{w}{' K<=%s' % r['max_k'] if w == 'geglu' else ''} {r['kernel']} {r['vs_torch']:.2f}x"
+            for w, rows in (("geglu", geglu), ("down", down)) for r in rows))
     return record
+
+
+def bucket_rows(per_width, widths, max_m):
+    """One M bucket's geglu rows (one per class of K) and down row, from its times at each width ({(which, kernel,
+    config as text): µs}). A geglu row where torch won also names the best fused candidate ("fused"): what the
+    scripts that show the fused kernel at any token count run there (fused_geglu.show_the_kernel)."""
+    out = {"geglu": [], "down": []}
+    for which, groups in (("geglu", k_classes(widths)), ("down", [(None, list(range(len(widths))))])):
+        for max_k, members in groups:
+            times = [per_width[j] for j in members]
+            (_, kernel, cfg), score = choose(times, which)
+            row = {"max_m": max_m, **({"max_k": max_k} if which == "geglu" else {}),
+                   "kernel": kernel, "config": json.loads(cfg), "vs_torch": round(score, 3)}
+            best, fused_score = choose(times, which, fused_only=True) if which == "geglu" else (None, None)
+            if kernel == "torch" and best is not None:
+                row["fused"] = {"kernel": best[1], "config": json.loads(best[2]), "vs_torch": round(fused_score, 3)}
+            out[which].append(row)
+    return out["geglu"], out["down"]
+
+
+def rows_from_measured(record):
+    """The kernel rows (geglu, down) that record's own measurements give: the same rule, no GPU (a test checks a
+    committed table against it)."""
+    widths = [tuple(map(int, w.split("x"))) for w in record["widths"]]
+    by_m = {}
+    for entry in record["measured"]:
+        t = {tuple(key.split(" ", 2)): us for key, us in entry["us"].items()}
+        by_m.setdefault(entry["M"], {})[entry["dim"], entry["hidden"]] = t
+    geglu, down = [], []
+    for i, M in enumerate(BUCKETS):
+        g, d = bucket_rows([by_m[M][w] for w in widths], widths, None if i == len(BUCKETS) - 1 else M)
+        geglu += g
+        down += d
+    return geglu, down
 
 
 if __name__ == "__main__":

@@ -1405,6 +1405,35 @@ def test_a_traced_graph_runs_cublas_where_the_table_wants_the_tma_kernel(monkeyp
         assert [fused_geglu.plan(x, w, w)[0] for x in xs] == ["small", "pointer", "pointer", "pointer"]
 
 
+def test_showing_the_kernel_where_torch_won_runs_the_best_fused_tile_the_table_measured(monkeypatch):
+    """Where the table runs cuBLAS (torch), 04_fused_mlp.py (TORCH_WHERE_FASTER off) runs the fused candidate the
+    table names there ("fused"), not the default tile (3x slower at 384 tokens of width 4096 on the H200); a torch
+    row that names none falls back to the default tiled kernel. table_rows reads the names back."""
+    tile = dict(BM=128, BN=128, BK=64, GROUP_M=8, num_warps=8, num_stages=3, FLATTEN=False, ONE_DOT=False)
+    table = {"capability": "9.0", "down": [{"max_m": None, "kernel": "torch"}],
+             "geglu": [{"max_m": 8, "kernel": "small", "config": fused_geglu.SMALL_M_CONFIGS["geglu"][0][1]},
+                       {"max_m": 512, "max_k": None, "kernel": "torch", "config": None,
+                        "fused": {"kernel": "tma", "config": tile}},
+                       {"max_m": None, "max_k": None, "kernel": "torch", "config": None}]}
+    rows = fused_geglu.table_rows(table, "t.json")[9]
+    assert rows["fused"] == [(8, None, "small", fused_geglu.SMALL_M_CONFIGS["geglu"][0][1]), (512, None, "tma", tile)]
+    bad = {**table, "geglu": [{"max_m": None, "kernel": "torch", "fused": {"kernel": "torch", "config": None}}]}
+    with pytest.raises(ValueError, match="fused row"):
+        fused_geglu.table_rows(bad, "t.json")
+    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu, "_tuned", {9: rows})
+    monkeypatch.setattr(fused_geglu, "_capability", lambda device: (9, 0))
+    monkeypatch.setattr(fused_geglu, "_tma_possible", lambda *a: True)
+    w = torch.empty(512, 256, dtype=torch.bfloat16)
+    xs = [torch.empty(M, 256, dtype=torch.bfloat16) for M in (8, 384, 513)]
+    monkeypatch.setattr(fused_geglu.torch.Tensor, "device", property(lambda t: torch.device("cuda", 0)))
+    monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", True)
+    assert [fused_geglu.plan(x, w, w)[0] for x in xs] == ["small", "torch", "torch"]
+    monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", False)
+    assert [fused_geglu.plan(x, w, w) for x in xs] == [("small", fused_geglu.SMALL_M_CONFIGS["geglu"][0][1]),
+                                                       ("tma", tile), ("tma", None)]
+
+
 @pytest.mark.parametrize("training", [False, True])
 def test_the_compiled_graph_holds_torch_where_faster(monkeypatch, training):
     """The kernel a compiled graph runs depends on TORCH_WHERE_FASTER (04_fused_mlp.py turns it off), and the compile

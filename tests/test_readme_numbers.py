@@ -757,3 +757,26 @@ def test_training_benchmark_table_and_prose():
         round(peak[w1]["fused"]), round(peak[w2]["fused"]), round(peak[w1]["compile"]), round(peak[w2]["compile"])]
     assert quoted(r"holds more than compile at the first model size \((\d+) against (\d+) MiB\)", text) == [
         round(peak[w1]["compile-fused"]), round(peak[w1]["compile"])]
+
+
+def test_fused_row_where_cublas_won_prose():
+    """The table names the best fused tile where cuBLAS won: the page's tile and its µs at 384 tokens of 4096 ->
+    14336, and the default tile's (fused_geglu.HOPPER_CONFIG), read back from the table's own measurements."""
+    fused_geglu = pytest.importorskip("fused_geglu", reason="needs Triton (Linux wheels only)")
+    table = json.loads((ROOT / "fused_geglu_tuned.json").read_text())
+    flat = " ".join((ROOT / "docs/04_fused_mlp.md").read_text().split())
+    m = re.search(r"at (\d+) tokens of (\d+) → (\d+) the (\d+) × (\d+) tile with two dots took ([\d.]+) µs for gate, "
+                  r"up and GeGLU, the default tile \(one dot, the loop flattened\) ([\d.]+) µs", flat)
+    assert m, "the 04 page no longer quotes the fused row where cuBLAS won"
+    M, dim, hidden, bm, bn = map(int, m.groups()[:5])
+    row = next(r for r in table["geglu"] if r["max_m"] is not None and M <= r["max_m"]
+               and (r["max_k"] is None or dim <= r["max_k"]))
+    assert row["kernel"] == "torch" and row["fused"]["kernel"] == "tma"
+    cfg = row["fused"]["config"]
+    assert (cfg["BM"], cfg["BN"], cfg["ONE_DOT"]) == (bm, bn, False)
+    us = next(e["us"] for e in table["measured"] if (e["M"], e["dim"], e["hidden"]) == (M, dim, hidden))
+    by_config = {k.split(" ", 2)[2]: v for k, v in us.items() if k.startswith("geglu tma ")}
+    default = {**fused_geglu.HOPPER_CONFIG}
+    assert default["ONE_DOT"] and default["FLATTEN"]
+    default_us = next(v for k, v in by_config.items() if json.loads(k) == default)
+    assert [float(x) for x in m.groups()[5:]] == [round(by_config[json.dumps(cfg)], 1), round(default_us, 1)]

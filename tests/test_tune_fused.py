@@ -23,6 +23,41 @@ def test_choice_is_the_lowest_geometric_mean_against_torch():
     assert tune_fused.choose(slow, "geglu") == (torch_, 1.0)
 
 
+def test_where_torch_wins_the_row_also_names_the_best_fused_candidate():
+    """fused_only leaves torch out: the best of the kernels by the same geometric mean (b: 1.1 x 1.2 -> 1.149 against
+    a's 1.3 x 1.05 -> 1.168), which bucket_rows writes as the row's "fused"; a row a kernel won has none."""
+    a, b, torch_ = _key("geglu", "tma", {"BM": 64}), _key("geglu", "tma", {"BM": 128}), _key("geglu", "torch")
+    per_width = [{torch_: 100.0, a: 130.0, b: 110.0}, {torch_: 10.0, a: 10.5, b: 12.0}]
+    assert tune_fused.choose(per_width, "geglu") == (torch_, 1.0)
+    best, score = tune_fused.choose(per_width, "geglu", fused_only=True)
+    assert best == b and score == pytest.approx((1.1 * 1.2) ** 0.5)
+    assert tune_fused.choose([{torch_: 1.0}], "geglu", fused_only=True) == (None, None)
+    down = {_key("down", "torch"): 5.0}
+    geglu, _ = tune_fused.bucket_rows([{**t, **down} for t in per_width], [(768, 3072), (768, 3072)], 256)
+    assert geglu == [{"max_m": 256, "max_k": None, "kernel": "torch", "config": None, "vs_torch": 1.0,
+                      "fused": {"kernel": "tma", "config": {"BM": 128}, "vs_torch": round((1.1 * 1.2) ** 0.5, 3)}}]
+    per_width[0][a] = 50.0  # a: 0.5 x 1.05 -> 0.725, under torch: a row of its own, no "fused"
+    geglu, _ = tune_fused.bucket_rows([{**t, **down} for t in per_width], [(768, 3072), (768, 3072)], 256)
+    assert geglu[0]["kernel"] == "tma" and geglu[0]["config"] == {"BM": 64} and "fused" not in geglu[0]
+
+
+def test_the_committed_table_is_its_own_measurements_chosen_by_the_rule():
+    """fused_geglu_tuned.json's kernel rows, and the fused kernel named where torch won, follow from the times it
+    records (rows_from_measured: the tuner's rule, no GPU); vs_torch to its rounding (the times are kept to 0.01
+    µs). At 384 tokens of width 4096 the fused row is the TMA kernel's 128 x 128 tile with two dots: the default
+    tile (ONE_DOT) took 458.6 µs there against 155.8."""
+    record = json.loads((tune_fused.Path(tune_fused.__file__).with_name("fused_geglu_tuned.json")).read_text())
+    geglu, down = tune_fused.rows_from_measured(record)
+    for mine, want in zip(record["geglu"] + record["down"], geglu + down, strict=True):
+        assert {k: v for k, v in mine.items() if k != "vs_torch"} == {k: v for k, v in want.items() if k != "vs_torch"}
+        assert mine["vs_torch"] == pytest.approx(want["vs_torch"], abs=0.002)
+    row = next(r for r in record["geglu"] if r["max_m"] == 384 and r["max_k"] is None)
+    assert row["kernel"] == "torch" and row["fused"]["kernel"] == "tma"
+    assert row["fused"]["config"]["BM"] == row["fused"]["config"]["BN"] == 128 and not row["fused"]["config"]["ONE_DOT"]
+    us = next(m["us"] for m in record["measured"] if (m["M"], m["dim"], m["hidden"]) == (384, 4096, 14336))
+    assert us["geglu tma " + json.dumps(row["fused"]["config"])] == 155.79
+
+
 def test_a_candidate_missing_at_one_width_is_not_chosen():
     a, torch_ = _key("geglu", "small", {"BM": 16}), _key("geglu", "torch")
     per_width = [{torch_: 100.0, a: 10.0}, {torch_: 100.0}]  # a failed (left out) at the second width
