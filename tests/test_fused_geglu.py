@@ -1136,7 +1136,11 @@ def test_gpu_a_kept_plan_launches_on_each_calls_own_tensors(M, save_gu, monkeypa
                 assert y_nd.shape == out_shape
                 assert ((y_nd.float().reshape(M, dim) - y_ref).norm() / y_ref.norm()).item() < TOL["bf16"]
 
-    wg, wu, wd = new(N, K), new(N, K), new(dim, N)
+    def gate_up():  # two weights 8 rows apart in one allocation: never packed (fused_geglu.packed), which is part
+        both = new(2 * N + 8, K)  # of mlp's plan key; apart, two allocations are adjacent by chance at times
+        return both[:N], both[N + 8:]
+
+    (wg, wu), wd = gate_up(), new(dim, N)
     check(new(M, K), wg, wu, wd)  # the first call of this key plans
     planned, launched = [], []
     plan_, launch_ = fused_geglu.plan, fused_geglu._launch
@@ -1145,7 +1149,7 @@ def test_gpu_a_kept_plan_launches_on_each_calls_own_tensors(M, save_gu, monkeypa
     check(new(M, K), wg, wu, wd)  # a new x
     wg.copy_(new(N, K))  # a weight changed in place: read as it is now
     check(new(M, K), wg, wu, wd)
-    check(new(M, K), new(N, K), new(N, K), new(dim, N))  # another module's weights of the same shapes
+    check(new(M, K), *gate_up(), new(dim, N))  # another module's weights of the same shapes
     assert planned == [] and launched == [], "a kept plan was worked out again"
     with torch.cuda.stream(torch.cuda.Stream()):  # another stream: a plan of its own, right there too
         check(new(M, K), wg, wu, wd)
