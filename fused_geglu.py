@@ -938,8 +938,8 @@ def _geglu_launch(path, cfg, save_gu, x2d, w_gate, w_up, m, g, u):
 
 
 def _tma_descriptors(cfg, x2d, w_gate, w_up, m, g, u):
-    """The TMA kernel's descriptors: x, the weights, m, and with SAVE_GU g and u (else None: Triton encodes each
-    descriptor argument on the host at every launch, about 4 µs apiece on the H200 machine, and an unused one too)."""
+    """The TMA kernel's descriptors: x, the weights, m, and with SAVE_GU g and u (else None: each one is made here
+    and encoded again by Triton's launcher, on the host, at every launch, an unused one too)."""
     BM, BN, BK = cfg["BM"], cfg["BN"], cfg["BK"]
     return (TensorDescriptor.from_tensor(x2d, [BM, BK]), TensorDescriptor.from_tensor(w_gate, [BN, BK]),
             TensorDescriptor.from_tensor(w_up, [BN, BK]), TensorDescriptor.from_tensor(m, [BM, BN]),
