@@ -54,16 +54,21 @@ def expectations(args, layers, geglu=True):
     out = [it.steps(args.active, step)]
     if args.compile:
         out.append(it.cpu_event(r"^Torch-Compiled Region", device="any"))
-    else:
+    elif layers:  # (a trace read back may not say its layer count: those guesses are then not applicable)
         out.append(modules.modules_annotated(layers, step))
+    else:
+        out.append(modules.layers_unknown("every decoder layer, with its parts, annotated in every step"))
     if step == "decode" and args.cuda_graphs:
         out.append(modules.runtime_calls("cudaGraphLaunch", 1, "the whole token replayed as one CUDA graph"))
     elif step == "decode" and args.compile:
-        out.append(modules.kernels_between(0, 25 * layers, "Inductor fuses each layer's pointwise work: far fewer "
-                                           "than eager's 40+ per layer"))
+        fewer = "Inductor fuses each layer's pointwise work: far fewer than eager's 40+ per layer"
+        out.append(modules.kernels_between(0, 25 * layers, fewer) if layers else
+                   modules.layers_unknown(f"at most 25 GPU kernels per step per layer ({fewer})", "cuda"))
     elif step == "decode":
         out.append(it.bound("overhead"))
-        out.append(modules.kernels_between(40 * layers, None, "hundreds of launches per token: 40+ per layer"))
+        many = "hundreds of launches per token: 40+ per layer"
+        out.append(modules.kernels_between(40 * layers, None, many) if layers else
+                   modules.layers_unknown(f"at least 40 GPU kernels per step per layer ({many})", "cuda"))
     else:
         out.append(it.bound("compute"))
         out.append(modules.largest_module("mlp", step))

@@ -398,10 +398,12 @@ def expectations_for(script: str, trace: Trace) -> tuple[list[Expect], str]:
     mode = "compile" if args.compile else "eager"
     said = f"{script} {mode}, {args.active} steps (read from the trace)"
     if script == "06_model":  # its expectations also take the layer count and whether the MLP is the post's
-        phase, layers = args.phase, args.layers  # in this order: the first one the trace cannot tell is named
+        phase = args.phase  # needed; the layer count is not: the guesses that need it are then not applicable
+        layers = args.__dict__.get("layers")
         exps = module.expectations(args, layers, args.geglu)
         mlp = f", MLP {args.mlp}" if not args.compile else ""
-        return list(exps), (f"{script} {phase}, {'CUDA graphs' if args.cuda_graphs else mode}, {layers} layers{mlp}, "
+        told = f"{layers} layers" if layers else "layers not told"
+        return list(exps), (f"{script} {phase}, {'CUDA graphs' if args.cuda_graphs else mode}, {told}{mlp}, "
                             f"{args.active} steps (read from the trace)")
     if script == "07_train_step":  # its expectations also take the parameters' count and bytes
         optimizer, impl, params = args.optimizer, args.optim_impl, args.params  # the first one unknown is named

@@ -211,6 +211,13 @@ def kernels_between(low: int, high: int | None, what: str) -> Expect:
     return Expect(f"{span} GPU kernels per step ({what})", run, "cuda")
 
 
+def layers_unknown(text: str, device: str = "any") -> Expect:
+    """A guess that needs the model's decoder layer count, on a trace that does not say it (no layer annotations, as
+    under torch.compile, and a file name not 06_model.py's): not applicable, the others still checked."""
+    return Expect(text, lambda t: NotApplicable("the trace does not say how many decoder layers the model has (its "
+                                                "layer annotations, or 06_model.py's file name: ...-4L_...)"), device)
+
+
 def runtime_calls(name: str, per_step: int, what: str = "") -> Expect:
     def run(t: Trace):
         if (miss := _need_steps(t)):
