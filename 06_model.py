@@ -54,10 +54,8 @@ def expectations(args, layers, geglu=True):
     out = [it.steps(args.active, step)]
     if args.compile:
         out.append(it.cpu_event(r"^Torch-Compiled Region", device="any"))
-    elif layers:  # (a trace read back may not say its layer count: those guesses are then not applicable)
+    else:  # (a trace read back may not say its layer count: the guesses that need it are then not applicable)
         out.append(modules.modules_annotated(layers, step))
-    else:
-        out.append(modules.layers_unknown("every decoder layer, with its parts, annotated in every step"))
     if step == "decode" and args.cuda_graphs:
         out.append(modules.runtime_calls("cudaGraphLaunch", 1, "the whole token replayed as one CUDA graph"))
     elif step == "decode" and args.compile:

@@ -649,6 +649,40 @@ def test_readme_fused_mlp_figures_are_what_the_committed_traces_give():
     assert [float(x) for x in m.groups()] == [round(r["old_us"], 1), round(r["new_us"], 1), round(down["b"]["us"], 1)]
 
 
+def test_a_fused_module_is_replaced_per_layer_in_linear_time_and_keeps_its_neighbours_apart():
+    """4,000 MLP layers with nothing kept between them (one gap of 20,000 eager kernels and 8,000 fused ones): one
+    group per layer, by each layer's annotation, 4000 times, in seconds (joining every atom of the gap to every one
+    took 97 s). And a changed kernel of another module one kept kernel away (a norm's mul) stays in its own group:
+    the MLP's mul is not moved there."""
+    keep = ("nvjet_keep", 9.0, "aten::mm")
+    gemm_in, gemm_down = [[1, 2048], [2048, 16384]], [[1, 16384], [16384, 2048]]
+    eager = [("nvjet_gu", 18.0, "aten::mm", gemm_in), ("gelu_k", 1.0, "aten::gelu"),
+             ("nvjet_gu", 18.0, "aten::mm", gemm_in), ("mul_k", 1.5, "aten::mul"),
+             ("nvjet_down", 19.0, "aten::mm", gemm_down)]
+    fused = [("geglu_k", 33.0, None), ("linear_k", 20.0, None)]
+    layers = 4000
+    a = in_spans(kineto([[keep, *eager * layers, keep]]),
+                 [(f"model.layers.{i}.mlp", 1 + 5 * i, 5 + 5 * i) for i in range(layers)])
+    b = in_spans(kineto([[keep, *fused * layers, keep]]),
+                 [(f"model.layers.{i}.mlp", 1 + 2 * i, 2 + 2 * i) for i in range(layers)])
+    pa, pb = it.parse_trace(a), it.parse_trace(b)
+    t0 = time.perf_counter()
+    d = it.comparison_data(pa, pb)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 10, f"{elapsed:.1f} s"
+    assert [(r["times"], r["old"], r["new"]) for r in d["replaced"]] == [
+        (layers, ["nvjet_gu", "gelu_k", "nvjet_gu", "mul_k", "nvjet_down"], ["geglu_k", "linear_k"])]
+    norm = [("norm_mul_a", 1.0, "aten::mul")], [("norm_mul_b", 1.0, "aten::mul")]
+    a = in_spans(kineto([[keep, *eager, keep, *norm[0], keep]]),
+                 [("model.layers.0.mlp", 1, 5), ("model.layers.1.post_attention_layernorm", 7, 7)])
+    b = in_spans(kineto([[keep, *fused, keep, *norm[1], keep]]),
+                 [("model.layers.0.mlp", 1, 2), ("model.layers.1.post_attention_layernorm", 4, 4)])
+    d = it.comparison_data(it.parse_trace(a), it.parse_trace(b))
+    assert [(r["old"], r["new"]) for r in d["replaced"]] == [
+        (["nvjet_gu", "gelu_k", "nvjet_gu", "mul_k", "nvjet_down"], ["geglu_k", "linear_k"]),
+        (["norm_mul_a"], ["norm_mul_b"])]
+
+
 @needs_h200
 def test_decode_eager_vs_fused_model_replaces_each_mlp_whole():
     """06's decode step, transformers' MLP against the fused one (4 layers, H200): each layer's eager MLP (gate and

@@ -6,7 +6,7 @@ then the grouping's choices among equal evidence, one test per rule (its gap mut
 Every number is worked out by hand from the kineto() traces (test_compare.py): a step's CPU span is 1 µs plus
 5 µs per launch, its kernels run back to back."""
 import inspect_trace as it
-from test_compare import kineto, replaced
+from test_compare import in_spans, kineto, replaced
 from trace_reader import compare as cmp
 
 
@@ -423,6 +423,33 @@ def test_a_for_loop_optimizer_pairs_each_op_with_the_foreach_op_in_its_place():
     assert groups([K0, *per_param * 3, K1], [K0, *foreach, K1]) == [
         (["mul_wd"] * 3, ["mta_mul1"], "mul"), (["lerp_k"] * 3, ["mta_lerp"], "lerp"),
         (["mul_sq"] * 3, ["mta_mul2"], "mul"), (["addcmul_k"] * 3, ["mta_addcmul"], "addcmul")]
+
+
+def test_neighbours_only_break_ties_between_words_never_in_the_pass_by_place():
+    """A GEMM pairs with the GEMM; B's extra 'le' kernel, whose word nothing in A has, joins the nearest group by
+    place (sin's, right before it), not the GEMM's because the GEMM has neighbours on both sides."""
+    a = [K0, ("cos_a", 1.0, "aten::cos"), ("gemm_a", 5.0, "aten::mm"), ("sin_a", 1.0, "aten::sin"), K1]
+    b = [K0, ("cos_b", 1.0, "aten::cos"), ("gemm_b", 5.0, "aten::mm"), ("sin_b", 1.0, "aten::sin"),
+         ("le_b", 1.0, "aten::le"), ("fill_b", 1.0, None), K1]
+    assert groups(a, b) == [(["cos_a"], ["cos_b"], "cos"), (["gemm_a"], ["gemm_b"], "mm"),
+                            (["sin_a"], ["sin_b", "le_b", "fill_b"], "sin")]
+
+
+def test_a_module_whose_kernels_all_have_ops_is_paired_by_what_they_do_not_as_a_whole():
+    """Under the same module annotation on both sides, every kernel launched by an op (here B fused GeLU and mul
+    into one op of its own): the GEMMs pair one for one and gelu + mul with the fused op, not the module as a
+    whole, which is only for a module whose kernels one trace launches with no op."""
+    s_in, s_down = [[8, 64], [64, 256]], [[8, 256], [256, 64]]
+    a = [K0, ("gemm_g", 5.0, "aten::mm", s_in), ("gelu_a", 1.0, "aten::gelu"), ("gemm_u", 5.0, "aten::mm", s_in),
+         ("mul_a", 1.0, "aten::mul"), ("gemm_d", 5.0, "aten::mm", s_down), K1]
+    b = [K0, ("tgemm_g", 4.0, "aten::mm", s_in), ("tgemm_u", 4.0, "aten::mm", s_in),
+         ("gelu_mul_b", 1.5, "MyGeluMul"), ("tgemm_d", 4.0, "aten::mm", s_down), K1]
+    spans = [("model.layers.0.mlp", 1, 5)], [("model.layers.0.mlp", 1, 4)]
+    ta, tb = (it.parse_trace(in_spans(kineto([[*s]]), sp)) for s, sp in ((a, spans[0]), (b, spans[1])))
+    d = it.comparison_data(ta, tb)
+    assert [(r["old"], r["new"]) for r in d["replaced"]] == [
+        (["gemm_g"], ["tgemm_g"]), (["gelu_a", "mul_a"], ["gelu_mul_b"]), (["gemm_u"], ["tgemm_u"]),
+        (["gemm_d"], ["tgemm_d"])]
 
 
 def test_near_offers_four_atoms_each_side_of_the_offset_in_the_nearest_gaps_only():

@@ -7,6 +7,7 @@ cudaGraphLaunch, the fused MLP's two kernels.
 """
 
 import argparse
+import gzip
 import importlib
 import json
 import statistics
@@ -348,13 +349,14 @@ def test_expect_what_the_trace_cannot_tell_is_one_line_exit_2(runs, tmp_path, ca
     assert code == 0 and err == "" and "06_model decode, compile, layers not told, 3 steps" in out
     na = [line for line in verdicts(out) if line.startswith("  n/a ")]
     assert len(na) == 1 and "at most 25 GPU kernels per step per layer" in na[0]  # (GPU-only, too: a CPU trace)
-    # eager, its module spans and name gone: neither layer guess is checked, the others are
+    # eager, its module spans and name gone: an eager run annotates every layer, so no layer annotated is broken;
+    # the kernels per layer are not applicable
     code, out, _ = expect_cli(rewritten(trace, tmp_path / "b.json", no_modules), capsys)
-    na = [line for line in verdicts(out) if line.startswith("  n/a ")]
-    assert "06_model decode, eager, layers not told" in out
-    assert any("every decoder layer, with its parts, annotated" in line
-               and "the trace does not say how many decoder layers" in line for line in na)
-    assert any("at least 40 GPU kernels per step per layer" in line for line in na)
+    assert code == 1 and "06_model decode, eager, layers not told" in out
+    assert any(line.startswith("  BROKEN  all the decoder layers, each with its parts") for line in verdicts(out))
+    assert "seen: ProfilerStep#2: decoder layers annotated: []" in out
+    assert any(line.startswith("  n/a ") and "at least 40 GPU kernels per step per layer" in line
+               for line in verdicts(out))
     # another harness's trace: no annotations at all, so not the phase either
     bare = rewritten(trace, tmp_path / "c.json", lambda e: e.get("cat") != "user_annotation" or
                      str(e.get("name", "")).startswith("ProfilerStep#"))
@@ -401,3 +403,16 @@ def test_expect_on_the_compiled_h200_traces(name, confirmed, tmp_path, capsys):
     (tmp_path / suite_name).write_bytes((DATA / f"h200_model_{name}.json.gz").read_bytes())
     code, out, _ = expect_cli(tmp_path / suite_name, capsys)
     assert code == 0 and any(line.startswith("  ok ") and confirmed in line for line in verdicts(out)), out[-2000:]
+
+
+def test_layers_annotated_without_a_count_wants_layers_0_to_the_highest_seen():
+    """modules_annotated(None): layers 0..highest seen, each with its parts, at least one; on the H200 decode trace
+    (4 layers annotated) confirmed; with layer 2's spans gone, broken (0, 1, 3 seen)."""
+    from trace_reader import modules
+    from trace_reader.read import parse_trace
+
+    raw = json.loads(gzip.decompress((DATA / "h200_model_decode_eager.json.gz").read_bytes()))
+    check = modules.modules_annotated(None, "decode").check
+    assert check(parse_trace(raw)) is True
+    raw["traceEvents"] = [e for e in raw["traceEvents"] if not str(e.get("name", "")).startswith("model.layers.2")]
+    assert check(parse_trace(raw)) == "ProfilerStep#2: decoder layers annotated: [0, 1, 3]"

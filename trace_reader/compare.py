@@ -6,6 +6,9 @@ and B's to B's:
 1. align()  (align.py) pairs the kernels that stayed: same name, same order, as many as any alignment can pair
             (an exact longest common subsequence); the "same name in both" table counts only these calls.
 2. _group() puts the rest into the smallest groups the evidence supports, strongest evidence first:
+            0. module: where one trace launched kernels with no CPU op (a fused module's Triton kernels, from
+               Python) under an annotation that holds no kernel that stayed, both traces' kernels under an
+               annotation of that name in that gap are one group: the module replaced whole (per layer);
             a. kind: a GEMM that left is paired with a GEMM that came (cuBLAS -> Triton template), one for one,
                preferring the one whose launching op recorded the same tensor sizes, then the nearest;
             b. what the kernels do: the words of the CPU op that launched each kernel (aten::gelu -> gelu), of
@@ -14,10 +17,8 @@ and B's to B's:
                names (triton_poi_fused__unsafe_view_gelu_mul_0 -> unsafe, view, gelu, mul): each kernel joins
                the kernel of the other trace sharing the most words, at most MAX_GAP kept kernels away, the
                nearest gap first, then the one whose neighbours share words with its own (a for-loop optimizer's
-               mul_ before lerp_ with foreach's _foreach_mul_ before _foreach_lerp_), then the nearest; where the
-               two traces left different numbers of kernels between the same kept ones, words all of those share
-               (the module around them) do not count; pointwise work joins pointwise work before a GEMM (whose
-               name may carry an op it fused);
+               mul_ before lerp_ with foreach's _foreach_mul_ before _foreach_lerp_), then the nearest; pointwise
+               work joins pointwise work before a GEMM (whose name may carry an op it fused);
             c. what is still alone: its words against any group (a GEMM template's name carries the epilogue
                it fused), then the tensor sizes the launching ops recorded;
             d. place: the nearest kernels of the other trace, grouped or not (eager attention's softmax joins
@@ -95,6 +96,7 @@ GEMM_SIZES = "GEMM for GEMM, the same tensor sizes"
 GEMM_ORDER = "GEMM for GEMM, in launch order"
 SIZES = "tensor sizes"
 UNSEEN = "nothing: the other trace does not record this work"
+MODULE = "the same module, its kernels launched with no op in one trace: replaced as a whole"
 # A compiled CPU run records its fused C++ kernels only when asked: its work is then in no span of the trace.
 HIDDEN_CPP = ("compiled C++ kernels are not in the trace: profile with "
               "torch._inductor.config.cpp.enable_kernel_profile")
@@ -247,6 +249,8 @@ class _Atom:
     gemm: bool
     prev: _Atom | None = None  # the atoms launched just before and after it in its gap, on its side
     next: _Atom | None = None
+    scope: str | None = None  # the innermost annotation around it that holds no kernel that stayed (a module's)
+    bare: bool = False  # launched with no CPU op around it (from Python: a Triton kernel's launcher)
 
 
 class _Union:
@@ -277,7 +281,17 @@ class _Union:
         return [x for x in atoms if len(self.sides.get(self.find(x), ())) < 2]
 
 
-def _atoms(side: str, units: list[Unit], free: list[int], gap: list[int], tags: dict, sizes) -> list[_Atom]:
+def _scope(u: Unit, shared: set[int]) -> str | None:
+    """The name of the innermost annotation (record_function) around u's launch that holds no kernel that stayed."""
+    e = u.op
+    while e is not None and not STEP_RE.match(e.name) and id(e) not in shared:
+        if e.cat == "user_annotation":
+            return e.name
+        e = e.parent
+    return None
+
+
+def _atoms(side: str, units: list[Unit], free: list[int], gap: list[int], tags: dict, sizes, shared) -> list[_Atom]:
     out: list[_Atom] = []
     by_op: dict[int, _Atom] = {}
     offset, last_gap = 0, -1
@@ -288,7 +302,8 @@ def _atoms(side: str, units: list[Unit], free: list[int], gap: list[int], tags: 
         launcher = op is not None and op.cat == "cpu_op"
         atom = by_op.get(id(op)) if launcher else None
         if atom is None:
-            atom = _Atom(side, [], gap[i], offset, set(), set(), False)
+            atom = _Atom(side, [], gap[i], offset, set(), set(), False, scope=_scope(units[i], shared),
+                         bare=not launcher)
             out.append(atom)
             if launcher:
                 by_op[id(op)] = atom
@@ -337,22 +352,30 @@ def _distance(x: _Atom, y: _Atom) -> tuple[int, int]:
     return abs(x.gap - y.gap), abs(x.offset - y.offset)
 
 
-def _link(uf: _Union, mine: list[_Atom], theirs: list[_Atom], keys, why) -> None:
+def _link(uf: _Union, mine: list[_Atom], theirs: list[_Atom], keys, why, neighbours: bool = False) -> None:
     """Join each atom of `mine` to the atom of `theirs` sharing the most keys (tags, sizes), the nearest gap of
-    those (at most MAX_GAP kept kernels away), then in that gap the one whose neighbours share keys with x's (a
-    for-loop optimizer's param.mul_ before lerp_ and exp_avg_sq.mul_ after it, per parameter, against foreach's
-    two _foreach_mul_ in the same places), then the nearest. why(x, y): the evidence, written down for the group."""
+    those (at most MAX_GAP kept kernels away), then (with neighbours, for words) in that gap the one whose
+    neighbours share keys with x's (a for-loop optimizer's param.mul_ before lerp_ and exp_avg_sq.mul_ after it,
+    per parameter, against foreach's two _foreach_mul_ in the same places), then the nearest. why(x, y): the
+    evidence, written down for the group."""
     idx = _index(theirs, keys)
 
-    def alike(p, q):
-        return p is not None and q is not None and bool(keys(p) & keys(q))
+    def alike(p, q, common):  # words the neighbours share beyond those the pair itself shares (the optimizer's)
+        return p is not None and q is not None and bool((p.tags & q.tags) - common)
 
     for x in mine:
-        cands = {id(y): y for k in keys(x) for y in _near(idx, k, x)}.values()
-        if cands:
-            y = min(cands, key=lambda y: (-len(keys(x) & keys(y)), abs(x.gap - y.gap),
-                                          -alike(x.prev, y.prev) - alike(x.next, y.next), abs(x.offset - y.offset)))
-            uf.union(x, y, why(x, y))
+        kx = keys(x)
+        cands = {id(y): y for k in kx for y in _near(idx, k, x)}.values()
+        if not cands:
+            continue
+        scored = [((-len(kx & keys(y)), abs(x.gap - y.gap)), abs(x.offset - y.offset), y) for y in cands]
+        best, _, y = min(scored, key=lambda c: c[:2])
+        if neighbours:  # among the equals in words and gap, the one in the same place among its neighbours
+            ties = [c for c in scored if c[0] == best]
+            if len(ties) > 1:
+                y = max(ties, key=lambda c: (alike(x.prev, c[2].prev, x.tags & c[2].tags)
+                                             + alike(x.next, c[2].next, x.tags & c[2].tags), -c[1]))[2]
+        uf.union(x, y, why(x, y))
 
 
 def _link_whole(uf: _Union, mine: list[_Atom], theirs: list[_Atom]) -> None:
@@ -361,18 +384,39 @@ def _link_whole(uf: _Union, mine: list[_Atom], theirs: list[_Atom]) -> None:
     by_gap: dict[int, list[_Atom]] = defaultdict(list)
     for y in theirs:
         by_gap[y.gap].append(y)
+    joined: set[int] = set()  # gaps whose atoms are one group already: x joins the first (linear, not |A| x |B|)
     for x in mine:
         for dist in range(MAX_GAP + 1):
-            near = by_gap.get(x.gap - dist, []) + (by_gap.get(x.gap + dist, []) if dist else [])
-            for y in near:
-                uf.union(x, y, REST)
+            near = [g for g in {x.gap - dist, x.gap + dist} if g in by_gap]
+            for g in near:
+                if g not in joined:
+                    joined.add(g)
+                    for y, z in zip(by_gap[g], by_gap[g][1:]):
+                        uf.union(y, z, REST)
+                uf.union(x, by_gap[g][0], REST)
             if near:
                 break
 
 
-def _link_both(uf: _Union, side_a: list[_Atom], side_b: list[_Atom], keys, why) -> None:
-    _link(uf, side_a, side_b, keys, why)
-    _link(uf, side_b, side_a, keys, why)
+def _link_both(uf: _Union, side_a: list[_Atom], side_b: list[_Atom], keys, why, neighbours: bool = False) -> None:
+    _link(uf, side_a, side_b, keys, why, neighbours)
+    _link(uf, side_b, side_a, keys, why, neighbours)
+
+
+def _join_modules(uf: _Union, atoms_a: list[_Atom], atoms_b: list[_Atom]) -> None:
+    """A module whose kernels one trace launches with no CPU op (a fused module's Triton kernels, launched from
+    Python: no op, no sizes, only the module's own words, which its other kernels share) is replaced whole: in one
+    gap, the atoms of both traces under an annotation of the same name (model.layers.3.mlp) that holds no kernel
+    that stayed, where one trace launched some of them bare, are one group. Else its two kernels were paired with
+    eager's first two by launch position alone. Linear: each atom joins the first of its module's."""
+    scopes: dict[tuple[int, str], list[_Atom]] = defaultdict(list)
+    for x in atoms_a + atoms_b:
+        if x.scope is not None:
+            scopes[x.gap, x.scope].append(x)
+    for xs in scopes.values():
+        if len({x.side for x in xs}) == 2 and any(x.bare for x in xs):
+            for x in xs[1:]:
+                uf.union(xs[0], x, MODULE)
 
 
 def _pair_gemms(uf: _Union, side_a: list[_Atom], side_b: list[_Atom]) -> None:
@@ -412,23 +456,26 @@ def _group(ua: list[Unit], ub: list[Unit], pairs: list[tuple[int, int]], hidden=
     free_b = [j for j in range(len(ub)) if j not in matched_b]
     shared_a = _ancestors([ua[i] for i in matched_a])
     shared_b = _ancestors([ub[j] for j in matched_b])
-    atoms_a = _atoms("a", ua, free_a, gap_a, {i: _tags(ua[i], shared_a) for i in free_a}, _sizes)
-    atoms_b = _atoms("b", ub, free_b, gap_b, {j: _tags(ub[j], shared_b) for j in free_b}, _sizes)
+    atoms_a = _atoms("a", ua, free_a, gap_a, {i: _tags(ua[i], shared_a) for i in free_a}, _sizes, shared_a)
+    atoms_b = _atoms("b", ub, free_b, gap_b, {j: _tags(ub[j], shared_b) for j in free_b}, _sizes, shared_b)
     every = atoms_a + atoms_b
-    telling = _telling_tags(atoms_a, atoms_b)
 
     def words(x, y):
         return ", ".join(sorted(x.tags & y.tags))
 
+    def tags(x):
+        return x.tags
+
     uf = _Union()
+    _join_modules(uf, atoms_a, atoms_b)
     _pair_gemms(uf, atoms_a, atoms_b)
     alone = uf.alone
     # pointwise work with pointwise work (and GEMMs no GEMM took), before a GEMM whose name carries its op
-    _link_both(uf, alone(atoms_a), alone(atoms_b), telling, words)
+    _link_both(uf, alone(atoms_a), alone(atoms_b), tags, words, neighbours=True)
     # what is still alone: by words with any group (an epilogue a GEMM template fused), by tensor sizes, then by
     # place: the nearest kernels of the other trace, grouped or not
-    _link(uf, alone(atoms_a), atoms_b, telling, words)
-    _link(uf, alone(atoms_b), atoms_a, telling, words)
+    _link(uf, alone(atoms_a), atoms_b, tags, words, neighbours=True)
+    _link(uf, alone(atoms_b), atoms_a, tags, words, neighbours=True)
     _link_both(uf, alone(atoms_a), alone(atoms_b), lambda x: x.sizes, lambda x, y: SIZES)
     # what neither trace's words nor sizes pair: one group with what is left of the other trace near it, if any
     _link_whole(uf, alone(atoms_a), alone(atoms_b))
@@ -456,24 +503,8 @@ def _group(ua: list[Unit], ub: list[Unit], pairs: list[tuple[int, int]], hidden=
     return _merge(ua, ub, groups), sorted(lone_a), sorted(lone_b)
 
 
-def _telling_tags(atoms_a: list[_Atom], atoms_b: list[_Atom]):
-    """keys(x) for the passes by words: x's tags less those every atom of its gap has, where the two traces left
-    different numbers of atoms there. Words all of them share (the module around a whole MLP: model, layers, mlp)
-    tell none apart; as keys they paired a fused module's two kernels with the first two of eager's six by launch
-    position alone (its kernels carry no op and no sizes). Left with no telling words, such a block is replaced as
-    a whole. As many atoms on each side keep them: one for one, in launch order, is then the likely replacement."""
-    common: dict[int, set[str]] = {}
-    count: dict[int, Counter] = defaultdict(Counter)
-    for x in atoms_a + atoms_b:
-        common[x.gap] = common[x.gap] & x.tags if x.gap in common else set(x.tags)
-        count[x.gap][x.side] += 1
-    keep = {g: tags for g, tags in common.items() if count[g]["a"] and count[g]["b"] and count[g]["a"] != count[g]["b"]}
-    empty: set[str] = set()
-    return lambda x: x.tags - keep.get(x.gap, empty)
-
-
 def _evidence(why: set[str]) -> str:
-    for label in (GEMM_SIZES, GEMM_ORDER, SIZES, REST):
+    for label in (MODULE, GEMM_SIZES, GEMM_ORDER, SIZES, REST):
         if label in why:
             return label
     return REST
