@@ -119,7 +119,7 @@ def test_sizes_and_defaults():
 
 def test_setup_cost():
     """README: the first command 'downloads about 3.1 GB of wheels (3.0 GB of them torch, Triton and NVIDIA's CUDA
-    libraries), and `.venv` then holds about 5.8 GB': for each package installed here, the wheel uv.lock pins that
+    libraries), and `.venv` then holds about 5.7 GB': for each package installed here, the wheel uv.lock pins that
     fits this interpreter best (the installer's rule), and the files under .venv."""
     import os
     import platform
