@@ -452,6 +452,24 @@ def test_a_module_whose_kernels_all_have_ops_is_paired_by_what_they_do_not_as_a_
         (["gemm_d"], ["tgemm_d"])]
 
 
+def test_sgd_with_momentum_for_loop_pairs_its_three_adds_by_their_neighbours():
+    """SGD with momentum and weight decay, per parameter (6): add (grad + wd * p), mul_ (buf *= momentum), add_
+    (buf += grad), add_ (p -= lr * buf); foreach: one of each over all six. Three kinds of add share the word:
+    each pairs with the foreach op with the same neighbours (the first before mul_, the second after it, the third
+    last), 6 for 1 each; an AMP unscale kernel changed in the same gap does not disturb it."""
+    sgd = [("add_wd", 2.0, "aten::add"), ("mul_buf", 2.0, "aten::mul_"), ("add_buf", 2.0, "aten::add_"),
+           ("add_p", 2.0, "aten::add_")]
+    foreach = [("mta_add_wd", 9.0, "aten::_foreach_add"), ("mta_mul", 9.0, "aten::_foreach_mul_"),
+               ("mta_add_buf", 9.0, "aten::_foreach_add_"), ("mta_add_p", 9.0, "aten::_foreach_add_")]
+    want = [(["add_wd"] * 6, ["mta_add_wd"], "add"), (["mul_buf"] * 6, ["mta_mul"], "mul"),
+            (["add_buf"] * 6, ["mta_add_buf"], "add"), (["add_p"] * 6, ["mta_add_p"], "add")]
+    assert groups([K0, *sgd * 6, K1], [K0, *foreach, K1]) == want
+    unscale = ("unscale_a", 3.0, "aten::_amp_foreach_non_finite_check_and_unscale_"), \
+        ("unscale_b", 2.0, "aten::_amp_foreach_non_finite_check_and_unscale_")
+    got = groups([K0, unscale[0], *sgd * 6, K1], [K0, unscale[1], *foreach, K1])
+    assert got[1:] == want and got[0][:2] == (["unscale_a"], ["unscale_b"])
+
+
 def test_near_offers_four_atoms_each_side_of_the_offset_in_the_nearest_gaps_only():
     """_near's documented window (NEAR = 4), on an index built by hand: under one word, gap 2 holds atoms at offsets
     0, 1, 3, 4, 6, 7, 8, 9, 10, 11 and 12, gap 4 one at 2, gap 0 one at 5. For an atom in gap 2 at offset 3: the

@@ -177,6 +177,7 @@ def _key(u: Unit):
 
 # ------------------------------------------------------------------------------ pairing the rest by meaning
 
+FOREACH_RE = re.compile(r"^(?:aten::)?(?:_foreach_)?")
 MAX_GAP = 2  # kernels that stayed, at most, between two kernels paired by words, sizes or place
 NEAR = 4  # per nearest gap, the atoms sharing a key on each side of x's offset that a link looks at (linear time)
 INDUCTOR_RE = re.compile(r"(?:triton|cpp)_\w*?fused_(\w+?)(?:_\d+)?$")
@@ -251,6 +252,7 @@ class _Atom:
     next: _Atom | None = None
     scope: str | None = None  # the innermost annotation around it that holds no kernel that stayed (a module's)
     bare: bool = False  # launched with no CPU op around it (from Python: a Triton kernel's launcher)
+    what: str | None = None  # its op's name, less aten:: and _foreach_ (mul_ for a for-loop's and foreach's mul_)
 
 
 class _Union:
@@ -303,7 +305,7 @@ def _atoms(side: str, units: list[Unit], free: list[int], gap: list[int], tags: 
         atom = by_op.get(id(op)) if launcher else None
         if atom is None:
             atom = _Atom(side, [], gap[i], offset, set(), set(), False, scope=_scope(units[i], shared),
-                         bare=not launcher)
+                         bare=not launcher, what=FOREACH_RE.sub("", op.name) if launcher else None)
             out.append(atom)
             if launcher:
                 by_op[id(op)] = atom
@@ -360,8 +362,8 @@ def _link(uf: _Union, mine: list[_Atom], theirs: list[_Atom], keys, why, neighbo
     evidence, written down for the group."""
     idx = _index(theirs, keys)
 
-    def alike(p, q, common):  # words the neighbours share beyond those the pair itself shares (the optimizer's)
-        return p is not None and q is not None and bool((p.tags & q.tags) - common)
+    def alike(p, q):  # neighbours launched by the same op, a for-loop's or foreach's (add_ is not add)
+        return p is not None and q is not None and p.what is not None and p.what == q.what
 
     for x in mine:
         kx = keys(x)
@@ -370,11 +372,11 @@ def _link(uf: _Union, mine: list[_Atom], theirs: list[_Atom], keys, why, neighbo
             continue
         scored = [((-len(kx & keys(y)), abs(x.gap - y.gap)), abs(x.offset - y.offset), y) for y in cands]
         best, _, y = min(scored, key=lambda c: c[:2])
-        if neighbours:  # among the equals in words and gap, the one in the same place among its neighbours
+        if neighbours:  # among the equals in words and gap: the same op (add, not add_), then the same neighbours
             ties = [c for c in scored if c[0] == best]
             if len(ties) > 1:
-                y = max(ties, key=lambda c: (alike(x.prev, c[2].prev, x.tags & c[2].tags)
-                                             + alike(x.next, c[2].next, x.tags & c[2].tags), -c[1]))[2]
+                y = max(ties, key=lambda c: (alike(x, c[2]), alike(x.prev, c[2].prev) + alike(x.next, c[2].next),
+                                             -c[1]))[2]
         uf.union(x, y, why(x, y))
 
 
