@@ -399,17 +399,21 @@ def in_spans(data: dict, spans: list[tuple[str, int, int]]) -> dict:
     return data
 
 
+# One MLP layer: eager's five kernels (each launched by an op that recorded its sizes), a fused module's two
+# (launched from Python: no op); a kept GEMM around them.
+MLP_KEEP = ("nvjet_keep", 9.0, "aten::mm")
+MLP_EAGER = [("nvjet_gu", 18.0, "aten::mm", [[1, 2048], [2048, 16384]]), ("gelu_k", 1.0, "aten::gelu"),
+             ("nvjet_gu", 18.0, "aten::mm", [[1, 2048], [2048, 16384]]), ("mul_k", 1.5, "aten::mul"),
+             ("nvjet_down", 19.0, "aten::mm", [[1, 16384], [16384, 2048]])]
+MLP_FUSED = [("geglu_k", 33.0, None), ("linear_k", 20.0, None)]
+
+
 def test_a_fused_module_replaces_the_whole_block_its_words_do_not_tell_apart():
     """Two layers' MLPs: eager's gate GEMM, GeLU, up GEMM, mul and down GEMM (ops with sizes) became a fused
     module's two kernels, launched from Python (no op, no sizes), under the same module spans. Nothing but the
     module's words (model, layers, mlp), which every kernel there has, links them: each MLP is replaced as a
     whole, not its first two kernels by the fused two at the same launch position."""
-    keep = ("nvjet_keep", 9.0, "aten::mm")
-    gemm_in, gemm_down = [[1, 2048], [2048, 16384]], [[1, 16384], [16384, 2048]]
-    eager = [("nvjet_gu", 18.0, "aten::mm", gemm_in), ("gelu_k", 1.0, "aten::gelu"),
-             ("nvjet_gu", 18.0, "aten::mm", gemm_in), ("mul_k", 1.5, "aten::mul"),
-             ("nvjet_down", 19.0, "aten::mm", gemm_down)]
-    fused = [("geglu_k", 33.0, None), ("linear_k", 20.0, None)]
+    keep, eager, fused = MLP_KEEP, MLP_EAGER, MLP_FUSED
     a = in_spans(kineto([[keep, *eager, keep, *eager, keep]]),
                  [("model.layers.0.mlp", 1, 5), ("model.layers.1.mlp", 7, 11)])
     b = in_spans(kineto([[keep, *fused, keep, *fused, keep]]),
@@ -654,12 +658,7 @@ def test_a_fused_module_is_replaced_per_layer_in_linear_time_and_keeps_its_neigh
     group per layer, by each layer's annotation, 4000 times, in seconds (joining every atom of the gap to every one
     took 97 s). And a changed kernel of another module one kept kernel away (a norm's mul) stays in its own group:
     the MLP's mul is not moved there."""
-    keep = ("nvjet_keep", 9.0, "aten::mm")
-    gemm_in, gemm_down = [[1, 2048], [2048, 16384]], [[1, 16384], [16384, 2048]]
-    eager = [("nvjet_gu", 18.0, "aten::mm", gemm_in), ("gelu_k", 1.0, "aten::gelu"),
-             ("nvjet_gu", 18.0, "aten::mm", gemm_in), ("mul_k", 1.5, "aten::mul"),
-             ("nvjet_down", 19.0, "aten::mm", gemm_down)]
-    fused = [("geglu_k", 33.0, None), ("linear_k", 20.0, None)]
+    keep, eager, fused = MLP_KEEP, MLP_EAGER, MLP_FUSED
     layers = 4000
     a = in_spans(kineto([[keep, *eager * layers, keep]]),
                  [(f"model.layers.{i}.mlp", 1 + 5 * i, 5 + 5 * i) for i in range(layers)])
