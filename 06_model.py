@@ -54,7 +54,7 @@ def expectations(args, layers, geglu=True):
     out = [it.steps(args.active, step)]
     if args.compile:
         out.append(it.cpu_event(r"^Torch-Compiled Region", device="any"))
-    else:  # (a trace read back may not say its layer count: the guesses that need it are then not applicable)
+    else:  # layers None (a trace read back that does not say): layers 0 to the highest annotated, at least one
         out.append(modules.modules_annotated(layers, step))
     if step == "decode" and args.cuda_graphs:
         out.append(modules.runtime_calls("cudaGraphLaunch", 1, "the whole token replayed as one CUDA graph"))

@@ -370,7 +370,7 @@ def _link(uf: _Union, mine: list[_Atom], theirs: list[_Atom], keys, why, neighbo
         cands = {id(y): y for k in kx for y in _near(idx, k, x)}.values()
         if not cands:
             continue
-        scored = [((-len(kx & keys(y)), abs(x.gap - y.gap)), abs(x.offset - y.offset), y) for y in cands]
+        scored = [((-len(kx & keys(y)), gap), offset, y) for y in cands for gap, offset in [_distance(x, y)]]
         best, _, y = min(scored, key=lambda c: c[:2])
         if neighbours:  # among the equals in words and gap: the same op (add, not add_), then the same neighbours
             ties = [c for c in scored if c[0] == best]
