@@ -634,6 +634,61 @@ def test_middle_sweep_rerun_prose():
     assert round(r0["graph_median_us"], 1) == round(r1["graph_median_us"], 1) and r0["host_us"] > 2 * r1["host_us"]
 
 
+def _faster_rounds(v, other):
+    return sum(f < o for f, o in zip(v["fused"]["rounds_us"], v[other]["rounds_us"]))
+
+
+def _module_rows(record):
+    tuned = record["fused_config"]["tuned"]
+    return {k: [{f: x for f, x in r.items() if f != "fused"} for r in v] if k == "geglu" else v for k, v in tuned.items()}
+
+
+def test_rows_timed_a_day_later_prose():
+    """The two runs of 2026-12-04: the command each paragraph quotes is the record's shapes; the ratios, microseconds
+    and rounds quoted, from the records by hand (best other variant's median / fused's)."""
+    flat = " ".join((ROOT / "docs/04_fused_mlp.md").read_text().split())
+    first = json.loads((ROOT / "results/bench_middle_h200.json").read_text())
+    rows, unlisted = (json.loads((ROOT / f"results/bench_{n}_h200.json").read_text()) for n in ("prefill_rows", "unlisted"))
+    for rec in rows, unlisted:
+        # "same table": the rows the module runs by (the "fused" entries, added since, are for 04_fused_mlp.py alone)
+        assert rec["date"][:10] == "2026-12-04" and _module_rows(rec) == _module_rows(first)
+        assert (rec["device"], rec["torch"], rec["triton"]) == (first["device"], first["torch"], first["triton"])
+        assert "--shapes " + ",".join("{}x{}x{}".format(*_key(s)) for s in rec["shapes"]) + " --max-autotune none" in flat
+    assert rows["liger_kernel"] is None and unlisted["liger_kernel"] == first["liger_kernel"]
+    # "0.98x of torch.compile at 384x4096->14336 (F against C µs, faster in N of the 5 rounds), 1.05x at
+    # 512x2048->16384 (F against C µs)"
+    at = {_key(s): s["variants"] for s in rows["shapes"]}
+    v, w = at[384, 4096, 14336], at[512, 2048, 16384]
+    assert _best_other(v) == _best_other(w) == "compile"
+    assert quoted(r"(\d\.\d\d)× of `torch.compile` at 384×4096→14336 \(([\d.]+) against ([\d.]+) µs, faster in (\d) of "
+                  r"the 5 rounds\), (\d\.\d\d)× at 512×2048→16384 \(([\d.]+) against ([\d.]+) µs\)", flat) == [
+        round(v["compile"]["median_us"] / v["fused"]["median_us"], 2), round(v["fused"]["median_us"], 1),
+        round(v["compile"]["median_us"], 1), _faster_rounds(v, "compile"),
+        round(w["compile"]["median_us"] / w["fused"]["median_us"], 2), round(w["fused"]["median_us"], 1),
+        round(w["compile"]["median_us"], 1)]
+    # The unlisted widths: none of them in any sweep; "the fastest in A of the B rows, from R1x (the closest, every
+    # variant at F of the floor or below) to R2x (the furthest ahead). The ninth is level with torch.compile: ..."
+    import bench
+
+    swept = {tuple(int(n) for n in s.split("x")) for sweep in bench.SWEEPS.values() for s in sweep.split(",")}
+    shapes = unlisted["shapes"]
+    assert not {_key(s) for s in shapes} & swept
+    ahead = [s for s in shapes if _ratio(s) > 1]
+    assert quoted(r"The fused MLP is the fastest in (\d) of the (\d)\s+rows", flat) == [len(ahead), len(shapes)]
+    low, high = min(ahead, key=_ratio), max(ahead, key=_ratio)
+    floor = low["floor_us"] / min(o["median_us"] for o in low["variants"].values())  # the fastest's fraction
+    assert quoted(r"from (\d\.\d\d)× \((\d+)×(\d+)→(\d+), memory-bound: every variant at ([\d.]+) of the floor or below\) "
+                  r"to (\d\.\d\d)× \((\d+)×(\d+)→(\d+)\)", flat) == [
+        round(_ratio(low), 2), *_key(low), round(floor, 2), round(_ratio(high), 2), *_key(high)]
+    assert low["bound"] == "memory"
+    [level] = [s for s in shapes if _ratio(s) <= 1]
+    lv = level["variants"]
+    assert _best_other(lv) == "compile" and 1 - _ratio(level) < min(_spread(lv["fused"]), _spread(lv["compile"]))
+    assert quoted(r"The ninth is level with `torch.compile`: (\d+)×(\d+)→(\d+), ([\d.]+) against ([\d.]+) µs, faster in "
+                  r"(\d) of the 5 rounds", flat) == [*_key(level), round(lv["fused"]["median_us"], 1),
+                                                     round(lv["compile"]["median_us"], 1), _faster_rounds(lv, "compile")]
+
+
 def _h200_table(monkeypatch):
     """fused_geglu with the committed table read as it is on the H200 (compute capability 9), on this machine."""
     fused_geglu = pytest.importorskip("fused_geglu", reason="needs Triton (Linux wheels only)")
