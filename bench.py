@@ -7,10 +7,10 @@
 A shape is tokens x dim x hidden; 8192 x 768 x 3072 is the post's (batch 64 x seq 128). The default sweep
 ("models") is how models run an MLP: the post's shape and a quarter of it; decode (M = 1, 16, 64 tokens)
 and prefill (M = 4096..16384) at Llama-2-7B (4096 -> 11008), Gemma-2B (2048 -> 16384) and Llama-3-8B
-(4096 -> 14336) sizes; and an odd M. For each shape the variants get the same weights and are checked
-against an fp32 reference before anything is timed (correct before fast). Each forward is then timed in
-ROUNDS interleaved rounds (time_interleaved: one call of each variant in turn, the first one rotated each round);
-the table shows the median of the rounds.
+(4096 -> 14336) sizes; and an odd M. For each shape the variants read the same weights (one copy in memory:
+share_weights) and are checked against an fp32 reference before anything is timed (correct before fast). Each
+forward is then timed in ROUNDS interleaved rounds (time_interleaved: one call of each variant in turn, the first one
+rotated each round); the table shows the median of the rounds.
 
 The timer: CUDA events around each call, median over ~100 ms of calls, L2 evicted before every call by
 *reading* 256 MB. (triton.testing.do_bench evicts by writing zeros: the dirty lines it leaves are written
@@ -78,6 +78,7 @@ GRAPH_MAX_M = 128  # CUDA-graph replays where host time matters: few tokens, sho
 # (results/bench_round_robin_h200.json) the compute-bound rows' rounds moved by up to 9% from one to the next (fused at
 # 8192x4096x14336: 4197 to 4603 µs), so two variants' medians came from different moments of the GPU.
 ROUNDS = 5
+WEIGHTS = "one copy, read by every variant (share_weights)"  # records made before say nothing: a copy per variant
 INTERLEAVED = "interleaved rounds (one call of each variant in turn)"  # how time_interleaved's records say they timed
 NO_GPU = "bench.py needs a CUDA GPU; torch.cuda.is_available() is False here (run it on the GPU machine)"
 
@@ -326,15 +327,29 @@ def roofline(M, dim, hidden, elem_bytes, ceiling_tflops, bandwidth_tbps):
             "floor_us": max(compute_us, memory_us), "bound": "compute" if compute_us >= memory_us else "memory"}
 
 
+def share_weights(source, *modules):
+    """Give each module source's weight Parameters (gate_proj, up_proj, down_proj: the same objects, so the same
+    memory). Where a variant's weights lay moved a GEMM's time by up to 2% on the H200: at 384x4096->14336 the fused
+    MLP against torch.compile was 1.00x as the second shape of a run and 1.04x with the allocator's cache emptied
+    before it, same code, two runs each (a probe, 2026-12-04). Reading one copy, the variants differ in their code only."""
+    for module in modules:
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            getattr(module, name).weight = getattr(source, name).weight
+
+
 def build_variants(M, dim, hidden, dtype, max_autotune):
     SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
     from fused_geglu import FusedGeGLUMLP
 
     eager = SimpleGeGLUMLP(dim, hidden).cuda().to(dtype).eval()
+    fused = FusedGeGLUMLP(dim, hidden).cuda().to(dtype).eval()
+    fused.load_state_dict(eager.state_dict())  # same parameter names; gate and up end in one storage (packed)
+    share_weights(fused, eager)  # the old copy is freed: one copy of the weights in memory, read by every variant
     variants = {"eager": eager, "compile": torch.compile(eager, dynamic=False)}
-    if max_autotune:  # its own copy of the module: two compiled wrappers never share Dynamo's cache entry
-        variants["max-autotune"] = torch.compile(copy.deepcopy(eager), mode="max-autotune-no-cudagraphs",
-                                                 dynamic=False)
+    if max_autotune:  # its own module: two compiled wrappers never share Dynamo's cache entry; the same weights
+        own = copy.deepcopy(eager)
+        share_weights(fused, own)
+        variants["max-autotune"] = torch.compile(own, mode="max-autotune-no-cudagraphs", dynamic=False)
     try:
         from liger_kernel.transformers.geglu import LigerGEGLUMLP
     except ImportError:
@@ -342,10 +357,8 @@ def build_variants(M, dim, hidden, dtype, max_autotune):
     if LigerGEGLUMLP is not None:
         config = types.SimpleNamespace(hidden_size=dim, intermediate_size=hidden, hidden_act="gelu_pytorch_tanh")
         variants["liger"] = LigerGEGLUMLP(config).cuda().to(dtype).eval()
-    variants["fused"] = FusedGeGLUMLP(dim, hidden).cuda().to(dtype).eval()
-    for name in ("liger", "fused"):
-        if name in variants:
-            variants[name].load_state_dict(eager.state_dict())  # same parameter names
+        share_weights(fused, variants["liger"])
+    variants["fused"] = fused
     reference = SimpleGeGLUMLP(dim, hidden).cuda().float().eval()
     reference.load_state_dict(eager.state_dict())
     return variants, reference
@@ -542,6 +555,7 @@ def main(argv=None):
         "dtype": args.dtype,
         "timer": f"CUDA events, median over ~100 ms of calls, L2 evicted by a 256 MB read before each call; "
                  f"middle of {ROUNDS} {INTERLEAVED}",
+        "weights": WEIGHTS,
         "ceiling_tflops": ceiling, "ceiling_gemm": "8192x8192x8192",
         "copy_tbps": bandwidth, "copy": "1 GiB device-to-device, bytes read + written",
         "floor": "max(6*M*dim*hidden / ceiling, bytes / copy) with bytes = the 3 weights + x + y",

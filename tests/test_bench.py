@@ -63,6 +63,50 @@ def test_gpu_run_writes_record(tmp_path):
     assert str(out) in proc.stdout and not list(tmp_path.glob("*.partial"))
 
 
+def test_share_weights_gives_every_module_the_sources_parameters():
+    """After share_weights, each module's gate, up and down weights are the source's Parameter objects (one storage
+    each), and its forward is the source's; the other parameters are left alone."""
+    import importlib
+
+    import bench
+
+    Simple = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
+    torch.manual_seed(0)
+    source, a, b = Simple(16, 40), Simple(16, 40), Simple(16, 40)
+    x = torch.randn(3, 16)
+    assert not torch.equal(a(x), source(x))
+    b.extra = torch.nn.Parameter(torch.ones(2))
+    bench.share_weights(source, a, b)
+    for m in (a, b):
+        for name in ("gate_proj", "up_proj", "down_proj"):
+            assert getattr(m, name).weight is getattr(source, name).weight
+        assert torch.equal(m(x), source(x))
+    assert torch.equal(b.extra, torch.ones(2))
+    with torch.no_grad():
+        source.down_proj.weight.mul_(2)  # one copy: a change shows in every module
+    assert torch.equal(a(x), source(x))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_every_variant_reads_one_copy_of_the_weights():
+    """build_variants: eager, compile, max-autotune, Liger (if installed) and fused read the same storages (the fused
+    module's, gate and up packed in one), and the weights are in memory once."""
+    import bench
+
+    before = torch.cuda.memory_allocated()
+    variants, reference = bench.build_variants(8, 64, 256, torch.bfloat16, True)
+    weights = 3 * 64 * 256 * 2
+    fused = variants["fused"]
+    storages = {n: getattr(fused, n).weight.untyped_storage().data_ptr() for n in ("gate_proj", "up_proj", "down_proj")}
+    assert storages["gate_proj"] == storages["up_proj"] != storages["down_proj"]
+    for name, v in variants.items():
+        module = getattr(v, "_orig_mod", v)  # a compiled wrapper's module
+        for n in storages:
+            assert getattr(module, n).weight.untyped_storage().data_ptr() == storages[n], (name, n)
+    reference_bytes = sum(p.numel() * p.element_size() for p in reference.parameters())
+    assert torch.cuda.memory_allocated() - before - reference_bytes < 2 * weights  # one bf16 copy (and blocks' rounding)
+
+
 def _record(M=8192, dim=768, hidden=3072, fused_us=190.0, fused_rounds=(1.0, 1.005, 0.995)):
     # A record shaped like the GPU run's, numbers made up; each variant's rounds spread differently (liger 5%,
     # fused 1%), so a rule that took the wrong spread shows.
