@@ -777,6 +777,7 @@ def test_main_writes_what_the_record_says_it_measured(tmp_path, monkeypatch):
         "device": "a GPU", "date": "2026-11-30T00:00:00", "dtype": "fp16",
         "timer": "CUDA events, median over ~100 ms of calls, L2 evicted by a 256 MB read before each call; "
                  "middle of 5 interleaved rounds (one call of each variant in turn)",
+        "weights": "one copy, read by every variant (share_weights)",
         "ceiling_tflops": 680.0, "ceiling_gemm": "8192x8192x8192",
         "copy_tbps": 4.0, "copy": "1 GiB device-to-device, bytes read + written",
         "floor": "max(6*M*dim*hidden / ceiling, bytes / copy) with bytes = the 3 weights + x + y"}

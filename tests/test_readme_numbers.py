@@ -602,6 +602,50 @@ def test_middle_sweep_table_and_prose():
         round(v["fused"]["median_us"], 1), round(v["compile"]["median_us"], 1)]
 
 
+def test_middle_sweep_with_one_copy_of_the_weights():
+    """The middle sweep timed with every variant reading one copy of the weights: its table is bench.markdown_table of
+    the record; the counts, the level row and the rows behind in the older runs (each of which was made with a copy per
+    variant and had 384x4096->14336 behind), from the records by hand."""
+    import bench
+
+    text = (ROOT / "docs/04_fused_mlp.md").read_text()
+    flat = " ".join(text.split())
+    record = json.loads((ROOT / "results/bench_middle_shared_h200.json").read_text())
+    assert bench.markdown_table(record, "results/bench_middle_shared_h200.json") in text
+    assert record["weights"] == bench.WEIGHTS and "`share_weights` in bench.py" in flat
+    assert [_key(s) for s in record["shapes"]] == [tuple(int(n) for n in s.split("x")) for s in bench.SWEEPS["middle"].split(",")]
+    old = {n: json.loads((ROOT / f"results/bench_{n}_h200.json").read_text())
+           for n in ("middle", "middle_rerun", "middle_all_packed", "middle_unpacked", "prefill_rows")}
+    assert all("weights" not in r for r in old.values())  # a copy per variant
+    # "the runs below, made that way, had the fused MLP behind at 384x4096->14336 each time"
+    assert all(_ratio(next(s for s in r["shapes"] if _key(s) == (384, 4096, 14336))) < 1 for r in old.values())
+    # the same gate and up GEMM counts as the sweep before it (the paragraph above the tables says 10 and 7)
+    assert [s["fused_gate_up_gemms"] for s in record["shapes"]] == [s["fused_gate_up_gemms"] for s in old["middle"]["shapes"]]
+    ahead = [s for s in record["shapes"] if _ratio(s) > 1]
+    assert quoted(r"the fastest in (\d+) of the (\d+) rows, and faster than the best other in all 5 rounds at each of "
+                  r"them", flat) == [len(ahead), len(record["shapes"])]
+    for s in ahead:
+        assert _faster_rounds(s["variants"], _best_other(s["variants"])) == 5, _key(s)
+    [level] = [s for s in record["shapes"] if _ratio(s) <= 1]
+    v = level["variants"]
+    assert _best_other(v) == "compile" and 1 - _ratio(level) < min(_spread(v["fused"]), _spread(v["compile"]))
+    assert quoted(r"The seventeenth, (\d+)×(\d+)→(\d+), is level with `torch.compile`: ([\d.]+) against ([\d.]+) µs, "
+                  r"faster in (\d) of the 5 rounds", flat) == [
+        *_key(level), round(v["fused"]["median_us"], 1), round(v["compile"]["median_us"], 1), _faster_rounds(v, "compile")]
+    behind_before = [_key(s) for s in old["middle"]["shapes"] if _ratio(s) < 1]
+    rows = {_key(s): s["variants"] for s in record["shapes"]}
+    numbers = []
+    for k in behind_before:
+        assert _faster_rounds(rows[k], "compile") == 5 and _best_other(rows[k]) == "compile"
+        numbers += [round(rows[k]["fused"]["median_us"], 1), round(rows[k]["compile"]["median_us"], 1), *k]
+    assert quoted(r"are ahead in every round: ([\d.]+) against ([\d.]+) µs at (\d+)×(\d+)→(\d+), ([\d.]+) against "
+                  r"([\d.]+) at (\d+)×(\d+)→(\d+)", flat) == numbers
+    graphed = [s["variants"] for s in record["shapes"] if s["variants"]["fused"].get("graph_median_us") is not None]
+    assert {s["M"] for s in record["shapes"] if s["variants"]["fused"].get("graph_median_us") is not None} == {128}
+    assert all(v["fused"]["graph_median_us"] < min(o["graph_median_us"] for k, o in v.items() if k != "fused")
+               for v in graphed)
+
+
 def test_middle_sweep_rerun_prose():
     """The paragraph on the middle sweep run again: same rows, code, table and versions an hour later; its count, the
     two rows behind (by how much, microseconds, rounds faster) and the slow host of its first rows, by hand."""
