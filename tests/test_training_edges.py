@@ -352,6 +352,20 @@ def test_a_flow_that_starts_where_three_ops_start_links_the_one_autograd_numbere
     assert [(r["forward_op"], r["backward_op"]) for r in a["slowest_backward"]] == [("aten::mm", "MmBackward0")]
 
 
+def test_a_flow_on_a_thread_named_by_a_list_or_an_object_is_skipped_not_a_traceback(tmp_path):
+    """A fwdbwd flow end whose pid is a list, or whose tid an object, is on no thread an op can be on: that flow
+    is skipped (its pair lost) and the rest still link; nothing raises (the ids are dict keys)."""
+    def odd(data):
+        ends = [e for e in data["traceEvents"] if e.get("cat") == "fwdbwd" and e["id"] == 1]  # aten::mm's pair
+        assert [e["ph"] for e in ends] == ["s", "f"]
+        data["traceEvents"] += [dict(ends[0], id=77, pid=[1]), dict(ends[1], id=77),
+                                dict(ends[0], id=78), dict(ends[1], id=78, tid={"a": 1})]
+
+    a = training.analyze(_hand_trace(tmp_path, odd))
+    assert [(r["forward_op"], r["backward_op"]) for r in a["slowest_backward"]] == [("aten::mm", "MmBackward0")]
+    assert a["slowest_backward"][0]["calls_per_step"] == 1  # the good flow's pair alone
+
+
 # ---- the gaps the whole-file mutation run left (tests/mutation_survivors.md, training.py): a scalar's empty
 # shape, a forward op without shapes, a gradient of unknown dtype, five peaks in the broken message, a split-K
 # GEMM on a GPU, the middle step's optimizer of five, a step of forward and backward alone --------------------------

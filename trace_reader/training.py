@@ -149,11 +149,16 @@ def _flows(path: str, mtime_ns: int, size: int) -> tuple[tuple, ...]:  # cached 
     """((id, "s" | "f", pid, tid, ts), ...) of the trace file's fwdbwd flow events; odd ones skipped."""
     out = []
     for raw in side_events(path, mtime_ns, size)[0]:
-        ts, fid = raw.get("ts"), raw.get("id")
-        if type(ts) not in (int, float) or type(fid) not in (int, str):
+        ts, fid, pid, tid = raw.get("ts"), raw.get("id"), raw.get("pid"), raw.get("tid")
+        if type(ts) not in (int, float) or type(fid) not in (int, str) or not _scalar(pid) or not _scalar(tid):
             continue
-        out.append((fid, raw["ph"], raw.get("pid"), raw.get("tid"), float(ts)))
+        out.append((fid, raw["ph"], pid, tid, float(ts)))
     return tuple(out)
+
+
+def _scalar(x) -> bool:
+    """A JSON value that can name a thread (a list or an object cannot: no op is on it)."""
+    return x is None or type(x) in (int, float, str, bool)
 
 
 def read_flows(trace: Trace) -> tuple[tuple, ...]:
