@@ -582,6 +582,31 @@ def test_short_names_fit_their_column():
     assert short(name, False, 20) == name[5:24] + "…"  # even the cut form does not fit
 
 
+def test_short_names_pick_the_functor_as_the_one_regex_did_without_its_cost():
+    """The functor is the first identifier holding Functor or Impl after its first letter (the old regex,
+    \\w+(?:Functor|Impl)\\w*, written here to compare); a 300,000-letter name of no functor is cut to the column
+    at once (the regex took minutes: it backtracked from every letter)."""
+    import re
+    import time
+
+    from trace_reader.kernels import short
+
+    def by_regex(name):
+        found = [f for f in dict.fromkeys(re.findall(r"(\w+(?:Functor|Impl)\w*)", name))
+                 if not f.startswith(("Binary", "AUnary", "BUnary", "Unary"))]
+        return found[0] if found else None
+
+    pad = ", " + "x" * 80
+    for inner in ("MulFunctor<float>", "GeluCUDAKernelImpl", "Functor<a, AddFunctor>", "ImplFoo, SumImpl",
+                  "BinaryFunctor<T, CUDAFunctor_add>", "FunctorImpl", "Functor, Impl", "aImpl_bFunctor"):
+        name = f"void at::k<4, {inner}{pad}>(int)"
+        want = by_regex(name)
+        assert short(name, False) == (f"k<…{want}…>" if want else name[5:76] + "…"), inner
+    start = time.perf_counter()
+    assert short("k" * 300_000, False) == "k" * 71 + "…"
+    assert time.perf_counter() - start < 5  # the regex's quadratic walk: minutes
+
+
 def test_gemm_or_pointwise_by_name_and_op():
     from types import SimpleNamespace
 
