@@ -106,6 +106,65 @@ def test_without_a_step_span_an_engine_kernel_counts_every_other_threads_open_an
                                                         "other": [20.0]}
 
 
+def _nested(rng, lo, hi, depth, tid, out):
+    """Random annotations nested in [lo, hi] on one thread: siblings apart or touching, children inside."""
+    t = lo
+    while depth and t < hi and rng.random() < 0.8:
+        a = rng.choice([t, t + rng.randint(0, 3)])  # touching the last sibling, or after a gap
+        b = min(hi, a + rng.randint(0, 12))
+        if a > hi:
+            break
+        out.append(x(f"a{len(out)}", "user_annotation", a, b - a, tid=tid))
+        _nested(rng, a, b, depth - 1, tid, out)
+        t = b
+
+
+def test_an_engine_kernels_open_annotations_are_those_a_scan_of_every_span_finds_on_random_steps():
+    """Random nests of annotations (siblings touching, children sharing starts and ends, zero lengths) on the step's
+    thread and on thread 3, engine kernels launched at random instants: each kernel's annotations are, besides
+    `backward`, every annotation of the step's thread that holds the launch, edges included, found here by a scan
+    of all of them (or of every thread but the engine's without a step span)."""
+    import random
+
+    rng = random.Random(11)
+    for case in range(200):
+        steps = case % 2 == 0
+        ann = []
+        _nested(rng, 0, 60, 4, 1, ann)
+        _nested(rng, 0, 60, 3, 3, ann)
+        launches = [rng.randint(0, 60) for _ in range(6)]
+        ev = [x("backward", "user_annotation", -5, 70), *ann]
+        for j, t in enumerate(launches):
+            ev += [x("autograd::engine::evaluate_function: MmBackward0", "cpu_op", t - 0.5, 1, tid=2),
+                   x("cudaLaunchKernel", "cuda_runtime", t, 0.1, tid=2, **{"External id": 9, "correlation": j + 1}),
+                   x(f"k{j}", "kernel", 100 + j, 1, pid=0, tid=7, correlation=j + 1)]
+        if steps:
+            ev.insert(0, x("ProfilerStep#2", "user_annotation", -10, 200))
+        trace = parse({"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]})
+        [st] = trace.steps
+        cache = {}
+        for k in sorted(st.gpu, key=lambda k: k.name):
+            t = launches[int(k.name[1:])]
+            want = {"backward"} | {e["name"] for e in ann if e["ts"] <= t <= e["ts"] + e["dur"]
+                                   and (e["tid"] == 1 or not steps)}
+            assert set(rp.annotations_around(k, st, cache)) == want, (case, k.name, t)
+
+
+def test_a_thousand_nested_annotations_over_two_thousand_kernels_each_get_every_kernels_time():
+    """1,000 annotations nested in one another around one op that launches 2,000 kernels of 2 µs: each annotation
+    holds 4,000 µs of GPU time (the walk up from the op is made once, and the kernels are summed before they are
+    added to each annotation's row: 2,000 x 1,000 additions took seconds)."""
+    n, kernels = 1000, 2000
+    ev = [x("ProfilerStep#1", "user_annotation", 0, 10 * n + 10 * kernels + 100)]
+    ev += [x(f"m{i}", "user_annotation", i + 1, 10 * n + 10 * kernels + 50 - 2 * (i + 1)) for i in range(n)]
+    ev.append(x("aten::mul", "cpu_op", n + 5, 10 * kernels, **{"External id": 3}))
+    for j in range(kernels):
+        ev += [x("cudaLaunchKernel", "cuda_runtime", n + 6 + 10 * j, 1, **{"External id": 3, "correlation": j + 1}),
+               x("k", "kernel", n + 8 + 10 * j, 2, pid=0, tid=7, correlation=j + 1)]
+    got = rp.gpu_time_by_annotation(parse({"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}))
+    assert got == {f"m{i}": [2.0 * kernels] for i in range(n)}
+
+
 # ---- the CPU's work ---------------------------------------------------------------------------------------------------
 
 def test_cpu_work_is_timed_over_the_typical_steps_when_the_first_one_differs():

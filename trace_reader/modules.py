@@ -43,12 +43,13 @@ def per_annotation(trace: Trace) -> dict[str, dict[str, list]]:
     def row(name):
         return rows.setdefault(name, {"gpu_us": [0.0] * n, "kernels": [0] * n, "cpu_us": [0.0] * n, "calls": [0] * n})
 
+    cache: dict = {}
     for i, st in enumerate(trace.steps):
         for e in st.spans:
             if e.cat == "user_annotation" and not STEP_RE.match(e.name):
                 row(e.name)["calls"][i] += 1
         for k in st.kernels:
-            for name in annotations_around(k, st):
+            for name in annotations_around(k, st, cache):
                 row(name)["kernels"][i] += 1
     for name, per_step in gpu_time_by_annotation(trace).items():
         row(name)["gpu_us"] = per_step
@@ -179,9 +180,10 @@ def module_launches(kind: str, what: str, has: tuple[str, ...] = (), lacks: tupl
         if (miss := _need_steps(t)):
             return miss
         launched: dict[str, list[list[str]]] = {}  # module -> per step, the kernel and op names inside it
+        cache: dict = {}
         for i, st in enumerate(t.steps):
             for k in st.kernels:
-                for name in annotations_around(k, st):
+                for name in annotations_around(k, st, cache):
                     if module_type(name) == kind:
                         steps = launched.setdefault(name, [[] for _ in t.steps])
                         steps[i] += [k.name] + ([k.op.name] if k.op is not None else [])

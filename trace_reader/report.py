@@ -226,13 +226,19 @@ def gpu_time_by_annotation(trace: Trace) -> dict[str, list[float]]:
     nested ones included (a module's time holds its submodules'). Kernels on overlapping streams count each
     their own time. ProfilerStep#k is not an annotation here; an annotation absent from a step counts 0.
     Backward work launched on the autograd engine's thread counts for the annotations open on the step's own
-    thread at its launch (`with record_function("backward"): loss.backward()`), see annotations_around."""
+    thread at its launch (`with record_function("backward"): loss.backward()`), see annotations_around.
+    Kernels with the same annotations are summed first, then added to each of theirs: a step's thousands of
+    kernels under a few dozen modules add to each module's row once per module set, not once per kernel."""
     per: dict[str, list[float]] = {}
-    starts: dict[int, list[float]] = {}  # id(span) -> its children's start times, made once per span asked
+    cache: dict = {}
     for i, st in enumerate(trace.steps):
+        by_names: dict[frozenset, float] = {}
         for k in st.gpu:
-            for name in annotations_around(k, st, starts):
-                _row(per, name, len(trace.steps))[i] += k.dur
+            names = _around(k, st, cache)
+            by_names[names] = by_names.get(names, 0.0) + k.dur
+        for names, dur in by_names.items():
+            for name in sorted(names):
+                _row(per, name, len(trace.steps))[i] += dur
     return per
 
 
@@ -262,7 +268,7 @@ def cpu_time_by_annotation(trace: Trace) -> dict[str, list[float]]:
     return per
 
 
-def annotations_around(k: Kernel, st: Step, starts: dict | None = None) -> list[str]:
+def annotations_around(k: Kernel, st: Step, cache: dict | None = None) -> list[str]:
     """The record_function names (ProfilerStep#k aside) around the CPU call that launched k in step st, sorted (so
     that the tables and the JSON built from them keep one order from run to run, whatever the string hashes).
 
@@ -271,17 +277,42 @@ def annotations_around(k: Kernel, st: Step, starts: dict | None = None) -> list[
     launched: the thread that called backward() waits inside them while the engine works for it. And a launch
     whose op is an outer span (a CUDA graph's replay: cudaGraphLaunch carries the id of the compiled region's op,
     though it runs inside the "## Call CompiledFxGraph" annotation within it) also counts for the annotations
-    under that op that hold the launch call in time. starts: a cache of children's start times, per span."""
-    names, node, top = set(), k.op, None
-    while node is not None and node is not st.span:
+    under that op that hold the launch call in time. cache: what the walks found, kept across calls on one trace."""
+    return sorted(_around(k, st, {} if cache is None else cache))
+
+
+# Python's recursion limit (1000) bounds a real stack of `with record_function(...)`; a made-up chain deeper than
+# this is walked this far, so that a hostile trace's walks stay linear in its kernels.
+MAX_NESTING = 1024
+
+
+def _around(k: Kernel, st: Step, cache: dict) -> frozenset[str]:
+    """annotations_around's names, unsorted: one frozenset per op where nothing is added to the walk's."""
+    names, top = _up(k.op, st, cache)
+    extra = set()
+    if top is not None and k.launch is not None:
+        extra = _open_on_step_thread(st, top, k.launch.ts, cache)
+    if k.op is not None and k.launch is not None and k.op.children:
+        extra |= _annotations_below(k.op, k.launch.ts, cache)
+    return names | extra if extra - names else names
+
+
+def _up(op: Event | None, st: Step, cache: dict) -> tuple[frozenset[str], Event | None]:
+    """(the annotations from op up to st's span, the autograd engine op at the top of the walk when the walk
+    left the step: backward work on the engine's thread), found once per op."""
+    key = ("up", id(op))
+    if (got := cache.get(key)) is not None:
+        return got
+    names, node, top = set(), op, None
+    for _ in range(MAX_NESTING):
+        if node is None or node is st.span:
+            break
         if node.cat == "user_annotation" and not STEP_RE.match(node.name):
             names.add(node.name)
         top, node = node, node.parent
-    if node is None and top is not None and BACKWARD_RE.match(top.name) and k.launch is not None:
-        names |= _open_on_step_thread(st, top, k.launch.ts)
-    if k.op is not None and k.launch is not None and k.op.children:
-        names |= _annotations_below(k.op, k.launch.ts, {} if starts is None else starts)
-    return sorted(names)
+    engine = top if node is None and top is not None and BACKWARD_RE.match(top.name) else None
+    got = cache[key] = (frozenset(names), engine)
+    return got
 
 
 def _annotations_below(op: Event, ts: float, starts: dict) -> set[str]:
@@ -304,13 +335,48 @@ def _annotations_below(op: Event, ts: float, starts: dict) -> set[str]:
     return names
 
 
-def _open_on_step_thread(st: Step, engine_op: Event, ts: float) -> set[str]:
+def _open_on_step_thread(st: Step, engine_op: Event, ts: float, cache: dict) -> set[str]:
     """Annotations open at ts on the step's thread (the thread of its ProfilerStep span; without one, any thread
     but the engine's)."""
-    same = (lambda e: (e.pid, e.tid) == (st.span.pid, st.span.tid)) if st.span.tid is not None else \
-        (lambda e: (e.pid, e.tid) != (engine_op.pid, engine_op.tid))
-    return {e.name for e in st.spans
-            if e.cat == "user_annotation" and not STEP_RE.match(e.name) and e.ts <= ts <= e.end and same(e)}
+    names = set()
+    for thread, (starts, spans, outer) in _annotation_threads(st, cache).items():
+        if st.span.tid is not None and thread != (st.span.pid, st.span.tid):
+            continue
+        if st.span.tid is None and thread == (engine_op.pid, engine_op.tid):
+            continue
+        first, past = bisect.bisect_left(starts, ts), bisect.bisect_right(starts, ts)
+        names.update(e.name for e in spans[first:min(past, first + MAX_NESTING)])  # those that start at ts
+        i = first - 1
+        for _ in range(MAX_NESTING):  # up from the last to start before ts: each one holds the next one found
+            if i < 0:
+                break
+            if spans[i].end >= ts:
+                names.add(spans[i].name)
+            i = outer[i]
+    return names
+
+
+def _annotation_threads(st: Step, cache: dict) -> dict[tuple, tuple[list[float], list[Event], list[int]]]:
+    """{thread: (starts, annotation spans in time order (the longer first at one start), the index of the one
+    around each, -1 for none)} of st's annotations, ProfilerStep#k aside; made once per step."""
+    key = ("threads", id(st))
+    if (got := cache.get(key)) is not None:
+        return got
+    lanes: dict[tuple, list[Event]] = defaultdict(list)
+    for e in st.spans:
+        if e.cat == "user_annotation" and not STEP_RE.match(e.name):
+            lanes[e.pid, e.tid].append(e)
+    got = cache[key] = {}
+    for thread, spans in lanes.items():
+        spans.sort(key=lambda e: (e.ts, -e.dur))
+        outer, open_ = [], []
+        for j, e in enumerate(spans):
+            while open_ and spans[open_[-1]].end < e.end:  # not around e: closed before e ends
+                open_.pop()
+            outer.append(open_[-1] if open_ else -1)
+            open_.append(j)
+        got[thread] = ([e.ts for e in spans], spans, outer)
+    return got
 
 
 def cpu_self_times(trace: Trace) -> list[dict]:
