@@ -1378,6 +1378,22 @@ def layers_step(n: int, kernel: str = "k_mlp") -> dict:
     return {"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}
 
 
+def test_step_peak_with_thousands_of_device_ids_is_the_largest_over_each_ones_running_total(tmp_path):
+    """30,000 CUDA events over 3,000 Device Ids (ten each, in turn): id d allocates d+1 B ten times from its own
+    total of 1000 * d, so its peak is 10 * (d + 1) above its base, the largest 30,000 (id 2,999). One pass over
+    the events (a pass per id before: 20,000 ids took a minute)."""
+    from test_reader_report import x
+    from trace_reader.memory import step_peaks
+
+    events = [x("ProfilerStep#2", "user_annotation", 0, 100_000), x("cudaLaunchKernel", "cuda_runtime", 5, 1)]
+    for r in range(10):
+        for d in range(3000):
+            e = mem(10 + r * 3000 + d, d + 1, 1000 * d + (r + 1) * (d + 1), 1)
+            e["args"]["Device Id"] = d
+            events.append(e)
+    assert step_peaks(load_written(tmp_path, events)) == {2: 30_000.0}
+
+
 def test_the_mlp_kernel_in_the_trace_wins_over_the_file_name():
     import argparse
 

@@ -93,11 +93,12 @@ def step_peaks(trace: Trace) -> dict[int, float] | None:
     peaks = {}
     for st in trace.steps:
         inside = allocs[bisect.bisect_left(times, st.span.ts):bisect.bisect_right(times, st.span.end)]
+        base: dict = {}  # one running total per device: each one's before its first event in the step
         peak = 0.0
-        for dev in {a.device for a in inside}:  # one running total per device
-            mine = [a for a in inside if a.device == dev]
-            base = mine[0].total - mine[0].nbytes
-            peak = max(peak, max(a.total for a in mine) - base)
+        for a in inside:
+            if a.device not in base:
+                base[a.device] = a.total - a.nbytes
+            peak = max(peak, a.total - base[a.device])
         peaks[st.number] = peak
     return peaks
 
