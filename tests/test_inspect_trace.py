@@ -976,6 +976,24 @@ def test_occupancy_before_gemms_says_what_it_saw():
     assert verdicts(parse(data), ex) == [("broken", "no GEMM kernels in the active steps")]
 
 
+def test_views_nested_twenty_thousand_deep_name_the_outer_three_for_the_one_kernel_at_the_bottom():
+    """20,000 aten::view ops, each inside the one before, the innermost launching one 3 µs kernel: each view
+    launched it, through the ones it called; the verdict names the first three (a walk of every view's whole
+    subtree was quadratic: 30,000 took 30 s)."""
+    n = 20_000
+
+    def op(name, cat, ts, dur, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur, "args": args}
+
+    ev = [op("ProfilerStep#2", "user_annotation", 0, 3 * n + 100)]
+    ev += [op("aten::view", "cpu_op", 1 + i, 3 * n + 50 - 2 * i) for i in range(n)]
+    ev += [op("cudaLaunchKernel", "cuda_runtime", n + 5, 1, correlation=1),
+           {"ph": "X", "cat": "kernel", "name": "copy_kernel", "pid": 0, "tid": 7, "ts": n + 10, "dur": 3.0,
+            "args": {"correlation": 1}}]
+    t = parse({"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]})
+    assert verdicts(t, [it.views_launch_nothing()]) == [("broken", "; ".join(["aten::view launched 1 kernel(s), 3.0 µs"] * 3))]
+
+
 def test_views_launch_nothing_names_the_views_that_did():
     ex = [it.views_launch_nothing()]
     data = gpu_trace()

@@ -174,13 +174,27 @@ def views_launch_nothing() -> Expect:
             return "no view ops in the active steps"
         if not any(st.kernels for st in t.steps):
             return "no GPU kernels in the active steps"
-        busy = [(op.name, *_view_cuda_time(op)) for op in views]
-        busy = [b for b in busy if b[1]]
+        below = _launching(t)
+        busy = [op for op in views if id(op) in below][:3]  # the first three that launched anything are named
         if busy:
-            return "; ".join(f"{n} launched {k} kernel(s), {t_:.1f} µs" for n, k, t_ in busy[:3])
+            return "; ".join(f"{op.name} launched {k} kernel(s), {t_:.1f} µs"
+                             for op in busy for k, t_ in [_view_cuda_time(op)])
         return True
     return Expect("view ops (aten::t, transpose, reshape, view, ...) launch no kernel: 0 µs CUDA time",
                   run, "cuda")
+
+
+def _launching(t: Trace) -> set[int]:
+    """The ids of the spans that launched GPU work, themselves or through anything they called: each launching op
+    and its callers, walked up until a caller already marked (views nested in views stay linear)."""
+    marked: set[int] = set()
+    for st in t.steps:
+        for e in st.spans:
+            node = e if e.kernels else None
+            while node is not None and id(node) not in marked:
+                marked.add(id(node))
+                node = node.parent
+    return marked
 
 
 def bound(kind: str) -> Expect:
