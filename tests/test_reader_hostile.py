@@ -583,3 +583,19 @@ def test_the_call_tree_is_the_innermost_containing_span_on_random_traces():
             assert (None if got is None else spans.index(got)) == want, (case, i, raws)
             kids = [spans.index(c) for c in spans[i].children]
             assert kids == [j for j in order if spans[j].parent is spans[i]], (case, i)
+
+
+def test_two_processes_traces_merged_into_one_file_are_refused_in_one_line(tmp_path):
+    """The same run's events twice, the second copy under another process id (two processes' traces concatenated):
+    the same correlation id then names two launches, and a kernel's step cannot be known. One line, exit 2; the
+    file with one process reads as before."""
+    data = raw("mlp_eager")
+    pid = next(e["pid"] for e in data["traceEvents"] if e.get("cat") == "cuda_runtime")
+    twin = [dict(e, pid=e["pid"] + 1000) if e.get("pid") == pid else e for e in data["traceEvents"]]
+    merged = tmp_path / "merged.json"
+    merged.write_text(json.dumps(dict(data, traceEvents=data["traceEvents"] + twin)))
+    one_line_error(cli(merged), f"processes {pid} and {pid + 1000} both made a call with correlation id",
+                   "merged into one file?")
+    alone = tmp_path / "alone.json"
+    alone.write_text(json.dumps(dict(data, traceEvents=twin)))  # the copy alone: one process, read as ever
+    assert len(it.load_trace(alone).steps) == 3

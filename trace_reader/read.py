@@ -569,6 +569,12 @@ def _assemble(spans: list[Event], calls: list[Event], gpu: list[Event], skipped:
                     pending.discard(id(owner))
         corr = c.corr
         if corr is not None:
+            if (seen := by_corr.get(corr)) is not None and seen.pid != c.pid:
+                # CUPTI numbers one process's calls: the same number from two processes is two files' events in
+                # one, and which launch a kernel came from is not known (nor which process's step it is in).
+                raise TraceError(f"{path}: processes {seen.pid} and {c.pid} both made a call with correlation id "
+                                 f"{corr}: several processes' traces merged into one file? Read each process's own "
+                                 "trace (a folder of rank traces: --ranks)")
             by_corr[corr] = c
 
     for g in gpu:
