@@ -118,6 +118,21 @@ def test_gzip_bomb_of_zeros_costs_no_memory(tmp_path):
     assert rss < 400, f"{rss:.0f} MiB"  # the interpreter and imports; not the 2 GiB
 
 
+def test_millions_of_empty_events_are_refused_before_they_become_objects(tmp_path):
+    """A 0.2 MB gzip of `{},` 17.8 million times (53 MB of valid JSON, under the byte limit): each event would be a
+    Python object (6.6 GB for 33M); counted first, 17.8M objects are past read.MAX_JSON_OBJECTS (2^24): one line,
+    and the child's peak memory is the text's, not the events'. A trace of real density at the byte limit (one
+    object per 64 B of 1 GiB) is within it."""
+    n = 17 * (1 << 20)  # 17.8M > 2^24 = 16.8M
+    path = bomb(tmp_path / "empty_events.json.gz", b"{}," * (1 << 20), 17, head=b'{"traceEvents": [')
+    with open(path, "ab") as f:
+        f.write(gzip.compress(b"{}]}"))
+    proc, rss = max_rss_mib_of([path])
+    one_line_error(proc, f"{n + 2:,} JSON objects in {3 * n + 21:,} bytes", "limit of 16,777,216")
+    assert rss < 500, f"{rss:.0f} MiB"  # the interpreter, imports and 53 MB of text; not 17.8M events
+    assert read.MAX_JSON_OBJECTS == 1 << 24 and (1 << 30) // 64 == read.MAX_JSON_OBJECTS
+
+
 def test_decompressed_size_is_capped_with_one_line(tmp_path, decoder):
     # '{' then blanks: valid so far, so only the cap stops it. In-process with a small cap to keep the test fast;
     # the same code runs under the 1 GiB default.
