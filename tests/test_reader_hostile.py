@@ -614,3 +614,14 @@ def test_two_processes_traces_merged_into_one_file_are_refused_in_one_line(tmp_p
     alone = tmp_path / "alone.json"
     alone.write_text(json.dumps(dict(data, traceEvents=twin)))  # the copy alone: one process, read as ever
     assert len(it.load_trace(alone).steps) == 3
+
+
+def test_a_step_numbered_in_other_scripts_digits_is_no_step(tmp_path):
+    """ProfilerStep#٣ (Arabic-Indic three, which int() reads as 3) beside ProfilerStep#3: only the ASCII one is a
+    step, so no two steps share a number; the other is an annotation like any."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 10}
+          for name, ts in (("ProfilerStep#3", 0), ("ProfilerStep#\u0663", 20))]
+    path = tmp_path / "digits.json"
+    path.write_text(json.dumps({"traceEvents": ev}))
+    t = it.load_trace(path)
+    assert [st.number for st in t.steps] == [3] and t.steps[0].span.ts == 0

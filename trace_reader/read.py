@@ -24,7 +24,7 @@ from pathlib import Path
 CPU_SPAN_CATS = {"cpu_op", "user_annotation"}
 LAUNCH_CATS = {"cuda_runtime", "cuda_driver"}
 GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset"}
-STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+STEP_RE = re.compile(r"^ProfilerStep#([0-9]+)$")  # ASCII digits: int() reads others too
 # The autograd engine runs each backward node as one of these, on its own thread on a GPU.
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
 BACKWARD_RE = re.compile("^" + re.escape(BACKWARD_PREFIX))
