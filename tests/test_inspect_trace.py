@@ -1237,3 +1237,32 @@ def test_print_expectations_says_each_verdict_and_counts_them():
     buf = io.StringIO()
     assert it.print_expectations(results[:1], file=buf) == 0
     assert buf.getvalue().endswith("\n  1 confirmed, 0 broken, 0 not applicable\n")
+
+
+def test_expect_of_a_script_the_reader_cannot_guess_for_says_why(capsys):
+    """05_attention's guesses depend on flags its trace does not hold: a sentence saying so, not argparse's
+    'invalid choice'; a name that is no script at all lists the ones it knows. Both before any trace is read."""
+    assert it.main(["--expect", "05_attention", str(DATA / "no-such-trace.json")]) == 2
+    err = capsys.readouterr().err
+    assert err == ("inspect_trace.py: error: --expect 05_attention: its guesses depend on --impl, --backend and "
+                   "--decode, which its trace does not say; 05_attention.py checks them itself after each run\n")
+    assert it.main(["--expect", "09_nothing", str(DATA / "no-such-trace.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("inspect_trace.py: error: --expect 09_nothing: not one of the scripts it knows (01_matmul_add")
+    assert "invalid choice" not in err and err.count("\n") == 1
+
+
+def test_a_folder_without_rank_traces_says_what_it_holds(tmp_path, capsys):
+    """A folder is read as one distributed run: one holding plain traces (or none) says so and what to do."""
+    assert it.main([str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"inspect_trace.py: error: {tmp_path}: a folder is read as one distributed run's rank traces "
+        "(<run>_rank<N>.json, 08_tensor_parallel.py's), and it holds no .json or .json.gz trace; name a trace file "
+        "instead\n")
+    for name in ("64_bf16_cold_eager.json", "64_bf16_warm_eager.json.gz"):
+        (tmp_path / name).write_text("{}")
+    assert it.main([str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"inspect_trace.py: error: {tmp_path}: a folder is read as one distributed run's rank traces "
+        "(<run>_rank<N>.json, 08_tensor_parallel.py's), and it holds 2 trace(s) (64_bf16_cold_eager.json, ...), "
+        "none a rank's; name a trace file instead\n")

@@ -1020,7 +1020,7 @@ def test_nine_uneven_steps_their_numbers_orders_and_quantiles():
                                      (16, ["a"]), (18, ["a"])])))
     assert text.splitlines()[2] == "steps   9 active ProfilerStep (#2, #4, #6, ..., #14, #16, #18)"
     assert "\nsteps differ: 5 steps with 2 kernels (#2, #4, #6, #8, ...); 2 steps with 2 kernels in another order " \
-           "(#12, #14); 2 steps with 1 kernels (#16, #18)\n" in text
+           "(#12, #14); 2 steps with 1 kernel (#16, #18)\n" in text
     assert block(text, "step    kernels") == [
         "step    kernels  GPU busy  CPU span  wall  busy%  host%  verdict   lag median  lag max",
         "------  -------  --------  --------  ----  -----  -----  --------  ----------  -------",

@@ -183,6 +183,22 @@ def test_without_matplotlib_a_picture_is_one_line(tmp_path, capsys, monkeypatch)
     assert line.startswith("chart not drawn: matplotlib is not installed") and not list(tmp_path.iterdir())
 
 
+def test_a_folder_that_takes_no_file_is_one_line_before_the_report(tmp_path, capsys, monkeypatch):
+    """--plot into a folder where nothing can be written (read-only, say): the one line comes before the report,
+    not after all of it; nothing is drawn."""
+    import errno
+    import tempfile
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    code = it.main(["--plot", str(tmp_path / "r.png"), str(DATA / "h200_linear_eager.json.gz")])
+    said = capsys.readouterr()
+    assert (code, said.out) == (2, "")
+    assert said.err == f"inspect_trace.py: error: cannot write in {tmp_path}: Permission denied\n"
+
+
 def test_reader_does_not_import_matplotlib_unless_drawing():
     code = "import sys, inspect_trace; sys.exit('matplotlib' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT).returncode == 0

@@ -500,7 +500,14 @@ def test_one_run_from_files_and_folders(tmp_path, monkeypatch):
     (empty / "plain.json").write_text("{}")
     with pytest.raises(it.TraceError) as e:
         ranks.run_files([empty])
-    assert str(e.value) == f"{empty}: no _rank<N> traces in this folder; name one run's rank files"
+    assert str(e.value) == (f"{empty}: a folder is read as one distributed run's rank traces (<run>_rank<N>.json, "
+                            "08_tensor_parallel.py's), and it holds 1 trace(s) (plain.json), none a rank's; name a "
+                            "trace file instead")
+    (empty / "plain.json").unlink()
+    with pytest.raises(it.TraceError) as e:
+        ranks.run_files([empty])
+    assert str(e.value).endswith("and it holds no .json or .json.gz trace; name a trace file instead")
+    (empty / "plain.json").write_text("{}")
     write(folder, [gpu_rank(0, 2, [])], stem="another")
     with pytest.raises(it.TraceError) as e:
         ranks.run_files([folder])

@@ -351,7 +351,7 @@ def test_same_order_on_a_cpu_compares_the_steps():
     assert d["same_order"] is False and d["cpu_work_steps"] == 2
     assert d["step_orders"] == [{"steps": [2, 4], "units": 2}, {"steps": [3], "units": 2}, {"steps": [5], "units": 1}]
     assert ("\nsteps differ: 2 steps with 2 units of work (#2, #4); 1 step with 2 units of work in another order (#3); "
-            "1 step with 1 units of work (#5)\n") in it.report(t)
+            "1 step with 1 unit of work (#5)\n") in it.report(t)
     assert "mean over 2 of 4 steps, those in the typical order" in it.report(t)
 
 

@@ -220,12 +220,18 @@ def check_drawable(traces: list[Trace], path: str | Path) -> None:
     for t in traces:
         if t.device != "cuda":
             raise NoRoofline(f"{t.path}: {CPU_HAS_NO_ROOFLINE}")
-    _check_png_path(Path(path))
+    check_png_path(path)
 
 
 def check_png_path(path: str | Path) -> None:
-    """TraceError now, before a report, if no PNG can be written at path."""
-    _check_png_path(Path(path))
+    """TraceError now, before a report, if no PNG can be written at path: its name, its folder, and a folder that
+    takes no file (read-only), tried the way _save writes (a temporary folder beside it, made and removed)."""
+    path = Path(path)
+    _check_png_path(path)
+    try:
+        shutil.rmtree(tempfile.mkdtemp(prefix=f".{path.stem}-", dir=path.parent))
+    except OSError as e:
+        raise TraceError(f"cannot write in {path.parent}: {e.strerror or e}") from None
 
 
 def plot_ranks(data: dict, path: str | Path) -> Path:  # pragma: no mutate block (drawing)

@@ -154,9 +154,13 @@ def run_files(paths: list[str | Path]) -> list[Path]:
             continue
         found = sorted(f for f in p.iterdir() if f.is_file() and re.search(r"\.json(\.gz)?$", f.name))
         runs = sorted({RANK_IN_NAME.sub("", f.name) for f in found if RANK_IN_NAME.search(f.name)})
+        if not runs:
+            holds = (f"{len(found)} trace(s) ({found[0].name}{', ...' if len(found) > 1 else ''}), none a rank's"
+                     if found else "no .json or .json.gz trace")
+            raise TraceError(f"{p}: a folder is read as one distributed run's rank traces (<run>_rank<N>.json, "
+                             f"08_tensor_parallel.py's), and it holds {holds}; name a trace file instead")
         if len(runs) != 1:
-            raise TraceError(f"{p}: {'no _rank<N> traces' if not runs else f'{len(runs)} runs ({runs[0]}, ...)'} in "
-                             "this folder; name one run's rank files")
+            raise TraceError(f"{p}: {len(runs)} runs ({runs[0]}, ...) in this folder; name one run's rank files")
         files += [f for f in found if RANK_IN_NAME.sub("", f.name) == runs[0]]
         if len(files) > MAX_RANKS:
             break

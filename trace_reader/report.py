@@ -595,15 +595,21 @@ def _order_line(d: dict, what: str, verb: str) -> str:
     """Whether every step has the same sequence of units (what: "kernels", "units of work"), else its groups."""
     orders = d["step_orders"]  # one group at least: the report has returned before this without a step
     if d["same_order"]:
-        return f"every step {verb} the same {orders[0]['units']} {what} in the same order"
+        return f"every step {verb} the same {_many(orders[0]['units'], what)} in the same order"
     parts, counts = [], set()
     for g in orders:
         nums = g["steps"]
         where = ", ".join(f"#{x}" for x in nums[:4]) + (", ..." if len(nums) > 4 else "")
         again = " in another order" if g["units"] in counts else ""
         counts.add(g["units"])
-        parts.append(f"{len(nums)} step{'s' if len(nums) != 1 else ''} with {g['units']} {what}{again} ({where})")
+        parts.append(f"{_many(len(nums), 'steps')} with {_many(g['units'], what)}{again} ({where})")
     return "steps differ: " + "; ".join(parts)
+
+
+def _many(n: int, things: str) -> str:
+    """'1 kernel', '2 kernels', '1 unit of work': things is the plural; one of it drops the first word's s."""
+    first, _, rest = things.partition(" ")
+    return f"{n} {things}" if n != 1 else f"{n} {first.removesuffix('s')}{' ' + rest if rest else ''}"
 
 
 def _why(t: dict) -> str:
