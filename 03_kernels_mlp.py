@@ -97,14 +97,16 @@ def main():
     args = common.parser(__doc__, on_cpu=ON_CPU, batch=64, seq=128, dim=768, hidden=3072).parse_args()
     tokens, d, h = args.batch * args.seq, args.dim, args.hidden
     hub_timeout()  # bad input first: one line before any work
-    run = common.setup(__file__, args, elements=6 * d * h + 3 * tokens * d + 4 * tokens * h)
     no_triton = importlib.util.find_spec("triton") is None  # Triton has Linux wheels only (see pyproject.toml)
-    if not run.cuda or no_triton:  # before the Hub: no point waiting up to HUB_TIMEOUT for a kernel that cannot run
+    # Before setup, whose "--device cuda, but no CUDA GPU" would suggest --device cpu, which cannot run this either;
+    # before the Hub: no point waiting up to HUB_TIMEOUT for a kernel that cannot run
+    if args.device == "cpu" or not torch.cuda.is_available() or no_triton:
         raise common.Fail("Liger's Triton kernel needs a CUDA GPU" + (" and Triton, which installs on Linux only"
                           if no_triton else "") + ". Read the run it makes on an H200: "
                           f"{common.uv_run('inspect_trace.py', LIGER_H200_TRACE)}, or in Perfetto: "
                           f"{common.uv_run('inspect_trace.py', '--open', LIGER_H200_TRACE)}; the same fusion on this "
                           f"machine: {common.uv_run('03_simple_mlp.py', '--compile')} (the fused C++ kernel, the CPU twin)")
+    run = common.setup(__file__, args, elements=6 * d * h + 3 * tokens * d + 4 * tokens * h)
     common.describe(run)
 
     layers, source = liger_layers()

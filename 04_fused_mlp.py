@@ -59,7 +59,6 @@ def main():
     args = common.parser(__doc__, on_cpu=ON_CPU, batch=64, seq=128, dim=768, hidden=3072).parse_args()
     tokens, d, h = args.batch * args.seq, args.dim, args.hidden
     run = common.setup(__file__, args, elements=8 * d * h + 3 * tokens * d + 3 * tokens * h)
-    common.describe(run)
     if importlib.util.find_spec("triton") is None:  # Triton has Linux wheels only (see pyproject.toml)
         raise common.Fail("the fused kernel needs a CUDA GPU and Triton, which installs on Linux only; here run "
                           f"{common.uv_run('03_simple_mlp.py', '--compile')} (the CPU twin), or read the H200 run: "
@@ -74,6 +73,7 @@ def main():
     if fused_geglu.INTERPRET and tokens * d * h > 1 << 24:
         raise common.Fail(f"Triton's interpreter is far too slow for {tokens}x{d}x{h}; use a tiny shape, "
                           "e.g. --batch 2 --seq 8 --dim 32 --hidden 64")
+    common.describe(run)  # after the refusals: a run that cannot start prints only its one line
 
     model = FusedGeGLUMLP(d, h).to(run.device, run.dtype).eval()
     x = torch.randn(args.batch, args.seq, d, device=run.device, dtype=run.dtype)

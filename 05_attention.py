@@ -213,7 +213,7 @@ def expectations(args, score_bytes, kv_bytes, others=(0, "")):
 
 
 def main():
-    p = common.parser(__doc__, batch=4, seq=2048, heads=32, kv_heads=8, head_dim=128)
+    p = common.parser(__doc__, post_sizes=False, batch=4, seq=2048, heads=32, kv_heads=8, head_dim=128)
     p.add_argument("--impl", choices=["math", "sdpa", "flex"], default="sdpa", help="the attention core")
     p.add_argument("--backend", choices=["auto", *BACKENDS], default="auto",
                    help="sdpa only: which kernel torch.nn.attention.sdpa_kernel allows")

@@ -27,6 +27,7 @@ What to look for in the trace (Perfetto, or the report printed below):
 
 import importlib
 import inspect
+import logging
 import os
 import re
 from pathlib import Path
@@ -98,6 +99,9 @@ def load_config(args):
     elif not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", args.config):
         raise common.Fail(f"--config {args.config!r}: neither a file nor a Hub id (owner/name)")
     else:
+        # huggingface_hub retries an unreachable Hub with a warning per try ("Retrying in 1s [Retry 1/5]"), also after
+        # the wait below gave up (its thread goes on): the one line below says it. Errors (a gated repo) still pass.
+        logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
         try:
             config = common.call_with_timeout(lambda: transformers.AutoConfig.from_pretrained(args.config),
                                               HUB_TIMEOUT)
@@ -187,7 +191,8 @@ def decoder_layers(model):
 
 def annotate_modules(model):
     """record_function spans named by module path, entered in a forward pre-hook and left in a forward hook:
-    the embedding, final norm, rotary embedding, each decoder layer and each of its parts, the LM head."""
+    the embedding, final norm, rotary embedding, each decoder layer and each of its parts, the LM head.
+    Returns the paths annotated."""
     path, layers = decoder_layers(model)
     parent = model.get_submodule(path.rpartition(".")[0]) if "." in path else model
     prefix = path.rpartition(".")[0]
@@ -200,7 +205,7 @@ def annotate_modules(model):
         names[next(p for p, m in model.named_modules() if m is head)] = head
     for name, module in names.items():
         add_span(module, name)
-    return len(names)
+    return list(names)
 
 
 def add_span(module, name):
@@ -217,12 +222,15 @@ def add_span(module, name):
 
 
 def main():
-    p = common.parser(__doc__, batch=1, seq=512)
+    p = common.parser(__doc__, post_sizes=False, batch=1, seq=512)
     p.add_argument("--preset", choices=list(PRESETS), default="gemma-2b", help="the model's shape (see PRESETS)")
-    p.add_argument("--config", metavar="NAME_OR_PATH", help="a transformers config: config.json, a folder, or a Hub id")
+    p.add_argument("--config", metavar="NAME_OR_PATH",
+                   help="a transformers config: config.json, a folder, or a Hub id (default: the --preset's)")
     p.add_argument("--layers", type=common.int_arg(1, 1000), help="decoder layers (default: the config's)")
     p.add_argument("--vocab", type=common.int_arg(1, 1 << 22), help="vocabulary size (default: the config's)")
-    p.add_argument("--phase", choices=["prefill", "decode"], default="decode")
+    p.add_argument("--phase", choices=["prefill", "decode"], default="decode",
+                   help="prefill: batch x seq tokens in one forward; decode: one token per sequence against a KV cache "
+                   "of --seq entries")
     p.add_argument("--cuda-graphs", action="store_true", help="decode with torch.compile(mode='reduce-overhead')")
     p.add_argument("--mlp", choices=["eager", "liger", "fused"], default="eager",
                    help="each layer's MLP: transformers' own, Liger's LigerGEGLUMLP or fused_geglu.FusedGeGLUMLP")
@@ -252,7 +260,7 @@ def main():
         mlp_maker(args.mlp, config, run)  # a refusal now, not after building the model
     common.describe(run)
     variant = "cudagraphs" if args.cuda_graphs else run.mode
-    print(f"model: {config_name} ({type(config).__name__}), {L} layers, hidden {d}, intermediate {h}, "
+    print(f"model: {config_name} ({type(config).__name__}), {common.plural(L, 'layer')}, hidden {d}, intermediate {h}, "
           f"{config.num_attention_heads} heads / {kv} KV, head_dim {head_dim}, vocab {config.vocab_size}; "
           f"{args.phase}, batch {b}, seq {s}, MLP {args.mlp}, {variant}")
     if args.mlp == "fused" and run.cuda:  # the kernel it asks to see, at any token count
@@ -266,7 +274,7 @@ def main():
             swap_mlps(model, args.mlp, run)
             common.check_close(run, f"--mlp {args.mlp}", model(input_ids=ids[:, :64], use_cache=False).logits,
                                expected, "the model with its own MLP")
-    annotated = 0 if args.compile else annotate_modules(model)  # hooks after the swap: they name the new MLPs
+    annotated = [] if args.compile else annotate_modules(model)  # hooks after the swap: they name the new MLPs
     forward = torch.compile(model, mode="reduce-overhead" if args.cuda_graphs else None) if args.compile else model
     cache_kw = cache_argument(model)
 
@@ -289,7 +297,8 @@ def main():
     if args.compile:
         print("module spans: off under --compile (a record_function in a module hook splits Dynamo's graph)")
     else:
-        print(f"module spans: {annotated} modules annotated by path (model.layers.0.mlp, ...)")
+        example = next((n for n in annotated if n.endswith(".mlp")), annotated[0])  # this model's names
+        print(f"module spans: {len(annotated)} modules annotated by path ({example}, ...)")
     trace, _ = common.record(run, step, args.phase, shape, expectations(args, L, is_geglu(config)), flags=vocab)
     if not args.compile:
         print()

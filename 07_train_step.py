@@ -181,7 +181,8 @@ def main():
     p.add_argument("--mlp", choices=["eager", "liger", *FUSED], default="eager",
                    help="the MLP: PyTorch ops, Liger's LigerGEGLUMLP or fused_geglu.FusedGeGLUMLP (CUDA only; fused "
                    "saves g and u for backward, fused-recompute rebuilds them there)")
-    p.add_argument("--optimizer", choices=list(OPTIMIZERS), default="adamw")
+    p.add_argument("--optimizer", choices=list(OPTIMIZERS), default="adamw",
+                   help="torch.optim.AdamW (lr 1e-4) or SGD with momentum 0.9 (lr 1e-3)")
     p.add_argument("--optim-impl", choices=list(IMPLEMENTATIONS), default="foreach",
                    help="torch.optim's for-loop (foreach=False), foreach=True or fused=True")
     p.add_argument("--checkpoint", action="store_true", help="activation checkpointing: each MLP / decoder layer's "
@@ -233,7 +234,7 @@ def main():
     opt = OPTIMIZERS[args.optimizer](model.parameters(), **IMPLEMENTATIONS[args.optim_impl])
     params = sum(1 for _ in model.parameters())
     param_bytes = sum(q.numel() * q.element_size() for q in model.parameters())
-    print(f"model: {args.model}, {L} {'layers' if lm else 'MLP' + ('s' if L > 1 else '')}, {params} parameter "
+    print(f"model: {args.model}, {common.plural(L, 'layer' if lm else 'MLP')}, {params} parameter "
           f"tensors ({sum(q.numel() for q in model.parameters()) / 1e6:,.1f} M elements); "
           f"{args.optimizer} {args.optim_impl}, MLP {args.mlp}{', checkpointed' if args.checkpoint else ''}")
 

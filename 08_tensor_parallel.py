@@ -37,6 +37,7 @@ import common  # first: its Ctrl-C handler must be in place before torch's slow 
 
 import importlib
 import os
+import sys
 from datetime import timedelta
 
 import torch
@@ -77,6 +78,16 @@ def launch(args):
     if cuda:
         torch.cuda.set_device(local)  # before setup(), which sizes the free memory of the current GPU
     return rank, world, cuda
+
+
+def whole_lines(stream):
+    """Every rank prints to the same terminal or file, so each line must leave in one write, or two ranks' lines run
+    together ("check: rank 0's ...check: rank 1's ..."): unbuffered (PYTHONUNBUFFERED=1, python -u) print() writes
+    a line and its newline apart, and block-buffered (a pipe, a file) a flush can fall mid-line. Line buffering
+    writes each printed line whole."""
+    reconfigure = getattr(stream, "reconfigure", None)  # a StringIO (a test's captured stdout) has none
+    if reconfigure is not None:
+        reconfigure(line_buffering=True, write_through=False)
 
 
 def start(cuda, world, seconds):
@@ -199,6 +210,7 @@ def main():
         raise common.Fail("--chunks overlaps the all-reduce of the eager MLP: without --sequence-parallel, --mlp fused "
                           "or --compile")
     rank, world, cuda = launch(args)
+    whole_lines(sys.stdout)
     b, s, d, h = args.batch, args.seq, args.dim, args.hidden
     # the whole MLP (built on every rank to check the shards against) and this rank's shard of it; x and y whole,
     # the four [tokens, hidden / N] activations of this rank's share

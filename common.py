@@ -130,14 +130,33 @@ def int_arg(low: int, high: int):
 size_arg = int_arg(1, MAX_DIM)
 
 
-def parser(doc: str, on_cpu: str | None = None, **sizes: int) -> argparse.ArgumentParser:
-    """The CLI every script shares; `sizes` are the script's own flags with the post's defaults.
+def folder_arg(text: str) -> Path:
+    """An argparse type: a folder path; an empty one (`--out ""`, an unset shell variable) would mean the current
+    folder without saying so, and is refused."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; name a folder (--out . for the current one)")
+    return Path(text)
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Each flag's default once: not where its help says it already ("default: the config's"), not "None"."""
+
+    def _get_help_string(self, action):
+        if action.default is None or "(default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def parser(doc: str, on_cpu: str | None = None, post_sizes: bool = True, **sizes: int) -> argparse.ArgumentParser:
+    """The CLI every script shares; `sizes` are the script's own flags with their defaults, the post's where
+    `post_sizes` (05's and 06's are not: the posts have no attention block or whole model).
 
     `on_cpu`: what a run on a machine without a CUDA GPU does, shown at the end of --help."""
     p = _Parser(description=doc.strip().splitlines()[0], epilog=on_cpu and f"On a CPU: {on_cpu}",
-                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                formatter_class=_HelpFormatter)
     for name, default in sizes.items():
-        p.add_argument(f"--{name}", type=size_arg, default=default, help=f"{name} (the post uses {default})")
+        p.add_argument(f"--{name}", type=size_arg, default=default,
+                       help=f"{name} (the post uses {default})" if post_sizes else name)
     p.add_argument("--compile", action="store_true", help="torch.compile the forward")
     p.add_argument("--dtype", choices=list(DTYPES), default="bf16", help="parameter and input dtype")
     p.add_argument("--warmup", type=int_arg(0, 10_000), nargs="?", const=WARMUP_CALLS, default=0, metavar="N",
@@ -155,7 +174,7 @@ def parser(doc: str, on_cpu: str | None = None, **sizes: int) -> argparse.Argume
     p.add_argument("--sync-each-step", action="store_true",
                    help="torch.cuda.synchronize() after every step; by default, as in the post, the profiler syncs once "
                         "at the end and the CPU runs ahead of the GPU")
-    p.add_argument("--out", type=Path, default=ROOT / "traces", help="output folder (one sub-folder per script)")
+    p.add_argument("--out", type=folder_arg, default=ROOT / "traces", help="output folder (one sub-folder per script)")
     p.add_argument("--gzip", action="store_true", help="write the trace as .json.gz (smaller; for long --active runs)")
     p.add_argument("--open", action="store_true", help="serve the new trace to ui.perfetto.dev from 127.0.0.1 and open it")
     p.add_argument("--port", type=int_arg(0, 65535), default=9001, help="port for --open (ui.perfetto.dev fetches from 9001 only)")
@@ -448,6 +467,11 @@ def _ctrl_c_deferred():
 
 _written: Path | None = None  # the trace export() wrote in this process: what a later Ctrl-C must not deny
 _made_folders: list[Path] = []  # output folders setup() created: removed again if the run fails and they are empty
+
+
+def plural(n: int, noun: str) -> str:
+    """'1 layer', '2 layers'."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def rel_error(a: torch.Tensor, b: torch.Tensor) -> float:

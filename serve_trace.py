@@ -12,9 +12,13 @@ lets it fetch from, so it is the default.
 available, and returns as soon as the whole file has been fetched ("fetched"), on Ctrl-C
 ("interrupted"), or after `timeout` seconds ("timed out").
 
-For tests and embedding: `port=0` lets the OS pick a free port (the printed link shows
+On another port (`--port N`: 9001 is taken, or a remote machine's 9001 is) the printed link
+is still 9001's, the one the page can fetch from, to open once `ssh -L 9001:127.0.0.1:N`
+forwards that port here; no browser is opened, as the link cannot work before that.
+
+For tests and embedding: `port=0` lets the OS pick a free port (the "Serving" line shows
 it), `open_browser=False` skips the browser, and `ready(link)` is called with the deep
-link once the server is listening.
+link to the port it listens on once the server is listening.
 """
 
 from __future__ import annotations
@@ -310,10 +314,12 @@ def serve(
 ) -> str:
     """Serve `path` once to the Perfetto UI; return "fetched", "interrupted" or "timed out".
 
-    port=0 picks a free port (shown in the printed link). `timeout=None` waits until fetched
-    or Ctrl-C. `allow_origin` is the one web origin allowed to read the file (default the
-    Perfetto UI). `ready(link)` runs once the server listens. Raises ServeError for a missing
-    or unreadable file, a busy port or a port that cannot be bound.
+    port=0 picks a free port (shown in the "Serving" line). On a port other than 9001 the Perfetto
+    UI cannot fetch from, so the printed link is 9001's, to open once that port forwards here,
+    and no browser is opened. `timeout=None` waits until fetched or Ctrl-C. `allow_origin` is
+    the one web origin allowed to read the file (default the Perfetto UI). `ready(link)` runs
+    once the server listens, with the deep link to the port it listens on. Raises ServeError
+    for a missing or unreadable file, a busy port or a port that cannot be bound.
     """
     if timeout is not None and not timeout > 0:
         raise ServeError(f"timeout must be positive seconds, got {timeout}")
@@ -321,16 +327,19 @@ def serve(
     server = _bind(port, trace_path, allow_origin)
     bound_port = server.server_address[1]
     link = perfetto_link(bound_port, trace_path.name)
+    # The Perfetto UI fetches from 127.0.0.1:9001 only: on another port, the link that works is 9001's, once that
+    # port forwards here; a browser opened now would show an error (or another server's file on 9001).
+    forward = bound_port != DEFAULT_PORT and allow_origin == PERFETTO_ORIGIN
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
     thread.start()
     outcome = "timed out"
     try:
         out(f"Serving {trace_path.name} on http://{HOST}:{bound_port}/ (only this file, only to this machine)")
-        out(f"Open in Perfetto: {link}")
-        if bound_port != DEFAULT_PORT and allow_origin == PERFETTO_ORIGIN:
-            out(f"Note: the Perfetto UI only fetches from {HOST}:{DEFAULT_PORT}; forward that port to this one "
-                f"(ssh -L {DEFAULT_PORT}:{HOST}:{bound_port} <this host>) and use :{DEFAULT_PORT} in the link.")
-        if open_browser:
+        if forward:
+            out(f"Note: the Perfetto UI only fetches from {HOST}:{DEFAULT_PORT}; forward that port to this one first "
+                f"(ssh -L {DEFAULT_PORT}:{HOST}:{bound_port} <this host>), then open the link below.")
+        out(f"Open in Perfetto: {perfetto_link(DEFAULT_PORT, trace_path.name) if forward else link}")
+        if open_browser and not forward:
             _open_browser(link, out)
         if ready is not None:
             ready(link)

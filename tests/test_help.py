@@ -63,6 +63,37 @@ def _wide(monkeypatch):
     monkeypatch.setenv("COLUMNS", "1000")
 
 
+SCRIPTS = ["01_matmul_add", "02_linear", "03_simple_mlp", "03_kernels_mlp", "04_fused_mlp", "05_attention",
+           "06_model", "07_train_step", "08_tensor_parallel"]
+
+
+class _Parsed(Exception):
+    pass
+
+
+def script_parser(name):
+    """The parser a numbered script's main() builds, caught at its parse_args (nothing of the run happens)."""
+    import importlib
+
+    module = importlib.import_module(name)
+    with mock.patch.object(common._Parser, "parse_args", lambda self, *a, **k: (_ for _ in ()).throw(_Parsed(self))), \
+            mock.patch.object(sys, "argv", [f"{name}.py"]), pytest.raises(_Parsed) as e:
+        module.main()
+    return e.value.args[0]
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_every_flag_has_help_and_says_its_default_once(name):
+    p = script_parser(name)
+    assert [a.dest for a in p._actions if not a.help] == []  # --phase and --optimizer had none
+    text = p.format_help()
+    assert "(default: None)" not in text
+    for a in p._actions:
+        assert p._get_formatter()._get_help_string(a).count("(default:") <= 1, a.dest
+    if name in ("05_attention", "06_model"):  # their sizes are not the posts': the posts have no such block
+        assert "the post uses" not in text
+
+
 def test_the_shared_flags_help_word_for_word():
     assert common_help() == (GOLDEN / "common.txt").read_text(), "common.parser's --help changed: see the docstring"
 

@@ -74,7 +74,7 @@ def test_every_module_is_a_span_inside_its_parent(runs, phase):
                 assert inside(e, by[phase]), name
             if name.count(".") == 3:  # model.layers.i.part inside model.layers.i
                 assert inside(e, by[name.rsplit(".", 1)[0]]), name
-    assert f"module spans: {len(expected) - 1} modules annotated" in out
+    assert f"module spans: {len(expected) - 1} modules annotated by path (model.layers.0.mlp, ...)" in out
     assert "0 broken" in out and "2 confirmed" in out and "Traceback" not in err
 
 
@@ -126,6 +126,7 @@ def test_any_decoder_config(tmp_path):
     code, out, err, trace = run(tmp_path, "--config", str(cfg), "--seq", "32", "--dtype", "fp32", "--active", "2")
     assert code == 0, err
     assert "model: gpt2 (GPT2Config), 2 layers" in out and "0 broken" in out and "mlp launches" not in out
+    assert "modules annotated by path (transformer.h.0.mlp, ...)" in out  # its own names, not Gemma's
     assert trace.name.startswith("gpt2-2L_decode_1x32_mlp-eager")
     data = modules.breakdown(it.load_trace(trace), "decode")
     assert {"attn", "mlp", "ln_1", "ln_2", "decoder layer", "transformer.wte", "lm_head"} <= {r["type"] for r in data["types"]}
@@ -162,6 +163,48 @@ def test_triton_mlp_on_a_cpu_is_refused_before_the_model_is_built(tmp_path, monk
     code, out, err, trace = run(tmp_path, *TINY, "--mlp", mlp)
     assert (code, out, trace) == (2, "", None)
     assert err == f"06_model.py: error: --mlp {mlp} runs a Triton kernel, which needs a CUDA GPU; on this machine use --mlp eager\n"
+
+
+def test_one_layer_is_said_in_the_singular(tmp_path, monkeypatch):
+    """'model: tiny (GemmaConfig), 1 layer, ...': stopped right after that line, before the model is built."""
+    def stop(*a):
+        raise model06.common.Fail("stopped here")
+
+    monkeypatch.setattr(model06, "build_model", stop)
+    code, out, err, _ = run(tmp_path, *TINY, "--layers", "1")
+    assert code == 2 and "model: tiny (GemmaConfig), 1 layer, hidden 64" in out, out + err
+    assert model06.common.plural(1, "layer") == "1 layer" and model06.common.plural(2, "MLP") == "2 MLPs"
+
+
+def test_an_unreachable_hub_says_one_line_without_the_hubs_retries(monkeypatch, capsys):
+    """huggingface_hub warns at each retry of an unreachable Hub ("Retrying in 1s [Retry 1/5]."), from a thread that
+    outlives the bounded wait: load_config quiets its warnings, and its own one line says what happened."""
+    import logging
+
+    hub_log = logging.getLogger("huggingface_hub")
+    level = hub_log.level  # put back after the test
+    seen = []
+    handler = logging.Handler()
+    handler.emit = seen.append
+    hub_log.addHandler(handler)
+
+    def unreachable(name, **kw):  # what huggingface_hub does offline, without the waits between tries
+        http = logging.getLogger("huggingface_hub.utils._http")
+        for n in range(1, 3):
+            http.warning(f"'[Errno -2] Name or service not known' thrown while requesting HEAD https://huggingface.co/{name}")
+            http.warning(f"Retrying in {n}s [Retry {n}/5].")
+        raise OSError(f"We couldn't connect to 'https://huggingface.co' to load the files of {name}.")
+
+    monkeypatch.setattr(model06.transformers.AutoConfig, "from_pretrained", unreachable)
+    try:
+        config, name = model06.load_config(argparse.Namespace(config="someone/some-model", preset="tiny"))
+    finally:
+        hub_log.removeHandler(handler)
+        hub_log.setLevel(level)
+    assert name == "tiny" and [r.getMessage() for r in seen] == []
+    said = capsys.readouterr()
+    assert said.out == "Hugging Face Hub config not available (OSError: We couldn't connect to " \
+        "'https://huggingface.co' to load the files of someone/some-model.); using the tiny preset\n"
 
 
 def test_offline_hub_id_falls_back_to_the_preset(monkeypatch, capsys):

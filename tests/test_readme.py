@@ -113,6 +113,19 @@ def test_slug_is_githubs():
     assert slug("Guess first, then look: `inspect_trace.py`") == "guess-first-then-look-inspect_tracepy"
 
 
+def test_part1_page_warns_a_cpu_reader_off_the_4096_bf16_runs():
+    """docs/01: right under the post's commands, before the next --size 4096 command, a CPU reader is told those
+    runs take minutes to an hour there (bf16 GEMMs at about 1 GFLOP/s) and given one that does not: --dtype fp32,
+    a flag the script takes, in a block of its own (so test_readme_command_runs runs it)."""
+    text = page("docs/01_matmul_add.md")
+    first_block_end = text.index("```", text.index("uv run 01_matmul_add.py --size 4096")) + 3
+    warning = text.index("**On a CPU, do not run the `--size 4096` commands of this page as written.**")
+    cpu_command = text.index("uv run 01_matmul_add.py --size 4096 --dtype fp32")
+    assert first_block_end < warning < cpu_command < text.index("--size 4096", text.index("\n", cpu_command))
+    assert "1 GFLOP/s" in text[warning:cpu_command]
+    assert ["01_matmul_add.py", "--size", "4096", "--dtype", "fp32"] in COMMANDS
+
+
 def test_readme_commands_run_through_uv_under_uv_run():
     """Under `uv run pytest` (uv sets UV in the environment) the commands are `uv run` commands, as a reader's are;
     the README's main command (FRESH) runs so, in a process of its own, the others as `python SCRIPT` in a child of
@@ -391,12 +404,15 @@ def test_readme_open_command_serves_the_trace_once(argv, runs, tmp_path):
     timer = threading.Timer(300, proc.kill)
     timer.start()
     try:
+        port = None
         for line in proc.stdout:
             lines.append(line)
-            m = re.search(r"#!/\?url=(http://127\.0\.0\.1:\d+/\S+)", line)
+            port = port or re.match(r"Serving \S+ on http://127\.0\.0\.1:(\d+)/ ", line)
+            m = re.search(r"#!/\?url=http://127\.0\.0\.1:9001/(\S+)", line)  # 9001's link, to forward to the port
             if m:
-                assert not m.group(1).startswith("http://127.0.0.1:9001/")
-                req = urllib.request.Request(m.group(1), headers={"Origin": "https://ui.perfetto.dev"})
+                assert port and port.group(1) != "9001"
+                req = urllib.request.Request(f"http://127.0.0.1:{port.group(1)}/{m.group(1)}",
+                                             headers={"Origin": "https://ui.perfetto.dev"})
                 with urllib.request.urlopen(req, timeout=30) as resp:
                     served = resp.read()
                     assert resp.headers["Access-Control-Allow-Origin"] == "https://ui.perfetto.dev"

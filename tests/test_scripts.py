@@ -190,6 +190,26 @@ def test_device_cuda_without_gpu(tmp_path):
     assert proc.returncode == 2 and "no CUDA GPU" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU message")
+def test_kernels_mlp_device_cuda_without_gpu_suggests_what_runs_here(tmp_path):
+    """Not setup()'s "try --device cpu": Liger's kernel cannot run on the CPU either; the script's own line says what
+    it needs and what runs here instead. Nothing made, no header printed."""
+    proc = run_here("03_kernels_mlp.py", *MLP, out=tmp_path, device="cuda")
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("03_kernels_mlp.py: error: Liger's Triton kernel needs a CUDA GPU")
+    assert "--device cpu" not in proc.stderr and "uv run 03_simple_mlp.py --compile" in proc.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_empty_out_is_refused_not_read_as_the_current_folder(tmp_path, monkeypatch):
+    """`--out ""` (an unset shell variable, say) is Path(""), the current folder: refused in one line instead."""
+    monkeypatch.chdir(tmp_path)
+    proc = run_here("02_linear.py", *LINEAR, out="")
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == "02_linear.py: error: argument --out: an empty path; name a folder (--out . for the current one)\n"
+    assert not list(tmp_path.iterdir())
+
+
 def test_interrupted_run_keeps_the_previous_trace(tmp_path):
     big = ["--batch", "4096", "--in_dim", "1024", "--out_dim", "1024", "--out", str(tmp_path)]
     # An earlier run's pair, under the name this run writes (its flags: --active 1000)
@@ -292,6 +312,7 @@ def test_fused_mlp_without_gpu_says_how_to_run_it(tmp_path):
     proc = run("04_fused_mlp.py", *MLP, "--out", str(tmp_path), env={"TRITON_INTERPRET": "0"})
     assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr and "TRITON_INTERPRET=1" in proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
+    assert proc.stdout == ""  # the one line alone: no header of a run that does not start (docs/04)
     assert not list(tmp_path.rglob("*.json"))
 
 

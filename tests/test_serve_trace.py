@@ -90,7 +90,9 @@ def test_fetch_returns_bytes_with_cors_and_stops(trace):
     assert resp.getheader("Content-Length") == str(len(TRACE_JSON))
     assert resp.getheader("Content-Type") == "application/json"
     assert s.finish() == "fetched"
-    assert any(s.link in line for line in s.lines)
+    assert s.lines[0].startswith(f"Serving 64_bf16_cold_eager.json on http://127.0.0.1:{s.port}/ ")
+    # not on 9001: the printed link is 9001's, the one port the Perfetto UI fetches from (after a forward)
+    assert "Open in Perfetto: https://ui.perfetto.dev/#!/?url=http://127.0.0.1:9001/64_bf16_cold_eager.json" in s.lines
     assert "fetched" in s.lines[-1]
     with pytest.raises(OSError):  # the port is closed once serve() returned
         socket.create_connection(("127.0.0.1", s.port), timeout=2).close()
@@ -442,15 +444,26 @@ def test_serve_checks_its_timeout_and_says_how_to_reach_another_port(monkeypatch
     assert (defaults["timeout"], defaults["open_browser"], defaults["port"]) == (300.0, True, 9001)
     opened = []
     monkeypatch.setattr(serve_trace, "_open_browser", lambda link, out: opened.append((link, out)))
-    # The scripts' --open and inspect_trace.py --open call serve() with its defaults: a browser is opened.
+    # The scripts' --open and inspect_trace.py --open call serve() with its defaults: on 9001 (a free port stands
+    # in for it here), a browser is opened on the link printed.
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    monkeypatch.setattr(serve_trace, "DEFAULT_PORT", port)
     lines = []
-    assert serve(trace, port=0, timeout=0.2, out=lines.append) == "timed out"
+    assert serve(trace, port=port, timeout=0.2, out=lines.append) == "timed out"
+    assert lines[1] == f"Open in Perfetto: https://ui.perfetto.dev/#!/?url=http://127.0.0.1:{port}/{trace.name}"
     assert opened == [(lines[1].removeprefix("Open in Perfetto: "), lines.append)]
+    monkeypatch.undo()
+    monkeypatch.setattr(serve_trace, "_open_browser", lambda link, out: opened.append((link, out)))
     opened.clear()
+    # Another port: the Perfetto UI cannot fetch from it, so the link printed is 9001's, to open once 9001 forwards
+    # here, and no browser is opened on a link that cannot work yet.
     s = Running(trace, timeout=None, open_browser=True)  # no deadline: served until fetched
-    note = (f"Note: the Perfetto UI only fetches from 127.0.0.1:9001; forward that port to this one "
-            f"(ssh -L 9001:127.0.0.1:{s.port} <this host>) and use :9001 in the link.")
-    assert s.lines[2] == note and opened == [(s.link, s.lines.append)]
+    note = (f"Note: the Perfetto UI only fetches from 127.0.0.1:9001; forward that port to this one first "
+            f"(ssh -L 9001:127.0.0.1:{s.port} <this host>), then open the link below.")
+    assert s.lines[1:3] == [note, f"Open in Perfetto: https://ui.perfetto.dev/#!/?url=http://127.0.0.1:9001/{trace.name}"]
+    assert opened == [] and s.link == f"https://ui.perfetto.dev/#!/?url=http://127.0.0.1:{s.port}/{trace.name}"
     assert s.request("GET")[1] == TRACE_JSON and s.finish() == "fetched"
     other = Running(trace, allow_origin="http://localhost:8123")  # another origin: no word of Perfetto's port
     assert not any(line.startswith("Note:") for line in other.lines)

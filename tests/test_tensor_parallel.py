@@ -49,6 +49,8 @@ def test_two_gloo_ranks_write_a_trace_each_and_rank_0_merges_them(gloo_run):
     assert "BROKEN" not in proc.stdout and "rank 1: broken" not in proc.stdout, proc.stdout[-3000:]
     assert re.search(r"^\s+ok\s+1 all_reduce per step$", proc.stdout, flags=re.M), proc.stdout[-3000:]
     assert "2 rank(s), gloo, CPU" in proc.stdout  # the merged report, printed once, by rank 0
+    checks = [line for line in proc.stdout.splitlines() if "check: rank" in line]  # each rank's, on a line of its own
+    assert len(checks) == 2 and all(line.count("check:") == 1 and line.startswith("check: ") for line in checks), checks
     assert proc.stdout.count("all 2 rank(s), merged") == 1
 
 
@@ -78,6 +80,48 @@ def test_bad_hidden_fails_on_every_rank_in_one_line(tmp_path):
                for ln in lines), lines
     assert '08_tensor_parallel.py", line' not in proc.stderr  # no traceback through the script (torchrun has its own)
     assert not (tmp_path / "08_tensor_parallel").exists()  # nothing written, no empty folder left
+    # what docs/08's "Bad launches" says torchrun adds below the line: its ChildFailedError report, exit code 1
+    assert proc.returncode == 1 and "torch.distributed.elastic.multiprocessing.errors.ChildFailedError" in proc.stderr
+
+
+def test_the_page_says_what_torchrun_adds_to_a_refused_launch():
+    """docs/08: a refused launch (--mlp fused on a CPU among them) is each rank's one line, exit code 2, and then
+    torchrun's own report: a traceback ending in ChildFailedError, exit code 1 (test_bad_hidden_... sees both)."""
+    from doc_pages import page, section
+
+    text = page("docs/08_tensor_parallel.md")
+    bad = " ".join(section(text, "## Bad launches").split())
+    assert "`--mlp fused` without a CUDA GPU" in bad and "exits with code 2 before it waits for any other" in bad
+    assert "`torch.distributed.elastic.multiprocessing.errors.ChildFailedError`" in bad
+    assert "`torchrun` itself exits with code 1" in bad
+    row = next(line for line in text.splitlines() if line.startswith("| `--mlp eager"))
+    assert "exit code 2" not in row and "[Bad launches](#bad-launches)" in row
+
+
+def test_each_printed_line_leaves_in_one_write():
+    """Ranks print to one terminal or file: under PYTHONUNBUFFERED=1 print() wrote a line and its newline apart, and
+    two ranks' check lines ran together on one line. whole_lines makes each printed line one write."""
+    import io
+
+    writes = []
+
+    class Raw(io.RawIOBase):
+        def writable(self):
+            return True
+
+        def write(self, b):
+            writes.append(bytes(b))
+            return len(b)
+
+    stream = io.TextIOWrapper(Raw(), write_through=True)  # as python -u (PYTHONUNBUFFERED=1) makes stdout
+    print("check: rank 0", file=stream)
+    assert writes == [b"check: rank 0", b"\n"]  # the interleaving the ranks showed
+    writes.clear()
+    tp.whole_lines(stream)
+    print("check: rank 1's TP=2 eager MLP", file=stream)
+    print("rank 1: broken: x", file=stream)
+    assert writes == [b"check: rank 1's TP=2 eager MLP\n", b"rank 1: broken: x\n"]
+    tp.whole_lines(io.StringIO())  # a test's captured stdout: nothing to set, no error
 
 
 # In this process: the launch checks come before any rank waits for another.
