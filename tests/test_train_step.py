@@ -975,6 +975,29 @@ def test_expect_reads_each_h200_run_back(name, capsys):
     assert expect_lines(out) == printed and len(printed) == 5
 
 
+def test_expect_when_torch_recorded_no_shapes_for_the_optimizers_long_tensor_lists(tmp_path, capsys):
+    """torch records no shapes for a long tensor list (a Gemma-2B of 18 layers: 164 tensors, every list `[]`; the
+    2-layer run's 20 were recorded). The 2-layer trace with its optimizer's lists emptied so: the parameters are
+    every leaf given a gradient, 20 of Gemma's shapes in bf16, counted here from the model's widths; the verdicts
+    are the run's own (the optimizer's was BROKEN "for all 0 parameters" before)."""
+    data = json.loads(gzip.decompress((TRAIN / "h200_train_gemma_2l.json.gz").read_bytes()))
+    emptied = 0
+    for e in data["traceEvents"]:
+        args = e.get("args") or {}
+        if e.get("cat") == "cpu_op" and e["name"].startswith(("aten::_foreach_", "aten::_fused_")):
+            args["Input Dims"] = [[] if t == "TensorList" else d for d, t in zip(args["Input Dims"], args["Input type"])]
+            emptied += 1
+    assert emptied > 0
+    path = tmp_path / "gemma-2b-2L_1x64_adamw-foreach_mlp-eager_bf16_cold_eager.json"
+    path.write_text(json.dumps(data))
+    d, kv, h, vocab = 2048, 256, 16384, 32000  # Gemma-2B: q and o d x d, k and v one 256-wide head, two norms
+    layer = 2 * d * d + 2 * kv * d + 3 * d * h + 2 * d
+    assert training.parameters(it.load_trace(path)) == (1 + 2 * 9 + 1, 2 * (vocab * d + 2 * layer + d))
+    model_line, printed = logged_runs()["gemma_2l"]
+    code, out, _ = expect_cli(path, capsys)
+    assert code == 0 and expect_lines(out) == printed
+
+
 @pytest.mark.parametrize("name", ["mlp_forloop", "mlp4_ckpt_memory"])
 def test_expect_without_the_file_name(name, tmp_path, capsys):
     """Renamed, the trace alone tells the run: the optimizer from its ops, --checkpoint from the nn.Linear
