@@ -103,6 +103,27 @@ def test_ranks_clocks_are_aligned_by_their_base_time(tmp_path):
     assert (c["straggler"], c["skew_us"]) == (1, 950)
 
 
+def test_ranks_whose_clocks_are_hours_apart_are_refused_in_one_line(tmp_path):
+    """Rank 1's base time 0 (its trace then counts from 1970) or missing beside rank 0's: on the shared clock its
+    step starts decades before rank 0's. An hour apart is the most one run's ranks are taken to be: an hour and a
+    millisecond is refused, 59 minutes read."""
+    for base in (0, None):
+        datas = two_gpu_ranks()
+        if base is None:
+            del datas[1]["baseTimeNanoseconds"]
+        else:
+            datas[1]["baseTimeNanoseconds"] = base
+        with pytest.raises(it.TraceError, match=r"^rank 0's first step starts [\d,.]+ hours after rank 1's on the clock "
+                                                r"the ranks share .*base time is missing or wrong$"):
+            ranks.load_run(write(tmp_path, datas))
+    datas = two_gpu_ranks()
+    datas[1]["baseTimeNanoseconds"] = BASE_NS + 3_600_001_000_000  # an hour and a millisecond
+    with pytest.raises(it.TraceError, match=r"^rank 1's first step starts 1.0 hours after rank 0's"):
+        ranks.load_run(write(tmp_path, datas))
+    datas[1]["baseTimeNanoseconds"] = BASE_NS + 59 * 60_000_000_000
+    assert len(ranks.load_run(write(tmp_path, datas))) == 2
+
+
 def test_reduce_scatter_and_all_gather_sizes_and_factors(tmp_path):
     n = 1024  # elements per rank's shard
     ag = lambda ts: gpu("ncclDevKernel_AllGather_RING_LL", ts, 100,  # noqa: E731

@@ -211,7 +211,18 @@ def join(traces: list[Trace]) -> list[Trace]:
         if [st.number for st in t.steps] != numbers:
             raise TraceError(f"{t.path}: steps {[st.number for st in t.steps][:8]} against {numbers[:8]} in "
                              f"{traces[0].path}: not the same run")
-    return [by_rank[r] for r in range(first["world_size"])]
+    ordered = [by_rank[r] for r in range(first["world_size"])]
+    starts = [(t.steps[0].span.ts + _offset(t), r) for r, t in enumerate(ordered) if t.steps]
+    (early, r0), (late, r1) = min(starts, default=(0, 0)), max(starts, default=(0, 0))
+    if late - early > MAX_SKEW_US:  # a base time of 0, or one missing beside the others': decades apart
+        raise TraceError(f"rank {r1}'s first step starts {(late - early) / 3.6e9:,.1f} hours after rank {r0}'s on the "
+                         "clock the ranks share (ts + baseTimeNanoseconds): not one run's traces, or a trace whose "
+                         "base time is missing or wrong")
+    return ordered
+
+
+# One run's ranks start their steps together, give or take a slow start; past this, their clocks are not one clock.
+MAX_SKEW_US = 3.6e9  # an hour
 
 
 def _offset(t: Trace) -> float:
