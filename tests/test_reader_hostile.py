@@ -625,3 +625,20 @@ def test_a_step_numbered_in_other_scripts_digits_is_no_step(tmp_path):
     path.write_text(json.dumps({"traceEvents": ev}))
     t = it.load_trace(path)
     assert [st.number for st in t.steps] == [3] and t.steps[0].span.ts == 0
+
+
+def test_the_reading_page_states_the_readers_limits_as_the_code_has_them():
+    """docs/reading_traces.md's untrusted-input paragraph: the byte and object caps, the walks' depth, the ranks'
+    skew, each the constant the reader uses; the bytes per object, from the committed traces' own JSON."""
+    from trace_reader import ranks as ranks_mod
+    from trace_reader import report
+
+    page = " ".join((ROOT / "docs" / "reading_traces.md").read_text().split())
+    assert read.MAX_JSON_BYTES == 1 << 30 and "at most 1 GiB of JSON" in page
+    assert read.MAX_JSON_OBJECTS == 1 << 24 and "at most 2^24 JSON objects" in page
+    assert report.MAX_NESTING == 1024 and "stop at 1,024 levels" in page
+    assert ranks_mod.MAX_SKEW_US == 3600e6 and "more than an hour apart" in page
+    per = [len(t) / t.count(b"{") for name in ("train/h200_train_gemma_2l", "h200_model_prefill_eager",
+                                               "foreign/h200_foreign_llama4_prefill_eager")
+           for t in [gzip.decompress((DATA / f"{name}.json.gz").read_bytes())]]
+    assert (round(min(per)), round(max(per))) == (129, 179) and "one per 129 to 179 bytes" in page, per
