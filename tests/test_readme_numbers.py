@@ -736,6 +736,41 @@ def test_rows_timed_a_day_later_prose():
                                                      round(lv["compile"]["median_us"], 1), _faster_rounds(lv, "compile")]
 
 
+def test_second_unlisted_run_prose():
+    """The seven shapes of 2026-12-04 with one copy of the weights: the command is the record's shapes, none in a
+    sweep; the rows ahead, their range and rounds, and the one behind with its GPU parts, from the record by hand."""
+    import bench
+
+    flat = " ".join((ROOT / "docs/04_fused_mlp.md").read_text().split())
+    rec = json.loads((ROOT / "results/bench_unlisted2_h200.json").read_text())
+    first = json.loads((ROOT / "results/bench_middle_h200.json").read_text())
+    assert rec["weights"].startswith("one copy") and rec["liger_kernel"] is None and _module_rows(rec) == _module_rows(first)
+    shapes = rec["shapes"]
+    assert "--shapes " + ",".join("{}x{}x{}".format(*_key(s)) for s in shapes) + " --max-autotune none" in flat
+    swept = {tuple(int(n) for n in s.split("x")) for sweep in bench.SWEEPS.values() for s in sweep.split(",")}
+    assert not {_key(s) for s in shapes} & swept
+    ms = [s["M"] for s in shapes]
+    assert f"from {min(ms)} to {max(ms):,} tokens" in flat
+    ahead = [s for s in shapes if _ratio(s) > 1]
+    assert all(_faster_rounds(s["variants"], _best_other(s["variants"])) == 5 for s in ahead)
+    low, high = min(ahead, key=_ratio), max(ahead, key=_ratio)
+    assert quoted(r"Here the fused MLP is the fastest in (\d) of the (\d) rows, from (\d\.\d\d)× \((\d+)×(\d+)→(\d+)\) to "
+                  r"(\d\.\d\d)× \((\d+)×(\d+)→(\d+)\), ahead in all 5 rounds", flat) == [
+        len(ahead), len(shapes), round(_ratio(low), 2), *_key(low), round(_ratio(high), 2), *_key(high)]
+    [behind] = [s for s in shapes if _ratio(s) <= 1]
+    v, parts = behind["variants"], behind["parts"]
+    of_floor = sorted(behind["floor_us"] / o["median_us"] for o in v.values())
+    assert behind["bound"] == "memory" and _best_other(v) == "compile" and _faster_rounds(v, "compile") == 0
+    assert quoted(r"(\d+)×(\d+)→(\d+) \(1.45 GB of weights, memory-bound: every variant at ([\d.]+) to ([\d.]+) of the "
+                  r"floor\): ([\d.]+) against ([\d.]+) µs of `torch.compile`, slower in all 5 rounds", flat) == [
+        *_key(behind), round(of_floor[0], 2), round(of_floor[-1], 2), round(v["fused"]["median_us"], 1),
+        round(v["compile"]["median_us"], 1)]
+    assert round(3 * behind["dim"] * behind["hidden"] * 2 / 1e9, 2) == 1.45  # the three weights in bf16
+    assert quoted(r"its two kernels take ([\d.]+) and ([\d.]+) µs where cuBLAS's GEMMs take ([\d.]+) and ([\d.]+)",
+                  flat) == [round(parts[k], 1) for k in ("fused geglu kernel", "fused down_proj kernel",
+                                                         "cuBLAS gate+up GEMM", "cuBLAS down_proj GEMM")]
+
+
 def _h200_table(monkeypatch):
     """fused_geglu with the committed table read as it is on the H200 (compute capability 9), on this machine."""
     fused_geglu = pytest.importorskip("fused_geglu", reason="needs Triton (Linux wheels only)")
