@@ -769,6 +769,22 @@ def test_second_unlisted_run_prose():
     assert quoted(r"its two kernels take ([\d.]+) and ([\d.]+) µs where cuBLAS's GEMMs take ([\d.]+) and ([\d.]+)",
                   flat) == [round(parts[k], 1) for k in ("fused geglu kernel", "fused down_proj kernel",
                                                          "cuBLAS gate+up GEMM", "cuBLAS down_proj GEMM")]
+    # the hint in the table: its one-token down_proj row's kernel at each width it measured, against cuBLAS
+    table = json.loads((ROOT / "fused_geglu_tuned.json").read_text())
+    row = table["down"][0]
+    assert row["max_m"] == 1 and row["kernel"] == "small"
+    chosen = "down small " + json.dumps(row["config"])
+    ratios = {(r["dim"], r["hidden"]): r["us"][chosen] / r["us"]["down torch null"] for r in table["measured"] if r["M"] == 1}
+    widest = max(ratios, key=lambda w: w[1])
+    assert quoted(r"at one token of its widest width, (\d+) → (\d+), the kernel it chose took ([\d.]+)× cuBLAS's time",
+                  flat) == [*widest, round(ratios[widest], 2)]
+    assert "faster at the three narrower widths" in flat and sorted(r < 1 for w, r in ratios.items() if w != widest) == [True] * 3
+    host = (ROOT / "results/bench_decode_host_h200.txt").read_text().split("\n\n")
+    [block] = [b for b in host if b.startswith("M=1 dim=2048 hidden=16384")]
+    mine, cublas = (float(re.search(rf"part \(graph\): {k} +([\d.]+) µs", block).group(1))
+                    for k in ("fused down_proj kernel", "cuBLAS down_proj GEMM"))
+    assert quoted(r"at 2048 → 16384 \(`results/bench_decode_host_h200.txt`\) it took ([\d.]+) against cuBLAS's ([\d.]+) µs",
+                  flat) == [mine, cublas]
 
 
 def _h200_table(monkeypatch):
