@@ -359,7 +359,8 @@ def _load_tuned(path=TUNED_TABLE):
 
 def table_rows(table, name):
     """_load_tuned's rows of a table as tune_fused.py writes it; None: any. A row without max_k holds every K
-    (down_proj's rows, and tables before K classes); a table without packing rows packs everywhere."""
+    (tables before K classes; down_proj's K is its input width, hidden); a table without packing rows packs
+    everywhere."""
     rows = {which: [(row["max_m"], row.get("max_k"), row["kernel"], row.get("config")) for row in table[which]]
             for which in ("geglu", "down")}
     # Where torch won, the best fused kernel there (what show_the_kernel's scripts run); elsewhere the row's own.
@@ -959,7 +960,7 @@ def _down_plan(m, w_down, config, kept):
     if (m.dim() != 2 or w_down.dim() != 2 or m.shape[1] != w_down.shape[1] or m.dtype != w_down.dtype
             or (m.device.type != "cuda" and (not INTERPRET or _tracing(m)))):
         return F.linear  # which raises on shapes that do not fit
-    kernel, cfg = ("small", config) if config is not None else _by_m(m.device, m.shape[0], "down")
+    kernel, cfg = ("small", config) if config is not None else _by_m(m.device, m.shape[0], "down", m.shape[1])
     if kernel != "small":
         return F.linear
     run = functools.partial(_run_down, cfg)

@@ -4,6 +4,7 @@
     python3 tune_fused.py --widths all          # also Gemma-2B and Qwen2-7B widths (longer)
     python3 tune_fused.py --out /tmp/t.json     # somewhere else (fused_geglu reads only the file beside it)
     python3 tune_fused.py --packing-only        # re-measure only the packing rows of the table there (~1 min)
+    python3 tune_fused.py --down-only           # re-measure only the down_proj rows of the table there
 
 For each M bucket (its upper edge: M = 1, 8, 32, ..., 16384) and each MLP width (dim -> hidden), every candidate
 (kernel, config) of the gate/up GeGLU is checked against an fp32 reference, then timed as a CUDA-graph replay
@@ -12,8 +13,9 @@ cuBLAS's gate and up GEMMs with one pointwise GeGLU kernel of fused_geglu's afte
 where no kernel beats it, the table says to run it). The fused epilogue saves the same bytes whatever the input
 width K (dim) while the GEMM's work grows with it, so the choice depends on K too: per M bucket and per class of K
 (one per dim tuned, k_classes), the table keeps the candidate with the lowest geometric mean, over the class's widths,
-of its time / torch's time. down_proj's small-M kernel is chosen per M bucket over all widths, against cuBLAS's
-GEMM. Then, where the table runs cuBLAS, whether the module's packed gate and up weights run as one GEMM of twice
+of its time / torch's time. down_proj's small-M kernel is chosen against cuBLAS's GEMM per M bucket and per class
+of its own input width K (hidden), at DOWN_WIDTHS (wider than the gate/up widths: at one token the small kernel took
+0.91x to 0.98x cuBLAS's time up to 11008 inputs, but 1.04x at 4096 <- 14336 and 1.03x at 8192 <- 29568). Then, where the table runs cuBLAS, whether the module's packed gate and up weights run as one GEMM of twice
 the width or as two: cuBLAS picks a kernel per GEMM shape, and at some token counts the two narrower GEMMs are faster.
 At each M bucket's upper edge and middle, and for each of PACKING_WIDTHS, the whole module is timed both ways
 (CUDA-graph replays, one call of each in turn); a measured M packs only where the packed form was not slower by more
@@ -43,6 +45,9 @@ WIDTHS = {"models": [(768, 3072), (2304, 9216), (4096, 11008), (4096, 14336)],  
 # The packing rows: Gemma-2B, Gemma-2-2B, Llama-3.2-3B, Qwen2-7B, Llama-2-7B, Llama-3-8B (and Mistral-7B), Qwen2.5-14B
 PACKING_WIDTHS = [(2048, 16384), (2304, 9216), (3072, 8192), (3584, 18944), (4096, 11008), (4096, 14336), (5120, 13824)]
 PACKING_MARGIN = 0.005  # packed within 0.5% of the two GEMMs counts as not slower (rounds of one shape vary ~1%)
+# down_proj's widths (dim, hidden): the gate/up widths', Gemma-2B's, Qwen2-7B's, Qwen2.5-14B's and Llama-3-70B's.
+DOWN_WIDTHS = [(768, 3072), (2304, 9216), (4096, 11008), (5120, 13824), (4096, 14336), (2048, 16384), (3584, 18944),
+               (8192, 28672)]
 SMALL_MAX_M = 256  # the small-M kernels are tried up to here; past it their tiles are the tiled kernels' anyway
 DOWN_MAX_M = 256  # down_proj: cuBLAS is a tuned GEMM; the small-M kernel only ever helps at few tokens
 
@@ -88,9 +93,9 @@ def rel_error(y, ref):
     return ((y.float() - ref).norm() / ref.norm()).item()
 
 
-def time_candidates(fg, M, dim, hidden, dtype, tol):
-    """{(which, kernel, config as text): µs} for gate/up (which = 'geglu') and down_proj ('down') at one shape.
-    A candidate that fails to compile or gives a wrong result is left out, with one line saying why."""
+def time_candidates(fg, M, dim, hidden, dtype, tol, geglu=True):
+    """{(which, kernel, config as text): µs} for gate/up (which = 'geglu', unless geglu=False) and down_proj ('down')
+    at one shape. A candidate that fails to compile or gives a wrong result is left out, with one line saying why."""
     x = torch.randn(M, dim, device="cuda", dtype=dtype)
     w_gate, w_up = (torch.randn(hidden, dim, device="cuda", dtype=dtype) / dim ** 0.5 for _ in range(2))
     w_down = torch.randn(dim, hidden, device="cuda", dtype=dtype) / hidden ** 0.5
@@ -98,7 +103,7 @@ def time_candidates(fg, M, dim, hidden, dtype, tol):
     m = ref.to(dtype)
     down_ref = m.float() @ w_down.float().T
     calls = {}
-    for kernel, cfg in geglu_candidates(M):
+    for kernel, cfg in geglu_candidates(M) if geglu else ():
         calls["geglu", kernel, json.dumps(cfg)] = (lambda k=kernel, c=cfg: fg.geglu(x, w_gate, w_up, kernel=k, config=c),
                                              ref)
     for kernel, cfg in down_candidates(M):
@@ -135,13 +140,14 @@ def choose(per_width, which, fused_only=False):
     return best, scores[best]
 
 
-def k_classes(widths):
-    """[(largest K or None, indices of the widths in the class)]: one class per input width (dim) tuned, each up to
-    the geometric middle between its dim and the next (rounded down), the widest class open-ended. A K between two
-    tuned dims goes with the nearer one by ratio: the fused epilogue's share of the time falls as 1/K."""
-    dims = sorted({d for d, _ in widths})
-    tops = [math.isqrt(a * b) for a, b in zip(dims, dims[1:])] + [None]
-    return [(top, [i for i, (d, _) in enumerate(widths) if d == dim]) for dim, top in zip(dims, tops)]
+def k_classes(widths, at=0):
+    """[(largest K or None, indices of the widths in the class)]: one class per input width tuned (K = dim for gate
+    and up, at=0; K = hidden for down_proj, at=1), each up to the geometric middle between its K and the next
+    (rounded down), the widest class open-ended. A K between two tuned ones goes with the nearer one by ratio: the
+    fused epilogue's share of the time falls as 1/K."""
+    ks = sorted({w[at] for w in widths})
+    tops = [math.isqrt(a * b) for a, b in zip(ks, ks[1:])] + [None]
+    return [(top, [i for i, w in enumerate(widths) if w[at] == k]) for k, top in zip(ks, tops)]
 
 
 def packing_ms():
@@ -255,8 +261,11 @@ def parse_args(argv=None):
                         f"({len(WIDTHS['all'])})")
     p.add_argument("--dtype", choices=sorted(bench.DTYPES), default="bf16")
     p.add_argument("--out", type=Path, default=None, help="table to write (default: fused_geglu's, beside it)")
-    p.add_argument("--packing-only", action="store_true",
-                   help="keep the table's kernel rows (from --out's file) and re-measure only its packing rows")
+    only = p.add_mutually_exclusive_group()
+    only.add_argument("--packing-only", action="store_true",
+                      help="keep the table's kernel rows (from --out's file) and re-measure only its packing rows")
+    only.add_argument("--down-only", action="store_true",
+                      help="keep the table's other rows (from --out's file) and re-measure only its down_proj rows")
     return p.parse_args(argv)
 
 
@@ -269,17 +278,21 @@ def main(argv=None):
     out = args.out or fg.TUNED_TABLE
     dtype, widths = bench.DTYPES[args.dtype], WIDTHS[args.widths]
     torch.manual_seed(0)
-    if args.packing_only:
+    if args.packing_only or args.down_only:
+        flag, rows = ("--packing-only", "packing") if args.packing_only else ("--down-only", "down_proj")
         try:
             record = json.loads(out.read_text())
             fg.table_rows(record, out.name)
         except (OSError, ValueError, KeyError, TypeError) as e:
-            print(f"tune_fused.py --packing-only: cannot read the table's kernel rows from {out}: {e}", file=sys.stderr)
+            print(f"tune_fused.py {flag}: cannot read the table's kernel rows from {out}: {e}", file=sys.stderr)
             return 2
-        print(f"{bench.versions('cuda')['device']}: tuning the packing rows of {out}, {args.dtype}")
+        print(f"{bench.versions('cuda')['device']}: tuning the {rows} rows of {out}, {args.dtype}")
     else:
         record = tune_kernels(fg, dtype, widths, args.dtype)
-    tune_packing(fg, record, dtype)
+    if not args.packing_only:
+        tune_down(fg, record, dtype)
+    if not args.down_only:  # the packing rows choose where cuBLAS runs gate and up: down_proj's rows do not move them
+        tune_packing(fg, record, dtype)
     record["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {out}; fused_geglu reads {fg.TUNED_TABLE} at import (commit it)")
@@ -328,20 +341,73 @@ def bucket_rows(per_width, widths, max_m):
     return out["geglu"], out["down"]
 
 
+def down_rows(per_width, widths, max_m):
+    """One M bucket's down_proj rows, one per class of its input width K (hidden), from its times at each width."""
+    rows = []
+    for max_k, members in k_classes(widths, at=1):
+        (_, kernel, cfg), score = choose([per_width[j] for j in members], "down")
+        rows.append({"max_m": max_m, "max_k": max_k, "kernel": kernel, "config": json.loads(cfg),
+                     "vs_torch": round(score, 3)})
+    return rows
+
+
+def down_buckets():
+    """The M buckets down_proj is measured at (the small-M kernel is tried up to DOWN_MAX_M); past them, cuBLAS."""
+    return [M for M in BUCKETS if M <= DOWN_MAX_M]
+
+
+def time_down(fg, M, dim, hidden, dtype, tol):
+    """{("down", kernel, config as text): µs} at one shape (time_candidates' down_proj half)."""
+    return time_candidates(fg, M, dim, hidden, dtype, tol, geglu=False)
+
+
+def tune_down(fg, record, dtype):
+    """record's down_proj rows, per M bucket and class of hidden at DOWN_WIDTHS, and what they were chosen from."""
+    fg._tuned.clear()
+    record["down"], record["down_measured"] = [], []
+    for M in down_buckets():
+        per_width = [time_down(fg, M, d, h, dtype, common.TOLERANCE[dtype]) for d, h in DOWN_WIDTHS]
+        record["down_measured"] += [{"M": M, "dim": d, "hidden": h,
+                                     "us": {f"{w} {k} {c}": round(us, 2) for (w, k, c), us in t.items()}}
+                                    for (d, h), t in zip(DOWN_WIDTHS, per_width)]
+        rows = down_rows(per_width, DOWN_WIDTHS, M)
+        record["down"] += rows
+        print(f"down M <= {M}: " + "  ".join(f"K<={r['max_k']} {r['kernel']} {r['vs_torch']:.2f}x" for r in rows))
+    record["down"].append({"max_m": None, "max_k": None, "kernel": "torch", "config": None, "vs_torch": 1.0})
+    record["down_widths"] = [f"{d}x{h}" for d, h in DOWN_WIDTHS]
+    record["rule"] = ("gate/up: per M bucket and class of K (dim), the lowest geometric mean over the class's widths "
+                      "of time / torch's time; down_proj: the same per M bucket up to "
+                      f"{DOWN_MAX_M} and class of K (hidden) at down_widths, cuBLAS past it")
+
+
+def _by_m(entries):
+    """{M: {(dim, hidden): {(which, kernel, config as text): µs}}} of a table's measurements."""
+    out = {}
+    for entry in entries:
+        t = {tuple(key.split(" ", 2)): us for key, us in entry["us"].items()}
+        out.setdefault(entry["M"], {})[entry["dim"], entry["hidden"]] = t
+    return out
+
+
 def rows_from_measured(record):
     """The kernel rows (geglu, down) that record's own measurements give: the same rule, no GPU (a test checks a
-    committed table against it)."""
+    committed table against it). down_proj's from its own measurements where the table has them (down_from_measured)."""
     widths = [tuple(map(int, w.split("x"))) for w in record["widths"]]
-    by_m = {}
-    for entry in record["measured"]:
-        t = {tuple(key.split(" ", 2)): us for key, us in entry["us"].items()}
-        by_m.setdefault(entry["M"], {})[entry["dim"], entry["hidden"]] = t
+    times = _by_m(record["measured"])
     geglu, down = [], []
     for i, M in enumerate(BUCKETS):
-        g, d = bucket_rows([by_m[M][w] for w in widths], widths, None if i == len(BUCKETS) - 1 else M)
+        g, d = bucket_rows([times[M][w] for w in widths], widths, None if i == len(BUCKETS) - 1 else M)
         geglu += g
         down += d
-    return geglu, down
+    return geglu, down_from_measured(record) if "down_measured" in record else down
+
+
+def down_from_measured(record):
+    """The down_proj rows that record's down_measured give (tune_down's rule, no GPU)."""
+    widths = [tuple(map(int, w.split("x"))) for w in record["down_widths"]]
+    times = _by_m(record["down_measured"])
+    rows = [r for M in down_buckets() for r in down_rows([times[M][w] for w in widths], widths, M)]
+    return rows + [{"max_m": None, "max_k": None, "kernel": "torch", "config": None, "vs_torch": 1.0}]
 
 
 if __name__ == "__main__":

@@ -100,6 +100,14 @@ def test_k_classes_split_at_the_geometric_middles():
     assert [top for top, _ in tune_fused.k_classes(tune_fused.WIDTHS["all"])] == [1254, 2172, 2873, 3831, None]
 
 
+def test_down_classes_go_by_the_input_width_hidden():
+    """DOWN_WIDTHS' hidden sizes 3072, 9216, 11008, 13824, 14336, 16384, 18944, 28672: tops at the geometric
+    middles, isqrt(3072 * 9216) = 5320, isqrt(9216 * 11008) = 10072, ..., isqrt(18944 * 28672) = 23305."""
+    assert [top for top, _ in tune_fused.k_classes(tune_fused.DOWN_WIDTHS, at=1)] == [
+        5320, 10072, 12335, 14077, 15325, 17617, 23305, None]
+    assert tune_fused.k_classes([(4096, 14336), (8192, 14336), (768, 3072)], at=1) == [(6636, [2]), (None, [0, 1])]
+
+
 def test_the_written_table_is_what_fused_geglu_reads(monkeypatch, tmp_path):
     """main() end to end with made-up timings (no GPU here): at M <= 8 the first small-M candidate is fastest;
     up to 256 torch; past it the first TMA candidate, except at dim 4096 from M = 4096 on, where torch is
@@ -116,6 +124,7 @@ def test_the_written_table_is_what_fused_geglu_reads(monkeypatch, tmp_path):
         return times
 
     monkeypatch.setattr(tune_fused, "time_candidates", made_up)
+    monkeypatch.setattr(tune_fused, "time_down", _made_up_down)
     monkeypatch.setattr(tune_fused, "measure_packing", _made_up_packing)
     monkeypatch.setattr(tune_fused.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(tune_fused.torch.cuda, "get_device_capability", lambda: (9, 0))
@@ -135,12 +144,39 @@ def test_the_written_table_is_what_fused_geglu_reads(monkeypatch, tmp_path):
         if want != "torch":
             bucket = next(b for b in tune_fused.BUCKETS if M <= b) if M <= tune_fused.BUCKETS[-1] else 16384
             assert cfg == next(c for k, c in tune_fused.geglu_candidates(bucket) if k == want)
-    assert fused_geglu._by_m(gpu, 1, "down") == ("torch", None)  # every down candidate tied: torch, listed first
     record = json.loads(out.read_text())
     n_widths, n_classes = len(tune_fused.WIDTHS["models"]), len({d for d, _ in tune_fused.WIDTHS["models"]})
     assert len(record["measured"]) == len(tune_fused.BUCKETS) * n_widths
-    assert len(record["geglu"]) == len(tune_fused.BUCKETS) * n_classes and len(record["down"]) == len(tune_fused.BUCKETS)
+    assert len(record["geglu"]) == len(tune_fused.BUCKETS) * n_classes
+    _check_down(fused_geglu, gpu, record)
     _check_packing(fused_geglu, gpu, record)
+
+
+def _made_up_down(fg, M, dim, hidden, dtype, tol):
+    """Made-up down_proj times: up to 8 tokens the first small candidate takes 40 µs against cuBLAS's 50 where the
+    input is narrower than 13000, and 55 from there; every other candidate, and every other M, ties with cuBLAS."""
+    times = {_key("down", k, c): 50.0 for k, c in tune_fused.down_candidates(M)}
+    first = next(((k, c) for k, c in tune_fused.down_candidates(M) if k == "small"), None)
+    if first and M <= 8:
+        times[_key("down", *first)] = 40.0 if hidden < 13000 else 55.0
+    return times
+
+
+def _check_down(fused_geglu, gpu, record):
+    """The down_proj rows fused_geglu reads back, by M and by its input width K (hidden): small up to 8 tokens for K
+    up to isqrt(11008 * 13824) = 12335, cuBLAS from 12336 (the class of 13824) and beyond 8 tokens (ties: cuBLAS,
+    listed first), and past the measured buckets."""
+    small = [c for k, c in tune_fused.down_candidates(8) if k == "small"][0]
+    for M, K, want in [(1, 3072, "small"), (8, 11008, "small"), (8, 12335, "small"), (8, 12336, "torch"),
+                       (1, 14336, "torch"), (1, 29568, "torch"), (9, 3072, "torch"), (300, 3072, "torch")]:
+        kernel, cfg = fused_geglu._by_m(gpu, M, "down", K)
+        assert kernel == want, (M, K)
+        assert cfg == (small if want == "small" else None)
+    n_classes = len(tune_fused.DOWN_WIDTHS)  # one hidden each
+    assert len(record["down_measured"]) == len(tune_fused.down_buckets()) * n_classes
+    assert len(record["down"]) == len(tune_fused.down_buckets()) * n_classes + 1
+    assert record["down_widths"] == [f"{d}x{h}" for d, h in tune_fused.DOWN_WIDTHS]
+    assert tune_fused.down_from_measured(record) == record["down"]  # what a test checks the committed table by
 
 
 def _made_up_packing(fg, record, dtype):
@@ -215,3 +251,31 @@ def test_packing_only_keeps_the_kernel_rows(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(fused_geglu, "INTERPRET", False)
     monkeypatch.setattr(fused_geglu, "_capability", lambda device: (9, 0))
     _check_packing(fused_geglu, fused_geglu.torch.device("cuda", 0), new)
+
+
+def test_down_only_keeps_the_other_rows(monkeypatch, tmp_path, capsys):
+    """--down-only rewrites the down_proj rows (and their measurements and rule) of the table at --out, and keeps
+    its gate/up and packing rows; with no readable table there, one line and exit 2; it cannot go with
+    --packing-only."""
+    fused_geglu = pytest.importorskip("fused_geglu", reason="needs Triton (Linux wheels only)")
+    monkeypatch.setattr(tune_fused.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(tune_fused.bench, "versions", lambda device: {"device": "a made-up GPU"})
+    monkeypatch.setattr(tune_fused, "time_down", _made_up_down)
+    monkeypatch.setattr(tune_fused, "measure_packing", lambda *a: pytest.fail("--down-only measured the packing"))
+    monkeypatch.setattr(fused_geglu, "_tuned", {})
+    out = tmp_path / "tuned.json"
+    assert tune_fused.main(["--down-only", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--down-only: cannot read the table's kernel rows" in err
+    kept = {"capability": "9.0", "device": "a made-up GPU", "geglu": [{"max_m": None, "kernel": "torch"}],
+            "measured": [{"M": 1}], "packing": [{"max_m": None, "max_k": None, "packed": False}]}
+    out.write_text(json.dumps({**kept, "down": [{"max_m": None, "kernel": "torch"}]}))
+    assert tune_fused.main(["--down-only", "--out", str(out)]) == 0
+    new = json.loads(out.read_text())
+    assert {k: new[k] for k in kept} == kept and new["date"] and "class of K (hidden)" in new["rule"]
+    monkeypatch.setattr(fused_geglu, "_tuned", fused_geglu._load_tuned(out))
+    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu, "_capability", lambda device: (9, 0))
+    _check_down(fused_geglu, fused_geglu.torch.device("cuda", 0), new)
+    with pytest.raises(SystemExit):
+        tune_fused.parse_args(["--down-only", "--packing-only"])
