@@ -293,7 +293,9 @@ def main(argv=None):
         tune_down(fg, record, dtype)
     if not args.down_only:  # the packing rows choose where cuBLAS runs gate and up: down_proj's rows do not move them
         tune_packing(fg, record, dtype)
-    record["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    # --down-only dates its rows alone: the table's date stays its kernel and packing rows' (docs/04 reads it so)
+    record["down_date" if args.down_only else "date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
+        timespec="seconds")
     out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {out}; fused_geglu reads {fg.TUNED_TABLE} at import (commit it)")
     return 0

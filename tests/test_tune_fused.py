@@ -272,7 +272,8 @@ def test_down_only_keeps_the_other_rows(monkeypatch, tmp_path, capsys):
     out.write_text(json.dumps({**kept, "down": [{"max_m": None, "kernel": "torch"}]}))
     assert tune_fused.main(["--down-only", "--out", str(out)]) == 0
     new = json.loads(out.read_text())
-    assert {k: new[k] for k in kept} == kept and new["date"] and "class of K (hidden)" in new["rule"]
+    assert {k: new[k] for k in kept} == kept and "class of K (hidden)" in new["rule"]
+    assert new["down_date"] and "date" not in new  # the table's own date stays its other rows
     monkeypatch.setattr(fused_geglu, "_tuned", fused_geglu._load_tuned(out))
     monkeypatch.setattr(fused_geglu, "INTERPRET", False)
     monkeypatch.setattr(fused_geglu, "_capability", lambda device: (9, 0))
