@@ -36,7 +36,7 @@ _TS, _DUR, _THREAD, _ORDER = attrgetter("ts"), attrgetter("dur"), attrgetter("pi
 # (the 35 MB, 600-step traces this suite was tried on are ~3% of it): past a limit, one line, nothing more.
 MAX_JSON_BYTES = 1 << 30  # JSON text, after gzip
 # ...and in objects: each event becomes a Python object of ~200 B, so that 100 MB of `{},` (33M events) took 6.6 GB.
-# Real traces hold one `{` per 129-179 B of JSON (events and their args): 2^24 is a 1 GiB trace at 64 B per object.
+# Real traces hold one `{` per 102-200 B of JSON (events and their args, the traces in tests/data): 2^24 is a 1 GiB trace at 64 B per object.
 MAX_JSON_OBJECTS = 1 << 24
 MAX_US = 1e11  # a timestamp or duration beyond ~28 hours (in µs) is not a profile of a step
 MAX_TS = 1e17  # absolute timestamps are µs since 1970 (~1.8e15)
@@ -362,7 +362,7 @@ def _read_text(path: str | Path, max_bytes: int | None = None) -> bytes:
         text = _read_capped(p, MAX_JSON_BYTES if max_bytes is None else max_bytes)
     if (objects := text.count(b"{")) > MAX_JSON_OBJECTS:  # an upper bound (a brace in a string counts too), in C
         raise TraceError(f"{p}: {objects:,} JSON objects in {len(text):,} bytes, past this reader's limit of "
-                         f"{MAX_JSON_OBJECTS:,} (a real trace holds one per 129-179 bytes): not read")
+                         f"{MAX_JSON_OBJECTS:,} (a real trace holds one per 100-200 bytes): not read")
     return text
 
 
@@ -576,9 +576,11 @@ def _assemble(spans: list[Event], calls: list[Event], gpu: list[Event], skipped:
                     pending.discard(id(owner))
         corr = c.corr
         if corr is not None:
-            if (seen := by_corr.get(corr)) is not None and seen.pid != c.pid:
+            seen = by_corr.get(corr)
+            if seen is not None and None not in (seen.pid, c.pid) and str(seen.pid) != str(c.pid):
                 # CUPTI numbers one process's calls: the same number from two processes is two files' events in
-                # one, and which launch a kernel came from is not known (nor which process's step it is in).
+                # one, and which launch a kernel came from is not known (nor which process's step it is in). A pid
+                # written 1234 once and "1234" once, or left out, is no second process.
                 raise TraceError(f"{path}: processes {seen.pid} and {c.pid} both made a call with correlation id "
                                  f"{corr}: several processes' traces merged into one file? Read each process's own "
                                  "trace (a folder of rank traces: --ranks)")

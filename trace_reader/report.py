@@ -338,11 +338,15 @@ def _annotations_below(op: Event, ts: float, starts: dict) -> set[str]:
 def _open_on_step_thread(st: Step, engine_op: Event, ts: float, cache: dict) -> set[str]:
     """Annotations open at ts on the step's thread (the thread of its ProfilerStep span; without one, any thread
     but the engine's)."""
+    threads = _annotation_threads(st, cache)
+    if st.span.tid is not None:
+        lanes = [threads[key]] if (key := (st.span.pid, st.span.tid)) in threads else []
+    else:
+        lanes = [lane for thread, lane in threads.items() if thread != (engine_op.pid, engine_op.tid)]
     names = set()
-    for thread, (starts, spans, outer) in _annotation_threads(st, cache).items():
-        if st.span.tid is not None and thread != (st.span.pid, st.span.tid):
-            continue
-        if st.span.tid is None and thread == (engine_op.pid, engine_op.tid):
+    for starts, spans, outer, nested in lanes:
+        if not nested:  # spans that overlap without one holding the other: each one looked at
+            names.update(e.name for e in spans if e.ts <= ts <= e.end)
             continue
         first, past = bisect.bisect_left(starts, ts), bisect.bisect_right(starts, ts)
         names.update(e.name for e in spans[first:min(past, first + MAX_NESTING)])  # those that start at ts
@@ -356,9 +360,11 @@ def _open_on_step_thread(st: Step, engine_op: Event, ts: float, cache: dict) -> 
     return names
 
 
-def _annotation_threads(st: Step, cache: dict) -> dict[tuple, tuple[list[float], list[Event], list[int]]]:
+def _annotation_threads(st: Step, cache: dict) -> dict[tuple, tuple[list[float], list[Event], list[int], bool]]:
     """{thread: (starts, annotation spans in time order (the longer first at one start), the index of the one
-    around each, -1 for none)} of st's annotations, ProfilerStep#k aside; made once per step."""
+    around each (-1 for none), whether each one that overlaps another holds it or is held)} of st's annotations,
+    ProfilerStep#k aside; made once per step. A span of no length holds nothing after its instant: it is no one's
+    outer span (a thousand of them in a row would make a chain of closed spans)."""
     key = ("threads", id(st))
     if (got := cache.get(key)) is not None:
         return got
@@ -369,13 +375,15 @@ def _annotation_threads(st: Step, cache: dict) -> dict[tuple, tuple[list[float],
     got = cache[key] = {}
     for thread, spans in lanes.items():
         spans.sort(key=lambda e: (e.ts, -e.dur))
-        outer, open_ = [], []
+        outer, open_, nested = [], [], True
         for j, e in enumerate(spans):
             while open_ and spans[open_[-1]].end < e.end:  # not around e: closed before e ends
+                nested = nested and spans[open_[-1]].end <= e.ts  # closed before e starts, or it overlaps e
                 open_.pop()
             outer.append(open_[-1] if open_ else -1)
-            open_.append(j)
-        got[thread] = ([e.ts for e in spans], spans, outer)
+            if e.dur > 0:
+                open_.append(j)
+        got[thread] = ([e.ts for e in spans], spans, outer, nested)
     return got
 
 
