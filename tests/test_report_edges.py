@@ -119,6 +119,20 @@ def _nested(rng, lo, hi, depth, tid, out):
         t = b
 
 
+def _engine_names(ann, launches, steps=True):
+    """{kernel j: its annotations} for engine kernels launched at `launches` beside the annotations `ann`."""
+    ev = [x("backward", "user_annotation", -5, 5000), *ann]
+    for j, t in enumerate(launches):
+        ev += [x("autograd::engine::evaluate_function: MmBackward0", "cpu_op", t - 0.5, 1, tid=2),
+               x("cudaLaunchKernel", "cuda_runtime", t, 0.1, tid=2, **{"External id": 9, "correlation": j + 1}),
+               x(f"k{j}", "kernel", 10_000 + j, 1, pid=0, tid=7, correlation=j + 1)]
+    if steps:
+        ev.insert(0, x("ProfilerStep#2", "user_annotation", -10, 20_000))
+    [st] = parse({"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}).steps
+    cache = {}  # one per trace, as the report keeps it
+    return {int(k.name[1:]): set(rp.annotations_around(k, st, cache)) for k in st.gpu}
+
+
 def test_an_engine_kernels_open_annotations_are_those_a_scan_of_every_span_finds_on_random_steps():
     """Random nests of annotations (siblings touching, children sharing starts and ends, zero lengths) on the step's
     thread and on thread 3, engine kernels launched at random instants: each kernel's annotations are, besides
@@ -133,35 +147,11 @@ def test_an_engine_kernels_open_annotations_are_those_a_scan_of_every_span_finds
         _nested(rng, 0, 60, 4, 1, ann)
         _nested(rng, 0, 60, 3, 3, ann)
         launches = [rng.randint(0, 60) for _ in range(6)]
-        ev = [x("backward", "user_annotation", -5, 70), *ann]
+        got = _engine_names(ann, launches, steps)
         for j, t in enumerate(launches):
-            ev += [x("autograd::engine::evaluate_function: MmBackward0", "cpu_op", t - 0.5, 1, tid=2),
-                   x("cudaLaunchKernel", "cuda_runtime", t, 0.1, tid=2, **{"External id": 9, "correlation": j + 1}),
-                   x(f"k{j}", "kernel", 100 + j, 1, pid=0, tid=7, correlation=j + 1)]
-        if steps:
-            ev.insert(0, x("ProfilerStep#2", "user_annotation", -10, 200))
-        trace = parse({"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]})
-        [st] = trace.steps
-        cache = {}
-        for k in sorted(st.gpu, key=lambda k: k.name):
-            t = launches[int(k.name[1:])]
             want = {"backward"} | {e["name"] for e in ann if e["ts"] <= t <= e["ts"] + e["dur"]
                                    and (e["tid"] == 1 or not steps)}
-            assert set(rp.annotations_around(k, st, cache)) == want, (case, k.name, t)
-
-
-def _engine_names(ann, launches, steps=True):
-    """{kernel j: its annotations} for engine kernels launched at `launches` beside the annotations `ann`."""
-    ev = [x("backward", "user_annotation", -5, 5000), *ann]
-    for j, t in enumerate(launches):
-        ev += [x("autograd::engine::evaluate_function: MmBackward0", "cpu_op", t - 0.5, 1, tid=2),
-               x("cudaLaunchKernel", "cuda_runtime", t, 0.1, tid=2, **{"External id": 9, "correlation": j + 1}),
-               x(f"k{j}", "kernel", 10_000 + j, 1, pid=0, tid=7, correlation=j + 1)]
-    if steps:
-        ev.insert(0, x("ProfilerStep#2", "user_annotation", -10, 20_000))
-    [st] = parse({"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}).steps
-    cache = {}  # one per trace, as the report keeps it
-    return {int(k.name[1:]): set(rp.annotations_around(k, st, cache)) for k in st.gpu}
+            assert got[j] == want, (case, j, t)
 
 
 def test_annotations_that_overlap_without_nesting_are_each_open_where_they_hold_the_launch():
