@@ -75,6 +75,7 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule 
 
 import inspect_trace  # noqa: E402
 from trace_reader.plot import CPU_HAS_NO_ROOFLINE, plot_next_to  # noqa: E402 - imports matplotlib only when it draws
+from trace_reader.read import plural  # noqa: E402,F401 - the scripts' "1 layer", "2 layers"
 
 
 class _profile(profile):
@@ -467,11 +468,6 @@ def _ctrl_c_deferred():
 
 _written: Path | None = None  # the trace export() wrote in this process: what a later Ctrl-C must not deny
 _made_folders: list[Path] = []  # output folders setup() created: removed again if the run fails and they are empty
-
-
-def plural(n: int, noun: str) -> str:
-    """'1 layer', '2 layers'."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def rel_error(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -14,9 +14,10 @@ where no kernel beats it, the table says to run it). The fused epilogue saves th
 width K (dim) while the GEMM's work grows with it, so the choice depends on K too: per M bucket and per class of K
 (one per dim tuned, k_classes), the table keeps the candidate with the lowest geometric mean, over the class's widths,
 of its time / torch's time. down_proj's small-M kernel is chosen against cuBLAS's GEMM per M bucket and per class
-of its own input width K (hidden), at DOWN_WIDTHS (wider than the gate/up widths: at one token the small kernel took
-0.91x to 0.98x cuBLAS's time up to 11008 inputs, but 1.04x at 4096 <- 14336 and 1.03x at 8192 <- 29568). Then, where the table runs cuBLAS, whether the module's packed gate and up weights run as one GEMM of twice
-the width or as two: cuBLAS picks a kernel per GEMM shape, and at some token counts the two narrower GEMMs are faster.
+of its own input width K (hidden), at DOWN_WIDTHS, wider than the gate/up widths: at one token which of the two is
+faster moves with the width by a few percent (results/tune_down_h200.txt; docs/04). Then, where the table runs
+cuBLAS, whether the module's packed gate and up weights run as one GEMM of twice the width or as two: cuBLAS picks
+a kernel per GEMM shape, and at some token counts the two narrower GEMMs are faster.
 At each M bucket's upper edge and middle, and for each of PACKING_WIDTHS, the whole module is timed both ways
 (CUDA-graph replays, one call of each in turn); a measured M packs only where the packed form was not slower by more
 than PACKING_MARGIN at any width of its class of K, and an M between two measured ones only where both ends pack

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .kernels import GEMM_OPS, VIEW_OPS, _view_cuda_time, gemm_operands, is_gemm, op_dtype, short
-from .read import OCCUPANCY, STEP_RE, Trace, TraceError, real_steps
+from .read import OCCUPANCY, STEP_RE, Trace, TraceError, plural, real_steps
 from .report import bound_of
 
 
@@ -416,7 +416,7 @@ def expectations_for(script: str, trace: Trace) -> tuple[list[Expect], str]:
         layers = args.__dict__.get("layers")
         exps = module.expectations(args, layers, args.geglu)
         mlp = f", MLP {args.mlp}" if not args.compile else ""
-        told = f"{layers} layer{'s' if layers != 1 else ''}" if layers else "layers not told"
+        told = plural(layers, "layer") if layers else "layers not told"
         return list(exps), (f"{script} {phase}, {'CUDA graphs' if args.cuda_graphs else mode}, {told}{mlp}, "
                             f"{args.active} steps (read from the trace)")
     if script == "07_train_step":  # its expectations also take the parameters' count and bytes

@@ -47,6 +47,12 @@ KERNEL_FILES_SECONDS = 2.0
 _CHUNK = 1 << 20
 
 
+def plural(n: int, noun: str) -> str:
+    """'1 layer', '2 layers'; '1 unit of work', '2 units of work': the first word of `noun` (singular) takes the s."""
+    first, space, rest = noun.partition(" ")
+    return f"{n} {first}{'' if n == 1 else 's'}{space}{rest}"
+
+
 class TraceError(Exception):
     """Bad input: the message is one line, meant for the reader."""
 

@@ -14,7 +14,8 @@ from .compiled import compiled_regions, describe
 from .kernels import (CPP_KERNEL_RE, VIEW_OPS, _view_cuda_time, cpu_lanes, gemm_flops, is_gemm, is_pointwise,
                       most_common, op_dtype, pointwise_bytes, short)
 from .peaks import device_peak
-from .read import _DUR, BACKWARD_RE, MAX_US, OCCUPANCY, STEP_RE, Event, Kernel, Step, Trace, TraceError, _no_gc
+from .read import (_DUR, BACKWARD_RE, MAX_US, OCCUPANCY, STEP_RE, Event, Kernel, Step, Trace, TraceError, _no_gc,
+                   plural)
 
 # Steps shown one per row; a longer trace shows its first and last EDGE steps and quantiles (--all-steps: all).
 STEP_ROWS = 8
@@ -600,24 +601,18 @@ def _step_rows(steps: list[dict], cols: list, all_steps: bool) -> list[list]:
 
 
 def _order_line(d: dict, what: str, verb: str) -> str:
-    """Whether every step has the same sequence of units (what: "kernels", "units of work"), else its groups."""
+    """Whether every step has the same sequence of units (what: "kernel", "unit of work"), else its groups."""
     orders = d["step_orders"]  # one group at least: the report has returned before this without a step
     if d["same_order"]:
-        return f"every step {verb} the same {_many(orders[0]['units'], what)} in the same order"
+        return f"every step {verb} the same {plural(orders[0]['units'], what)} in the same order"
     parts, counts = [], set()
     for g in orders:
         nums = g["steps"]
         where = ", ".join(f"#{x}" for x in nums[:4]) + (", ..." if len(nums) > 4 else "")
         again = " in another order" if g["units"] in counts else ""
         counts.add(g["units"])
-        parts.append(f"{_many(len(nums), 'steps')} with {_many(g['units'], what)}{again} ({where})")
+        parts.append(f"{plural(len(nums), 'step')} with {plural(g['units'], what)}{again} ({where})")
     return "steps differ: " + "; ".join(parts)
-
-
-def _many(n: int, things: str) -> str:
-    """'1 kernel', '2 kernels', '1 unit of work': things is the plural; one of it drops the first word's s."""
-    first, _, rest = things.partition(" ")
-    return f"{n} {things}" if n != 1 else f"{n} {first.removesuffix('s')}{' ' + rest if rest else ''}"
 
 
 def _why(t: dict) -> str:
@@ -659,7 +654,7 @@ def _text_gpu(d: dict, full: bool, all_steps: bool) -> list[str]:
                    "writes (in_out_ptr) counted once")
     src = d["peak"]["source"] if d["peak"] else "unknown (device not in torch's datasheet table)"
     out.append(f"peak: {d['device_name'] or '?'}: {src}")
-    out.append(_order_line(d, "kernels", "launches"))
+    out.append(_order_line(d, "kernel", "launches"))
 
     out.append("")
     out.append("Step time (µs): wall = from step start until its last GPU work ends; "
@@ -817,7 +812,7 @@ def _text_cpu_work(d: dict, full: bool) -> list[str]:
             for i, w in enumerate(d["cpu_work"])]
     out.append(_table(["#"] + (["thread"] if threads else []) + ["kernel", "mean µs", "min–max"], rows,
                       right={0, 3, 4} if threads else {0, 2, 3}))
-    out.append(_order_line(d, "units of work", "runs"))
+    out.append(_order_line(d, "unit of work", "runs"))
     return out
 
 
