@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from .read import Event, Trace
+from .read import BACKWARD_PREFIX, Event, Trace
 
 REGION_RE = re.compile(r"^Torch-Compiled Region: (.*)$")
 REGION_PREFIX = "Torch-Compiled Region: "  # tested first: a regex per span of a long trace costs 0.1 s
@@ -24,6 +24,7 @@ def compiled_regions(trace: Trace) -> dict | None:
     guard failed: a new shape, dtype or Python value); per_step: each step's region ids in time order, an
     enclosed one written "1/0 inside 0/0"; other_ids: ids that are not frame/compile (e.g. "Unknown")."""
     per_step, frames, breaks, other = [], defaultdict(set), set(), set()
+    at_backward, autograd_graphs = set(), set()
     for st in trace.steps:
         regions = [e for e in st.spans if e.name.startswith(REGION_PREFIX) and REGION_RE.match(e.name)]
         ids = []
@@ -34,16 +35,37 @@ def compiled_regions(trace: Trace) -> dict | None:
                 frames[int(parsed.group(1))].add(int(parsed.group(2)))
             else:
                 other.add(rid[:40])
-            if parsed and outer_parsed and outer_parsed.group(1) != parsed.group(1):
+            if rid.startswith("!"):  # compiled autograd's backward graph: its own graph, no continuation of a frame
+                autograd_graphs.add(rid[:40])
+            elif parsed and outer_parsed and outer_parsed.group(1) != parsed.group(1) and not _id(outer).startswith("!"):
                 breaks.add((int(outer_parsed.group(1)), int(parsed.group(1))))
             ids.append(f"{rid} inside {_id(outer)}" if outer is not None else rid)
+        at_backward |= _backward_inside(st)
         per_step.append({"number": st.number, "regions": ids})
     if not any(s["regions"] for s in per_step):
         return None
     return {"frames": {f: sorted(v) for f, v in sorted(frames.items())},
             "graph_breaks": [list(b) for b in sorted(breaks)],
             "recompiled": sorted(f for f, v in frames.items() if max(v) > 0),
-            "per_step": per_step, "other_ids": sorted(other)}
+            "per_step": per_step, "other_ids": sorted(other),
+            "backward_in_frame": sorted(at_backward), "compiled_autograd": sorted(autograd_graphs)}
+
+
+def _backward_inside(st) -> set[str]:
+    """The regions inside which the autograd engine itself ran (eager backward nodes, not a compiled graph's
+    CompiledFunctionBackward alone): loss.backward() called in a compiled function, where Dynamo breaks the graph
+    and runs the call eagerly, inside the frame's region."""
+    out = set()
+    for e in st.spans:
+        if not (e.cat == "cpu_op" and e.name.startswith(BACKWARD_PREFIX)) or e.parent is None:
+            continue
+        node = e.parent
+        while node is not None and not node.name.startswith(BACKWARD_PREFIX):
+            if node.name.startswith(REGION_PREFIX) and REGION_RE.match(node.name):
+                out.add(_id(node)[:40])
+                break
+            node = node.parent
+    return out
 
 
 def _id(region: Event) -> str:
@@ -74,19 +96,27 @@ def describe(data: dict | None) -> list[str]:
     orders: dict[tuple, list[int]] = defaultdict(list)
     for step in data["per_step"]:
         orders[tuple(step["regions"])].append(step["number"])
-    plain = not data["graph_breaks"] and not data["recompiled"] and not data["other_ids"]
+    at_backward, autograd_graphs = data.get("backward_in_frame", []), data.get("compiled_autograd", [])
+    plain = not (data["graph_breaks"] or data["recompiled"] or data["other_ids"] or at_backward or autograd_graphs)
     if plain and len(orders) == 1:
         return [head + " in every step: no graph break, no recompile"]
     out = [head]
     for outer, inner in data["graph_breaks"]:
         out.append(f"  graph break: frame {inner} runs inside frame {outer}'s region (Dynamo compiled the rest of "
                    f"frame {outer} after the break as a new frame)")
+    if at_backward:
+        out.append(f"  graph break at backward(): the autograd engine runs inside region{'s' if len(at_backward) > 1 else ''} "
+                   f"{', '.join(at_backward)}, outside the compiled graph (Dynamo cannot trace .backward(): it ends "
+                   "the graph there and runs the call eagerly)")
+    if autograd_graphs:
+        out.append(f"  compiled autograd: the backward ran as the compiled graph(s) {', '.join(autograd_graphs)} "
+                   "(!N/ is compiled autograd's graph N), not as autograd engine nodes")
     for f in data["recompiled"]:
         seen = ", ".join(f"{f}/{c}" for c in frames[f])
         out.append(f"  recompiled: frame {f} ran {seen}; a version after /0 means a guard failed and Dynamo "
                    "compiled the frame again (a new shape, dtype or Python value)")
-    if data["other_ids"]:
-        out.append(f"  other regions: {', '.join(data['other_ids'])}")
+    if others := [i for i in data["other_ids"] if i not in autograd_graphs]:
+        out.append(f"  other regions: {', '.join(others)}")
     if len(orders) == 1:
         out.append(f"  every step runs: {', '.join(next(iter(orders))) or 'none'}")
     else:

@@ -24,52 +24,31 @@ import re
 import statistics
 from collections import defaultdict
 
+from . import intervals
+
 from .expect import Expect, NotApplicable, _need_steps
 from .kernels import BOOKKEEPING_OPS, DTYPE_BYTES, GEMM_OPS, _dims, _numel, _shape, _types, gemm_flops, is_gemm, short
 from .memory import device_allocs
-from .read import BACKWARD_PREFIX, BACKWARD_RE, STEP_RE, Event, Step, Trace, side_events
+from .passes import (COMPILED_AUTOGRAD_PREFIX, OPTIMIZER_STEP_RE, PHASES, Compiler, Window, comm_wait, distributed,
+                     inside, phase_windows)
+from .read import BACKWARD_PREFIX, STEP_RE, Event, Step, Trace, side_events
 
-PHASES = ("forward", "backward", "optimizer")
 ACCUMULATE_GRAD = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
 ACCUMULATE_OP = "torch::autograd::AccumulateGrad"  # inside ACCUMULATE_GRAD; its input is the gradient
-OPTIMIZER_STEP_RE = re.compile(r"^Optimizer\.step#(\w+)\.step$")
-ZERO_GRAD_RE = re.compile(r"^Optimizer\.zero_grad#")
 MULTI_TENSOR_RE = re.compile(r"multi_tensor_apply")
 TOP_LINKS = 8  # backward ops listed, the slowest first
 
 
 def has_backward(trace: Trace) -> bool:
-    """Does any step run the autograd engine (a training step rather than an inference forward)?"""
-    return any(e.cat == "cpu_op" and e.name.startswith(BACKWARD_PREFIX) for st in trace.steps for e in st.spans)
+    """Does any step run the autograd engine, or a backward graph compiled by compiled autograd (a training step
+    rather than an inference forward)?"""
+    return any((e.cat == "cpu_op" and e.name.startswith(BACKWARD_PREFIX)) or e.name.startswith(COMPILED_AUTOGRAD_PREFIX)
+               for st in trace.steps for e in st.spans)
 
 
 # ------------------------------------------------------------------------------------------------ phases
 
-def phase_windows(st: Step) -> tuple[dict[str, tuple[float, float]], bool]:
-    """({phase: (start, end) in CPU µs}, from annotations?): the step's record_function("forward"/"backward"/
-    "optimizer") spans where present, else what torch.optim's and autograd's own spans say (see the docstring)."""
-    found: dict[str, tuple[float, float]] = {}
-    for e in st.spans:
-        if e.cat == "user_annotation" and e.name in PHASES and e.name not in found:
-            found[e.name] = (e.ts, e.end)
-    if len(found) == len(PHASES):
-        return found, True
-    inferred: dict[str, tuple[float, float]] = {}
-    bwd = [e for e in st.spans if e.cat == "cpu_op" and BACKWARD_RE.match(e.name)]
-    opt = [e for e in st.spans if OPTIMIZER_STEP_RE.match(e.name)]
-    if bwd:
-        start = min(e.ts for e in bwd)
-        inferred["backward"] = (start, max(e.end for e in bwd))
-        zeroed = [e.end for e in st.spans if ZERO_GRAD_RE.match(e.name) and e.end <= start]
-        inferred["forward"] = (max([st.span.ts, *zeroed]), start)
-    if opt:
-        inferred["optimizer"] = (min(e.ts for e in opt), max(e.end for e in opt))
-    inferred.update(found)
-    return inferred, False
-
-
-def _inside(ts: float, window: tuple[float, float]) -> bool:
-    return window[0] <= ts <= window[1]
+_inside = inside  # a phase window's test, kept under the name the tests and this file use
 
 
 def _top_level(op: Event, names: set[str]) -> bool:
@@ -92,22 +71,28 @@ def _outermost_op(op: Event) -> bool:
     return True
 
 
-def phase_facts(st: Step, window: tuple[float, float], gpu: bool) -> dict:
-    """One phase of one step: CPU µs (the window), GPU µs of the work launched in it (memsets and copies too, as
-    in the report's time per annotation), its kernels, GEMMs and their FLOPs."""
-    work = [k for k in st.gpu if _inside(k.order, window)]  # kernels, and memsets and copies
+def phase_facts(st: Step, window: Window, gpu: bool, compiler: Compiler | None = None) -> dict:
+    """One phase of one step: CPU µs (the window's parts), GPU µs of the work launched in it (memsets and copies
+    too, as in the report's time per annotation), its kernels, GEMMs and their FLOPs; compiler work left out."""
+    compiler = compiler or Compiler(st)
+    work = [k for k in st.gpu if _inside(k.order, window) and not compiler.owns(k.op)]  # kernels, memsets, copies
     kernels = [k for k in work if k.is_kernel]
     gemm_ops = [e for e in st.spans if e.cat == "cpu_op" and e.name in GEMM_OPS and _inside(e.ts, window)
-                and _top_level(e, GEMM_OPS)]
+                and _top_level(e, GEMM_OPS) and not compiler.owns(e)]
     flops = [gemm_flops(e) for e in gemm_ops]
     return {
-        "cpu_us": window[1] - window[0],
+        "cpu_us": window.length if isinstance(window, Window) else window[1] - window[0],
         "gpu_us": sum(k.dur for k in work) if gpu else None,
         "kernels": len(kernels) if gpu else None,
         "gemms": sum(is_gemm(k) for k in kernels) if gpu else len(gemm_ops),
         # None: a GEMM without recorded shapes, whose FLOPs cannot be counted (record_shapes=False)
         "gemm_flops": None if None in flops else float(sum(flops)),
     }
+
+
+def _first_pass(window) -> tuple[float, float]:
+    """The first backward pass of a window (a micro-batch's): where each leaf gets its gradient once."""
+    return window.whole[0] if isinstance(window, Window) and window.whole else window
 
 
 def _median(values: list) -> float | None:
@@ -117,9 +102,11 @@ def _median(values: list) -> float | None:
 
 # ------------------------------------------------------------------------------------------------ optimizer
 
-def optimizer_facts(st: Step, window: tuple[float, float], gpu: bool) -> dict:
+def optimizer_facts(st: Step, window: tuple[float, float], gpu: bool, backward=None) -> dict:
     """What the optimizer phase ran: the ops the Python code called (foreach, fused, others) and, on a GPU,
-    its kernels, those of them multi-tensor kernels (one launch over a list of tensors)."""
+    its kernels, those of them multi-tensor kernels (one launch over a list of tensors); the gradients the first
+    backward pass gave (each micro-batch gives every leaf its gradient again)."""
+    first = _first_pass(backward) if backward is not None else None
     ops = [e for e in st.spans if e.cat == "cpu_op" and _inside(e.ts, window) and _outermost_op(e)
            and e.name not in BOOKKEEPING_OPS and not OPTIMIZER_STEP_RE.match(e.name)]
     kernels = [k for k in st.kernels if _inside(k.order, window)]
@@ -129,8 +116,17 @@ def optimizer_facts(st: Step, window: tuple[float, float], gpu: bool) -> dict:
         "ops": len(ops), "foreach_ops": foreach, "fused_ops": fused, "other_ops": len(ops) - foreach - fused,
         "kernels": len(kernels) if gpu else None,
         "multi_tensor_kernels": sum(bool(MULTI_TENSOR_RE.search(k.name)) for k in kernels) if gpu else None,
-        "gradients": sum(e.name == ACCUMULATE_GRAD for e in st.spans),  # leaves given a gradient in backward
+        "gradients": _gradients(st, first),
     }
+
+
+def _gradients(st: Step, first: tuple[float, float] | None) -> int | None:
+    """Leaves given a gradient in (the first pass of) backward: one AccumulateGrad each; None where the backward
+    ran as a compiled graph (compiled autograd), which accumulates them inside its kernels."""
+    n = sum(e.name == ACCUMULATE_GRAD and (first is None or _inside(e.ts, first)) for e in st.spans)
+    if not n and any(e.name.startswith(COMPILED_AUTOGRAD_PREFIX) for e in st.spans):
+        return None
+    return n
 
 
 def implementation(opt: dict) -> str:
@@ -170,14 +166,16 @@ def read_flows(trace: Trace) -> tuple[tuple, ...]:
 
 
 def links(trace: Trace, flows=None) -> list[tuple[Event, Event]]:
-    """(forward op, the backward op it made) for each fwdbwd flow pair whose two ends are ops of the trace.
+    """(forward op, the backward op it made) for each fwdbwd flow pair whose two ends are ops of the trace (the
+    compiler's own work aside).
 
     An end is the op at the flow's pid, tid and start time; where several start there, the one that carries the
     autograd "Sequence number", else the innermost."""
     at: dict[tuple, list[Event]] = defaultdict(list)
     for st in trace.steps:
-        for e in st.spans:
-            if e.cat == "cpu_op":
+        compiler = Compiler(st)
+        for e in st.spans:  # not the compiler's tracing on fake tensors: its nodes run no real backward
+            if e.cat == "cpu_op" and not compiler.owns(e):
                 at[(e.pid, e.tid, e.ts)].append(e)
 
     def op_at(pid, tid, ts) -> Event | None:
@@ -211,7 +209,8 @@ def _shapes(op: Event) -> str:
 
 def slowest_backward(trace: Trace, pairs: list[tuple[Event, Event]], gpu: bool) -> list[dict]:
     """Backward ops grouped by (backward op, forward op, the forward op's annotation and shapes), by time per step:
-    GPU time of the work launched inside the backward op on a GPU trace, its CPU span on a CPU trace."""
+    GPU time of the work launched inside the backward op on a GPU trace, its CPU span on a CPU trace (less the
+    compiler's work inside it: AOTAutograd compiles the backward graph when it first runs)."""
     n = max(len(trace.steps), 1)
     own: dict[int, float] = defaultdict(float)  # id(backward op) -> GPU µs launched inside it
     if gpu:
@@ -223,13 +222,21 @@ def slowest_backward(trace: Trace, pairs: list[tuple[Event, Event]], gpu: bool) 
                     node = node.parent
                 if node is not None:
                     own[id(node)] += k.dur
+    compiling: dict[int, float] = defaultdict(float)  # id(op) -> µs of compiler work inside it (a lazy compile)
+    if not gpu:
+        for st in trace.steps:
+            for c in Compiler(st).spans:
+                node = c.parent
+                while node is not None:
+                    compiling[id(node)] += c.dur
+                    node = node.parent
     rows: dict[tuple, dict] = {}
     for fwd, bwd in pairs:
         key = (bwd.name, fwd.name, _annotation(fwd), _shapes(fwd))
         r = rows.setdefault(key, {"backward_op": key[0], "forward_op": key[1], "forward_in": key[2],
                                   "forward_shapes": key[3], "calls": 0, "us": 0.0})
         r["calls"] += 1
-        r["us"] += own[id(bwd)] if gpu else bwd.dur
+        r["us"] += own[id(bwd)] if gpu else bwd.dur - compiling[id(bwd)]
     out = [{**{k: v for k, v in r.items() if k not in ("calls", "us")}, "calls_per_step": r["calls"] / n,
             "us_per_step": r["us"] / n, "us_per_call": r["us"] / r["calls"]} for r in rows.values()]
     return sorted(out, key=lambda r: -r["us_per_step"])
@@ -264,15 +271,21 @@ def phases_summary(trace: Trace) -> dict | None:
     for st in trace.steps:
         windows, from_annotations = phase_windows(st)
         annotated = annotated and from_annotations
-        steps.append({"number": st.number,
-                      "phases": {p: phase_facts(st, windows[p], gpu) for p in PHASES if p in windows},
-                      "optimizer": optimizer_facts(st, windows["optimizer"], gpu) if "optimizer" in windows else None})
+        compiler = Compiler(st)
+        facts = {p: phase_facts(st, windows[p], gpu, compiler) for p in PHASES if p in windows}
+        if "backward" in windows and distributed(st):
+            facts["backward"]["comm_wait_us"] = backward_wait(st, windows["backward"], gpu, compiler)
+        steps.append({"number": st.number, "phases": facts,
+                      "micro_batches": windows["backward"].passes if "backward" in windows else 0,
+                      "compiler_us": intervals.length(compiler.holes),
+                      "optimizer": optimizer_facts(st, windows["optimizer"], gpu, windows.get("backward"))
+                      if "optimizer" in windows else None})
     phases = {}
     for p in PHASES:
         per = [s["phases"].get(p) for s in steps]
         if None in per:
             continue
-        phases[p] = {key: _median([f[key] for f in per]) for key in per[0]}
+        phases[p] = {key: _median([f.get(key) for f in per]) for key in per[0]}
     ratios = [s["phases"]["backward"]["gemm_flops"] / s["phases"]["forward"]["gemm_flops"]
               for s in steps if {"forward", "backward"} <= set(s["phases"])
               and s["phases"]["forward"]["gemm_flops"] and s["phases"]["backward"]["gemm_flops"] is not None]
@@ -288,7 +301,20 @@ def phases_summary(trace: Trace) -> dict | None:
         optimizer["parameters"] = counted[0] if counted is not None else None
     return {"phases_from": "annotations" if annotated else "torch.optim and autograd spans", "steps": steps,
             "phases": phases, "backward_over_forward_flops": statistics.median(ratios) if ratios else None,
-            "optimizer": optimizer}
+            "micro_batches": _median([s["micro_batches"] for s in steps]), "optimizer": optimizer}
+
+
+def backward_wait(st: Step, window: Window, gpu: bool, compiler: Compiler) -> float:
+    """µs of backward spent waiting for communication: on a GPU, the collectives' kernels launched in backward with
+    no other kernel running beside them (exposed); on a CPU, the time the backward thread ran no op (passes.py)."""
+    if not gpu:
+        return comm_wait(st, window, compiler)
+    from .ranks import kind_of  # ranks.py reads the collectives' kernels; it does not import this file
+
+    work = [k for k in st.gpu if _inside(k.order, window) and not compiler.owns(k.op)]
+    comm = [(k.event.ts, k.event.end) for k in work if kind_of(k.name)]
+    compute = [(k.event.ts, k.event.end) for k in work if not kind_of(k.name)]
+    return intervals.length(comm) - intervals.common(comm, compute)
 
 
 def _table(headers, rows, right):
@@ -329,6 +355,22 @@ def text(data: dict | None) -> list[str]:
                                              "with activation checkpointing)" if ratio is not None else
                                              "? x forward's FLOPs (no GEMM shapes: record_shapes=True, or forward "
                                              "has no aten GEMM)"))
+    if (n := data.get("micro_batches")) and n > 1:
+        out.append(f"=> {n:g} forward and backward passes a step (gradient accumulation: {n:g} micro-batches to one "
+                   "optimizer step); each phase above holds all of them")
+    wait = data["phases"].get("backward", {}).get("comm_wait_us")
+    if wait is not None:
+        bwd = data["phases"]["backward"][main]
+        share = f" ({100 * wait / bwd:.0f}% of it)" if bwd else ""
+        out.append(f"=> backward waits {_fmt(wait)} µs{share} for communication: " + (
+            "collective kernels with no other kernel beside them" if gpu else
+            "the thread running it ran no op while the gradients' collectives were in flight (DDP's buckets, "
+            "FSDP's reduce-scatters)"))
+    compiling = [s for s in data["steps"] if s.get("compiler_us")]
+    if compiling:
+        where = ", ".join(f"#{s['number']} {_fmt(s['compiler_us'])} µs" for s in compiling[:4])
+        out.append(f"=> the compiler ran inside the profiled steps ({where} of CPU time: Dynamo and Inductor, a "
+                   "compile or a recompile), left out of every phase")
     if (o := data["optimizer"]) is not None:
         grads, params = o["gradients"], o.get("parameters")
         params = params if params and grads and params < grads else None  # said apart only where they differ
@@ -339,7 +381,8 @@ def text(data: dict | None) -> list[str]:
             per = f", {o['kernels'] / count:.1f} per {each}" if count and o["kernels"] is not None else ""
             what.append(f"{_fmt(o['kernels'], digits=0)} kernels ({_fmt(o['multi_tensor_kernels'], digits=0)} "
                         f"multi-tensor{per})")
-        accumulated = f"{_fmt(grads, digits=0)} gradients accumulated in backward"
+        accumulated = (f"{_fmt(grads, digits=0)} gradients accumulated in backward" if grads is not None else
+                       "gradients accumulated inside the compiled backward graph (compiled autograd: not counted)")
         updated = f"{_fmt(params, digits=0)} parameters ({accumulated})" if params else accumulated
         out.append(f"optimizer: {o['class'] or '?'}, looks {o['implementation']}: " + ", ".join(what)
                    + f" per step, for {updated}")
@@ -413,7 +456,8 @@ def parameters(trace: Trace) -> tuple[int, int | None] | None:
         return None
     st = trace.steps[0]
     windows, _ = phase_windows(st)
-    leaves = [e for e in st.spans if e.name == ACCUMULATE_GRAD]
+    first = _first_pass(windows["backward"]) if "backward" in windows else None
+    leaves = [e for e in st.spans if e.name == ACCUMULATE_GRAD and (first is None or _inside(e.ts, first))]
     if not leaves or "optimizer" not in windows:
         return None
     grads = []
@@ -432,13 +476,26 @@ def parameters(trace: Trace) -> tuple[int, int | None] | None:
 
 
 def _recomputes_forward(trace: Trace) -> bool:
-    """Activation checkpointing: an nn.Linear (aten::linear, a forward op no backward formula calls) runs in
-    backward, rebuilding what forward dropped."""
+    """Activation checkpointing: an nn.Linear (aten::linear, a forward op no backward formula calls) runs inside a
+    backward node in backward, rebuilding what forward dropped (not the next micro-batch's forward, not the
+    compiler tracing the model)."""
     for st in trace.steps:
         windows, _ = phase_windows(st)
-        if "backward" in windows and any(e.cat == "cpu_op" and e.name == "aten::linear"
-                                         and _inside(e.ts, windows["backward"]) for e in st.spans):
+        if "backward" not in windows:
+            continue
+        compiler = Compiler(st)
+        if any(e.cat == "cpu_op" and e.name == "aten::linear" and _inside(e.ts, windows["backward"])
+               and _under_engine(e) and not compiler.owns(e) for e in st.spans):
             return True
+    return False
+
+
+def _under_engine(op: Event) -> bool:
+    node = op.parent
+    while node is not None:
+        if node.name.startswith(BACKWARD_PREFIX):
+            return True
+        node = node.parent
     return False
 
 

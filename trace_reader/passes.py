@@ -1,0 +1,239 @@
+"""A training step's phases as windows of CPU time: a forward and a backward pass per micro-batch, the optimizer.
+
+Annotated (07_train_step.py and 09_data_parallel.py write record_function("forward" / "backward" / "optimizer"),
+once per micro-batch for the first two): each phase is every span of its name in the step.
+
+Not annotated (another harness): what torch records by itself.
+- Backward passes: the autograd engine's `autograd::engine::evaluate_function: ...` spans (on the engine's own
+  thread on a GPU), and the regions of a backward graph compiled by compiled autograd ("Torch-Compiled Region:
+  !N/..."), which run instead of them. One pass ends where the next micro-batch's forward starts: a forward op, one
+  that records an autograd "Sequence number" outside backward, between two of them splits them. A pass also holds
+  what DDP and FSDP run when the engine is done (DDP's reducer copying buckets to the gradients, FSDP's
+  post-backward callback): `loss.backward()` returns only after them, and it is there that a rank waits for its
+  gradients' collectives.
+- Forward: from zero_grad (or the step's start) to the first backward pass, and from each pass to the next.
+- The optimizer: torch.optim's `Optimizer.step#<class>.step` span.
+Compiler work is no phase: Dynamo's and Inductor's own spans (`dynamo`, `entire_frame_compile`,
+`entire_backward_compile`, `... (dynamo_timed)`) and everything inside them, where a recompile in the profiled step
+runs the model on fake tensors (forward ops, autograd engine spans, GEMMs that do no work) and compiles for seconds.
+Their time is cut out of every window and reported apart.
+
+Communication wait: in a distributed trace, the CPU time of a backward pass in which the thread running it ran no
+op: DDP waiting for its buckets' all-reduces before it copies them to the gradients, FSDP waiting for its
+reduce-scatters. (On a GPU NCCL's waits are the stream's, not the thread's: there the wait is read off the GPU.)
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+
+from . import intervals
+from .compiled import REGION_PREFIX
+from .read import BACKWARD_PREFIX, Event, Step
+
+PHASES = ("forward", "backward", "optimizer")
+OPTIMIZER_STEP_RE = re.compile(r"^Optimizer\.step#(\w+)\.step$")
+ZERO_GRAD_RE = re.compile(r"^Optimizer\.zero_grad#")
+COMPILER_SPANS = frozenset({"dynamo", "entire_frame_compile", "entire_backward_compile"})
+COMPILER_SUFFIX = " (dynamo_timed)"
+# What runs at the end of loss.backward() after the engine's last node: DDP's reducer, FSDP's post-backward callback.
+TAIL_RE = re.compile(r"^(?:torch\.distributed\.ddp\.reducer::|FSDP::(?:root_)?post_backward)")
+COMPILED_AUTOGRAD_PREFIX = REGION_PREFIX + "!"  # Torch-Compiled Region: !0/1/0
+COLLECTIVE_RE = re.compile(r"^(?:record_param_comms$|gloo:|nccl:|c10d::)")
+
+
+class Window(tuple):
+    """A phase's CPU time in one step: the tuple is (start, end) of all of it; `parts` are the intervals it is made
+    of (one per micro-batch, less the `holes`: compiler work), `length` their total, `passes` how many intervals
+    it was made of before the holes were cut (a micro-batch's pass cut in two by a compile is still one)."""
+
+    parts: tuple
+    passes: int
+    whole: tuple  # the intervals before the holes were cut: one per pass
+
+    def __new__(cls, parts, holes=()):
+        whole = intervals.merge(p for p in parts if p[1] >= p[0])
+        merged = subtract(whole, holes) if holes else whole
+        self = super().__new__(cls, (merged[0][0], merged[-1][1]) if merged else (0.0, 0.0))
+        self.parts, self.whole, self.passes = tuple(merged), tuple(whole), len(whole)
+        self._starts = [a for a, _ in merged]
+        return self
+
+    @property
+    def length(self) -> float:
+        return sum(b - a for a, b in self.parts)
+
+    def holds(self, ts: float) -> bool:
+        """Is ts inside one of the parts (ends included)?"""
+        i = bisect.bisect_right(self._starts, ts) - 1
+        return i >= 0 and ts <= self.parts[i][1]
+
+
+def inside(ts: float, window) -> bool:
+    """ts in a phase's window: a Window's parts, or a plain (start, end)."""
+    if isinstance(window, Window):
+        return window.holds(ts)
+    return window[0] <= ts <= window[1]
+
+
+def is_compiler_span(e: Event) -> bool:
+    return e.name in COMPILER_SPANS or e.name.endswith(COMPILER_SUFFIX)
+
+
+class Compiler:
+    """Which spans of a step lie inside the compiler's own work (memoised per span: a walk up once each)."""
+
+    def __init__(self, st: Step):
+        self._seen: dict[int, bool] = {}
+        self.spans = [e for e in st.spans if is_compiler_span(e) and not self.owns(e.parent)]
+
+    def owns(self, e: Event | None) -> bool:
+        """e is compiler work: a compiler span, or inside one."""
+        path = []
+        while e is not None and id(e) not in self._seen:
+            if is_compiler_span(e):
+                self._seen[id(e)] = True
+                break
+            path.append(e)
+            e = e.parent
+        found = self._seen.get(id(e), False) if e is not None else False
+        for p in path:
+            self._seen[id(p)] = found
+        return found
+
+    @property
+    def holes(self) -> list[tuple[float, float]]:
+        """The compiler's own time in the step, as intervals."""
+        return [(e.ts, e.end) for e in self.spans]
+
+
+def subtract(parts, holes) -> list[tuple[float, float]]:
+    """Intervals less other intervals."""
+    holes = intervals.merge(holes)
+    out = []
+    for a, b in intervals.merge(parts):
+        for h0, h1 in holes:
+            if h1 <= a or h0 >= b:
+                continue
+            if h0 > a:
+                out.append((a, h0))
+            a = max(a, h1)
+            if a >= b:
+                break
+        if a < b:
+            out.append((a, b))
+    return out
+
+
+def _outermost(e: Event, prefix: str) -> bool:
+    node = e.parent
+    while node is not None:
+        if node.name.startswith(prefix):
+            return False
+        node = node.parent
+    return True
+
+
+@dataclass
+class Pass:
+    """One micro-batch's forward and backward: CPU intervals, and the threads the backward ran on."""
+
+    forward: tuple[float, float]
+    backward: tuple[float, float]
+    threads: frozenset
+
+
+def backward_spans(st: Step, compiler: Compiler) -> list[Event]:
+    """The step's outermost autograd engine spans and compiled-autograd regions, compiler work aside."""
+    out = []
+    for e in st.spans:
+        if e.cat == "cpu_op" and e.name.startswith(BACKWARD_PREFIX) and _outermost(e, BACKWARD_PREFIX):
+            if not compiler.owns(e):
+                out.append(e)
+        elif e.name.startswith(COMPILED_AUTOGRAD_PREFIX) and _outermost(e, COMPILED_AUTOGRAD_PREFIX):
+            out.append(e)
+    return out
+
+
+def passes(st: Step, compiler: Compiler | None = None) -> list[Pass]:
+    """The step's forward/backward pairs, one per micro-batch, read from torch's own spans (see the docstring)."""
+    compiler = compiler or Compiler(st)
+    bwd = backward_spans(st, compiler)
+    if not bwd:
+        return []
+    in_backward = {id(e) for e in bwd}
+
+    def under_backward(e: Event) -> bool:
+        node = e
+        while node is not None:
+            if id(node) in in_backward:
+                return True
+            node = node.parent
+        return False
+
+    forward_starts = sorted(e.ts for e in st.spans if e.cat == "cpu_op" and "Sequence number" in e.args
+                            and not under_backward(e) and not compiler.owns(e))
+    tails = sorted((e for e in st.spans if TAIL_RE.match(e.name) and not under_backward(e)), key=lambda e: e.ts)
+    opt_starts = sorted(e.ts for e in st.spans if OPTIMIZER_STEP_RE.match(e.name))
+    groups: list[list[Event]] = [[bwd[0]]]
+    for prev, e in zip(bwd, bwd[1:]):
+        k = bisect.bisect_right(forward_starts, max(x.end for x in groups[-1]))
+        if k < len(forward_starts) and forward_starts[k] < e.ts:
+            groups.append([e])
+        else:
+            groups[-1].append(e)
+    zeroed = [e.end for e in st.spans if ZERO_GRAD_RE.match(e.name) and e.end <= bwd[0].ts]
+    start = max([st.span.ts, *zeroed])
+    out = []
+    for i, g in enumerate(groups):
+        b0, b1 = g[0].ts, max(e.end for e in g)
+        nxt = groups[i + 1][0].ts if i + 1 < len(groups) else st.span.end
+        k = bisect.bisect_right(forward_starts, b1)
+        limit = min([nxt, *([forward_starts[k]] if k < len(forward_starts) else []),
+                     *[t for t in opt_starts if t >= b1]])
+        tail = [e for e in tails if b1 <= e.ts < limit]
+        threads = {(e.pid, e.tid) for e in g + tail}
+        b1 = max([b1, *(e.end for e in tail)])
+        out.append(Pass((start, b0), (b0, b1), frozenset(threads)))
+        start = b1
+    return out
+
+
+def distributed(st: Step) -> bool:
+    """Does the step call collectives (c10d's record_param_comms, gloo's or NCCL's spans)?"""
+    return any(COLLECTIVE_RE.match(e.name) for e in st.spans)
+
+
+def comm_wait(st: Step, window: Window, compiler: Compiler) -> float:
+    """CPU µs of a backward window in which the threads running backward (the engine's spans, DDP's and FSDP's
+    tails) ran no op: where DDP and FSDP wait for their gradients' collectives on a CPU (see the docstring)."""
+    mine = [e for e in st.spans if inside(e.ts, window)]
+    threads = {(e.pid, e.tid) for e in backward_spans(st, compiler) + [e for e in mine if TAIL_RE.match(e.name)]
+               if inside(e.ts, window)}
+    busy = [(e.ts, e.end) for e in st.spans if e.cat == "cpu_op" and (e.pid, e.tid) in threads]
+    return window.length - intervals.common(window.parts, busy)
+
+
+def phase_windows(st: Step) -> tuple[dict[str, Window], bool]:
+    """({phase: its Window}, from annotations?): the step's record_function("forward"/"backward"/"optimizer")
+    spans where all three are there (every span of each name: one per micro-batch), else torch's own spans (see the
+    docstring); an annotation the step has wins over what torch's spans say. Compiler work is cut out."""
+    compiler = Compiler(st)
+    found: dict[str, list] = {}
+    for e in st.spans:
+        if e.cat == "user_annotation" and e.name in PHASES:
+            found.setdefault(e.name, []).append((e.ts, e.end))
+    if len(found) == len(PHASES):
+        return {p: Window(found[p], compiler.holes) for p in PHASES}, True
+    inferred: dict[str, list] = {}
+    ps = passes(st, compiler)
+    if ps:
+        inferred["forward"] = [p.forward for p in ps]
+        inferred["backward"] = [p.backward for p in ps]
+    opt = [(e.ts, e.end) for e in st.spans if OPTIMIZER_STEP_RE.match(e.name)]
+    if opt:
+        inferred["optimizer"] = opt
+    inferred.update(found)
+    return {p: Window(v, compiler.holes) for p, v in inferred.items()}, False
