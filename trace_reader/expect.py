@@ -41,8 +41,9 @@ def _need_steps(trace: Trace) -> str | None:
 
 
 # record_function spans torch writes by itself, in any harness: torch.optim's step and zero_grad, Inductor's around
-# a compiled graph's call, Dynamo's compile steps.
-TORCH_SPAN_RE = re.compile(r"^(?:Optimizer\.(step|zero_grad)#|## Call CompiledFxGraph |\w+_data: compile_id=)")
+# a compiled graph's call, Dynamo's compile steps, DDP's forward, FSDP's hooks, gloo's and NCCL's collectives.
+TORCH_SPAN_RE = re.compile(r"^(?:Optimizer\.(step|zero_grad)#|## Call CompiledFxGraph |\w+_data: compile_id=|"
+                           r"DistributedDataParallel\.|FSDP::|gloo:|nccl:)")
 
 
 def has_annotations(t: Trace) -> bool:
@@ -423,7 +424,7 @@ def expectations_for(script: str, trace: Trace) -> tuple[list[Expect], str]:
         optimizer, impl, params = args.optimizer, args.optim_impl, args.params  # the first one unknown is named
         exps = module.expectations(args, params, args.param_bytes)
         return list(exps), (f"{script} {mode}, {optimizer} {impl}, MLP {args.mlp}"
-                            f"{', checkpointed' if args.checkpoint else ''}, {params} parameter tensors, "
+                            f"{', checkpointed' if args.checkpoint else ''}, {params if params is not None else '?'} parameter tensors, "
                             f"{args.active} steps (read from the trace)")
     if script == "08_tensor_parallel":  # its expectations also take the ranks and the device
         sp = ", sequence parallel" if args.sequence_parallel else ""

@@ -4,8 +4,8 @@ Plain torch.profiler around a training loop, as people write it at work: no reco
 2-layer Llama from `transformers` built from a tiny config (random weights, nothing downloaded), AdamW.
 - accum: gradient accumulation, 2 micro-batches per optimizer step, one process;
 - ddp_accum: the same under DistributedDataParallel over gloo, 2 ranks, `no_sync()` on the first micro-batch
-  (only the last backward all-reduces): `_rank0` / `_rank1`;
-- fsdp: FSDP2 (`fully_shard` on each decoder layer and the root) over gloo, 2 ranks;
+  (only the last backward all-reduces): `_rank0` / `_rank1`, rank 0's committed;
+- fsdp: FSDP2 (`fully_shard` on each decoder layer and the root) over gloo, 2 ranks, rank 0's committed;
 - compile_break: a torch.compile'd function that runs forward and calls loss.backward() (Dynamo breaks the graph
   there, and the backward runs from AOTAutograd's compiled backward);
 - compile_recompile: the same, with the batch changed in the first active step (dynamic=False: a recompile, the
@@ -179,12 +179,7 @@ def free_port() -> int:
 if __name__ == "__main__":
     OUT.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
-    if len(sys.argv) > 2 and sys.argv[2] == "--ranks-only":
-        one = False
-    else:
-        one = True
     import torch.multiprocessing as mp
 
     mp.spawn(rank_main, args=(2, free_port()), nprocs=2)
-    if one:
-        one_process()
+    one_process()
