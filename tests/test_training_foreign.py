@@ -235,3 +235,12 @@ def test_partial_annotations_still_find_the_other_phases(tmp_path):
     windows, annotated = training.phase_windows(it.load_trace(path).steps[0])
     assert not annotated and set(windows) == {"forward", "backward", "optimizer"}
     assert windows["forward"] == (s["ts"] + 1, first_bwd - 1)
+
+
+def test_the_docs_numbers_are_the_fixture_s():
+    """docs/07_train_step.md quotes the accumulation fixture: re-derived here from the raw JSON."""
+    t = truths(raw("accum"))[0]
+    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "07_train_step.md").read_text().split())
+    assert (f"=> {t['passes']} forward and backward passes a step`, and each phase holds all of them: "
+            f"{t['fwd_gemms']} forward GEMMs and {t['bwd_gemms']} backward ones, {t['ratio']:.2f}x the FLOPs, "
+            f"{t['leaves']} parameters, each counted once") in page
