@@ -25,7 +25,8 @@ def cpu_run(tmp_path, capsys, *extra):
 def record(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bench_train")
     out = tmp / "bt.json"
-    code = bench_train.main(["--device", "cpu", "--shapes", "16x8x24,5x8x12", "--layers", "1", "--batch", "1",
+    # batch 3 and 2 layers: a count that leaves out the batch or the layers (the LM head's, the attention's) is off
+    code = bench_train.main(["--device", "cpu", "--shapes", "16x8x24,5x8x12", "--layers", "2", "--batch", "3",
                              "--seq", "8", "--variants", "eager,liger,fused,fused-recompute,compile-fused",
                              "--out", str(out)])
     assert code == 0
@@ -47,10 +48,13 @@ def test_cpu_record_says_cpu_and_its_arithmetic_holds(record):
     mlp1, mlp2, model = r["shapes"]
     # forward: three GEMMs of tokens x dim x hidden, 2 FLOP per multiply-add
     assert [s["forward_flops"] for s in (mlp1, mlp2)] == [6 * 16 * 8 * 24, 6 * 5 * 8 * 12]
-    per_token = D * (HEADS + 2 * KV) * HD + HEADS * HD * D + 3 * D * H  # q, k, v; o; gate, up, down
-    tokens = 1 * 8
-    attention = 2 * 1 * HEADS * 8 * 8 * HD  # QK^T and PV, causal: half of 4 * b * H * s^2 * d
+    layers, batch, seq = 2, 3, 8
+    per_token = layers * (D * (HEADS + 2 * KV) * HD + HEADS * HD * D + 3 * D * H)  # q, k, v; o; gate, up, down
+    tokens = batch * seq
+    attention = layers * 2 * batch * HEADS * seq * seq * HD  # QK^T and PV, causal: half of 4 * b * H * s^2 * d
+    # the LM head at every position of every sequence: 2 * V * D per token
     assert model["forward_flops"] == 2 * per_token * tokens + 2 * V * D * tokens + attention
+    assert (model["batch"], model["seq"], model["layers"]) == (batch, seq, layers)
     for s in r["shapes"]:
         assert s["flops"] == 3 * s["forward_flops"]
         assert s["floor_us"] == pytest.approx(s["flops"] / r["ceiling_tflops"] / 1e6)
@@ -62,6 +66,20 @@ def test_cpu_record_says_cpu_and_its_arithmetic_holds(record):
         assert s["skipped"] == {name: bench_train.NEEDS_CUDA
                                 for name in ("liger", "fused", "fused-recompute", "compile-fused")}
 
+
+def test_model_forward_flops_by_hand_at_batch_above_one():
+    """An odd made-up config (3 layers, d 40, h 72, 5 heads of 8, 1 KV head, vocab 1000) at batch 3, seq 7: a
+    training step runs every GEMM, the LM head's included, on all 21 tokens; attention is causal."""
+    import types
+
+    config = types.SimpleNamespace(hidden_size=40, intermediate_size=72, num_hidden_layers=3, vocab_size=1000,
+                                   num_attention_heads=5, num_key_value_heads=1, head_dim=8)
+    b, s = 3, 7
+    q, kv, o, mlp = 40 * 5 * 8, 2 * 40 * 1 * 8, 5 * 8 * 40, 3 * 40 * 72  # weights a token multiplies, one layer
+    gemms = 2 * 3 * (q + kv + o + mlp) * b * s
+    head = 2 * 1000 * 40 * b * s
+    attention = 3 * 2 * b * 5 * s * s * 8
+    assert bench_train.model_forward_flops(config, b, s, 4) == gemms + head + attention
 
 def test_gradient_check_at_its_edge():
     """An error equal to the tolerance passes, one above stops the run; a call that raises is skipped."""

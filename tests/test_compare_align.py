@@ -598,3 +598,16 @@ def test_slide_takes_the_agreeing_launch_nearest_the_step_start():
     the step's start, B's second, not to the one the tail took."""
     keys = (["aten::mm"], ["aten::bmm", "aten::mm", "aten::mm"])
     assert al.align(["gemm"], ["gemm"] * 3, keys) == [(0, 1)]
+
+
+@pytest.mark.parametrize("path", ["rows", "halved", "myers"])
+def test_slide_looks_below_the_same_offset_too(monkeypatch, path):
+    """A = ln x x, B = ln g g x: B's x is 3 launches past the ln, A has no launch there (its x's are 1 and 2
+    past it). The LCS pairs B's x with A's first x (g is B's alone, so what is left pairs at its head); the
+    slide moves it to the launch nearest the same offset, A's second x, which lies below that offset. In every
+    other fixture the launch the slide wants is at or above the offset, so a slide that looked only there passed."""
+    _path(monkeypatch, path)
+    a, b = ["ln", "x", "x"], ["ln", "g", "g", "x"]
+    assert al.align(a, b) == [(0, 0), (2, 3)]
+    assert al.align(b, a) == [(0, 0), (3, 2)]  # the mirror: the slide on B's side
+    assert al.align(["x", "x"], ["g", "g", "x"]) == [(1, 2)]  # no pair before: offsets from the step's start

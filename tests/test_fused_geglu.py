@@ -1296,6 +1296,63 @@ def test_the_committed_table_loads():
     assert fused_geglu._load_tuned() == fused_geglu._tuned
 
 
+def _committed_down_row(M, K):
+    """The committed table's down_proj row for M tokens of K inputs, read here from the JSON: the first row whose
+    max_m (None: any) holds M and whose max_k (None or absent: any) holds K."""
+    table = json.loads(fused_geglu.TUNED_TABLE.read_text())
+    return next(r for r in table["down"] if (r["max_m"] is None or M <= r["max_m"])
+                and (r.get("max_k") is None or K <= r["max_k"]))
+
+
+@pytest.mark.parametrize("M, dim, hidden", [(32, 8192, 28672), (64, 4096, 11008), (1, 4096, 11008),
+                                            (64, 5000, 14000)])
+def test_down_proj_is_planned_by_its_input_width_hidden(monkeypatch, M, dim, hidden):
+    """down_proj's GEMM is [M, hidden] @ [hidden, dim]: its row of the committed table goes by K = hidden, not by
+    its output width dim. At these shapes the two give different rows (32 x 8192 <- 28672: by hidden the small-M
+    kernel, by dim cuBLAS), so a plan looked up by dim fails (TABLE above has no K classes for down_proj: any K
+    gives the same row, and _by_m alone was tested with it, not _down_plan's K). No GPU: fake CUDA tensors carry the shapes to _down_plan, and the
+    plan (cuBLAS's F.linear, or the small-M kernel with its config) is compared, never run."""
+    if not fused_geglu.TUNED_TABLE.exists():
+        pytest.skip("no tuned table committed")
+    want, other = _committed_down_row(M, hidden), _committed_down_row(M, dim)
+    assert (want["kernel"], want.get("config")) != (other["kernel"], other.get("config"))  # the shape tells them apart
+    capability = tuple(int(c) for c in json.loads(fused_geglu.TUNED_TABLE.read_text())["capability"].split("."))
+    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu, "_capability", lambda device: capability)
+    _assert_down_plan(M, dim, hidden, want["kernel"], want.get("config"))
+
+
+def _assert_down_plan(M, dim, hidden, kernel, cfg):
+    """_down_plan for fake CUDA tensors [M, hidden] and [dim, hidden]: F.linear for "torch", else the small-M
+    kernel with cfg."""
+    import functools
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        m = torch.empty(M, hidden, device="cuda", dtype=torch.bfloat16)
+        w_down = torch.empty(dim, hidden, device="cuda", dtype=torch.bfloat16)
+        run = fused_geglu._down_plan(m, w_down, None, False)
+    if kernel == "torch":
+        assert run is F.linear
+    else:
+        assert isinstance(run, functools.partial) and run.func is fused_geglu._run_down and run.args == (cfg,)
+
+
+SMALL_32 = {"BM": 32, "BN": 64, "BK": 128, "FILL": 2, "num_warps": 4, "num_stages": 4}
+
+
+@pytest.mark.parametrize("M, dim, hidden, kernel", [(32, 4096, 16384, "small"), (32, 16384, 4096, "torch"),
+                                                    (33, 4096, 16384, "torch")])
+def test_down_proj_rows_by_k_in_a_made_up_table(monkeypatch, tmp_path, M, dim, hidden, kernel):
+    """Up to 32 tokens, a made-up table runs cuBLAS for down_proj inputs up to 4096 wide and the small-M kernel
+    past them: 4096 <- 16384 (K 16384) takes the kernel, 16384 <- 4096 (K 4096) cuBLAS, whichever way dim goes."""
+    _with_table(monkeypatch, tmp_path, dict(TABLE, down=[
+        {"max_m": 32, "max_k": 4096, "kernel": "torch", "config": None},
+        {"max_m": 32, "max_k": None, "kernel": "small", "config": SMALL_32},
+        {"max_m": None, "kernel": "torch", "config": None}]))
+    _assert_down_plan(M, dim, hidden, kernel, SMALL_32 if kernel == "small" else None)
+
+
 def _ptxas_report(kernel, args, meta):
     """Compile kernel for an H100/H200 (sm_90a) here, without a GPU, and return ptxas's verbose report."""
     compiler = pytest.importorskip("triton.compiler")

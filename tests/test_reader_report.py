@@ -215,11 +215,47 @@ def test_verdict_is_the_typical_step_not_the_pool():
     assert it.bound_of(t) == ("compute", pytest.approx(statistics.median_low(fracs)))
     d = it.report_data(t)
     assert [s["bound"] for s in d["steps"]] == ["overhead", "compute", "compute"]
-    assert d["typical_step"]["bound"] == "compute" and d["typical_step"]["number"] in (3, 4)
+    # of the two compute-bound steps, the first whose fraction is the lower median (here their fractions may tie)
+    low = statistics.median_low(fracs)
+    assert d["typical_step"]["bound"] == "compute"
+    assert d["typical_step"]["number"] == next(st.number for st, f in zip(t.steps, fracs) if f == low)
     text = it.report(t)
     assert f"=> typical step (median, #{d['typical_step']['number']}): compute-bound, GPU busy " \
            f"{100 * statistics.median_low(fracs):.0f}% of the step (2 compute-bound, 1 overhead-bound)" in text
 
+
+def test_the_typical_step_of_an_even_count_is_the_lower_median():
+    """Four 100 µs steps, #2..#5, whose one kernel (launched at the step's start) ends with the step, busy 60, 20,
+    80 and 40 µs: the fractions sorted are 0.2, 0.4, 0.6, 0.8; the lower median 0.4 is #5's (overhead-bound), the
+    upper one 0.6 #2's (compute-bound). Every other hand-made trace has an odd count or ties at the middle, where
+    the two medians are one step."""
+    busy = [60.0, 20.0, 80.0, 40.0]
+    data = launched_at_the_step_start([[(100 - b, b, 7)] for b in busy])
+    steps = sorted((e for e in data["traceEvents"] if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
+    frac = {int(s["name"].split("#")[1]): sum(e["dur"] for e in data["traceEvents"] if e["cat"] == "kernel"
+                                              and s["ts"] <= e["ts"] < s["ts"] + s["dur"]) / s["dur"] for s in steps}
+    ranked = sorted(frac, key=frac.get)
+    number = ranked[(len(ranked) - 1) // 2]  # the lower of the two middle ones
+    assert (number, frac[number], frac[ranked[len(ranked) // 2]]) == (5, 0.4, 0.6)
+    t = parse(data)
+    d = it.report_data(t)
+    assert (d["typical_step"]["number"], d["typical_step"]["bound"]) == (5, "overhead")
+    assert d["typical_step"]["busy_fraction"] == pytest.approx(0.4)
+    assert it.bound_of(t) == ("overhead", pytest.approx(0.4))
+    assert "=> typical step (median, #5): overhead-bound, GPU busy 40% of the step (2 compute-bound, " \
+           "2 overhead-bound)" in it.report(t)
+
+
+@pytest.mark.parametrize("name", ["h200_matmul_add_4096_active20_eager", "h200_matmul_add_4096_active20_sync_eager"])
+def test_the_typical_step_of_twenty_is_the_lower_median(name):
+    """Part 1's 20-step H200 traces: the typical step is the 10th of the 20 by GPU busy fraction (the lower of
+    the two middle ones), not the 11th; in both traces those are different steps (#3 and #19 in the first)."""
+    d = it.report_data(it.load_trace(DATA / f"{name}.json.gz"))
+    ranked = sorted(d["steps"], key=lambda s: s["busy_fraction"])
+    assert len(ranked) == 20 and ranked[9]["number"] != ranked[10]["number"]
+    assert ranked[9]["busy_fraction"] < ranked[10]["busy_fraction"]
+    assert d["typical_step"]["number"] == ranked[9]["number"]
+    assert d["typical_step"]["busy_fraction"] == ranked[9]["busy_fraction"]
 
 def one_kernel_step(busy: int, host: int) -> dict:
     """One 100 µs step launching one kernel of `busy` µs at 1 µs, which starts at 101 - busy - host: the GPU waits

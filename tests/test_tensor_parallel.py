@@ -146,9 +146,14 @@ def test_not_under_torchrun(tmp_path, monkeypatch):
 @pytest.mark.parametrize("args, words", [(["--hidden", "255"], "--hidden 255 does not split over 2 ranks"),
                                          (["--sequence-parallel", "--seq", "31"], "--seq 31 is not a multiple of 2"),
                                          (["--mlp", "fused"], "needs a CUDA GPU"),
-                                         (["--chunks", "2", "--sequence-parallel"], "--chunks overlaps the all-reduce")])
+                                         (["--chunks", "2", "--sequence-parallel"], "--chunks overlaps the all-reduce"),
+                                         # each of --chunks' three refusals on its own: were one dropped, --compile
+                                         # would start the ranks, --mlp fused would meet "needs a CUDA GPU" instead
+                                         (["--chunks", "2", "--compile"], "--chunks overlaps the all-reduce"),
+                                         (["--chunks", "2", "--mlp", "fused"], "--chunks overlaps the all-reduce")])
 def test_refused_before_the_process_group_starts(tmp_path, monkeypatch, args, words):
-    code, out, err = run_here(tmp_path, monkeypatch, RANK_ENV, *args)  # MASTER_PORT 1: a start-up would fail, not hang
+    # MASTER_PORT 1 and --timeout 5: a start-up the check let through fails within seconds, rather than hang
+    code, out, err = run_here(tmp_path, monkeypatch, RANK_ENV, *args, "--timeout", "5")
     assert code == 2 and err.count("\n") == 1 and words in err, err
 
 

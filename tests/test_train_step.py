@@ -682,6 +682,36 @@ def test_the_memory_peak_is_placed_in_its_step_and_phase(tmp_path, at, where):
     assert memory_timeline.peaks_text(tl, load_hand(tmp_path)).endswith(f"peak at 1.0 MiB, {where}")
 
 
+
+def test_the_memory_picture_lines_up_with_the_phases(tmp_path, monkeypatch):
+    """draw() over hand_trace: the curve's x data and the shaded phases, read off the figure's artists, in ms
+    from the timeline's first point. The expected spans come from the trace's own annotations (a few lines over
+    the raw JSON), so a curve drawn in another unit than the shading (s instead of ms: 1000x too short) fails.
+    The other picture test reads only the peaks stored in the PNG, which no x axis changes."""
+    from trace_reader import plot
+
+    figs = []
+    real_save = plot._save
+    monkeypatch.setattr(plot, "_save", lambda fig, path, data: (figs.append(fig), real_save(fig, path, data))[1])
+    times = [10.0, 200.0, 210.0, 700.0, 710.0, 990.0]  # at the phases' edges, on the trace's clock (µs)
+    tl = {"device": "cpu", "times_us": times, "bytes": {"activation": [2**20, 2 * 2**20, 0, 2**20, 0, 0]}}
+    out = memory_timeline.draw(tl, tmp_path / "m.png", load_hand(tmp_path))
+    assert out.exists() and len(figs) == 1
+    ax = figs[0].axes[0]
+    t0 = times[0]
+    ms = [(t - t0) / 1000 for t in times]  # 0, 0.19, 0.2, 0.69, 0.7, 0.98
+    curve = {round(x, 9) for c in ax.collections for p in c.get_paths() for x in p.vertices[:, 0]}
+    assert curve == {round(x, 9) for x in ms}
+    spans = []
+    for patch in ax.patches:  # axvspan: x in data units, y in the axes' own
+        xs = patch.get_patch_transform().transform(patch.get_path().vertices)[:, 0]
+        spans.append((round(min(xs), 9), round(max(xs), 9)))
+    want = [(round((e["ts"] - t0) / 1000, 9), round((e["ts"] + e["dur"] - t0) / 1000, 9))
+            for e in hand_trace()["traceEvents"] if e["name"] in ("forward", "backward", "optimizer")]
+    assert sorted(spans) == sorted(want) == [(0.0, 0.19), (0.2, 0.69), (0.7, 0.98)]
+    # each phase's edges are points of the curve: the two lie on one axis
+    assert all(lo in curve and hi in curve for lo, hi in spans)
+
 # ---------------------------------------------------------------------------- the foreign H200 training traces
 
 def truth(path):
