@@ -138,11 +138,10 @@ def _outermost(e: Event, prefix: str) -> bool:
 
 @dataclass
 class Pass:
-    """One micro-batch's forward and backward: CPU intervals, and the threads the backward ran on."""
+    """One micro-batch's forward and backward, as CPU intervals."""
 
     forward: tuple[float, float]
     backward: tuple[float, float]
-    threads: frozenset
 
 
 def backward_spans(st: Step, compiler: Compiler) -> list[Event]:
@@ -173,14 +172,24 @@ def passes(st: Step, compiler: Compiler | None = None) -> list[Pass]:
             node = node.parent
         return False
 
-    forward_starts = sorted(e.ts for e in st.spans if e.cat == "cpu_op" and "Sequence number" in e.args
-                            and not under_backward(e) and not compiler.owns(e))
+    # ops outside backward and the compiler, by start: the next micro-batch's forward is among them
+    outside = sorted((e for e in st.spans if e.cat == "cpu_op" and not under_backward(e) and not compiler.owns(e)),
+                     key=lambda e: e.ts)
+    starts = [e.ts for e in outside]
+
+    def forward_between(a: float, b: float) -> float | None:
+        """The start of the first forward op (one with an autograd sequence number) in (a, b); its args are read
+        only for the ops in that gap (most ops' args are never decoded)."""
+        for e in outside[bisect.bisect_right(starts, a):bisect.bisect_left(starts, b)]:
+            if "Sequence number" in e.args:
+                return e.ts
+        return None
+
     tails = sorted((e for e in st.spans if TAIL_RE.match(e.name) and not under_backward(e)), key=lambda e: e.ts)
     opt_starts = sorted(e.ts for e in st.spans if OPTIMIZER_STEP_RE.match(e.name))
     groups: list[list[Event]] = [[bwd[0]]]
-    for prev, e in zip(bwd, bwd[1:]):
-        k = bisect.bisect_right(forward_starts, max(x.end for x in groups[-1]))
-        if k < len(forward_starts) and forward_starts[k] < e.ts:
+    for e in bwd[1:]:
+        if forward_between(max(x.end for x in groups[-1]), e.ts) is not None:
             groups.append([e])
         else:
             groups[-1].append(e)
@@ -189,14 +198,10 @@ def passes(st: Step, compiler: Compiler | None = None) -> list[Pass]:
     out = []
     for i, g in enumerate(groups):
         b0, b1 = g[0].ts, max(e.end for e in g)
-        nxt = groups[i + 1][0].ts if i + 1 < len(groups) else st.span.end
-        k = bisect.bisect_right(forward_starts, b1)
-        limit = min([nxt, *([forward_starts[k]] if k < len(forward_starts) else []),
-                     *[t for t in opt_starts if t >= b1]])
-        tail = [e for e in tails if b1 <= e.ts < limit]
-        threads = {(e.pid, e.tid) for e in g + tail}
-        b1 = max([b1, *(e.end for e in tail)])
-        out.append(Pass((start, b0), (b0, b1), frozenset(threads)))
+        limit = min([groups[i + 1][0].ts if i + 1 < len(groups) else st.span.end, *[t for t in opt_starts if t >= b1]])
+        limit = forward_between(b1, limit) or limit  # a forward after the last pass (say, an evaluation) ends it too
+        b1 = max([b1, *(e.end for e in tails if b1 <= e.ts < limit)])
+        out.append(Pass((start, b0), (b0, b1)))
         start = b1
     return out
 

@@ -30,7 +30,7 @@ from .expect import Expect, NotApplicable, _need_steps
 from .kernels import BOOKKEEPING_OPS, DTYPE_BYTES, GEMM_OPS, _dims, _numel, _shape, _types, gemm_flops, is_gemm, short
 from .memory import device_allocs
 from .passes import (COMPILED_AUTOGRAD_PREFIX, OPTIMIZER_STEP_RE, PHASES, Compiler, Window, comm_wait, distributed,
-                     inside, phase_windows)
+                     inside, is_compiler_span, phase_windows)
 from .read import BACKWARD_PREFIX, STEP_RE, Event, Step, Trace, side_events
 
 ACCUMULATE_GRAD = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
@@ -207,6 +207,18 @@ def _shapes(op: Event) -> str:
     return " x ".join(str(s) for s in shapes[:3])
 
 
+def _compiling_inside(op: Event) -> float:
+    """µs of compiler work inside an op (AOTAutograd compiling the backward graph the first time it runs)."""
+    total, todo = 0.0, list(op.children)
+    while todo:
+        e = todo.pop()
+        if is_compiler_span(e):
+            total += e.dur
+        else:
+            todo.extend(e.children)
+    return total
+
+
 def slowest_backward(trace: Trace, pairs: list[tuple[Event, Event]], gpu: bool) -> list[dict]:
     """Backward ops grouped by (backward op, forward op, the forward op's annotation and shapes), by time per step:
     GPU time of the work launched inside the backward op on a GPU trace, its CPU span on a CPU trace (less the
@@ -222,21 +234,13 @@ def slowest_backward(trace: Trace, pairs: list[tuple[Event, Event]], gpu: bool) 
                     node = node.parent
                 if node is not None:
                     own[id(node)] += k.dur
-    compiling: dict[int, float] = defaultdict(float)  # id(op) -> µs of compiler work inside it (a lazy compile)
-    if not gpu:
-        for st in trace.steps:
-            for c in Compiler(st).spans:
-                node = c.parent
-                while node is not None:
-                    compiling[id(node)] += c.dur
-                    node = node.parent
     rows: dict[tuple, dict] = {}
     for fwd, bwd in pairs:
         key = (bwd.name, fwd.name, _annotation(fwd), _shapes(fwd))
         r = rows.setdefault(key, {"backward_op": key[0], "forward_op": key[1], "forward_in": key[2],
                                   "forward_shapes": key[3], "calls": 0, "us": 0.0})
         r["calls"] += 1
-        r["us"] += own[id(bwd)] if gpu else bwd.dur - compiling[id(bwd)]
+        r["us"] += own[id(bwd)] if gpu else bwd.dur - _compiling_inside(bwd)
     out = [{**{k: v for k, v in r.items() if k not in ("calls", "us")}, "calls_per_step": r["calls"] / n,
             "us_per_step": r["us"] / n, "us_per_call": r["us"] / r["calls"]} for r in rows.values()]
     return sorted(out, key=lambda r: -r["us_per_step"])
