@@ -1,5 +1,5 @@
 """The training section on CPU traces from harnesses that are not the suite's (tests/data/train_foreign/, recorded by
-record_cpu_train.py there): gradient accumulation, DDP with no_sync(), FSDP2, a compiled forward+backward with a graph
+record_train.py there): gradient accumulation, DDP with no_sync(), FSDP2, a compiled forward+backward with a graph
 break at loss.backward(), a recompile inside the profile, compiled autograd.
 
 Every expected value is computed from the raw JSON by the few lines below (spans, their threads and nesting), not by
@@ -22,24 +22,27 @@ GEMMS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 
 
 def raw(name: str) -> dict:
-    with gzip.open(DATA / f"cpu_{name}.json.gz") as f:
+    with gzip.open(DATA / f"{name if name.startswith('h200_') else 'cpu_' + name}.json.gz") as f:
         return json.load(f)
 
 
 def load(name: str):
-    return it.load_trace(DATA / f"cpu_{name}.json.gz")
+    return it.load_trace(DATA / f"{name if name.startswith('h200_') else 'cpu_' + name}.json.gz")
 
 
 def steps_raw(data: dict) -> list[tuple[dict, list[dict]]]:
-    """(ProfilerStep span, the complete events inside it on its thread) per step."""
-    ev = [e for e in data["traceEvents"] if e.get("ph") == "X"]
+    """(ProfilerStep span, the CPU spans inside it) per step: on its thread and on the threads that run autograd's
+    engine (its own on a GPU); not gloo's worker threads."""
+    ev = [e for e in data["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation")]
     spans = sorted((e for e in ev if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
-    return [(s, [e for e in ev if s["ts"] <= e["ts"] <= s["ts"] + s["dur"] and e["tid"] == s["tid"]
-                 and e is not s]) for s in spans]
+    engine_threads = {e["tid"] for e in ev if e["name"].startswith(ENGINE)}
+    return [(s, [e for e in ev if s["ts"] <= e["ts"] <= s["ts"] + s["dur"] and e is not s
+                 and e["tid"] in engine_threads | {s["tid"]}]) for s in spans]
 
 
 def contains(outer: dict, e: dict) -> bool:
-    return outer["ts"] <= e["ts"] and e["ts"] + e["dur"] <= outer["ts"] + outer["dur"] and outer is not e
+    return outer["tid"] == e["tid"] and outer["ts"] <= e["ts"] and e["ts"] + e["dur"] <= outer["ts"] + outer["dur"] \
+        and outer is not e
 
 
 def compiler(e: dict) -> bool:

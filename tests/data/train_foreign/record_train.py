@@ -12,7 +12,11 @@ Plain torch.profiler around a training loop, as people write it at work: no reco
   compiler's own work inside the profiled step);
 - compiled_autograd: torch._dynamo.config.compiled_autograd on: the backward graph compiled by Dynamo.
 
-    uv run python tests/data/train_foreign/record_cpu_train.py OUTDIR     # about two minutes on 2 cores
+    uv run python tests/data/train_foreign/record_train.py OUTDIR     # about two minutes on 2 cores
+    python3 tests/data/train_foreign/record_train.py OUTDIR cuda      # the GPU machine: h200_*, one rank (NCCL)
+
+On a GPU the same runs in bf16 (the model on the GPU, a GPU lane in each trace); DDP and FSDP run as one rank over
+NCCL (a group of one: the gradients' hooks, buckets and callbacks run, no collective kernel).
 
 torch.profiler's schedule(wait=1, warmup=1, active=2); shapes recorded. tests/test_training_foreign.py checks what
 the reader says about them against truths computed from the raw JSON.
@@ -32,6 +36,9 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
+CUDA = len(sys.argv) > 2 and sys.argv[2] == "cuda"
+DEV, PREFIX = ("cuda", "h200") if CUDA else ("cpu", "cpu")
+ACT = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if CUDA else [ProfilerActivity.CPU]
 ACTIVE = 2
 
 
@@ -41,20 +48,20 @@ def llama(seed: int = 0):
     torch.manual_seed(seed)
     cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, vocab_size=128, max_position_embeddings=64)
-    return LlamaForCausalLM(cfg).train()
+    return LlamaForCausalLM(cfg).to(DEV, torch.bfloat16 if CUDA else torch.float32).train()
 
 
 def save(prof, name: str) -> None:
     raw = OUT / f"{name}.json"
     prof.export_chrome_trace(str(raw))
-    with raw.open("rb") as src, gzip.open(OUT / f"cpu_{name}.json.gz", "wb", compresslevel=9) as dst:
+    with raw.open("rb") as src, gzip.open(OUT / f"{PREFIX}_{name}.json.gz", "wb", compresslevel=9) as dst:
         shutil.copyfileobj(src, dst)
     raw.unlink()
-    print(f"wrote cpu_{name}.json.gz", flush=True)
+    print(f"wrote {PREFIX}_{name}.json.gz", flush=True)
 
 
 def run(name: str, step, steps: int = 2 + ACTIVE, before=None) -> None:
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+    with profile(activities=ACT, record_shapes=True,
                  schedule=schedule(wait=1, warmup=1, active=ACTIVE)) as p:
         for i in range(steps):
             if before is not None:
@@ -88,7 +95,7 @@ class _nothing:
 
 def one_process() -> None:
     torch.manual_seed(1)
-    ids = torch.randint(0, 128, (4, 16))
+    ids = torch.randint(0, 128, (4, 16), device=DEV)
     m = llama()
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
     run("accum", accumulation(m, opt, ids, ddp=False))
@@ -116,7 +123,7 @@ def one_process() -> None:
     shapes = {"ids": ids}
 
     def new_batch(i):
-        shapes["ids"] = torch.randint(0, 128, (6, 16)) if i == 2 else ids
+        shapes["ids"] = torch.randint(0, 128, (6, 16), device=DEV) if i == 2 else ids
 
     def train_recompiled():
         opt.zero_grad(set_to_none=True)
@@ -144,12 +151,14 @@ def one_process() -> None:
 
 def rank_main(rank: int, world: int, port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    if CUDA:
+        torch.cuda.set_device(rank)
+    dist.init_process_group("nccl" if CUDA else "gloo", rank=rank, world_size=world)
     torch.manual_seed(1)
-    ids = torch.randint(0, 128, (4, 16))[rank * 2:(rank + 1) * 2].repeat(2, 1)  # this rank's 4 sequences
+    ids = torch.randint(0, 128, (4, 16))[rank * 2:(rank + 1) * 2].repeat(2, 1).to(DEV)  # this rank's 4 sequences
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    m = DDP(llama())
+    m = DDP(llama(), device_ids=[rank] if CUDA else None)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
     run(f"ddp_accum_rank{rank}", accumulation(m, opt, ids, ddp=True))
 
@@ -181,5 +190,6 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     import torch.multiprocessing as mp
 
-    mp.spawn(rank_main, args=(2, free_port()), nprocs=2)
+    ranks = 1 if CUDA else 2  # one GPU on the machine that records them
+    mp.spawn(rank_main, args=(ranks, free_port()), nprocs=ranks)
     one_process()
