@@ -108,3 +108,38 @@ def test_a_compiled_foreign_trace_has_no_annotation_of_its_own_to_look_for():
         exps, _ = it.expectations_for("03_simple_mlp", t)
         (verdict,) = [r[1] for r in it.check(t, exps) if "ProfilerStep#k" in r[0].text]
         assert verdict == "not applicable", name
+
+
+def attention_window_us(data: dict) -> tuple[float, int]:
+    """Per step, the kernels of GPT-2's attention core, from the raw JSON: in each layer, those launched after the
+    KV cache's two concatenations (CatArrayBatchedCopy) and before the output projection (the next GEMM with a bias
+    epilogue, Conv1D's addmm): eager's q.k copy, bmm, scale, mask, softmax, bmm and output copy; sdpa's kernel.
+    Returns µs per step and kernels per step."""
+    us = calls = 0
+    steps = steps_of(data)
+    for st in steps:
+        cats, inside = 0, False
+        for k in st:
+            if inside and "_bias_" in k["name"]:
+                inside, cats = False, 0
+            if inside:
+                us, calls = us + k["dur"], calls + 1
+            if "CatArrayBatchedCopy" in k["name"]:
+                cats += 1
+                inside = cats == 2
+    return us / len(steps), calls // len(steps)
+
+
+def test_gpt2_attention_change_is_the_attention_modules_kernels():
+    """Eager -> sdpa on the H200 GPT-2 (2 layers): the one group that holds the sdpa kernel holds exactly each
+    layer's attention core (7 kernels a layer) and nothing else, its µs those of the raw JSON (36.1 -> 9.2 per
+    step; the mask built once before the layers, le/where/arange, is only in A: its own change, outside
+    attention)."""
+    ra, rb = raw("gpt2_eager"), raw("gpt2_sdpa")
+    (us_a, calls_a), (us_b, calls_b) = attention_window_us(ra), attention_window_us(rb)
+    assert (calls_a, calls_b) == (14, 2)
+    d = it.comparison_data(trace("gpt2_eager"), trace("gpt2_sdpa"))
+    (g,) = [r for r in d["replaced"] if any("sdpa" in n for n in r["new"])]
+    assert len(g["old"]) * g["times"] == calls_a and len(g["new"]) * g["times"] == calls_b
+    assert g["old_us"] == pytest.approx(us_a, rel=1e-6) and g["new_us"] == pytest.approx(us_b, rel=1e-6)
+    assert len(d["replaced"]) == 1

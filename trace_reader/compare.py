@@ -25,6 +25,10 @@ and B's to B's:
                bmm + bmm -> flash; kernels nothing else tells apart are replaced as a whole, REST, rather than
                paired by a guess).
             Kernels launched by one CPU op (a GEMM and its split-K reduce) always stay together.
+            An op joined to an Inductor kernel only by one of the several ops its name lists, launched amid the
+            ops of another replacement by eager library kernels (attention's scale mul and mask add between its
+            two bmm, beside a compiled RoPE kernel named add, cat, mul, neg), is refused that link and grouped
+            again (_islands): replaced work is launched in one run, except where Inductor reorders it.
             What nothing in the other trace took the place of is "only in A" (or B), by its calls.
 3. A name can so appear in several places: its calls that stayed in the same-name table, another call of it in a
    group or an "only in" list (two calls becoming one: one stayed, one is gone). Each call is counted once; the
@@ -38,9 +42,10 @@ import math
 import re
 import statistics
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .align import align  # re-exported: bench_inspect.py and the tests call compare.align
+from .compiled import REGION_PREFIX
 from .kernels import CPP_KERNEL_RE, _dims, cpu_kernels, is_gemm, short, typical_sequence
 from .read import STEP_RE, Event, Trace, _no_gc
 from .report import _table, _us
@@ -183,8 +188,10 @@ NEAR = 4  # per nearest gap, the atoms sharing a key on each side of x's offset 
 INDUCTOR_RE = re.compile(r"(?:triton|cpp)_\w*?fused_(\w+?)(?:_\d+)?$")
 STOP_WORDS = {"aten", "fused", "kernel", "function", "forward", "backward", "triton", "poi", "per", "red", "tem",
               "cpp", "graph", "call", "compiled", "fx", "torch", "region", "default", "out", "impl", "autograd"}
+ATTENTION_RE = re.compile(r"flash|fmha|sdpa|attention", re.I)  # fused attention kernels (flash, cuDNN, mem-efficient)
 MM_WORDS = {"mm", "addmm", "bmm", "baddbmm"}  # an Inductor template fusing one of these is a GEMM
 GEMM_RANKS = 8  # a GEMM pairs with one at most this many GEMMs earlier or later in its gap (linear time)
+ISLAND_ROUNDS = 4  # groupings at most, each refusing the weak links of atoms found inside another replacement
 
 
 def _inductor(name: str) -> re.Match | None:
@@ -201,7 +208,11 @@ def _words(name: str) -> set[str]:
 
 
 def _is_gemm(u: Unit) -> bool:
-    """A GEMM by its op or name (kernels.is_gemm), or an Inductor template named after a matmul it runs."""
+    """A GEMM by its op or name (kernels.is_gemm), or an Inductor template named after a matmul it runs; not a fused
+    attention kernel, whose name may carry cutlass (pytorch_flash::flash_fwd_kernel<..., cutlass::bfloat16_t, ...>):
+    it runs two matmuls and a softmax, no one GEMM's partner."""
+    if ATTENTION_RE.search(u.name):
+        return False
     return is_gemm(u) or (u.name.startswith("triton_tem_") and bool(_words(u.name) & MM_WORDS))
 
 
@@ -253,6 +264,8 @@ class _Atom:
     scope: str | None = None  # the innermost annotation around it that holds no kernel that stayed (a module's)
     bare: bool = False  # launched with no CPU op around it (from Python: a Triton kernel's launcher)
     what: str | None = None  # its op's name, less aten:: and _foreach_ (mul_ for a for-loop's and foreach's mul_)
+    fused: set[str] = field(default_factory=set)  # the ops an Inductor kernel of it names (add, cat, mul, neg)
+    compiled: bool = False  # launched inside a torch.compile'd region, whose code Inductor may have reordered
 
 
 class _Union:
@@ -262,6 +275,8 @@ class _Union:
         self.parent: dict = {}
         self.why: dict = defaultdict(set)
         self.sides: dict = {}  # root -> {"a", "b"} or one of them; a root never joined holds its own side
+        self.strong: set = set()  # atoms joined by evidence of their own: a module, a GEMM, all its words, sizes
+        self.weak: dict = defaultdict(set)  # atom -> its links to a fused kernel by some of the ops it names
 
     def find(self, x):
         self.parent.setdefault(x, x)
@@ -270,7 +285,13 @@ class _Union:
             x = self.parent[x]
         return x
 
-    def union(self, x, y, why: str):
+    def union(self, x, y, why: str, strength: str | None = "strong"):
+        """strength: "strong", "weak" (one op of the several a fused kernel names) or None (place alone)."""
+        if strength == "strong":
+            self.strong |= {x, y}
+        elif strength == "weak":
+            self.weak[x].add(_pair(x, y))
+            self.weak[y].add(_pair(x, y))
         rx, ry = self.find(x), self.find(y)
         if rx is not ry:
             self.parent[rx] = ry
@@ -281,6 +302,20 @@ class _Union:
     def alone(self, atoms: list[_Atom]) -> list[_Atom]:
         """The atoms whose group holds atoms of one trace only."""
         return [x for x in atoms if len(self.sides.get(self.find(x), ())) < 2]
+
+
+def _in_compiled(u: Unit) -> bool:
+    e = u.op
+    while e is not None and not STEP_RE.match(e.name):
+        if e.name.startswith(REGION_PREFIX) or "CompiledFxGraph" in e.name:
+            return True
+        e = e.parent
+    return False
+
+
+def _pair(x: _Atom, y: _Atom) -> tuple[_Atom, _Atom]:
+    """A link between an atom of A and one of B, A's first, whichever side linked."""
+    return (x, y) if x.side == "a" else (y, x)
 
 
 def _scope(u: Unit, shared: set[int]) -> str | None:
@@ -313,6 +348,9 @@ def _atoms(side: str, units: list[Unit], free: list[int], gap: list[int], tags: 
         atom.tags |= tags[i]
         atom.sizes |= sizes(units[i])
         atom.gemm = atom.gemm or _is_gemm(units[i])
+        if _inductor(units[i].name):
+            atom.fused |= _words(units[i].name)
+        atom.compiled = atom.compiled or _in_compiled(units[i])
     for x, y in zip(out, out[1:]):
         if x.gap == y.gap:
             x.next, y.prev = y, x
@@ -354,12 +392,14 @@ def _distance(x: _Atom, y: _Atom) -> tuple[int, int]:
     return abs(x.gap - y.gap), abs(x.offset - y.offset)
 
 
-def _link(uf: _Union, mine: list[_Atom], theirs: list[_Atom], keys, why, neighbours: bool = False) -> None:
+def _link(uf: _Union, mine: list[_Atom], theirs: list[_Atom], keys, why, neighbours: bool = False,
+          strength=lambda x, y: "strong", refused: frozenset = frozenset()) -> None:
     """Join each atom of `mine` to the atom of `theirs` sharing the most keys (tags, sizes), the nearest gap of
     those (at most MAX_GAP kept kernels away), then (with neighbours, for words) in that gap the one whose
     neighbours share keys with x's (a for-loop optimizer's param.mul_ before lerp_ and exp_avg_sq.mul_ after it,
     per parameter, against foreach's two _foreach_mul_ in the same places), then the nearest. why(x, y): the
-    evidence, written down for the group."""
+    evidence, written down for the group; strength(x, y): how much it says (_Union.union); refused: links
+    (_pair) not to make again."""
     idx = _index(theirs, keys)
 
     def alike(p, q):  # neighbours launched by the same op, a for-loop's or foreach's (add_ is not add)
@@ -367,7 +407,7 @@ def _link(uf: _Union, mine: list[_Atom], theirs: list[_Atom], keys, why, neighbo
 
     for x in mine:
         kx = keys(x)
-        cands = {id(y): y for k in kx for y in _near(idx, k, x)}.values()
+        cands = {id(y): y for k in sorted(kx) for y in _near(idx, k, x) if _pair(x, y) not in refused}.values()
         if not cands:
             continue
         scored = [((-len(kx & keys(y)), gap), offset, y) for y in cands for gap, offset in [_distance(x, y)]]
@@ -377,7 +417,7 @@ def _link(uf: _Union, mine: list[_Atom], theirs: list[_Atom], keys, why, neighbo
             if len(ties) > 1:
                 y = max(ties, key=lambda c: (alike(x, c[2]), alike(x.prev, c[2].prev) + alike(x.next, c[2].next),
                                              -c[1]))[2]
-        uf.union(x, y, why(x, y))
+        uf.union(x, y, why(x, y), strength(x, y))
 
 
 def _link_whole(uf: _Union, mine: list[_Atom], theirs: list[_Atom]) -> None:
@@ -394,15 +434,16 @@ def _link_whole(uf: _Union, mine: list[_Atom], theirs: list[_Atom]) -> None:
                 if g not in joined:
                     joined.add(g)
                     for y, z in zip(by_gap[g], by_gap[g][1:]):
-                        uf.union(y, z, REST)
-                uf.union(x, by_gap[g][0], REST)
+                        uf.union(y, z, REST, None)
+                uf.union(x, by_gap[g][0], REST, None)
             if near:
                 break
 
 
-def _link_both(uf: _Union, side_a: list[_Atom], side_b: list[_Atom], keys, why, neighbours: bool = False) -> None:
-    _link(uf, side_a, side_b, keys, why, neighbours)
-    _link(uf, side_b, side_a, keys, why, neighbours)
+def _link_both(uf: _Union, side_a: list[_Atom], side_b: list[_Atom], keys, why, neighbours: bool = False,
+               **kw) -> None:
+    _link(uf, side_a, side_b, keys, why, neighbours, **kw)
+    _link(uf, side_b, side_a, keys, why, neighbours, **kw)
 
 
 def _join_modules(uf: _Union, atoms_a: list[_Atom], atoms_b: list[_Atom]) -> None:
@@ -461,28 +502,15 @@ def _group(ua: list[Unit], ub: list[Unit], pairs: list[tuple[int, int]], hidden=
     atoms_a = _atoms("a", ua, free_a, gap_a, {i: _tags(ua[i], shared_a) for i in free_a}, _sizes, shared_a)
     atoms_b = _atoms("b", ub, free_b, gap_b, {j: _tags(ub[j], shared_b) for j in free_b}, _sizes, shared_b)
     every = atoms_a + atoms_b
-
-    def words(x, y):
-        return ", ".join(sorted(x.tags & y.tags))
-
-    def tags(x):
-        return x.tags
-
-    uf = _Union()
-    _join_modules(uf, atoms_a, atoms_b)
-    _pair_gemms(uf, atoms_a, atoms_b)
-    alone = uf.alone
-    # pointwise work with pointwise work (and GEMMs no GEMM took), before a GEMM whose name carries its op
-    _link_both(uf, alone(atoms_a), alone(atoms_b), tags, words, neighbours=True)
-    # what is still alone: by words with any group (an epilogue a GEMM template fused), by tensor sizes, then by
-    # place: the nearest kernels of the other trace, grouped or not
-    _link(uf, alone(atoms_a), atoms_b, tags, words, neighbours=True)
-    _link(uf, alone(atoms_b), atoms_a, tags, words, neighbours=True)
-    _link_both(uf, alone(atoms_a), alone(atoms_b), lambda x: x.sizes, lambda x, y: SIZES)
-    # what neither trace's words nor sizes pair: one group with what is left of the other trace near it, if any
-    _link_whole(uf, alone(atoms_a), alone(atoms_b))
-    _link(uf, alone(atoms_a), atoms_b, lambda x: {"*"}, lambda x, y: REST)
-    _link(uf, alone(atoms_b), atoms_a, lambda x: {"*"}, lambda x, y: REST)
+    # a fused kernel's partner by one of the ops it names, found inside another replacement's run, is refused and
+    # the grouping done again: each round refuses more links, so it ends (in 1 round but for such islands)
+    refused: frozenset = frozenset()
+    for _ in range(ISLAND_ROUNDS):
+        uf = _link_all(atoms_a, atoms_b, refused)
+        more = _islands(uf, atoms_a, atoms_b) | _islands(uf, atoms_b, atoms_a)
+        if more <= refused:
+            break
+        refused |= more
 
     comps: dict[int, tuple[list[int], list[int], set[str], set[str], _Atom]] = {}
     for x in every:
@@ -504,6 +532,82 @@ def _group(ua: list[Unit], ub: list[Unit], pairs: list[tuple[int, int]], hidden=
         groups, lone_b = groups + [([], lone_b, UNSEEN)], []
     return _merge(ua, ub, groups), sorted(lone_a), sorted(lone_b)
 
+
+def _words_strength(x: _Atom, y: _Atom) -> str:
+    """"weak" where a side is an Inductor kernel naming several ops and the other shares only some of them (mul of
+    add, cat, mul, neg): this op may be one it fused, or another op of that name launched nearby."""
+    shared = x.tags & y.tags
+    return "weak" if any(len(f) > 1 and not f <= shared for f in (x.fused, y.fused)) else "strong"
+
+
+def _link_all(atoms_a: list[_Atom], atoms_b: list[_Atom], refused: frozenset) -> _Union:
+    """The groups, strongest evidence first (see the module's docstring), making none of the links refused."""
+    def words(x, y):
+        return ", ".join(sorted(x.tags & y.tags))
+
+    def tags(x):
+        return x.tags
+
+    uf = _Union()
+    _join_modules(uf, atoms_a, atoms_b)
+    _pair_gemms(uf, atoms_a, atoms_b)
+    alone = uf.alone
+    by_words = dict(neighbours=True, strength=_words_strength, refused=refused)
+    # pointwise work with pointwise work (and GEMMs no GEMM took), before a GEMM whose name carries its op
+    _link_both(uf, alone(atoms_a), alone(atoms_b), tags, words, **by_words)
+    # what is still alone: by words with any group (an epilogue a GEMM template fused), by tensor sizes, then by
+    # place: the nearest kernels of the other trace, grouped or not
+    _link(uf, alone(atoms_a), atoms_b, tags, words, **by_words)
+    _link(uf, alone(atoms_b), atoms_a, tags, words, **by_words)
+    _link_both(uf, alone(atoms_a), alone(atoms_b), lambda x: x.sizes, lambda x, y: SIZES, refused=refused)
+    # what neither trace's words nor sizes pair: one group with what is left of the other trace near it, if any
+    _link_whole(uf, alone(atoms_a), alone(atoms_b))
+    place = dict(strength=lambda x, y: None, refused=refused)
+    _link(uf, alone(atoms_a), atoms_b, lambda x: {"*"}, lambda x, y: REST, **place)
+    _link(uf, alone(atoms_b), atoms_a, lambda x: {"*"}, lambda x, y: REST, **place)
+    return uf
+
+
+def _islands(uf: _Union, atoms: list[_Atom], others: list[_Atom]) -> frozenset:
+    """The weak links (_words_strength) of atoms found inside another replacement, that cross it: in one gap of
+    one trace, a run of atoms of one group, joined by weak links only, between two atoms of another group H that
+    holds both traces, while their group has atoms of this trace outside the run. Where H's side in the other trace
+    is library kernels launched by eager ops (none by Inductor or inside a compiled region, whose code may be fused
+    and reordered at will), the run's links to kernels launched before or after that side are refused. Eager
+    attention's scale mul and mask add, launched between its two bmm, are not the mul and add that a compiled RoPE
+    kernel (triton_poi_fused_add_cat_mul_neg_0), launched before sdpa's flash kernel, fused, though they share its
+    words."""
+    per_group = Counter(uf.find(x) for x in atoms)
+    span: dict = {}  # root -> (first, last) (gap, offset) of its atoms in the other trace, all library kernels
+    for y in others:
+        r = uf.find(y)
+        lo, hi = span.get(r, ((y.gap, y.offset),) * 2)
+        span[r] = (min(lo, (y.gap, y.offset)), max(hi, (y.gap, y.offset)))
+    for y in others:
+        if y.fused or y.bare or y.compiled:
+            span[uf.find(y)] = None
+    by_gap: dict[int, list[_Atom]] = defaultdict(list)
+    for x in atoms:  # in launch order
+        by_gap[x.gap].append(x)
+    out: set = set()
+    for xs in by_gap.values():
+        roots = [uf.find(x) for x in xs]
+        i = 0
+        while i < len(xs):
+            j = i
+            while j + 1 < len(xs) and roots[j + 1] is roots[i]:
+                j += 1
+            run, h = xs[i:j + 1], roots[i - 1] if i else None
+            if (h is not None and j + 1 < len(xs) and roots[j + 1] is h is not roots[i] and span.get(h)
+                    and per_group[roots[i]] > len(run) and all(uf.weak[x] and x not in uf.strong for x in run)):
+                lo, hi = span[h]
+                for x in run:
+                    for link in uf.weak[x]:
+                        y = link[1] if x.side == "a" else link[0]
+                        if not lo <= (y.gap, y.offset) <= hi:
+                            out.add(link)
+            i = j + 1
+    return frozenset(out)
 
 def _evidence(why: set[str]) -> str:
     for label in (MODULE, GEMM_SIZES, GEMM_ORDER, SIZES, REST):
