@@ -706,6 +706,7 @@ def comparison_data(a: Trace, b: Trace) -> dict:
         "only_b": [one(n, t) for n, t in m.lone_b.items()],
         "ops_gone": m.ops_gone, "ops_new": m.ops_new,
         "training": _training(a, b),
+        "communication": _communication(a, b),
     }
 
 
@@ -717,6 +718,50 @@ def _training(a: Trace, b: Trace) -> dict | None:
     if None in sides.values():
         return None
     return {side: {k: v for k, v in summary.items() if k != "steps"} for side, summary in sides.items()}
+
+
+def _communication(a: Trace, b: Trace) -> dict | None:
+    """Each trace's collectives per step (mean over its steps), by kind, where either trace has any or says it is a
+    rank of a distributed run (DDP against FSDP2, one process against a DDP rank); else None."""
+    sides = {"a": _comm_side(a), "b": _comm_side(b)}
+    if not any(s["world_size"] > 1 or s["kinds"] for s in sides.values()):
+        return None
+    return sides
+
+
+def _comm_side(t: Trace) -> dict:
+    """One trace's communication per step: per collective kind its calls, bytes (None where a call's size is not
+    in the trace), time and exposed time (with no compute beside it), from ranks.step_work's compute and
+    communication intervals and collectives; `total`: all kinds at once (kinds that overlap count once there)."""
+    from . import intervals, ranks  # ranks.py builds on expect.py, which imports report.py: loaded when used
+
+    info = t.meta.get("distributedInfo")
+    ok = isinstance(info, dict) and type(info.get("world_size")) is int and info["world_size"] >= 1
+    world = info["world_size"] if ok else 1
+    gpu, n = t.device == "cuda", max(len(t.steps), 1)
+    kinds: dict[str, dict] = {}
+    total = {"calls": 0, "bytes": 0, "us": 0.0, "exposed_us": 0.0}
+    for st in t.steps:
+        compute, comm, colls = ranks.step_work(st, gpu, 0.0, world)  # offset 0: the trace's own clock
+        for kind in dict.fromkeys(c.kind for c in colls):  # in the order first called
+            mine = [c for c in colls if c.kind == kind]
+            k = kinds.setdefault(kind, {"calls": 0, "bytes": 0, "us": 0.0, "exposed_us": 0.0})
+            k["calls"] += len(mine)
+            k["bytes"] = None if k["bytes"] is None or None in (c.bytes for c in mine) else \
+                k["bytes"] + sum(c.bytes for c in mine)
+            # its calls as far as step_work counts them communication (cut to the step), less what compute hid
+            spans = [(c.start, c.end) for c in mine]
+            k["us"] += intervals.common(spans, comm)
+            k["exposed_us"] += intervals.common(spans, comm + compute) - intervals.common(spans, compute)
+        total["calls"] += len(colls)
+        total["bytes"] = None if total["bytes"] is None or None in (c.bytes for c in colls) else \
+            total["bytes"] + sum(c.bytes for c in colls)
+        total["us"] += intervals.length(comm)
+        total["exposed_us"] += intervals.length(comm) - intervals.common(comm, compute)
+    per_step = lambda d: {key: (v / n if v is not None else None) for key, v in d.items()}  # noqa: E731
+    return {"world_size": world, "rank": info.get("rank") if ok else None,
+            "backend": info.get("backend") if ok else None, "steps": len(t.steps),
+            "kinds": {kind: per_step(v) for kind, v in kinds.items()}, "total": per_step(total)}
 
 
 # ------------------------------------------------------------------------------------------------ the text
@@ -750,6 +795,7 @@ def render(d: dict, full_names: bool = False) -> str:
                 "per step", ""]
     out += _steps_table(da, db)
     out += _training_lines(d.get("training"), da["device"] == db["device"] == "cuda")
+    out += _communication_lines(d.get("communication"))
 
     na, nb = d["launch_order_steps"]["a"], d["launch_order_steps"]["b"]
     out += ["", f"{what}, time per step: A {_us(d['kernel_us']['a'])} µs, B {_us(d['kernel_us']['b'])} µs "
@@ -801,6 +847,37 @@ def _training_lines(t: dict | None, gpu: bool) -> list[str]:
             kernels = f", {o['kernels']:g} kernels" if gpu and o.get("kernels") is not None else ""
             out.append(f"optimizer {side.upper()}: {o['class'] or '?'}, looks {o['implementation']}: "
                        f"{o['ops']:g} ops{kernels} per step")
+    return out
+
+
+def _communication_lines(c: dict | None) -> list[str]:
+    """Both traces' collectives per step, kind by kind: calls, bytes, time and the part no compute hid."""
+    if c is None:
+        return []
+    from .memory import _size  # memory.py builds on expect.py, which imports report.py: loaded when used
+
+    def who(s):
+        if s["world_size"] <= 1:
+            return "one process" + (" (a group of one rank)" if s["backend"] else ", no process group")
+        return f"rank {s['rank']} of {s['world_size']} ({s['backend'] or '?'})"
+
+    def size(x):
+        return "?" if x is None else _size(x) if x else "0"
+
+    out = ["", f"Communication per step (mean over {c['a']['steps']} + {c['b']['steps']} steps; exposed: no compute "
+               f"ran beside it). A: {who(c['a'])}; B: {who(c['b'])}"]
+    kinds = list(dict.fromkeys([*c["a"]["kinds"], *c["b"]["kinds"]]))
+    none = {"calls": 0, "bytes": 0, "us": 0.0, "exposed_us": 0.0}
+    rows = []
+    for kind, sides in [(k, [c[s]["kinds"].get(k, none) for s in "ab"]) for k in kinds] + (
+            [("total", [c["a"]["total"], c["b"]["total"]])] if len(kinds) > 1 else []):
+        x, y = sides
+        rows.append([kind, f"{x['calls']:g}", f"{y['calls']:g}", size(x["bytes"]), size(y["bytes"]), _us(x["us"]),
+                     _us(y["us"]), _us(x["exposed_us"]), _us(y["exposed_us"])])
+    out.append(_table(["collective", "calls A", "calls B", "bytes A", "bytes B", "µs A", "µs B", "exposed µs A",
+                       "exposed µs B"], rows, right=set(range(1, 9))) if rows else "(no collectives in either trace)")
+    if len(kinds) > 1:
+        out.append("total: all kinds at once (where two kinds ran at the same time, that time counts once)")
     return out
 
 
