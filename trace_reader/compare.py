@@ -1,4 +1,5 @@
-"""Comparing two traces: which kernels stayed, which replaced which, which are gone or new; CPU ops; step times.
+"""Comparing two traces: which kernels stayed, which replaced which, which are gone or new; CPU ops; step times;
+training phases and communication where the traces have them.
 
 On one typical step of each trace (its most common launch order), every unit (GPU kernel; on a CPU trace, one
 of the CPU's kernels) is counted in exactly one place, so A's figures add up to A's own kernel time per step,
@@ -165,7 +166,7 @@ def _hidden(trace: Trace) -> str | None:
     if trace.device != "cpu":
         return None
     names = {e.name for st in trace.steps for e in st.spans}
-    compiled = any(n.startswith("Torch-Compiled Region") or "CompiledFxGraph" in n for n in names)
+    compiled = any(map(_compiled_span, names))
     return HIDDEN_CPP if compiled and not any(CPP_KERNEL_RE.search(n) for n in names) else None
 
 
@@ -304,10 +305,16 @@ class _Union:
         return [x for x in atoms if len(self.sides.get(self.find(x), ())) < 2]
 
 
+def _compiled_span(name: str) -> bool:
+    """torch.compile's spans around its code: "Torch-Compiled Region: 0/0", "## Call CompiledFxGraph <hash> ##"."""
+    return name.startswith(REGION_PREFIX) or "CompiledFxGraph" in name
+
+
 def _in_compiled(u: Unit) -> bool:
+    """The unit was launched inside compiled code (a span of _compiled_span's around its op, within the step)."""
     e = u.op
     while e is not None and not STEP_RE.match(e.name):
-        if e.name.startswith(REGION_PREFIX) or "CompiledFxGraph" in e.name:
+        if _compiled_span(e.name):
             return True
         e = e.parent
     return False
@@ -407,6 +414,7 @@ def _link(uf: _Union, mine: list[_Atom], theirs: list[_Atom], keys, why, neighbo
 
     for x in mine:
         kx = keys(x)
+        # in sorted order: of equals the first found wins, and a set's order changes with PYTHONHASHSEED
         cands = {id(y): y for k in sorted(kx) for y in _near(idx, k, x) if _pair(x, y) not in refused}.values()
         if not cands:
             continue
@@ -671,7 +679,9 @@ def comparison_data(a: Trace, b: Trace) -> dict:
     `replaced` or `only_*`); `replaced` entries: A's kernels `old` (one occurrence, in launch order) became B's
     `new`, `times` times per step, `old_us`/`new_us` and `old_calls`/`new_calls` per step; `only_*`: calls nothing
     took the place of. So `kernel_us` = same + replaced + only, per side. `hidden`: why a side's work may be
-    missing from its trace (then a group's side is empty).
+    missing from its trace (then a group's side is empty). `training`: both traces' phases where both run a
+    backward; `communication`: each side's collectives per step, by kind (_comm_side), where either trace is a rank
+    of a distributed run or holds a collective, else None.
     """
     m = match(a, b)
 
