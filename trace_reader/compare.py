@@ -869,7 +869,8 @@ def _communication_lines(c: dict | None) -> list[str]:
     def who(s):
         if s["world_size"] <= 1:
             return "one process" + (" (a group of one rank)" if s["backend"] else ", no process group")
-        return f"rank {s['rank']} of {s['world_size']} ({s['backend'] or '?'})"
+        rank = s["rank"] if type(s["rank"]) is int else "?"  # distributedInfo is the trace's word, untrusted
+        return f"rank {rank} of {s['world_size']} ({s['backend'] if isinstance(s['backend'], str) else '?'})"
 
     def size(x):
         return "?" if x is None else _size(x) if x else "0"
