@@ -36,9 +36,7 @@ What to look for (guess first, then look; checked on each rank's trace after the
 import common  # first: its Ctrl-C handler must be in place before torch's slow import
 
 import importlib
-import os
 import sys
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -53,48 +51,25 @@ import inspect_trace as it
 from trace_reader import ranks
 
 SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
-TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 LAUNCH = "uv run torchrun --standalone --nproc-per-node 2 08_tensor_parallel.py"
 
 
 def launch(args):
-    """The ranks torchrun started: checked before any rank waits on another, so a bad launch fails on every rank
-    in one line instead of hanging in init_process_group."""
-    missing = [k for k in TORCHRUN_ENV if k not in os.environ]
-    if missing:
-        raise common.Fail(f"not started by torchrun (no {', '.join(missing)} in the environment); run: {LAUNCH}")
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
-    cuda = args.device != "cpu" and torch.cuda.is_available()
-    if cuda and local_world > torch.cuda.device_count():
-        raise common.Fail(f"{local_world} ranks on this machine but {torch.cuda.device_count()} GPU(s): one rank "
-                          f"per GPU; use --nproc-per-node {torch.cuda.device_count()} (or --device cpu for gloo)")
+    """The ranks torchrun started (common.torchrun_rank) and this script's own checks, before any rank waits on
+    another."""
+    rank, world, cuda = common.torchrun_rank(args, LAUNCH)
     if args.hidden % world:
         raise common.Fail(f"--hidden {args.hidden} does not split over {world} ranks: pick a multiple of {world}")
     if args.sequence_parallel and args.seq % world:
         raise common.Fail(f"--sequence-parallel shards the sequence: --seq {args.seq} is not a multiple of {world}")
     if args.mlp == "fused" and not cuda:
         raise common.Fail("--mlp fused runs a Triton kernel, which needs a CUDA GPU; on this machine use --mlp eager")
-    if cuda:
-        torch.cuda.set_device(local)  # before setup(), which sizes the free memory of the current GPU
     return rank, world, cuda
 
 
-def whole_lines(stream):
-    """Every rank prints to the same terminal or file, so each line must leave in one write, or two ranks' lines run
-    together ("check: rank 0's ...check: rank 1's ..."): unbuffered (PYTHONUNBUFFERED=1, python -u) print() writes
-    a line and its newline apart, and block-buffered (a pipe, a file) a flush can fall mid-line. Line buffering
-    writes each printed line whole."""
-    reconfigure = getattr(stream, "reconfigure", None)  # a StringIO (a test's captured stdout) has none
-    if reconfigure is not None:
-        reconfigure(line_buffering=True, write_through=False)
-
-
 def start(cuda, world, seconds):
-    """NCCL between GPUs, gloo between CPU processes; a rank that stops answering fails the others after `seconds`
-    instead of hanging them."""
-    backend = "nccl" if cuda else "gloo"
-    dist.init_process_group(backend, timeout=timedelta(seconds=seconds))
+    """The process group (common.start_ranks), and a 1-D mesh of every rank for DTensor."""
+    common.start_ranks(cuda, seconds)
     return init_device_mesh("cuda" if cuda else "cpu", (world,), mesh_dim_names=("tp",))
 
 
@@ -210,7 +185,7 @@ def main():
         raise common.Fail("--chunks overlaps the all-reduce of the eager MLP: without --sequence-parallel, --mlp fused "
                           "or --compile")
     rank, world, cuda = launch(args)
-    whole_lines(sys.stdout)
+    common.whole_lines(sys.stdout)
     b, s, d, h = args.batch, args.seq, args.dim, args.hidden
     # the whole MLP (built on every rank to check the shards against) and this rank's shard of it; x and y whole,
     # the four [tokens, hidden / N] activations of this rank's share
@@ -238,29 +213,9 @@ def main():
         prof = common.profile(run, step, "tp_mlp_fwd")
         trace, table = common.export(run, prof, f"{b}x{s}x{d}x{h}", flags)
         dist.barrier()  # every rank's trace is on disk before rank 0 reads them all
-        rank_report(run, trace, table, expectations(args, world, cuda), world)
+        common.rank_report(run, trace, table, expectations(args, world, cuda), world)
     finally:
         dist.destroy_process_group()
-
-
-def rank_report(run, trace, table, exps, world):
-    """Every rank checks its own trace; rank 0 also prints the report and the merged report of all ranks."""
-    loaded = it.load_trace(trace)
-    results = it.check(loaded, exps)
-    if run.rank != 0:
-        broken = [ex.text for ex, v, _ in results if v == "broken"]
-        if broken:
-            print(f"rank {run.rank}: broken: {'; '.join(broken)}")
-        return
-    common.show(run, trace, table)
-    print("\nrank 0's expectations:")
-    it.print_expectations(results)
-    files = [ranks.rank_file(trace, r) for r in range(world)]
-    print(f"\nall {world} rank(s), merged ({common.uv_run('inspect_trace.py', *files)}):\n")
-    try:
-        print(ranks.text(ranks.analyze(ranks.load_run(files))))
-    except it.TraceError as e:  # the ranks' traces are written: say why they do not merge, as the reader would
-        print(f"not merged: {e}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@ This file only holds what every script does the same way:
 - `show()`          print the paths, how to open them, the trace read back and the post's expectations
 - `record()`        profile + export + show: the last line of every script
 - `main()`          turns bad input into one clear line and a non-zero exit
+
+and, for the scripts torchrun starts once per rank (08, 09): `torchrun_rank()` (the launch checked before any
+rank waits for another), `whole_lines()`, `start_ranks()` and `rank_report()`.
 """
 
 from __future__ import annotations
@@ -129,6 +132,21 @@ def int_arg(low: int, high: int):
 
 
 size_arg = int_arg(1, MAX_DIM)
+
+
+def float_arg(low: float, high: float):
+    """An argparse type: a number in (low, high], with a one-line complaint otherwise (nan and inf are not numbers)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not low < value <= high:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"must be above {low:g} and at most {high:g}, got {text}")
+        return value
+
+    return parse
 
 
 def folder_arg(text: str) -> Path:
@@ -547,6 +565,77 @@ def record(run: Run, step, annotation: str, shape: str, expectations=(),
     trace, table = export(run, prof, shape, flags)
     show(run, trace, table, expectations)
     return trace, table
+
+
+# ------------------------------------------------------------------------- one process per rank (torchrun)
+
+TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def torchrun_rank(args: argparse.Namespace, launch: str) -> tuple[int, int, bool]:
+    """(rank, world size, CUDA?) of a process torchrun started, checked before any rank waits on another, so a bad
+    launch fails on every rank in one line instead of hanging in init_process_group. `launch`: the command to
+    suggest to someone who ran the script without torchrun. On a GPU, the rank's own GPU becomes the current one
+    (before setup(), which sizes its free memory)."""
+    missing = [k for k in TORCHRUN_ENV if k not in os.environ]
+    if missing:
+        raise Fail(f"not started by torchrun (no {', '.join(missing)} in the environment); run: {launch}")
+    try:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+    except ValueError:
+        raise Fail("RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE must be whole numbers; start the script "
+                   f"with torchrun: {launch}") from None
+    cuda = args.device != "cpu" and torch.cuda.is_available()
+    if cuda and local_world > torch.cuda.device_count():
+        raise Fail(f"{local_world} ranks on this machine but {torch.cuda.device_count()} GPU(s): one rank "
+                   f"per GPU; use --nproc-per-node {torch.cuda.device_count()} (or --device cpu for gloo)")
+    if cuda:
+        torch.cuda.set_device(local)
+    return rank, world, cuda
+
+
+def whole_lines(stream) -> None:
+    """Every rank prints to the same terminal or file, so each line must leave in one write, or two ranks' lines run
+    together ("check: rank 0's ...check: rank 1's ..."): unbuffered (PYTHONUNBUFFERED=1, python -u) print() writes
+    a line and its newline apart, and block-buffered (a pipe, a file) a flush can fall mid-line. Line buffering
+    writes each printed line whole."""
+    reconfigure = getattr(stream, "reconfigure", None)  # a StringIO (a test's captured stdout) has none
+    if reconfigure is not None:
+        reconfigure(line_buffering=True, write_through=False)
+
+
+def start_ranks(cuda: bool, seconds: float) -> None:
+    """NCCL between GPUs, gloo between CPU processes; a rank that stops answering fails the others after `seconds`
+    instead of hanging them."""
+    import datetime
+
+    import torch.distributed as dist
+
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=seconds))
+
+
+def rank_report(run: Run, trace: Path, table: Path, expectations, world: int) -> None:
+    """Every rank checks its own trace; rank 0 also prints its report and the merged report of all ranks (call it
+    once every rank's trace is on disk: after a barrier)."""
+    from trace_reader import ranks
+
+    loaded = inspect_trace.load_trace(trace)
+    results = inspect_trace.check(loaded, expectations)
+    if run.rank != 0:
+        broken = [ex.text for ex, v, _ in results if v == "broken"]
+        if broken:
+            print(f"rank {run.rank}: broken: {'; '.join(broken)}")
+        return
+    show(run, trace, table)
+    print("\nrank 0's expectations:")
+    inspect_trace.print_expectations(results)
+    files = [ranks.rank_file(trace, r) for r in range(world)]
+    print(f"\nall {world} rank(s), merged ({uv_run('inspect_trace.py', *files)}):\n")
+    try:
+        print(ranks.text(ranks.analyze(ranks.load_run(files))))
+    except inspect_trace.TraceError as e:  # the ranks' traces are written: say why they do not merge, as the reader would
+        print(f"not merged: {e}")
 
 
 def call_with_timeout(fn, seconds: float):

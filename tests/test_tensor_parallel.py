@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import common
 import pytest
 import torch
 from conftest import run_script_main
@@ -100,7 +101,8 @@ def test_the_page_says_what_torchrun_adds_to_a_refused_launch():
 
 def test_each_printed_line_leaves_in_one_write():
     """Ranks print to one terminal or file: under PYTHONUNBUFFERED=1 print() wrote a line and its newline apart, and
-    two ranks' check lines ran together on one line. whole_lines makes each printed line one write."""
+    two ranks' check lines ran together on one line. common.whole_lines (08's and 09's) makes each printed line one
+    write."""
     import io
 
     writes = []
@@ -117,11 +119,11 @@ def test_each_printed_line_leaves_in_one_write():
     print("check: rank 0", file=stream)
     assert writes == [b"check: rank 0", b"\n"]  # the interleaving the ranks showed
     writes.clear()
-    tp.whole_lines(stream)
+    common.whole_lines(stream)
     print("check: rank 1's TP=2 eager MLP", file=stream)
     print("rank 1: broken: x", file=stream)
     assert writes == [b"check: rank 1's TP=2 eager MLP\n", b"rank 1: broken: x\n"]
-    tp.whole_lines(io.StringIO())  # a test's captured stdout: nothing to set, no error
+    common.whole_lines(io.StringIO())  # a test's captured stdout: nothing to set, no error
 
 
 # In this process: the launch checks come before any rank waits for another.
@@ -131,7 +133,7 @@ RANK_ENV = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE
 
 
 def run_here(tmp_path, monkeypatch, env, *args):
-    for k in tp.TORCHRUN_ENV:
+    for k in common.TORCHRUN_ENV:
         monkeypatch.delenv(k, raising=False)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -176,7 +178,7 @@ def test_chunked_on_one_rank_in_this_process(tmp_path, monkeypatch):
 def test_more_ranks_than_gpus(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    for k in tp.TORCHRUN_ENV:
+    for k in common.TORCHRUN_ENV:
         monkeypatch.delenv(k, raising=False)
     for k, v in RANK_ENV.items():
         monkeypatch.setenv(k, v)
@@ -195,7 +197,6 @@ def test_one_gpu_under_torchrun(tmp_path):
 def test_a_ranks_files_end_in_its_rank():
     import argparse
 
-    import common
     from trace_reader import ranks
 
     args = common.parser("x", size=64).parse_args(["--active", "5"])

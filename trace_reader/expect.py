@@ -336,6 +336,7 @@ SCRIPTS = {
     "06_model": (),  # its flags come from the annotations and the file name: modules.model_flags
     "07_train_step": (),  # its flags come from the optimizer's ops, the kernels and the file name: training.train_flags
     "08_tensor_parallel": (),  # from distributedInfo, the collectives, the kernels and the file name: ranks.tp_flags
+    "09_data_parallel": (),  # from distributedInfo, the spans, the micro-batches and the file name: data_parallel.dp_flags
 }
 
 
@@ -396,6 +397,10 @@ def args_from_trace(script: str, trace: Trace) -> _ArgsFromTrace:
         from .ranks import tp_flags  # ranks.py builds on this file
 
         tp_flags(a, trace, words)
+    elif script == "09_data_parallel":
+        from .data_parallel import dp_flags  # data_parallel.py builds on this file
+
+        dp_flags(a, trace, words)
     elif len(dims) == len(names):
         for name, d in zip(names, dims):
             setattr(a, name, int(d))
@@ -431,4 +436,9 @@ def expectations_for(script: str, trace: Trace) -> tuple[list[Expect], str]:
         chunks = f", {args.chunks} chunks" if args.chunks > 1 else ""
         return (list(module.expectations(args, args.world, trace.device == "cuda")),
                 f"{script} {mode}, TP={args.world}{sp}, MLP {args.mlp}{chunks}, {args.active} steps (read from the trace)")
+    if script == "09_data_parallel":  # its expectations also take the ranks and DDP's bucket count (not in a trace)
+        exps = module.expectations(args, args.world, args.buckets)
+        slow = f", rank {args.slow_rank} slow" if args.slow_rank is not None else ""
+        return list(exps), (f"{script} {mode}, {args.dp.upper()} over {args.world} rank(s), {args.accumulate} "
+                            f"micro-batch(es) per step{slow}, {args.active} steps (read from the trace)")
     return list(module.expectations(args)), said
