@@ -1,14 +1,16 @@
 """Profile a data-parallel training step over N ranks: DDP's gradient buckets, or FSDP2's sharded parameters.
 
     uv run torchrun --standalone --nproc-per-node 2 09_data_parallel.py                   # DDP, NCCL on 2 GPUs
-    uv run torchrun --standalone --nproc-per-node 2 09_data_parallel.py --accumulate 4    # 4 micro-batches a step
+    uv run torchrun --standalone --nproc-per-node 2 09_data_parallel.py --accumulate 2 --bucket-cap-mb 0.02
     uv run torchrun --standalone --nproc-per-node 2 09_data_parallel.py --slow-rank 1     # rank 1 a straggler
     uv run torchrun --standalone --nproc-per-node 2 09_data_parallel.py --dp fsdp         # FSDP2 (fully_shard)
     uv run torchrun --standalone --nproc-per-node 1 09_data_parallel.py                   # one GPU: a group of one
 
-On a CPU (gloo, two processes), shapes that take seconds (--bucket-cap-mb 0.02: buckets of 20 KiB, so the 48 KiB
-of gradients fill three, as the post's shape fills several of DDP's 25 MiB):
-    uv run torchrun --standalone --nproc-per-node 2 09_data_parallel.py --batch 2 --seq 16 --dim 32 --hidden 64 --dtype fp32 --bucket-cap-mb 0.02
+(the second: 2 micro-batches a step, gradients in buckets of 0.02 MiB: one per weight at the post's shape)
+
+On a CPU (gloo, two processes), a shape that takes seconds; with --bucket-cap-mb 0.02 its 48 KiB of gradients
+fill 2 buckets (DDP's default 25 MiB holds them in one):
+    uv run torchrun --standalone --nproc-per-node 2 09_data_parallel.py --batch 2 --seq 16 --dim 32 --hidden 64 --dtype fp32
 
 Every rank holds the whole model (07_train_step.py's --layers of the post's MLP, AdamW) and trains it on its own
 data: --batch x --seq tokens per rank and micro-batch. One profiler step is one optimizer step: zero_grad, then per
@@ -22,8 +24,8 @@ parameter, all-gathers an MLP's parameters before its forward (and again before 
 forward), and reduce-scatters its gradients in backward, each rank keeping the shard it updates.
 --accumulate N: N micro-batches per optimizer step; gradient sync only in the last one's backward (DDP's
 no_sync(), FSDP2's set_requires_gradient_sync(False) on the others).
---slow-rank R: rank R sleeps SLOW_MS ms (record_function("slow_rank_sleep")) before each backward, a deliberate
-straggler.
+--slow-rank R: rank R sleeps 20 ms (SLOW_MS, inside record_function("slow_rank_sleep")) before each backward, a
+deliberate straggler.
 
 Each rank writes its own trace and table (..._rank0.json, ..._rank1.json); rank 0 prints its report, then the
 merged report of every rank.
@@ -134,7 +136,7 @@ def check_gradients(args, run, model, whole, rank, world):
     grads = [p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad for p in model.parameters()]
     common.check_close(run, f"rank {rank}'s {args.dp.upper()} gradients", torch.cat([g.flatten() for g in grads]),
                        torch.cat([p.grad.flatten() for p in whole.parameters()]),
-                       f"the whole model's on all {world} ranks' data")
+                       f"the whole model's on the data of {common.plural(world, 'rank')}")
     model.zero_grad(set_to_none=True)
 
 

@@ -64,7 +64,7 @@ def _wide(monkeypatch):
 
 
 SCRIPTS = ["01_matmul_add", "02_linear", "03_simple_mlp", "03_kernels_mlp", "04_fused_mlp", "05_attention",
-           "06_model", "07_train_step", "08_tensor_parallel"]
+           "06_model", "07_train_step", "08_tensor_parallel", "09_data_parallel"]
 
 
 class _Parsed(Exception):

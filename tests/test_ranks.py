@@ -661,7 +661,7 @@ def test_expect_names_the_scripts_it_knows():
     with pytest.raises(it.TraceError) as e:
         it.expectations_for("09_nope", it.parse_trace(gpu_rank(0, 1, [])))
     assert str(e.value) == ("--expect: unknown script '09_nope'; one of 01_matmul_add, 02_linear, 03_simple_mlp, "
-                            "03_kernels_mlp, 04_fused_mlp, 06_model, 07_train_step, 08_tensor_parallel")
+                            "03_kernels_mlp, 04_fused_mlp, 06_model, 07_train_step, 08_tensor_parallel, 09_data_parallel")
 
 
 def test_a_one_rank_run_says_the_collectives_its_code_called():

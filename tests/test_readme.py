@@ -18,7 +18,7 @@ from doc_pages import all_text, links, page, pages, slug
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = {"01_matmul_add.py", "02_linear.py", "03_simple_mlp.py", "03_kernels_mlp.py", "04_fused_mlp.py",
-           "05_attention.py", "06_model.py", "07_train_step.py", "08_tensor_parallel.py"}
+           "05_attention.py", "06_model.py", "07_train_step.py", "08_tensor_parallel.py", "09_data_parallel.py"}
 BENCHES = {"bench.py", "bench_attention.py", "bench_model.py", "bench_tp.py"}
 # 05_attention.py's defaults are Llama-3-8B's attention (4 x 2048 tokens, 32 heads): minutes and gigabytes on a
 # CPU. On the CPU, its commands that give no shape run at this one (the scores still outweigh every other
@@ -32,7 +32,9 @@ CPU_SHAPE = {"05_attention.py": ["--batch", "1", "--seq", "512", "--heads", "2",
              "07_train_step.py": ["--batch", "2", "--seq", "32", "--dim", "64", "--hidden", "256"],
              "03_simple_mlp.py": ["--batch", "1"],  # the post's 64 x 128 tokens: see SMALLER
              # two gloo ranks: the post's MLP in fp32 takes seconds a step per rank on 2 cores
-             "08_tensor_parallel.py": ["--batch", "2", "--seq", "32", "--dim", "64", "--hidden", "256", "--dtype", "fp32"]}
+             "08_tensor_parallel.py": ["--batch", "2", "--seq", "32", "--dim", "64", "--hidden", "256", "--dtype", "fp32"],
+             # a training step of two MLPs on each of two gloo ranks: the smallest shape whose steps still take ms
+             "09_data_parallel.py": ["--batch", "2", "--seq", "16", "--dim", "32", "--hidden", "64", "--dtype", "fp32"]}
 
 
 def command_lines(text):
@@ -165,7 +167,8 @@ SMALLER = {("--size", "4096"): ("256", "a 4096³ bf16 GEMM takes minutes per cal
            ("--seq", "512"): ("64", "the memory timeline's phases do not depend on the prompt's length")}
 # The README's traces of those runs, under the names the smaller runs give them.
 SMALLER_TRACES = {"03_simple_mlp/64x128x768x3072_": "03_simple_mlp/1x128x768x3072_",
-                  "08_tensor_parallel/64x128x768x3072_bf16_": "08_tensor_parallel/2x32x64x256_fp32_"}
+                  "08_tensor_parallel/64x128x768x3072_bf16_": "08_tensor_parallel/2x32x64x256_fp32_",
+                  "09_data_parallel/mlp-2L_64x128x768x3072_bf16_": "09_data_parallel/mlp-2L_2x16x32x64_fp32_"}
 
 
 def script_of(argv):
