@@ -6,12 +6,16 @@ of one rank and bad launches in this process."""
 
 import importlib
 import json
+import os
 import re
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import common
 import pytest
+import torch
 from conftest import run_script_main
 from doc_pages import page, section
 from test_readme import COMMANDS, CPU_SHAPE, page_runs
@@ -25,6 +29,7 @@ STEM = "mlp-2L_2x16x32x64_fp32_cold_dp2-{}_eager_rank{}.json"
 FLAGS = {"ddp": "ddp", "acc": "ddp_acc2_bucket0p02", "slow": "ddp_slow1", "fsdp": "fsdp"}
 ELEMENTS = 2 * 3 * 32 * 64  # two MLPs, three [32, 64] weights each: every gradient's element
 SLEEP_US = 20e3  # the script's SLOW_MS
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 @pytest.fixture(scope="module")
@@ -239,3 +244,17 @@ def test_refused_before_the_process_group_starts(tmp_path, monkeypatch, args, wo
     code, out, err = run_here(tmp_path, monkeypatch, RANK_ENV, *args)  # MASTER_PORT 1: a start-up would fail, not hang
     assert code == 2 and err.count("\n") == 1 and words in err, err
     assert not (tmp_path / "09_data_parallel").exists()
+
+
+@cuda
+@pytest.mark.parametrize("args", [[], ["--dp", "fsdp", "--accumulate", "2", "--slow-rank", "0"]])
+def test_one_gpu_under_torchrun(tmp_path, args):
+    """One rank on one GPU, NCCL: the gradient check and the step run; each guess about collectives not applicable."""
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+                           str(ROOT / "09_data_parallel.py"), "--batch", "8", "--seq", "128", *args, "--device", "cuda",
+                           "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=540,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "1 rank(s), nccl" in proc.stdout and "BROKEN" not in proc.stdout, proc.stdout[-3000:]
+    n_a = 1 if args else 2  # FSDP2's collectives; or DDP's two guesses (the straggler's need a second rank too)
+    assert re.search(rf"^  3 confirmed, 0 broken, {n_a + 2 * bool(args)} not applicable$", proc.stdout, flags=re.M)
