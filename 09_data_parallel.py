@@ -157,7 +157,8 @@ def main():
                    help="DDP's bucket_cap_mb: gradients all-reduced in buckets of about this many MiB "
                         "(default: DDP's own, 25 MiB, its first bucket 1 MiB)")
     p.add_argument("--accumulate", type=common.int_arg(1, 64), default=1, metavar="N",
-                   help="micro-batches per optimizer step; gradients synced in the last one only (DDP's no_sync())")
+                   help="micro-batches per optimizer step; gradients synced in the last one only (DDP's no_sync(), "
+                        "FSDP2's set_requires_gradient_sync(False) on the others)")
     p.add_argument("--slow-rank", type=common.int_arg(0, 1 << 16), default=None, metavar="R",
                    help=f"a deliberate straggler: rank R sleeps {SLOW_MS:g} ms before each backward")
     p.add_argument("--timeout", type=common.int_arg(5, 3600), default=120, metavar="S",

@@ -258,3 +258,25 @@ def test_one_gpu_under_torchrun(tmp_path, args):
     assert "1 rank(s), nccl" in proc.stdout and "BROKEN" not in proc.stdout, proc.stdout[-3000:]
     n_a = 1 if args else 2  # FSDP2's collectives; or DDP's two guesses (the straggler's need a second rank too)
     assert re.search(rf"^  3 confirmed, 0 broken, {n_a + 2 * bool(args)} not applicable$", proc.stdout, flags=re.M)
+
+
+@pytest.mark.parametrize("name, kind", [("cpu_ddp_accum_rank0", "DDP over 2 rank(s), 2 micro-batch(es)"),
+                                        ("cpu_fsdp_rank0", "FSDP over 2 rank(s), 1 micro-batch(es)")])
+def test_expect_on_another_harness_trace(name, kind, capsys):
+    """--expect 09_data_parallel on the committed foreign DDP and FSDP2 traces (tests/data/train_foreign, another
+    harness: no annotations, a Llama with rotary buffers): micro-batches from torch's own spans, and no BROKEN. The
+    DDP one's steps call a c10d::broadcast_ (DDP's buffers, in the first micro-batch's forward) besides the one
+    c10d::allreduce_: only all-reduces are held to the last backward."""
+    import gzip
+
+    import inspect_trace
+
+    path = ROOT / "tests/data/train_foreign" / f"{name}.json.gz"
+    if name.startswith("cpu_ddp"):
+        evs = [e for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"] if e.get("ph") == "X"]
+        for step in by_step(evs).values():
+            assert [e["name"] for e in step if e["name"].startswith("c10d::")] == ["c10d::broadcast_", "c10d::allreduce_"]
+    code = inspect_trace.main(["--expect", "09_data_parallel", str(path)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert f"09_data_parallel eager, {kind} per step, 2 steps (read from the trace)" in out and "BROKEN" not in out

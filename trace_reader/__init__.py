@@ -35,6 +35,9 @@ Which file answers which question:
     ranks.py     Where did each rank's time go? The traces of one distributed run joined by rank (distributedInfo;
                  not one run: one line), per rank and step busy, compute, communication overlapped and exposed;
                  per collective the skew, the straggler, size, algbw and busbw; 08_tensor_parallel's expectations.
+    data_parallel.py  Where do a data-parallel step's collectives fall? The collectives each rank called (c10d's ops)
+                 placed in its micro-batches' forward and backward, DDP's buckets, FSDP2's all-gathers and
+                 reduce-scatters, the straggler and who waits for it; 09_data_parallel's expectations.
     intervals.py How much time do these intervals cover, together or in common? merge, length, common.
     modules.py   Where does a model's time go? Annotations named by module path (model.layers.3.mlp) per
                  module type and per decoder layer: GPU time, kernels, CPU time (06_model.py).
