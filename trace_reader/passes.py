@@ -19,8 +19,8 @@ runs the model on fake tensors (forward ops, autograd engine spans, GEMMs that d
 Their time is cut out of every window and reported apart.
 
 Communication wait: in a distributed trace, the CPU time of a backward pass in which the thread running it ran no
-op: DDP waiting for its buckets' all-reduces before it copies them to the gradients, FSDP waiting for its
-reduce-scatters. (On a GPU NCCL's waits are the stream's, not the thread's: there the wait is read off the GPU.)
+op's own code (no span open, or only a record_function such as FSDP's `FSDP::all_gather`): DDP waiting for its
+buckets' all-reduces before it copies them to the gradients, FSDP waiting for its all-gathers and reduce-scatters. (On a GPU NCCL's waits are the stream's, not the thread's: there the wait is read off the GPU.)
 """
 
 from __future__ import annotations
@@ -213,11 +213,14 @@ def distributed(st: Step) -> bool:
 
 def comm_wait(st: Step, window: Window, compiler: Compiler) -> float:
     """CPU µs of a backward window in which the threads running backward (the engine's spans, DDP's and FSDP's
-    tails) ran no op: where DDP and FSDP wait for their gradients' collectives on a CPU (see the docstring)."""
+    tails) ran no op of their own: no span open, or only a record_function (FSDP::all_gather waiting inside an
+    engine node, for one), never an op's own time. Where DDP and FSDP wait for their gradients' collectives on a
+    CPU (see the docstring)."""
     mine = [e for e in st.spans if inside(e.ts, window)]
     threads = {(e.pid, e.tid) for e in backward_spans(st, compiler) + [e for e in mine if TAIL_RE.match(e.name)]
                if inside(e.ts, window)}
-    busy = [(e.ts, e.end) for e in st.spans if e.cat == "cpu_op" and (e.pid, e.tid) in threads]
+    busy = [part for e in st.spans if e.cat == "cpu_op" and (e.pid, e.tid) in threads and e.end > window[0]
+            and e.ts < window[1] for part in subtract([(e.ts, e.end)], [(c.ts, c.end) for c in e.children])]
     return window.length - intervals.common(window.parts, busy)
 
 

@@ -368,8 +368,8 @@ def text(data: dict | None) -> list[str]:
         share = f" ({100 * wait / bwd:.0f}% of it)" if bwd else ""
         out.append(f"=> backward waits {_fmt(wait)} µs{share} for communication: " + (
             "collective kernels with no other kernel beside them" if gpu else
-            "the thread running it ran no op while the gradients' collectives were in flight (DDP's buckets, "
-            "FSDP's reduce-scatters)"))
+            "the thread running it ran no op of its own while collectives were in flight (DDP's gradient "
+            "buckets, FSDP's all-gathers and reduce-scatters)"))
     compiling = [s for s in data["steps"] if s.get("compiler_us")]
     if compiling:
         where = ", ".join(f"#{s['number']} {_fmt(s['compiler_us'])} µs" for s in compiling[:4])
