@@ -74,7 +74,7 @@ def test_overlapped_and_exposed_per_rank_and_step(tmp_path):
     assert (r0["comm_us"], r0["overlapped_us"], r0["exposed_us"], r0["busy_us"]) == (400, 100, 300, 600)
     # rank 1: GEMM ends at 200, all-reduce 250-750: nothing overlaps; busy 100 + 500
     assert (r1["comm_us"], r1["overlapped_us"], r1["exposed_us"], r1["busy_us"]) == (500, 0, 500, 600)
-    assert (r0["step_us"], r0["called"], r0["wait_us"]) == (1000, 0, 0)  # no c10d call in these traces
+    assert (r0["step_us"], r0["called"], r0["wait_us"]) == (1000, 0, None)  # no c10d call; a GPU: the host waits not
 
 
 def test_comm_touching_compute_is_not_overlapped(tmp_path):
@@ -945,3 +945,15 @@ def test_waits_go_to_the_earliest_call_in_flight():
     a, b = ranks.step_calls(t.steps[0], gpu=False)
     assert a.waits == [(400, 1000)] and b.waits == [(1000, 1500)]
     assert (a.waited_us, b.waited_us, a.thread, a.name, b.done) == (600, 500, (1, 1), "c10d::allreduce_", 1500)
+
+
+def test_a_wait_op_is_waiting():
+    """TP's and DTensor's collectives are waited for in _c10d_functional::wait_tensor: the thread is inside an op,
+    but the op only waits. Call 100-120, its span 110-900; an aten::mm 120-300; wait_tensor 300-900 (with a child
+    op inside it, also waiting): the call waits 300-900."""
+    events = [op("_c10d_functional::all_reduce", 90, 40), ar_call(100, 4), op("aten::mm", 120, 180),
+              op("_c10d_functional::wait_tensor", 300, 600), op("aten::detach", 310, 5),
+              gloo("gloo:all_reduce", 110, 790, 4)]
+    (c,) = ranks.step_calls(it.parse_trace(cpu_run(0, events, world=1)).steps[0], gpu=False)
+    assert (c.name, c.ts, c.waits) == ("_c10d_functional::all_reduce", 90, [(300, 900)])
+

@@ -39,6 +39,7 @@ DTYPE_BYTES = {"float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "
                "unsignedchar": 1, "uint8": 1, "float8e4m3fn": 1, "float8e5m2": 1}
 NOT_TENSORS = {"", "Scalar", "ScalarList", "GenericList"}  # "Input type"s of a call's other arguments
 OPTIMIZER_STEP_RE = re.compile(r"^Optimizer\.step#\w+\.step$")  # torch.optim's own span (as training.py reads it)
+WAIT_OPS = {"_c10d_functional::wait_tensor", "c10d_functional::wait_tensor"}  # DTensor's, TP's, FSDP2's waits
 # A gap this short on the calling thread is the interpreter between two ops, not a wait: with no collective in
 # flight, 95% of the gaps between ops in tests/data/dist's traces are under 30 µs.
 MIN_WAIT_US = 50.0
@@ -228,11 +229,17 @@ def _pair_nccl(calls: list[Call], kernels: list) -> None:
             owner.ran.append(k.event)
 
 
+def is_wait(e: Event) -> bool:
+    """An op that only waits for a collective: functional collectives' wait_tensor, NCCL's record of work.wait()."""
+    return e.name in WAIT_OPS or (e.name == RECORD_COMMS and e.args.get("Collective name") == "wait")
+
+
 def _cpu_busy(st: Step) -> dict[tuple, list[tuple[float, float]]]:
-    """Per thread, the time some cpu_op of the step was open on it (merged)."""
+    """Per thread, the time some cpu_op of the step was open on it (merged), waits aside: a thread inside
+    wait_tensor is waiting as surely as one that runs nothing."""
     per: dict[tuple, list] = {}
     for e in st.spans:
-        if e.cat == "cpu_op":
+        if e.cat == "cpu_op" and not is_wait(e) and _above(e, is_wait) is None:
             per.setdefault((e.pid, e.tid), []).append((e.ts, e.end))
     return {t: intervals.merge(v) for t, v in per.items()}
 
@@ -258,9 +265,9 @@ def _ends(st: Step, gpu: bool, calls: list[Call], unpaired: list[Event]) -> dict
 
 
 def _waits(calls: list[Call], busy: dict[tuple, list]) -> None:
-    """Each call's waits: the time its thread ran no op (gaps of MIN_WAIT_US or more) between the call's return
-    and its run's end, each moment given to the earliest call still in flight (the one the thread waits for: DDP
-    and FSDP wait for their buckets in order)."""
+    """Each call's waits: the time its thread ran no op but waits (gaps of MIN_WAIT_US or more) between the call's
+    return and its run's end, each moment given to the earliest call still in flight (the one the thread waits
+    for: DDP and FSDP wait for their buckets in order)."""
     taken: dict[tuple, list] = {}
     for c in calls:
         if c.done is None or c.done <= c.event.end:
@@ -304,7 +311,8 @@ def work(st: Step, gpu: bool) -> StepWork:
     ends = _ends(st, gpu, calls, unpaired)
     for c in calls:
         c.done = max((ends[id(r)] for r in c.ran), default=None)
-    _waits(calls, _cpu_busy(st))
+    if not gpu:  # on a GPU the host goes on after a launch, idle or not: it is the streams that wait
+        _waits(calls, _cpu_busy(st))
     comm = [(r.tid, r.ts, ends[id(r)]) for r in runs]
     return StepWork(_cut(compute, lo, hi), _cut(comm, lo, hi), calls, unpaired, ends)
 
@@ -325,9 +333,10 @@ def overlapped(w: StepWork) -> float:
     return intervals.length(shared)
 
 
-def blocked(w: StepWork) -> float:
-    """Time the step's calling threads sat idle waiting for their collectives (the calls' waits, each moment once)."""
-    return intervals.length(iv for c in w.calls for iv in c.waits)
+def blocked(w: StepWork, gpu: bool) -> float | None:
+    """Time the step's calling threads sat idle waiting for their collectives (the calls' waits, each moment
+    once); None on a GPU, where the host does not wait for them (see step_calls)."""
+    return None if gpu else intervals.length(iv for c in w.calls for iv in c.waits)
 
 
 def step_calls(st: Step, gpu: bool | None = None) -> list[Call]:
@@ -338,12 +347,14 @@ def step_calls(st: Step, gpu: bool | None = None) -> list[Call]:
     the trace holds none: a group of one rank launches no kernel), start (when that run began: ts + the time it
     sat queued on gloo's thread), ran_as (gloo may run a reduce-scatter as an all-reduce), done (the run's end, cut
     to the step and, on a CPU, to the next torch.optim step: see _ends), waits and waited_us: the stretches of at
-    least MIN_WAIT_US in which the calling thread ran no op between the call's return and `done`, each moment given
-    to the earliest call still in flight. That is where DDP's backward waits for its buckets (after its last
-    bucket's call, in the autograd engine's final callback) and FSDP's root_post_backward_callback for its
-    reduce-scatters: the time a training step's phases should show as waiting for communication. On a GPU the
-    host rarely waits (the streams do), so waits are mostly empty there. gpu: the trace's device is "cuda" (None:
-    the step has GPU work)."""
+    least MIN_WAIT_US in which the calling thread ran no op, or only a wait (wait_tensor: is_wait), between the
+    call's return and `done`, each moment given to the earliest call still in flight. That is where DDP's
+    backward waits for its buckets (after its last bucket's call, in the autograd engine's final callback), FSDP's
+    root_post_backward_callback for its reduce-scatters, TP's wait_tensor for its all-reduce: the time a training
+    step's phases should show as waiting for communication. On a GPU waits
+    stay empty: the host goes on after a launch and the streams wait, so the thread's idle time says nothing of
+    communication (there, each collective's kernel waiting for the last rank is ranks' waited_us). gpu: the
+    trace's device is "cuda" (None: the step has GPU work)."""
     return work(st, bool(st.gpu) if gpu is None else gpu).calls
 
 

@@ -14,7 +14,7 @@ analyze() then gives, per rank and step (collectives.py finds each rank's calls 
 - communication: NCCL kernels on a GPU, gloo's collective spans ("gloo:all_reduce", on gloo's own threads) on a
   CPU; overlapped = the part of it during which compute ran on another thread or stream, exposed = the rest;
   wait = the time the threads that called collectives sat idle until they were done (DDP's backward waiting for
-  its buckets);
+  its buckets; CPU runs: on a GPU the host does not wait, the streams do);
 and per collective (the i-th of each step is the same call on every rank, as in any SPMD program):
 - arrival: when each rank called it (c10d's op on the rank's own thread; with no call in the trace, when it began
   running); the skew: how much later the last rank arrived than the first; that last rank is the straggler, unless
@@ -277,7 +277,9 @@ def analyze(traces: list[Trace]) -> dict:
     Per rank and step: step_us (the step's span, to its last GPU work), busy_us, compute_us, comm_us,
     overlapped_us (communication while compute ran on another thread or stream), exposed_us (the rest), wait_us
     (the calling threads idle until their collectives were done: collectives.step_calls), collectives (how many
-    ran), called (how many the code called: a group of one rank runs none). Per collective: see _collective."""
+    ran), called (how many the code called: a group of one rank runs none). wait_us is None on a GPU (the host
+    does not wait; each collective's waited_us says how long its kernel waited for the others). Per collective:
+    see _collective."""
     world, gpu = len(traces), traces[0].device == "cuda"
     info = _info(traces[0])
     per_rank, colls_by_rank = [], []
@@ -291,7 +293,7 @@ def analyze(traces: list[Trace]) -> dict:
             lo, hi = window(st)
             rows.append({"step": st.number, "step_us": hi - lo, "busy_us": intervals.length(compute + comm),
                          "compute_us": intervals.length(compute), "comm_us": comm_us, "overlapped_us": shared,
-                         "exposed_us": comm_us - shared, "wait_us": blocked(w), "collectives": len(cs),
+                         "exposed_us": comm_us - shared, "wait_us": blocked(w, gpu), "collectives": len(cs),
                          "called": len(w.calls)})
             colls.append(cs)
         per_rank.append({"rank": r, "trace": t.path, "steps": rows})
