@@ -280,8 +280,8 @@ def _waits(calls: list[Call], busy: dict[tuple, list]) -> None:
 
 @dataclass
 class StepWork:
-    """One step of one rank, on the trace's own clock: (thread or stream, start, end) of each unit of compute and
-    each collective's run, both cut to the step; its calls; its runs no call was found for."""
+    """One step of one rank, on the trace's own clock: (thread or stream as (pid, tid), start, end) of each unit of
+    compute and each collective's run, both cut to the step; its calls; its runs no call was found for."""
 
     compute: list[tuple[object, float, float]]
     comm: list[tuple[object, float, float]]
@@ -300,11 +300,11 @@ def work(st: Step, gpu: bool) -> StepWork:
         nccl = [k for k in st.gpu if kind_of(k.name)]
         _pair_nccl(calls, nccl)
         runs = [k.event for k in nccl]
-        compute = [(k.event.tid, k.event.ts, k.event.end) for k in st.gpu if not kind_of(k.name)]
+        compute = [((k.event.pid, k.event.tid), k.event.ts, k.event.end) for k in st.gpu if not kind_of(k.name)]
     else:
         runs = [e for e in st.spans if e.cat == "user_annotation" and kind_of(e.name)]
         _pair_gloo(calls, runs)
-        compute = [(e.tid, e.ts, e.end) for e in cpu_kernels(st)
+        compute = [((e.pid, e.tid), e.ts, e.end) for e in cpu_kernels(st)
                    if _above(e, lambda p: GLOO_RE.match(p.name) is not None) is None]
     paired = {id(r) for c in calls for r in c.ran}
     unpaired = [r for r in runs if id(r) not in paired]
@@ -313,7 +313,7 @@ def work(st: Step, gpu: bool) -> StepWork:
         c.done = max((ends[id(r)] for r in c.ran), default=None)
     if not gpu:  # on a GPU the host goes on after a launch, idle or not: it is the streams that wait
         _waits(calls, _cpu_busy(st))
-    comm = [(r.tid, r.ts, ends[id(r)]) for r in runs]
+    comm = [((r.pid, r.tid), r.ts, ends[id(r)]) for r in runs]
     return StepWork(_cut(compute, lo, hi), _cut(comm, lo, hi), calls, unpaired, ends)
 
 
