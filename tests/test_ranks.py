@@ -6,6 +6,7 @@ import json
 import pytest
 
 import inspect_trace as it
+from trace_reader import collectives as coll
 from trace_reader import intervals, ranks
 
 ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
@@ -29,7 +30,9 @@ def gpu_rank(rank, world, kernels, steps=((2, 0, 1000),), base=BASE_NS, backend=
 
 
 def nccl(ts, dur, nelems=8192 * 768):
-    return gpu(ALL_REDUCE, ts, dur, **{"In msg nelems": nelems, "Out msg nelems": nelems, "dtype": "BFloat16"})
+    """An all-reduce kernel on NCCL's own stream (tid 8), beside the compute stream (tid 7)."""
+    k = gpu(ALL_REDUCE, ts, dur, **{"In msg nelems": nelems, "Out msg nelems": nelems, "dtype": "BFloat16"})
+    return {**k, "tid": 8}
 
 
 def write(tmp_path, datas, stem="run"):
@@ -42,9 +45,10 @@ def write(tmp_path, datas, stem="run"):
 
 
 def two_gpu_ranks():
-    # rank 0: GEMM 100-400, all-reduce 300-700 (starts last: the straggler); rank 1: GEMM 100-200, all-reduce 250-650
+    # rank 0: GEMM 100-400, all-reduce 300-700 (starts last: the straggler); rank 1: GEMM 100-200, all-reduce 250-750
+    # (it waited for rank 0 and ends last: the end's order is not the start's, so a straggler by ends is caught)
     return [gpu_rank(0, 2, [gpu("nvjet_gemm", 100, 300), nccl(300, 400)]),
-            gpu_rank(1, 2, [gpu("nvjet_gemm", 100, 100), nccl(250, 400)])]
+            gpu_rank(1, 2, [gpu("nvjet_gemm", 100, 100), nccl(250, 500)])]
 
 
 def merged(tmp_path, datas):
@@ -68,8 +72,9 @@ def test_overlapped_and_exposed_per_rank_and_step(tmp_path):
     r0, r1 = (r["steps"][0] for r in data["ranks"])
     # rank 0: the all-reduce (300-700) shares 300-400 with the GEMM: 100 overlapped, 300 exposed; busy 100-700
     assert (r0["comm_us"], r0["overlapped_us"], r0["exposed_us"], r0["busy_us"]) == (400, 100, 300, 600)
-    # rank 1: GEMM ends at 200, all-reduce from 250: nothing overlaps; busy 100 + 400
-    assert (r1["comm_us"], r1["overlapped_us"], r1["exposed_us"], r1["busy_us"]) == (400, 0, 400, 500)
+    # rank 1: GEMM ends at 200, all-reduce 250-750: nothing overlaps; busy 100 + 500
+    assert (r1["comm_us"], r1["overlapped_us"], r1["exposed_us"], r1["busy_us"]) == (500, 0, 500, 600)
+    assert (r0["step_us"], r0["called"], r0["wait_us"]) == (1000, 0, None)  # no c10d call; a GPU: the host waits not
 
 
 def test_comm_touching_compute_is_not_overlapped(tmp_path):
@@ -80,7 +85,9 @@ def test_comm_touching_compute_is_not_overlapped(tmp_path):
 
 def test_skew_straggler_and_bus_bandwidth(tmp_path):
     (c,) = merged(tmp_path, two_gpu_ranks())["collectives"]
+    # no call in the trace: each rank arrives when its kernel starts; rank 0 at 300, 50 µs after rank 1
     assert (c["kind"], c["skew_us"], c["straggler"], c["arrival_us"]) == ("all_reduce", 50, 0, [50, 0])
+    assert (c["arrival_of"], c["tied"], c["transfer_rank"], c["waited_us"]) == ("start", [], 0, [0, 50])
     assert c["bytes"] == 8192 * 768 * 2  # bf16
     # the straggler's 400 µs: 12,582,912 B / 400e-6 s = 31.45728 GB/s; all-reduce busbw x 2(2-1)/2 = x1
     assert c["time_us"] == 400
@@ -89,14 +96,16 @@ def test_skew_straggler_and_bus_bandwidth(tmp_path):
 
 
 def test_busbw_factor_of_four_ranks(tmp_path):
-    datas = [gpu_rank(r, 4, [nccl(100 + 10 * r, 400)]) for r in range(4)]
+    # starts 100, 130, 160, 190; the later the start, the earlier the end (500, 470, 440, 410)
+    datas = [gpu_rank(r, 4, [nccl(100 + 30 * r, 400 - 60 * r)]) for r in range(4)]
     (c,) = merged(tmp_path, datas)["collectives"]
-    assert (c["straggler"], c["skew_us"]) == (3, 30)
-    assert c["busbw_gbs"] == pytest.approx(31.45728 * 1.5)  # 2(4-1)/4
+    assert (c["straggler"], c["skew_us"], c["transfer_rank"], c["time_us"]) == (3, 90, 3, 220)
+    assert c["busbw_gbs"] == pytest.approx(8192 * 768 * 2 / 220e-6 / 1e9 * 1.5)  # 2(4-1)/4
 
 
 def test_ranks_clocks_are_aligned_by_their_base_time(tmp_path):
-    # rank 1's trace counts from a base 1 ms later: its all-reduce at ts 250 is at 1250 on rank 0's clock
+    # rank 1's trace counts from a base 1 ms later: its all-reduce at ts 250 is at 1250 on rank 0's clock (it began
+    # 550 µs after rank 0's had ended: within the second two hosts' clocks may differ by)
     datas = two_gpu_ranks()
     datas[1]["baseTimeNanoseconds"] = BASE_NS + 1_000_000
     (c,) = merged(tmp_path, datas)["collectives"]
@@ -105,8 +114,9 @@ def test_ranks_clocks_are_aligned_by_their_base_time(tmp_path):
 
 def test_ranks_whose_clocks_are_hours_apart_are_refused_in_one_line(tmp_path):
     """Rank 1's base time 0 (its trace then counts from 1970) or missing beside rank 0's: on the shared clock its
-    step starts decades before rank 0's. An hour apart is the most one run's ranks are taken to be: an hour and a
-    millisecond is refused, 59 minutes read."""
+    step starts decades before rank 0's: an hour and a millisecond apart is refused so. 59 minutes apart is refused
+    too, for another reason: rank 1's all-reduce began 59 minutes after rank 0's had ended (see
+    test_collectives_that_did_not_run_together)."""
     for base in (0, None):
         datas = two_gpu_ranks()
         if base is None:
@@ -121,7 +131,72 @@ def test_ranks_whose_clocks_are_hours_apart_are_refused_in_one_line(tmp_path):
     with pytest.raises(it.TraceError, match=r"^rank 1's first step starts 1.0 hours after rank 0's"):
         ranks.load_run(write(tmp_path, datas))
     datas[1]["baseTimeNanoseconds"] = BASE_NS + 59 * 60_000_000_000
+    with pytest.raises(it.TraceError, match=r"^rank 1 \(.*run_rank1.json\) began step #2's collectives 59.0 min after "
+                                            r"rank 0 \(.*run_rank0.json\) had finished them"):
+        ranks.load_run(write(tmp_path, datas))
+
+
+def test_collectives_that_did_not_run_together(tmp_path):
+    """No rank ends an all-reduce before every rank has begun it. Rank 1's base time 500 ms later: its all-reduce
+    250-750 is at 500,250-500,750 on rank 0's clock, which ended its own at 700: it began 499,550 µs after. Within
+    the second two hosts' clocks may differ by: read. Traces that name one host read one clock: 1 ms, refused.
+    Two hosts: read again. A broadcast's root may be done before its peer starts: never refused."""
+    datas = two_gpu_ranks()
+    datas[1]["baseTimeNanoseconds"] = BASE_NS + 500_000_000
     assert len(ranks.load_run(write(tmp_path, datas))) == 2
+    for e in datas[1]["traceEvents"]:  # another process of the same host
+        e["pid"] = 2 if e["name"].startswith("ProfilerStep") else e["pid"]
+    datas[0]["host_name"] = datas[1]["host_name"] = "node1"
+    with pytest.raises(it.TraceError) as e:
+        ranks.load_run(write(tmp_path, datas))
+    assert str(e.value) == (f"rank 1 ({tmp_path}/run_rank1.json) began step #2's collectives 499.6 ms after rank 0 "
+                            f"({tmp_path}/run_rank0.json) had finished them, and no rank finishes an all-reduce before "
+                            "every rank has begun it: two runs' traces, not one run's")
+    datas[1]["host_name"] = "node2"
+    assert len(ranks.load_run(write(tmp_path, datas))) == 2
+    datas[1]["host_name"] = "node1"
+    for d in datas:
+        d["traceEvents"][-1]["name"] = "ncclDevKernel_Broadcast_RING_LL"
+    assert len(ranks.load_run(write(tmp_path, datas))) == 2
+
+
+def test_steps_a_minute_apart_without_collectives(tmp_path):
+    """Steps without a collective tie the ranks to nothing, but one run's ranks do not drift a minute apart: rank 1's
+    step (0-1000) 61 s later begins 60,999,000 µs after rank 0's ended."""
+    datas = [gpu_rank(0, 2, [gpu("gemm", 10, 10)]), gpu_rank(1, 2, [gpu("gemm", 10, 10)])]
+    datas[1]["baseTimeNanoseconds"] = BASE_NS + 59_000_000_000
+    assert len(ranks.load_run(write(tmp_path, datas))) == 2
+    datas[1]["baseTimeNanoseconds"] = BASE_NS + 61_000_000_000
+    with pytest.raises(it.TraceError) as e:
+        ranks.load_run(write(tmp_path, datas))
+    assert str(e.value) == "the ranks' steps are 1.0 min apart on the clock they share: two runs' traces, not one run's"
+
+
+def test_one_process_is_one_rank(tmp_path):
+    """Two traces of one host and one pid (the same process profiled twice, its rank edited, or files mixed up)."""
+    datas = two_gpu_ranks()
+    datas[0]["host_name"] = datas[1]["host_name"] = "node1"
+    with pytest.raises(it.TraceError) as e:
+        ranks.load_run(write(tmp_path, datas))
+    assert str(e.value) == (f"ranks 0 and 1 ({tmp_path}/run_rank0.json, {tmp_path}/run_rank1.json) were written by "
+                            "one process (pid 1 on node1): one process is one rank, so not one run")
+
+
+def test_process_groups_must_agree(tmp_path):
+    """A process group both ranks belong to is one group: its description and ranks the same in both traces."""
+    datas = two_gpu_ranks()
+    group = {"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl", "pg_size": 2, "ranks": [0, 1]}
+    for d in datas:
+        d["distributedInfo"]["pg_config"] = [dict(group)]
+    assert len(ranks.load_run(write(tmp_path, datas))) == 2
+    datas[1]["distributedInfo"]["pg_config"] = [dict(group), {**group, "pg_name": "1", "pg_desc": "tp"}]
+    assert len(ranks.load_run(write(tmp_path, datas))) == 2  # a group rank 0 is not in: nothing to compare
+    datas[1]["distributedInfo"]["pg_config"][0]["pg_desc"] = "mesh_dp"
+    with pytest.raises(it.TraceError) as e:
+        ranks.load_run(write(tmp_path, datas))
+    assert str(e.value) == (f"process group '0' is mesh_dp of 2 ranks [0, 1] in rank 1's trace "
+                            f"({tmp_path}/run_rank1.json) but default_pg of 2 ranks [0, 1] in rank 0's "
+                            f"({tmp_path}/run_rank0.json): not one run")
 
 
 def test_reduce_scatter_and_all_gather_sizes_and_factors(tmp_path):
@@ -139,20 +214,21 @@ def test_reduce_scatter_and_all_gather_sizes_and_factors(tmp_path):
 
 
 def test_gloo_on_a_cpu(tmp_path):
-    """CPU ranks: gloo's collective span on its own thread is the communication, the aten ops the compute."""
-    def cpu_rank(rank, gloo_ts):
+    """CPU ranks: gloo's collective span on its own thread is the communication, the aten ops the compute. Rank 0
+    started first and, waiting for rank 1, ended last: the straggler is rank 1 by its start, its span the time."""
+    def cpu_rank(rank, gloo_ts, dur):
         return {"distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2}, "traceEvents": [
             step_span(3, 0, 5000),
             {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 100, "dur": 900, "pid": 1, "tid": 1},
-            {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "ts": gloo_ts, "dur": 2000, "pid": 1,
+            {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "ts": gloo_ts, "dur": dur, "pid": 1,
              "tid": 2, "args": {"Input Dims": [[2, 32, 64]], "Input type": ["float"]}}]}
-    data = merged(tmp_path, [cpu_rank(0, 800), cpu_rank(1, 1200)])
+    data = merged(tmp_path, [cpu_rank(0, 800, 2500), cpu_rank(1, 1200, 2000)])
     assert data["device"] == "cpu" and data["backend"] == "gloo"
     s0 = data["ranks"][0]["steps"][0]
-    # rank 0: mm 100-1000, gloo 800-2800: 200 overlapped, 1800 exposed, busy 100-2800
-    assert (s0["compute_us"], s0["overlapped_us"], s0["exposed_us"], s0["busy_us"]) == (900, 200, 1800, 2700)
+    # rank 0: mm 100-1000, gloo 800-3300: 200 overlapped, 2300 exposed, busy 100-3300
+    assert (s0["compute_us"], s0["overlapped_us"], s0["exposed_us"], s0["busy_us"]) == (900, 200, 2300, 3200)
     (c,) = data["collectives"]
-    assert (c["bytes"], c["straggler"], c["skew_us"]) == (2 * 32 * 64 * 4, 1, 400)
+    assert (c["bytes"], c["straggler"], c["skew_us"], c["time_us"]) == (2 * 32 * 64 * 4, 1, 400, 2000)
 
 
 # ---------------------------------------------------------------------------------------------- the command
@@ -271,7 +347,7 @@ def test_lanes_put_every_rank_on_one_clock(tmp_path):
     data = ranks.lanes(ranks.load_run(write(tmp_path, datas)))
     assert data["device"] == "cuda"
     assert [(r["rank"], r["compute"], r["comm"]) for r in data["ranks"]] == [
-        (0, [(0.0, 300.0)], [(200.0, 600.0)]), (1, [(1000.0, 1100.0)], [(1150.0, 1550.0)])]
+        (0, [(0.0, 300.0)], [(200.0, 600.0)]), (1, [(1000.0, 1100.0)], [(1150.0, 1650.0)])]
 
 
 def test_plot_draws_the_ranks_side_by_side(tmp_path, capsys):
@@ -284,7 +360,7 @@ def test_plot_draws_the_ranks_side_by_side(tmp_path, capsys):
     assert code == 0 and f"wrote {picture} (the ranks side by side)" in out, err
     drawn = png_data(picture)  # the numbers inside the PNG are the lanes, as JSON
     assert [(r["rank"], r["compute"], r["comm"]) for r in drawn["ranks"]] == [
-        (0, [[0, 300]], [[200, 600]]), (1, [[0, 100]], [[150, 550]])]
+        (0, [[0, 300]], [[200, 600]]), (1, [[0, 100]], [[150, 650]])]
     # a name that is no PNG: one line, before any report
     code, out, err = run_cli([*paths, "--plot", tmp_path / "ranks.jpg"], capsys)
     assert code == 2 and out == "" and err.count("\n") == 1 and "ending in .png" in err
@@ -313,16 +389,16 @@ def test_tp_flags_from_the_trace_or_the_name(tmp_path):
 # ---------------------------------------------------------------------------------------------- at their edges
 
 def test_sizes_dtypes_and_dims_at_their_limits():
-    assert [ranks._dtype_bytes(n) for n in ("c10::BFloat16", "torch.float32", "c10::Half", "Float", 2)] == [
+    assert [coll._dtype_bytes(n) for n in ("c10::BFloat16", "torch.float32", "c10::Half", "Float", 2)] == [
         2, 4, 2, 4, None]
-    assert ranks._elements([(1 << 40) - 1]) == (1 << 40) - 1 and ranks._elements([1 << 40]) is None
-    assert ranks._elements([2, "3"]) is None and ranks._elements([[2, 3], [4]]) == 10 and ranks._elements([]) == 1
+    assert coll._elements([(1 << 40) - 1]) == (1 << 40) - 1 and coll._elements([1 << 40]) is None
+    assert coll._elements([2, "3"]) is None and coll._elements([[2, 3], [4]]) == 10 and coll._elements([]) == 1
     # "In/Out msg nelems" from 0 up; an output of 0 elements still says the input's size
-    assert ranks._size("all_reduce", {"dtype": "BFloat16", "In msg nelems": 8, "Out msg nelems": 0}, 2) == 16
+    assert coll._size("all_reduce", {"dtype": "BFloat16", "In msg nelems": 8, "Out msg nelems": 0}, 2) == 16
     # no usable nelems: the first input's dims; an all-gather's output is world x that; dims not a list: unknown
     gloo = {"Input type": ["float"], "Input Dims": [[2, 3]]}
-    assert ranks._size("all_reduce", gloo, 4) == 24 and ranks._size("all_gather", gloo, 4) == 96
-    assert ranks._size("all_reduce", {"Input type": ["float"], "Input Dims": {"0": [2, 3]}}, 4) is None
+    assert coll._size("all_reduce", gloo, 4) == 24 and coll._size("all_gather", gloo, 4) == 96
+    assert coll._size("all_reduce", {"Input type": ["float"], "Input Dims": {"0": [2, 3]}}, 4) is None
     # both sets' overlaps, each interval of the longer set walked in turn: 2 + 1 + 1
     assert intervals.common([(0, 10)], [(0, 2), (3, 4), (5, 6)]) == 4
     assert [ranks._size_text(n) for n in (None, 1536, (1 << 20) - 1, 1 << 20, 3 << 20)] == [
@@ -355,36 +431,72 @@ def test_a_cpu_rank_counts_only_collective_spans(tmp_path):
     assert (s["collectives"], s["comm_us"], s["compute_us"]) == (1, 500, 900)
 
 
+def _row(step, busy, compute, comm, overlapped, wait):
+    return {"step": step, "step_us": 2000.0, "busy_us": busy, "compute_us": compute, "comm_us": comm,
+            "overlapped_us": overlapped, "exposed_us": comm - overlapped, "wait_us": wait, "collectives": 2}
+
+
+def _coll(step, index, kind, ran_as, size, skew, straggler, us, gbs):
+    return {"step": step, "index": index, "kind": kind, "ran_as": ran_as, "bytes": size, "arrival_of": "call",
+            "skew_us": skew, "straggler": straggler, "time_us": us, "algbw_gbs": gbs, "busbw_gbs": gbs}
+
+
+# Rank 1 slow in step 5 only (4 ms late); rank 0 last by a few µs in steps 6 and 7; a tie in step 8. Index 1: a
+# reduce-scatter gloo ran as an all-reduce, every step a tie.
 RANKS_DATA = {
     "world_size": 2, "backend": "nccl", "device_name": "NVIDIA H200", "device": "cuda",
-    "ranks": [{"rank": 0, "steps": [{"step": 5, "busy_us": 1234.5, "compute_us": 800.0, "comm_us": 500.0,
-                                     "overlapped_us": 65.5, "exposed_us": 434.5, "collectives": 1}]},
-              {"rank": 1, "steps": [{"step": 5, "busy_us": 990.0, "compute_us": 700.0, "comm_us": 300.0,
-                                     "overlapped_us": 10.0, "exposed_us": 290.0, "collectives": 1}]}],
-    "collectives": [{"index": 0, "kind": "all_reduce", "bytes": 3 << 20, "skew_us": 4.0, "straggler": 1,
-                     "time_us": 30.0, "algbw_gbs": 104.86, "busbw_gbs": 104.86},
-                    {"index": 0, "kind": "all_reduce", "bytes": 3 << 20, "skew_us": 6.0, "straggler": 1,
-                     "time_us": 32.0, "algbw_gbs": 98.3, "busbw_gbs": 98.3}]}
+    "ranks": [{"rank": 0, "steps": [_row(5, 1234.5, 800.0, 500.0, 65.5, 120.25)]},
+              {"rank": 1, "steps": [_row(5, 990.0, 700.0, 300.0, 10.0, 0.0)]}],
+    "collectives": [_coll(5, 0, "all_reduce", "all_reduce", 3 << 20, 4000.0, 1, 30.0, 104.86),
+                    _coll(6, 0, "all_reduce", "all_reduce", 3 << 20, 30.0, 0, 32.0, 98.3),
+                    _coll(7, 0, "all_reduce", "all_reduce", 3 << 20, 25.0, 0, 31.0, 101.5),
+                    _coll(8, 0, "all_reduce", "all_reduce", 3 << 20, 10.0, None, 33.0, 95.3),
+                    *(_coll(s, 1, "reduce_scatter", "all_reduce", 1536, 5.0, None, 10.0, 0.1536)
+                      for s in (5, 6, 7, 8))]}
 
 
 def test_the_merged_report_word_for_word():
-    """ranks.text of a hand-made record: the first column left-aligned, the rest right; medians over the ranks'
-    rows of a collective (skew 5.0, time 31.0, algbw (104.86 + 98.3) / 2 = 101.58: one decimal from 100 GB/s up)."""
+    """ranks.text of a hand-made record: the first column left-aligned, the rest right; medians over the steps of a
+    collective (skew (25 + 30) / 2 = 27.5, the most 4,000; time (31 + 32) / 2 = 31.5; algbw (98.3 + 101.5) / 2 =
+    99.9: three digits below 100 GB/s). The straggler named is the rank whose lateness cost the others the most
+    waiting: rank 1, late once by 4 ms, not rank 0, last twice by 55 µs in all (the most often last)."""
     assert ranks.text(RANKS_DATA).splitlines() == [
         "2 rank(s), nccl, NVIDIA H200; communication: NCCL kernels",
-        "rank  step  GPU busy µs  compute µs  comm µs  overlapped µs  exposed µs  collectives",
-        "0        5      1,234.5       800.0    500.0           65.5       434.5            1",
-        "1        5        990.0       700.0    300.0           10.0       290.0            1",
+        "rank  step  step µs  GPU busy µs  compute µs  comm µs  overlapped µs  exposed µs  wait µs  collectives",
+        "0        5  2,000.0      1,234.5       800.0    500.0           65.5       434.5    120.2            2",
+        "1        5  2,000.0        990.0       700.0    300.0           10.0       290.0      0.0            2",
+        "(overlapped: while compute ran on another thread or stream; wait: the calling thread idle until its "
+        "collectives were done)",
         "",
-        "each step's collectives (median over 1 step(s); time is the straggler's, who waited for no one; busbw as "
-        "nccl-tests counts it):",
-        "#  collective      size  skew µs  straggler (steps)  time µs  algbw GB/s  busbw GB/s",
-        "0  all_reduce  3.00 MiB      5.0       rank 1 (2/2)     31.0       101.6       101.6"]
-    cpu = {**RANKS_DATA, "device": "cpu", "backend": "gloo", "device_name": None, "collectives": []}
-    assert ranks.text(cpu).splitlines()[:2] == [
+        "each step's collectives (median over 1 step(s)):",
+        "arrival: when each rank called it (c10d's op on its own thread); skew: last arrival less first; straggler: "
+        "the rank that arrived last (ties within 20 µs said as ties), named by the waiting it caused",
+        "time: the transfer, from the start of the last rank's run (gloo span, NCCL kernel) to its end: no waiting "
+        "for a late rank, no queueing behind an earlier collective; busbw as nccl-tests counts it",
+        "#                          collective      size  skew µs  max skew µs              straggler (steps)  time µs"
+        "  algbw GB/s  busbw GB/s",
+        "0                          all_reduce  3.00 MiB     27.5      4,000.0  rank 1 (1/4), others 2, tie 1     31.5"
+        "        99.9        99.9",
+        "1  reduce_scatter (ran as all_reduce)   1.5 KiB      5.0          5.0                      tie (4/4)     10.0"
+        "       0.154       0.154"]
+    cpu = {**RANKS_DATA, "device": "cpu", "backend": "gloo", "device_name": "NVIDIA H200", "collectives": []}
+    assert ranks.text(cpu).splitlines()[:2] == [  # a CPU run on a GPU machine: the GPU's name is not the device
         "2 rank(s), gloo, CPU; communication: gloo collectives (their own thread)",
-        "rank  step  CPU busy µs  compute µs  comm µs  overlapped µs  exposed µs  collectives"]
+        "rank  step  step µs  CPU busy µs  compute µs  comm µs  overlapped µs  exposed µs  wait µs  collectives"]
     assert ranks.text(cpu).splitlines()[-2:] == ["", "no collectives in the active steps"]
+    # a record from before step_us and wait_us: dashes, not an error
+    old = {**cpu, "ranks": [{"rank": 0, "steps": [{k: v for k, v in _row(5, 1.0, 1.0, 0.0, 0.0, 0.0).items()
+                                                    if k not in ("step_us", "wait_us")}]}]}
+    assert ranks.text(old).splitlines()[2] == (
+        "0        5        -          1.0         1.0      0.0            0.0         0.0        -            2")
+
+
+def test_the_straggler_summary_at_its_edges():
+    """A tie in every step; one rank last in every step; equal waiting caused: the lower rank."""
+    c = lambda straggler, skew: {"straggler": straggler, "skew_us": skew}  # noqa: E731
+    assert ranks.straggler_text([c(None, 5), c(None, 1)]) == "tie (2/2)"
+    assert ranks.straggler_text([c(1, 50), c(1, 60)]) == "rank 1 (2/2)"
+    assert ranks.straggler_text([c(1, 50), c(0, 50)]) == "rank 0 (1/2), others 1"
 
 
 # ------------------------------------------------------------------- every rule of ranks.py at its edge (mutmut)
@@ -408,22 +520,22 @@ def test_kinds_of_collective_names():
 
 
 def test_dtype_names_as_the_profiler_writes_them():
-    assert [ranks._dtype_bytes(n) for n in ("unsigned char", "long int", "c10::Float8_e4m3fn", "torch.float8_e5m2",
+    assert [coll._dtype_bytes(n) for n in ("unsigned char", "long int", "c10::Float8_e4m3fn", "torch.float8_e5m2",
                                             "Double", "Bool", "bf16")] == [1, 8, 1, 1, 8, 1, None]
 
 
 def test_elements_and_sizes_at_zero_and_at_the_cap():
-    assert ranks._elements([0, 5]) == 0 and ranks._elements([[2, 3], [0]]) == 6
-    assert ranks._elements([[2, 3], "x"]) is None and ranks._elements([[2, 3], [-1]]) is None
+    assert coll._elements([0, 5]) == 0 and coll._elements([[2, 3], [0]]) == 6
+    assert coll._elements([[2, 3], "x"]) is None and coll._elements([[2, 3], [-1]]) is None
     bf = {"dtype": "BFloat16"}
-    assert ranks._size("all_reduce", {**bf, "In msg nelems": 0, "Out msg nelems": 0}, 2) == 0
+    assert coll._size("all_reduce", {**bf, "In msg nelems": 0, "Out msg nelems": 0}, 2) == 0
     for n_in, n_out in [(1 << 40, 8), (8, 1 << 40), (8, "8"), ("8", 8)]:  # refused: the first input's dims instead
-        assert ranks._size("all_reduce", {**bf, "In msg nelems": n_in, "Out msg nelems": n_out,
+        assert coll._size("all_reduce", {**bf, "In msg nelems": n_in, "Out msg nelems": n_out,
                                           "Input Dims": [[3]]}, 2) == 6
-    assert ranks._size("all_reduce", {**bf, "In msg nelems": (1 << 40) - 1, "Out msg nelems": 1}, 2) == 2 * ((1 << 40) - 1)
+    assert coll._size("all_reduce", {**bf, "In msg nelems": (1 << 40) - 1, "Out msg nelems": 1}, 2) == 2 * ((1 << 40) - 1)
     # "Input type" that is no list says no dtype: no size, and no error
-    assert ranks._size("all_reduce", {"Input type": {"0": "float"}, "Input Dims": [[4]]}, 2) is None
-    assert ranks._size("all_reduce", {"Input type": "float", "Input Dims": [[4]]}, 2) is None
+    assert coll._size("all_reduce", {"Input type": {"0": "float"}, "Input Dims": [[4]]}, 2) is None
+    assert coll._size("all_reduce", {"Input type": "float", "Input Dims": [[4]]}, 2) is None
 
 
 def test_the_size_args_are_the_kernels_own_first_then_its_ops_and_their_parents():
@@ -435,11 +547,11 @@ def test_the_size_args_are_the_kernels_own_first_then_its_ops_and_their_parents(
         return e
     kernel = ev(ALL_REDUCE, {"In msg nelems": 100})
     record = ev("nccl:all_reduce", {"Input Dims": [[7]]})
-    assert ranks._with_size(kernel, [record]) == {"In msg nelems": 100}  # the kernel says it: its own
+    assert coll._with_size(kernel, [record]) == {"In msg nelems": 100}  # the kernel says it: its own
     plain = ev(ALL_REDUCE, {})
     inner = ev("c10d::allreduce_", {"Input Dims": [[9]]}, parent=record)  # not a size record: up to its parent
-    assert ranks._with_size(plain, [inner]) == {"Input Dims": [[7]]}
-    assert ranks._with_size(plain, [ev("aten::mm", {"x": 1})]) == {}  # nothing says it: the kernel's own args
+    assert coll._with_size(plain, [inner]) == {"Input Dims": [[7]]}
+    assert coll._with_size(plain, [ev("aten::mm", {"x": 1})]) == {}  # nothing says it: the kernel's own args
 
 
 def test_a_cpu_all_gather_counts_world_times_its_input(tmp_path):
@@ -682,5 +794,166 @@ def test_a_one_rank_run_says_the_collectives_its_code_called():
     assert [s["collectives"] for s in data["ranks"][0]["steps"]] == [0] * len(steps)
     assert [s["called"] for s in data["ranks"][0]["steps"]] == [4] * len(steps)
     assert ranks.text(data).endswith("no collectives in the active steps, though the code called up to 4 a step "
-                                     "(c10d's record_param_comms): a group of one rank exchanges nothing, so none "
-                                     "launched a kernel")
+                                     "(c10d's ops): a group of one rank exchanges nothing, so none launched a kernel")
+
+
+# ------------------------------------------------------------------- calls: arrival, queueing, transfer, kinds
+
+def op(name, ts, dur, tid=1, cat="cpu_op", **args):
+    return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 1, "tid": tid, "args": args}
+
+
+def ar_call(ts, n, name="c10d::allreduce_"):
+    """DDP's call of a bucket's all-reduce, as torch records it: a tensor list of n floats, then the other args."""
+    return op(name, ts, 20, **{"Input Dims": [[[n]], [], [], [], [], []],
+                               "Input type": ["TensorList", "", "", "", "Scalar", "Scalar"]})
+
+
+def gloo(name, ts, dur, n, tid=2):
+    return op(name, ts, dur, tid=tid, cat="user_annotation", **{"Input Dims": [[n]], "Input type": ["float"]})
+
+
+def cpu_run(rank, events, world=2, steps=((3, 0, 10000),)):
+    return {"distributedInfo": {"backend": "gloo", "rank": rank, "world_size": world},
+            "traceEvents": [*(step_span(*s) for s in steps), *events]}
+
+
+def test_arrival_is_the_call_and_the_time_is_the_transfer(tmp_path):
+    """Two buckets (4 and 8 floats). Rank 0 calls them at 100 and 200; its gloo thread starts the first at 110, and
+    the second only at 2600 (queued behind the first, which waits for rank 1 until 2500). Rank 1 calls at 2000 and
+    2050 and its spans run 2010-2500 and 2600-2900. Arrivals are the calls: rank 1 is last by 1,900 and 1,850 µs
+    (by span starts it would be 1,900 and 0: a tie on the second). Each time is the span of the rank that started
+    last (rank 1's 2010-2500, then either 2600-2900): 490 and 300; rank 0's second bucket queued 2,400 µs."""
+    r0 = cpu_run(0, [ar_call(100, 4), ar_call(200, 8), gloo("gloo:all_reduce", 110, 2390, 4),
+                     gloo("gloo:all_reduce", 2600, 300, 8)])
+    r1 = cpu_run(1, [ar_call(2000, 4), ar_call(2050, 8), gloo("gloo:all_reduce", 2010, 490, 4, tid=3),
+                     gloo("gloo:all_reduce", 2600, 300, 8, tid=3)])
+    a, b = merged(tmp_path, [r0, r1])["collectives"]
+    assert (a["arrival_of"], a["call"], a["arrival_us"], a["straggler"], a["time_us"]) == (
+        "call", "c10d::allreduce_", [0, 1900], 1, 490)
+    assert (b["arrival_us"], b["skew_us"], b["straggler"], b["time_us"], b["queued_us"]) == (
+        [0, 1850], 1850, 1, 300, [2400, 550])
+    assert (a["started_us"], a["waited_us"], a["bytes"], b["bytes"]) == ([10, 1910], [1900, 0], 16, 32)
+
+
+def test_calls_pair_with_their_gloo_spans_in_order_by_kind_and_size(tmp_path):
+    """gloo's queue is first in, first out: each call takes the first free span after it that can run it (its
+    kind, one of its tensors' size). A reduce-scatter (c10d::_reduce_scatter_base_: output 4, input 8 floats) runs
+    as a gloo:all_reduce of its input; a span of another size is no call's, and counts from its own start."""
+    rs = op("c10d::_reduce_scatter_base_", 100, 20, **{"Input Dims": [[4], [8], [], [], [], []],
+                                                       "Input type": ["float", "float", "", "", "Scalar", "Scalar"]})
+    events = [rs, ar_call(300, 16), gloo("gloo:all_reduce", 150, 100, 8), gloo("gloo:all_reduce", 320, 50, 99),
+              gloo("gloo:all_reduce", 400, 60, 16)]
+    t = it.parse_trace(cpu_run(0, events, world=1))
+    calls = ranks.step_calls(t.steps[0], gpu=False)
+    assert [(c.kind, c.ran_as, c.start, c.done) for c in calls] == [
+        ("reduce_scatter", "all_reduce", 150, 250), ("all_reduce", "all_reduce", 400, 460)]
+    data = ranks.analyze([t])
+    assert [(c["kind"], c["ran_as"], c["call"], c["bytes"], c["arrival_of"]) for c in data["collectives"]] == [
+        ("reduce_scatter", "all_reduce", "c10d::_reduce_scatter_base_", 32, "call"),
+        ("all_reduce", "all_reduce", "c10d::allreduce_", 64, "call"),  # in call order, then the stray span of 99
+        ("all_reduce", "all_reduce", None, 396, "start")]               # floats, by its start (320 > the call's 300)
+    # what 08 counts on a CPU: the reduce-scatter is one, and one all-reduce more ran as such
+    assert ranks.collectives_per_step("reduce_scatter", 1, 2).check(t) is True
+    assert ranks.collectives_per_step("all_reduce", 3, 2).check(t) is True
+
+
+def test_a_span_that_began_before_the_call_is_not_its_run():
+    """gloo cannot start what was not called yet: a span of the call's kind and size at 90, before the call at 100,
+    is another's (a call the trace lost); the call's run is its span at 120."""
+    events = [gloo("gloo:all_reduce", 90, 5, 4), ar_call(100, 4), gloo("gloo:all_reduce", 120, 50, 4)]
+    (c,) = ranks.step_calls(it.parse_trace(cpu_run(0, events, world=1)).steps[0], gpu=False)
+    assert (c.start, c.done) == (120, 170)
+
+
+def test_the_arrival_on_a_gpu_is_the_call_that_launched_the_kernel(tmp_path):
+    """NCCL: c10d::allreduce_ > record_param_comms > nccl:all_reduce > cudaLaunchKernel > the kernel. Rank 0 calls
+    at 100 but its kernel starts at 300 (its stream busy); rank 1 calls at 200 and its kernel starts at 250. By the
+    call rank 1 is the straggler; the time is rank 0's kernel (it started last), 300-700."""
+    def rank(r, call, start, dur):
+        return gpu_rank(r, 2, [
+            op("c10d::allreduce_", call, 30, **{"External id": 1}),
+            op("record_param_comms", call + 2, 25, **{"Collective name": "allreduce", "In msg nelems": 1024,
+                                                     "Out msg nelems": 1024, "dtype": "Float", "External id": 2}),
+            op("nccl:all_reduce", call + 4, 20, cat="user_annotation"),
+            op("cudaLaunchKernel", call + 6, 5, cat="cuda_runtime", correlation=9),
+            {**nccl(start, dur), "args": {"correlation": 9}}])
+    (c,) = merged(tmp_path, [rank(0, 100, 300, 400), rank(1, 200, 250, 500)])["collectives"]
+    assert (c["arrival_of"], c["call"], c["arrival_us"], c["straggler"]) == ("call", "c10d::allreduce_", [0, 100], 1)
+    assert (c["transfer_rank"], c["time_us"], c["bytes"], c["started_us"]) == (0, 400, 4096, [200, 150])
+
+
+def test_ties_within_tie_us(tmp_path):
+    """Calls 20 µs apart are a tie (straggler None, tied [0, 1]); 21 µs apart, the later one is the straggler."""
+    def pair(gap):
+        return [cpu_run(0, [ar_call(100, 4), gloo("gloo:all_reduce", 110, 500, 4)]),
+                cpu_run(1, [ar_call(100 + gap, 4), gloo("gloo:all_reduce", 110 + gap, 400, 4)])]
+    (c,) = merged(tmp_path, pair(20))["collectives"]
+    assert (c["straggler"], c["tied"], c["skew_us"]) == (None, [0, 1], 20)
+    (c,) = merged(tmp_path, pair(21))["collectives"]
+    assert (c["straggler"], c["tied"]) == (1, [])
+
+
+# ------------------------------------------------------------------- the step's own time: cut, overlap, wait
+
+def test_spans_are_cut_to_the_step_and_to_the_optimizers_start(tmp_path):
+    """A step 0-5000: the bucket's gloo span 1000-7000 as written (its thread wrote the end late), the optimizer's
+    step 3000-4000 on the main thread with an aten::add_ 3100-3900 in it, an aten::mm 500-1500 before, and on a
+    third thread an aten::mul 4500-6000 that runs past the step. The span counts until the optimizer starts (it
+    reads the all-reduced gradients): 1000-3000, its time 2,000 µs; the mm overlaps 500 of it, the add_ none. The
+    mul counts until the step's end: compute 1000 + 800 + 500. Busy 500-3000, 3100-3900, 4500-5000: 3,800 µs, under
+    the step's 5,000. The main thread ran no op from the mm's end to the optimizer's start: its wait, 1500-3000."""
+    events = [ar_call(1000, 4), gloo("gloo:all_reduce", 1000, 6000, 4), op("aten::mm", 500, 1000),
+              op("Optimizer.step#AdamW.step", 3000, 1000, cat="user_annotation"), op("aten::add_", 3100, 800),
+              op("aten::mul", 4500, 1500, tid=3)]
+    data = merged(tmp_path, [cpu_run(0, events, world=1, steps=((3, 0, 5000),))])
+    (row,), (c,) = data["ranks"][0]["steps"], data["collectives"]
+    assert (row["comm_us"], row["overlapped_us"], row["exposed_us"], row["compute_us"]) == (2000, 500, 1500, 2300)
+    assert (row["busy_us"], row["step_us"], row["wait_us"], c["time_us"]) == (3800, 5000, 1500, 2000)
+    # without the optimizer, the span is cut at the step's end: 1000-5000, of which the mm hides 500, the add_ 800
+    # and the mul (another thread than gloo's) 500
+    events[3] = op("something", 3000, 1000, cat="user_annotation")
+    data = merged(tmp_path, [cpu_run(0, events, world=1, steps=((3, 0, 5000),))])
+    (row,), (c,) = data["ranks"][0]["steps"], data["collectives"]
+    assert (row["comm_us"], row["overlapped_us"], row["busy_us"], c["time_us"]) == (4000, 1800, 4500, 4000)
+
+
+def test_overlap_is_compute_on_another_thread_only(tmp_path):
+    """gloo's own ops do not hide its communication. Span A 1000-2000 on gloo thread 2 with gloo's aten::div_
+    1500-1900 inside it; span B 1800-2600 on gloo thread 3 with an aten::copy_ 1850-1950 inside it (another
+    thread, but B's own work); an aten::mul_ 2200-2400 on thread 2 after A, while B runs (compute on another
+    thread than B: hides 200 of B). The main thread's aten::mm 900-1100 hides 100 of A. Overlapped 300."""
+    events = [gloo("gloo:all_reduce", 1000, 1000, 4), op("aten::div_", 1500, 400, tid=2),
+              gloo("gloo:all_reduce", 1800, 800, 4, tid=3), op("aten::copy_", 1850, 100, tid=3),
+              op("aten::mul_", 2200, 200, tid=2), op("aten::mm", 900, 200)]
+    (row,) = merged(tmp_path, [cpu_run(0, events, world=1)])["ranks"][0]["steps"]
+    assert (row["comm_us"], row["overlapped_us"], row["compute_us"]) == (1600, 300, 400)
+    # an op of gloo's thread that is not inside its span (written half over it) is still on that thread: not
+    # compute that hides it
+    events = [gloo("gloo:all_reduce", 1000, 1000, 4), op("aten::mul_", 1800, 400, tid=2)]
+    (row,) = merged(tmp_path, [cpu_run(0, events, world=1)])["ranks"][0]["steps"]
+    assert (row["overlapped_us"], row["compute_us"]) == (0, 400)
+
+
+def test_waits_go_to_the_earliest_call_in_flight():
+    """Calls 100-120 and 150-170; their spans end at 1000 and 1500; ops 200-240, 270-300 and 300-400, so the thread
+    is idle 120-150, 170-200 and 240-270 (30 µs each: the interpreter, under MIN_WAIT_US, no wait), then 400-1500.
+    The first call waits 400-1000 (its span ends then), the second 1000-1500."""
+    events = [ar_call(100, 4), ar_call(150, 8), op("aten::mm", 200, 40), op("aten::mm", 270, 30),
+              op("aten::mm", 300, 100), gloo("gloo:all_reduce", 110, 890, 4), gloo("gloo:all_reduce", 1000, 500, 8)]
+    t = it.parse_trace(cpu_run(0, events, world=1))
+    a, b = ranks.step_calls(t.steps[0], gpu=False)
+    assert a.waits == [(400, 1000)] and b.waits == [(1000, 1500)]
+    assert (a.waited_us, b.waited_us, a.thread, a.name, b.done) == (600, 500, (1, 1), "c10d::allreduce_", 1500)
+
+
+def test_a_wait_op_is_waiting():
+    """TP's and DTensor's collectives are waited for in _c10d_functional::wait_tensor: the thread is inside an op,
+    but the op only waits. Call 100-120, its span 110-900; an aten::mm 120-300; wait_tensor 300-900 (with a child
+    op inside it, also waiting): the call waits 300-900."""
+    events = [op("_c10d_functional::all_reduce", 90, 40), ar_call(100, 4), op("aten::mm", 120, 180),
+              op("_c10d_functional::wait_tensor", 300, 600), op("aten::detach", 310, 5),
+              gloo("gloo:all_reduce", 110, 790, 4)]
+    (c,) = ranks.step_calls(it.parse_trace(cpu_run(0, events, world=1)).steps[0], gpu=False)
+    assert (c.name, c.ts, c.waits) == ("_c10d_functional::all_reduce", 90, [(300, 900)])
+

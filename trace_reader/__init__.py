@@ -30,15 +30,22 @@ Which file answers which question:
     training.py  Where does a training step's time go? Forward, backward, optimizer per step (07's annotations,
                  or torch.optim's and autograd's own spans), backward's GEMM FLOPs over forward's, the optimizer's
                  ops and kernels, the slowest backward ops with their forward op (fwdbwd flows); expectations.
+    passes.py    How is a training step cut into phases? A forward and a backward pass per micro-batch (torch's own
+                 spans, or 07's and 09's annotations), DDP's and FSDP's tails in backward, compiler work cut out,
+                 the communication wait inside backward.
     memory_timeline.py  Where does the memory go, by category? torch's memory timeline read back, each
                  category's peak, the stacked picture (07_train_step.py --memory).
+    collectives.py  What did one rank's step call, and what ran it? c10d's calls paired with gloo's spans or
+                 NCCL's kernels, each call's wait; the step's compute and communication, cut to the step.
     ranks.py     Where did each rank's time go? The traces of one distributed run joined by rank (distributedInfo;
-                 not one run: one line), per rank and step busy, compute, communication overlapped and exposed;
-                 per collective the skew, the straggler, size, algbw and busbw; 08_tensor_parallel's expectations.
+                 not one run, or two runs' ranks: one line), per rank and step busy, compute, communication
+                 overlapped and exposed, wait; per collective the arrivals (the calls), skew, straggler or tie,
+                 the transfer's time, size, algbw and busbw; 08_tensor_parallel's expectations.
     data_parallel.py  Where do a data-parallel step's collectives fall? The collectives each rank called (c10d's ops)
                  placed in its micro-batches' forward and backward, DDP's buckets, FSDP2's all-gathers and
                  reduce-scatters, the straggler and who waits for it; 09_data_parallel's expectations.
-    intervals.py How much time do these intervals cover, together or in common? merge, length, common.
+    intervals.py How much time do these intervals cover, together or in common? merge, length, common,
+                 intersection, gaps.
     modules.py   Where does a model's time go? Annotations named by module path (model.layers.3.mlp) per
                  module type and per decoder layer: GPU time, kernels, CPU time (06_model.py).
 """

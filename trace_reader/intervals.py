@@ -23,16 +23,36 @@ def length(intervals: Iterable[Interval]) -> float:
     return sum(b - a for a, b in merge(intervals))
 
 
-def common(a: Iterable[Interval], b: Iterable[Interval]) -> float:
-    """Time covered by both sets (each merged first)."""
+def intersection(a: Iterable[Interval], b: Iterable[Interval]) -> list[Interval]:
+    """The time covered by both sets (each merged first), as sorted, non-overlapping intervals."""
     xs, ys = merge(a), merge(b)
     i = j = 0
-    total = 0.0
+    out: list[Interval] = []
     while i < len(xs) and j < len(ys):
         lo, hi = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
-        total += max(0.0, hi - lo)
+        if hi > lo:
+            out.append((lo, hi))
         if xs[i][1] < ys[j][1]:
             i += 1
         else:
             j += 1
-    return total
+    return out
+
+
+def common(a: Iterable[Interval], b: Iterable[Interval]) -> float:
+    """Time covered by both sets (each merged first)."""
+    return sum(hi - lo for lo, hi in intersection(a, b))
+
+
+def gaps(intervals: Iterable[Interval], lo: float, hi: float) -> list[Interval]:
+    """The parts of [lo, hi] that no interval covers."""
+    out, at = [], lo
+    for a, b in merge(intervals):
+        if b <= at or a >= hi:
+            continue
+        if a > at:
+            out.append((at, a))
+        at = max(at, b)
+    if hi > at:
+        out.append((at, hi))
+    return out

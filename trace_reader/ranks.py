@@ -1,129 +1,66 @@
 """Several ranks of one distributed run, read together: where each rank's time went, and its collectives.
 
 Each rank of a torch.distributed run writes its own trace; the profiler stamps it with "distributedInfo" (backend,
-rank, world_size). load_run() reads the traces of one run (files, or a folder holding one run) and refuses in one
-line what is not one run: a trace without distributedInfo, ranks of different runs, a rank twice, a rank missing.
-analyze() then gives, per rank and step:
+rank, world_size, its process groups). load_run() reads the traces of one run (files, or a folder holding one run)
+and refuses in one line what is not one run: a trace without distributedInfo, ranks of runs of different sizes,
+a rank twice, a rank missing, different steps, process groups that disagree, one process written as two ranks, and
+ranks whose collectives did not run together (rank 0 of one run beside rank 1 of another, recorded a minute
+apart: on a CPU every trace carries the same baseTimeNanoseconds, so that cannot tell two runs apart; the times
+of their collectives can: see _ran_together).
+analyze() then gives, per rank and step (collectives.py finds each rank's calls and what ran them):
 - busy: time with work on the device (GPU kernels; on a CPU the ops that compute, kernels.cpu_kernels, on every
-  thread), compute and communication each as a union of intervals;
-- communication: NCCL kernels on a GPU, gloo's collective spans ("gloo:all_reduce", on gloo's own thread) on a
-  CPU; overlapped = the part of it during which compute ran too, exposed = the rest, which the step waits for;
+  thread), compute and communication each as a union of intervals, all cut to the step (a gloo span whose end was
+  written after the step ends with it);
+- communication: NCCL kernels on a GPU, gloo's collective spans ("gloo:all_reduce", on gloo's own threads) on a
+  CPU; overlapped = the part of it during which compute ran on another thread or stream, exposed = the rest;
+  wait = the time the threads that called collectives sat idle until they were done (DDP's backward waiting for
+  its buckets; CPU runs: on a GPU the host does not wait, the streams do);
 and per collective (the i-th of each step is the same call on every rank, as in any SPMD program):
-- the skew: how much later the last rank arrived (started it) than the first; that last rank is the straggler;
+- arrival: when each rank called it (c10d's op on the rank's own thread; with no call in the trace, when it began
+  running); the skew: how much later the last rank arrived than the first; that last rank is the straggler, unless
+  another arrived within TIE_US of it (a tie, said as one);
 - its size, as nccl-tests counts it (the all-reduce's buffer, the all-gather's output, the reduce-scatter's input),
-  algbw = size / time and busbw = algbw x the collective's bus factor (all-reduce 2(n-1)/n, all-gather and
-  reduce-scatter (n-1)/n). The time is the straggler's: it waited for no one, so its collective is pure transfer.
+  algbw = size / time and busbw = algbw x the bus factor of what ran (all-reduce 2(n-1)/n, all-gather and
+  reduce-scatter (n-1)/n). The time is the transfer: from the moment the last rank's run began (its gloo span or
+  NCCL kernel: by then every rank was in it) to that run's end, so neither the wait for a late rank nor the queue
+  behind an earlier collective on gloo's thread is in it.
 """
 
 from __future__ import annotations
 
 import re
 import statistics
-from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import intervals
+from .collectives import (  # noqa: F401  (kind_of, step_work, step_calls, Call, Collective: for the readers of ranks)
+    GLOO_RE, NCCL_KERNEL_RE, Call, Collective, blocked, collectives, kind_of, overlapped, step_calls, step_work,
+    window, work)
 from .expect import Expect, NotApplicable, _need_steps, splitk_reduces
-from .kernels import cpu_kernels, is_gemm
-from .read import MAX_JSON_BYTES, Event, Step, Trace, TraceError, load_trace
+from .kernels import is_gemm
+from .read import MAX_JSON_BYTES, Trace, TraceError, load_trace
 
 MAX_RANKS = 1024  # files in one run: more is not a run this reader was made for
 MAX_RUN_BYTES = 4 << 30  # JSON text of all the ranks together: each rank's own cap is its share of this
-NCCL_KERNEL_RE = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
-GLOO_RE = re.compile(r"^gloo:(\w+)")
 RANK_IN_NAME = re.compile(r"_rank\d+(?=\.json(?:\.gz)?$)")
 # nccl-tests' bus factors (PERFORMANCE.md): busbw = algbw x factor(n), the bandwidth each link must carry.
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
               "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
               "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0, "send_recv": lambda n: 1.0}
-KINDS = (("allreduce", "all_reduce"), ("allgather", "all_gather"), ("reducescatter", "reduce_scatter"),
-         ("alltoall", "all_to_all"), ("broadcast", "broadcast"), ("sendrecv", "send_recv"), ("send", "send_recv"),
-         ("recv", "send_recv"), ("reduce", "reduce"), ("barrier", "barrier"))
-DTYPE_BYTES = {"float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,
-               "int": 4, "int32": 4, "longint": 8, "long": 8, "int64": 8, "char": 1, "int8": 1, "bool": 1,
-               "unsignedchar": 1, "uint8": 1, "float8e4m3fn": 1, "float8e5m2": 1}
-
-
-@dataclass
-class Collective:
-    kind: str  # all_reduce, all_gather, reduce_scatter, ... (see KINDS)
-    name: str  # the kernel's or gloo span's own name
-    start: float  # µs on the run's common clock (the trace's baseTimeNanoseconds added)
-    end: float
-    bytes: int | None  # nccl-tests' size: None where the trace does not say
-
-
-def kind_of(name: str) -> str | None:
-    """all_reduce for ncclDevKernel_AllReduce_Sum_bf16_RING_LL and gloo:all_reduce; None for other work."""
-    m = NCCL_KERNEL_RE.match(name) or GLOO_RE.match(name)
-    if not m:
-        return None
-    key = m.group(1).lower().replace("_", "")
-    return next((kind for prefix, kind in KINDS if key.startswith(prefix)), key)
-
-
-def _dtype_bytes(name: object) -> int | None:
-    if not isinstance(name, str):
-        return None
-    return DTYPE_BYTES.get(name.lower().removeprefix("c10::").removeprefix("torch.").replace(" ", "").replace("_", ""))
-
-
-def _elements(dims: object) -> int | None:
-    """Elements of one tensor's dims ([2, 32, 64]) or of a tensor list's ([[2, 32, 64], ...]); None if not dims."""
-    if isinstance(dims, list) and dims and all(isinstance(d, list) for d in dims):
-        parts = [_elements(d) for d in dims]
-        return None if None in parts else sum(parts)
-    if isinstance(dims, list) and all(type(d) is int and 0 <= d < 1 << 40 for d in dims):
-        n = 1
-        for d in dims:
-            n *= d
-        return n
-    return None
-
-
-def _size(kind: str, args: dict, world: int) -> int | None:
-    """nccl-tests' size of a collective from its event's args: the "In/Out msg nelems" NCCL kernels carry, else
-    the first input's "Input Dims" (gloo's spans), an all-gather's output being world x its input."""
-    item = _dtype_bytes(args.get("dtype")) or _dtype_bytes((args.get("Input type") or [None])[0]
-                                                          if isinstance(args.get("Input type"), list) else None)
-    if item is None:
-        return None
-    n_in, n_out = args.get("In msg nelems"), args.get("Out msg nelems")
-    if type(n_in) is int and type(n_out) is int and 0 <= n_in < 1 << 40 and 0 <= n_out < 1 << 40:
-        return max(n_in, n_out) * item
-    dims = args.get("Input Dims")
-    n = _elements(dims[0]) if isinstance(dims, list) and dims else None
-    if n is None:
-        return None
-    return n * item * (world if kind == "all_gather" else 1)
-
-
-def _with_size(ev: Event, ops: list[Event]) -> dict:
-    """The args that say a collective's size: the event's own, else those of the op (or its parents) that ran it."""
-    for e in [ev, *ops]:
-        while e is not None:
-            if "In msg nelems" in e.args or GLOO_RE.match(e.name) or e.name.startswith("nccl:"):
-                return e.args
-            e = e.parent
-    return ev.args
-
-
-def step_work(st: Step, gpu: bool, offset: float, world: int) -> tuple[list, list, list[Collective]]:
-    """(compute intervals, communication intervals, collectives in order) of one step on one rank."""
-    if gpu:
-        comm = [k for k in st.gpu if kind_of(k.name)]
-        compute = [(k.event.ts, k.event.end) for k in st.gpu if not kind_of(k.name)]
-        events = [(k.event, [k.op] if k.op is not None else []) for k in sorted(comm, key=lambda k: k.event.ts)]
-    else:
-        comm_spans = sorted((e for e in st.spans if e.cat == "user_annotation" and kind_of(e.name)), key=lambda e: e.ts)
-        compute = [(e.ts, e.end) for e in cpu_kernels(st)]  # the ops that compute, once each (kernels.py)
-        events = [(e, []) for e in comm_spans]
-    colls = []
-    for ev, ops in events:
-        kind = kind_of(ev.name)
-        colls.append(Collective(kind, ev.name, ev.ts + offset, ev.end + offset, _size(kind, _with_size(ev, ops), world)))
-    return compute, [(ev.ts, ev.end) for ev, _ in events], colls
+# Arrivals closer than this are a tie: a c10d call itself takes 6-36 µs on the CPU of the committed traces
+# (tests/data/dist), so which of two ranks got there first within it is chance, and no rank waited for the other
+# longer than the call took.
+TIE_US = 20.0
+# Collectives that end on no rank before every rank has begun them: each needs every rank's data. (A broadcast's
+# root, a reduce's senders, a send can be done before a peer has started.)
+SYMMETRIC = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier"}
+# How far apart two ranks' clocks may read. Traces that name one host (host_name) read one clock; hosts' clocks
+# agree within milliseconds (NTP), and two launches of a program are seconds apart (python, import torch,
+# init_process_group), so a second tells one run from two.
+SAME_HOST_SLACK_US = 1e3
+SLACK_US = 1e6
+# Steps with no collective in them do not hold the ranks together; still, one run's ranks do not drift a minute.
+NO_COLLECTIVE_SLACK_US = 6e7
 
 
 def _info(t: Trace) -> dict:
@@ -189,7 +126,8 @@ def two_ranks(traces: list[Trace]) -> bool:
 
 def join(traces: list[Trace]) -> list[Trace]:
     """The traces of one run in rank order; one line (TraceError) for what is not one run: ranks of runs of
-    different sizes, backends or devices, a rank twice, a rank missing, different steps."""
+    different sizes, backends or devices, a rank twice, a rank missing, different steps, steps hours apart on the
+    shared clock, process groups that disagree, one process as two ranks, collectives that did not run together."""
     by_rank: dict[int, Trace] = {}
     first = _info(traces[0])
     for t in traces:
@@ -218,11 +156,104 @@ def join(traces: list[Trace]) -> list[Trace]:
         raise TraceError(f"rank {r1}'s first step starts {(late - early) / 3.6e9:,.1f} hours after rank {r0}'s on the "
                          "clock the ranks share (ts + baseTimeNanoseconds): not one run's traces, or a trace whose "
                          "base time is missing or wrong")
+    _same_groups(ordered)
+    _distinct_processes(ordered)
+    _ran_together(ordered)
     return ordered
 
 
 # One run's ranks start their steps together, give or take a slow start; past this, their clocks are not one clock.
 MAX_SKEW_US = 3.6e9  # an hour
+
+
+def _groups(t: Trace) -> dict[str, tuple]:
+    """The trace's process groups from distributedInfo's pg_config: name -> (description, size, ranks)."""
+    cfg = t.meta["distributedInfo"].get("pg_config")
+    out = {}
+    for g in cfg if isinstance(cfg, list) else []:
+        if isinstance(g, dict) and isinstance(g.get("pg_name"), str):
+            out[g["pg_name"]] = (g.get("pg_desc"), g.get("pg_size"), g.get("ranks"))
+    return out
+
+
+def _same_groups(ordered: list[Trace]) -> None:
+    """A process group two ranks both belong to is one group: the same description and ranks in both traces."""
+    seen: dict[str, tuple[tuple, int]] = {}
+    for r, t in enumerate(ordered):
+        for name, g in _groups(t).items():
+            if name in seen and seen[name][0] != g:
+                (desc, size, members), q = seen[name]
+                raise TraceError(f"process group {name!r} is {g[0]} of {g[1]} ranks {g[2]} in rank {r}'s trace "
+                                 f"({t.path}) but {desc} of {size} ranks {members} in rank {q}'s "
+                                 f"({ordered[q].path}): not one run")
+            seen.setdefault(name, (g, r))
+
+
+def _process(t: Trace) -> tuple | None:
+    """(host, pid) of the process that wrote the trace, where the trace names its host."""
+    host = t.meta.get("host_name")
+    pid = t.steps[0].span.pid if t.steps and not t.whole else None
+    return (host, str(pid)) if isinstance(host, str) and host and pid is not None else None
+
+
+def _distinct_processes(ordered: list[Trace]) -> None:
+    seen: dict[tuple, int] = {}
+    for r, t in enumerate(ordered):
+        p = _process(t)
+        if p is not None and p in seen:
+            raise TraceError(f"ranks {seen[p]} and {r} ({ordered[seen[p]].path}, {t.path}) were written by one "
+                             f"process (pid {p[1]} on {p[0]}): one process is one rank, so not one run")
+        if p is not None:
+            seen[p] = r
+
+
+def _span_text(us: float) -> str:
+    for unit, size in (("hours", 3.6e9), ("min", 6e7), ("s", 1e6), ("ms", 1e3)):
+        if us >= size:
+            return f"{us / size:,.1f} {unit}"
+    return f"{us:,.0f} µs"
+
+
+def _ran_together(ordered: list[Trace]) -> None:
+    """Every rank takes part in each all-reduce, all-gather or reduce-scatter, so none finishes one before every
+    rank has begun it: in each step, every rank's first such collective began before any rank had ended its last
+    (within the clocks' slack). That holds whatever order the collectives ran in, and fails for rank 0 of one run
+    beside rank 1 of another, however alike the two runs are. Steps with no such collective: the ranks' steps
+    must not be a minute apart either."""
+    gpu = ordered[0].device == "cuda"
+    slack = min((SAME_HOST_SLACK_US if _process(a) and _process(b) and _process(a)[0] == _process(b)[0] else SLACK_US)
+                for a in ordered for b in ordered if a is not b) if len(ordered) > 1 else 0
+    offsets = _offsets(ordered)
+    for s, st0 in enumerate(ordered[0].steps):
+        spans = []  # per rank: (first start, last end) of the step's symmetric collectives
+        for t, off in zip(ordered, offsets):
+            st = t.steps[s]
+            runs = ([k.event for k in st.gpu if kind_of(k.name) in SYMMETRIC] if gpu else
+                    [e for e in st.spans if e.cat == "user_annotation" and kind_of(e.name) in SYMMETRIC])
+            spans.append((min(e.ts for e in runs) + off, max(e.end for e in runs) + off) if runs else None)
+        if all(sp is not None for sp in spans):
+            q = max(range(len(spans)), key=lambda r: spans[r][0])
+            r = min(range(len(spans)), key=lambda r: spans[r][1])
+            gap = spans[q][0] - spans[r][1]
+            if gap > slack:
+                raise TraceError(f"rank {q} ({ordered[q].path}) began step #{st0.number}'s collectives "
+                                 f"{_span_text(gap)} after rank {r} ({ordered[r].path}) had finished them, and no "
+                                 "rank finishes an all-reduce before every rank has begun it: two runs' traces, not "
+                                 "one run's")
+    walls = [(t.steps[0].span.ts + off, max(window(st)[1] for st in t.steps) + off)
+             for t, off in zip(ordered, offsets) if t.steps]
+    if len(walls) > 1:
+        (a, _), (_, b) = max(walls), min(walls, key=lambda w: w[1])
+        if a - b > NO_COLLECTIVE_SLACK_US:
+            raise TraceError(f"the ranks' steps are {_span_text(a - b)} apart on the clock they share: two runs' "
+                             "traces, not one run's")
+
+
+def _offsets(traces: list[Trace]) -> list[float]:
+    """Each trace's _offset less the earliest one: the same shared clock, in µs a float holds exactly (ts plus a
+    base time since 1970 is ~1.8e15 µs, where a double's step is a quarter µs)."""
+    bases = [_offset(t) for t in traces]
+    return [b - min(bases) for b in bases]
 
 
 def _offset(t: Trace) -> float:
@@ -240,26 +271,30 @@ def bandwidth(kind: str, size: int | None, us: float, world: int) -> tuple[float
     return algbw, (algbw * factor(world) if factor else None)
 
 
-def _called(st: Step) -> int:
-    """Collectives the step's code called (c10d's record_param_comms spans, waits aside), run or not: a group of one
-    rank has nothing to exchange, and NCCL launches no kernel for it."""
-    return sum(e.name == "record_param_comms" and e.args.get("Collective name") not in (None, "", "wait")
-               for e in st.spans)
-
-
 def analyze(traces: list[Trace]) -> dict:
-    """The run as plain data (--json): per rank and step the time split, per collective its skew and bandwidth."""
+    """The run as plain data (--json): per rank and step the time split, per collective its arrivals and transfer.
+
+    Per rank and step: step_us (the step's span, to its last GPU work), busy_us, compute_us, comm_us,
+    overlapped_us (communication while compute ran on another thread or stream), exposed_us (the rest), wait_us
+    (the calling threads idle until their collectives were done: collectives.step_calls), collectives (how many
+    ran), called (how many the code called: a group of one rank runs none). wait_us is None on a GPU (the host
+    does not wait; each collective's waited_us says how long its kernel waited for the others). Per collective:
+    see _collective."""
     world, gpu = len(traces), traces[0].device == "cuda"
     info = _info(traces[0])
     per_rank, colls_by_rank = [], []
-    for r, t in enumerate(traces):
+    for r, (t, off) in enumerate(zip(traces, _offsets(traces))):
         rows, colls = [], []
         for st in t.steps:
-            compute, comm, cs = step_work(st, gpu, _offset(t), world)
-            comm_us, overlapped = intervals.length(comm), intervals.common(comm, compute)
-            rows.append({"step": st.number, "busy_us": intervals.length(compute + comm),
-                         "compute_us": intervals.length(compute), "comm_us": comm_us, "overlapped_us": overlapped,
-                         "exposed_us": comm_us - overlapped, "collectives": len(cs), "called": _called(st)})
+            w = work(st, gpu)
+            cs = collectives(w, gpu, off, world, st)
+            compute, comm = [(a, b) for _, a, b in w.compute], [(a, b) for _, a, b in w.comm]
+            comm_us, shared = intervals.length(comm), overlapped(w)
+            lo, hi = window(st)
+            rows.append({"step": st.number, "step_us": hi - lo, "busy_us": intervals.length(compute + comm),
+                         "compute_us": intervals.length(compute), "comm_us": comm_us, "overlapped_us": shared,
+                         "exposed_us": comm_us - shared, "wait_us": blocked(w, gpu), "collectives": len(cs),
+                         "called": len(w.calls)})
             colls.append(cs)
         per_rank.append({"rank": r, "trace": t.path, "steps": rows})
         colls_by_rank.append(colls)
@@ -273,8 +308,8 @@ def lanes(traces: list[Trace]) -> dict:
     times), in µs from the run's first interval: what --plot draws as one lane per rank, side by side."""
     world, gpu = len(traces), traces[0].device == "cuda"
     rows = []
-    for r, t in enumerate(traces):
-        off, compute, comm = _offset(t), [], []
+    for r, (t, off) in enumerate(zip(traces, _offsets(traces))):
+        compute, comm = [], []
         for st in t.steps:
             c, m, _ = step_work(st, gpu, off, world)
             compute += [(a + off, b + off) for a, b in c]
@@ -296,16 +331,37 @@ def _collectives(traces: list[Trace], colls_by_rank: list[list[list[Collective]]
             r = next(r for r, k in enumerate(kinds) if k != kinds[0])
             raise TraceError(f"step {st.number}: rank 0 ran {kinds[0][:6]} but rank {r} {kinds[r][:6]}: "
                              "not the same collectives, so not one run")
-        for i, same in enumerate(zip(*calls)):
-            starts = [c.start for c in same]
-            last = max(range(world), key=lambda r: starts[r])
-            us = same[last].end - same[last].start
-            size = same[last].bytes
-            algbw, busbw = bandwidth(same[0].kind, size, us, world)
-            out.append({"step": st.number, "index": i, "kind": same[0].kind, "name": same[0].name, "bytes": size,
-                        "arrival_us": [x - min(starts) for x in starts], "skew_us": max(starts) - min(starts),
-                        "straggler": last, "time_us": us, "algbw_gbs": algbw, "busbw_gbs": busbw})
+        out += [_collective(st.number, i, same) for i, same in enumerate(zip(*calls))]
     return out
+
+
+def _collective(step: int, index: int, same: tuple[Collective, ...]) -> dict:
+    """One collective over the ranks (lists are per rank, µs from the first arrival):
+    arrival_us: when each rank called it (arrival_of "call"; "start" where some rank's call is not in the trace:
+    then when it began running); skew_us: the last arrival less the first; straggler: the rank that arrived last,
+    None where another arrived within TIE_US of it (tied: those ranks); started_us: when each rank's run began
+    (gloo's span, the NCCL kernel); queued_us: run start less call (on gloo's thread, behind earlier collectives);
+    waited_us: the last rank's run start less this rank's (its run waiting for the others); transfer_rank: the
+    rank whose run began last, time_us: that run's length, the transfer (no waiting, no queueing in it), and the
+    bandwidths of it; call: the call's name (rank 0's), ran_as: the kind of what ran it (gloo runs c10d's
+    _reduce_scatter_base_ as an all-reduce; the bus factor is the run's)."""
+    world = len(same)
+    by_call = all(c.called is not None for c in same)
+    arrivals = [c.called if by_call else c.start for c in same]
+    first, last = min(arrivals), max(arrivals)
+    tied = [r for r in range(world) if last - arrivals[r] <= TIE_US]
+    starts = [c.start for c in same]
+    ls = max(range(world), key=lambda r: starts[r])
+    us, size, ran_as = same[ls].end - same[ls].start, same[ls].bytes, same[ls].ran_as or same[ls].kind
+    algbw, busbw = bandwidth(ran_as, size, us, world)
+    return {"step": step, "index": index, "kind": same[0].kind, "name": same[0].name, "call": same[0].call,
+            "ran_as": ran_as, "bytes": size, "arrival_of": "call" if by_call else "start",
+            "arrival_us": [x - first for x in arrivals], "skew_us": last - first,
+            "straggler": tied[0] if len(tied) == 1 else None, "tied": tied if len(tied) > 1 else [],
+            "started_us": [x - first for x in starts],
+            "queued_us": [c.start - c.called if by_call else None for c in same],
+            "waited_us": [starts[ls] - x for x in starts], "transfer_rank": ls, "time_us": us,
+            "algbw_gbs": algbw, "busbw_gbs": busbw}
 
 
 def _us(x: float) -> str:
@@ -320,16 +376,40 @@ def _size_text(n: int | None) -> str:
     return "?" if n is None else f"{n / 2**20:,.2f} MiB" if n >= 2**20 else f"{n / 2**10:,.1f} KiB"
 
 
+def straggler_text(cs: list[dict]) -> str:
+    """Who held up one collective over the steps: the rank that arrived last where it arrived late enough to cost
+    the others the most waiting (its skews summed), in how many steps; then the steps another rank was last, and
+    the ties. A rank late in one step only is named ahead of one that was last by a few µs in every other."""
+    n, ties, late = len(cs), 0, {}
+    for c in cs:
+        if c.get("straggler") is None:
+            ties += 1
+        else:
+            steps, skew = late.get(c["straggler"], (0, 0.0))
+            late[c["straggler"]] = (steps + 1, skew + c["skew_us"])
+    if not late:
+        return f"tie ({ties}/{n})"
+    r = max(sorted(late), key=lambda q: late[q][1])
+    others = n - late[r][0] - ties
+    return (f"rank {r} ({late[r][0]}/{n})" + (f", others {others}" if others else "")
+            + (f", tie {ties}" if ties else ""))
+
+
 def text(data: dict) -> str:
     """The merged report: a row per rank and step, then each collective of a step (medians over the steps)."""
     where = "GPU" if data["device"] == "cuda" else "CPU"
-    lines = [f"{data['world_size']} rank(s), {data['backend']}, {data['device_name'] or where}; communication: "
+    name = data["device_name"] if where == "GPU" else None  # a CPU run on a GPU machine lists the GPU too
+    lines = [f"{data['world_size']} rank(s), {data['backend']}, {name or where}; communication: "
              f"{'NCCL kernels' if where == 'GPU' else 'gloo collectives (their own thread)'}"]
-    head = ["rank", "step", f"{where} busy µs", "compute µs", "comm µs", "overlapped µs", "exposed µs", "collectives"]
-    rows = [[str(r["rank"]), str(s["step"]), _us(s["busy_us"]), _us(s["compute_us"]), _us(s["comm_us"]),
-             _us(s["overlapped_us"]), _us(s["exposed_us"]), str(s["collectives"])]
+    head = ["rank", "step", "step µs", f"{where} busy µs", "compute µs", "comm µs", "overlapped µs", "exposed µs",
+            "wait µs", "collectives"]
+    opt = lambda s, key: "-" if s.get(key) is None else _us(s[key])  # noqa: E731  (a record without the key)
+    rows = [[str(r["rank"]), str(s["step"]), opt(s, "step_us"), _us(s["busy_us"]), _us(s["compute_us"]),
+             _us(s["comm_us"]), _us(s["overlapped_us"]), _us(s["exposed_us"]), opt(s, "wait_us"), str(s["collectives"])]
             for r in data["ranks"] for s in r["steps"]]
     lines += _table(head, rows)
+    lines.append("(overlapped: while compute ran on another thread or stream; wait: the calling thread idle until "
+                 "its collectives were done)")
     by_index: dict[int, list[dict]] = {}
     for c in data["collectives"]:
         by_index.setdefault(c["index"], []).append(c)
@@ -338,18 +418,25 @@ def text(data: dict) -> str:
         why = ("a group of one rank exchanges nothing, so none launched a kernel" if data["world_size"] == 1 else
                "the trace holds none of their kernels or spans")
         lines.append("\nno collectives in the active steps" + (
-            f", though the code called up to {called} a step (c10d's record_param_comms): {why}" if called else ""))
+            f", though the code called up to {called} a step (c10d's ops): {why}" if called else ""))
         return "\n".join(lines)
-    lines.append(f"\neach step's collectives (median over {len(data['ranks'][0]['steps'])} step(s); time is the "
-                 "straggler's, who waited for no one; busbw as nccl-tests counts it):")
-    head = ["#", "collective", "size", "skew µs", "straggler (steps)", "time µs", "algbw GB/s", "busbw GB/s"]
+    by_call = all(c.get("arrival_of") == "call" for c in data["collectives"])
+    lines += [f"\neach step's collectives (median over {len(data['ranks'][0]['steps'])} step(s)):",
+              "arrival: when each rank " + ("called it (c10d's op on its own thread)" if by_call else
+                                            "began running it (the trace holds no call of it on some rank)")
+              + f"; skew: last arrival less first; straggler: the rank that arrived last (ties within "
+              f"{TIE_US:g} µs said as ties), named by the waiting it caused",
+              "time: the transfer, from the start of the last rank's run (gloo span, NCCL kernel) to its end: no "
+              "waiting for a late rank, no queueing behind an earlier collective; busbw as nccl-tests counts it"]
+    head = ["#", "collective", "size", "skew µs", "max skew µs", "straggler (steps)", "time µs", "algbw GB/s",
+            "busbw GB/s"]
     rows = []
     for i, cs in sorted(by_index.items()):
         med = lambda key: _median([c[key] for c in cs])  # noqa: E731
-        late = Counter(c["straggler"] for c in cs).most_common(1)[0]
-        rows.append([str(i), cs[0]["kind"], _size_text(cs[0]["bytes"]), _us(med("skew_us")),
-                     f"rank {late[0]} ({late[1]}/{len(cs)})", _us(med("time_us")), _gbs(med("algbw_gbs")),
-                     _gbs(med("busbw_gbs"))])
+        kind, ran_as = cs[0]["kind"], cs[0].get("ran_as")
+        rows.append([str(i), kind + (f" (ran as {ran_as})" if ran_as and ran_as != kind else ""),
+                     _size_text(cs[0]["bytes"]), _us(med("skew_us")), _us(max(c["skew_us"] for c in cs)),
+                     straggler_text(cs), _us(med("time_us")), _gbs(med("algbw_gbs")), _gbs(med("busbw_gbs"))])
     lines += _table(head, rows)
     return "\n".join(lines)
 
@@ -379,7 +466,8 @@ def collectives_per_step(kind: str, n: int, world: int) -> Expect:
         if world == 1:
             return NotApplicable("one rank: there is nothing to exchange")
         gpu = t.device == "cuda"
-        counts = [sum(c.kind == kind for c in step_work(st, gpu, 0.0, world)[2]) for st in t.steps]
+        # what the rank called, or what ran it: gloo runs a reduce-scatter as an all-reduce (08's CPU guess)
+        counts = [sum(kind in (c.kind, c.ran_as) for c in step_work(st, gpu, 0.0, world)[2]) for st in t.steps]
         return True if all(c == n for c in counts) else f"{kind} per step: {counts}"
     return Expect(f"{n} {kind} per step", run)
 
@@ -404,10 +492,10 @@ def _exposed_shares(t: Trace) -> list[float] | str:
         return NotApplicable("one rank: no communication to hide")
     shares = []
     for st in t.steps:
-        compute, comm, _ = step_work(st, True, 0.0, world)
-        total = intervals.length(comm)
+        w = work(st, True)
+        total = intervals.length((a, b) for _, a, b in w.comm)
         if total > 0:
-            shares.append(1 - intervals.common(comm, compute) / total)
+            shares.append(1 - overlapped(w) / total)
     return shares or "no NCCL kernels in the steps"
 
 
