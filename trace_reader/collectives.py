@@ -234,13 +234,17 @@ def is_wait(e: Event) -> bool:
     return e.name in WAIT_OPS or (e.name == RECORD_COMMS and e.args.get("Collective name") == "wait")
 
 
-def _cpu_busy(st: Step) -> dict[tuple, list[tuple[float, float]]]:
-    """Per thread, the time some cpu_op of the step was open on it (merged), waits aside: a thread inside
-    wait_tensor is waiting as surely as one that runs nothing."""
+def cpu_busy(st: Step) -> dict[tuple, list[tuple[float, float]]]:
+    """Per thread, the time an op of the step ran its own code there (merged): an op's span less its children's,
+    waits aside. A thread inside wait_tensor waits as surely as one that runs nothing, and so does one whose
+    innermost open span is a record_function (FSDP::all_gather waiting for gloo's thread inside an autograd node):
+    only an op's own time is busy."""
     per: dict[tuple, list] = {}
     for e in st.spans:
         if e.cat == "cpu_op" and not is_wait(e) and _above(e, is_wait) is None:
-            per.setdefault((e.pid, e.tid), []).append((e.ts, e.end))
+            own = intervals.gaps(intervals.merge((c.ts, c.end) for c in e.children), e.ts, e.end) \
+                if e.children else [(e.ts, e.end)]
+            per.setdefault((e.pid, e.tid), []).extend(own)
     return {t: intervals.merge(v) for t, v in per.items()}
 
 
@@ -312,7 +316,7 @@ def work(st: Step, gpu: bool) -> StepWork:
     for c in calls:
         c.done = max((ends[id(r)] for r in c.ran), default=None)
     if not gpu:  # on a GPU the host goes on after a launch, idle or not: it is the streams that wait
-        _waits(calls, _cpu_busy(st))
+        _waits(calls, cpu_busy(st))
     comm = [((r.pid, r.tid), r.ts, ends[id(r)]) for r in runs]
     return StepWork(_cut(compute, lo, hi), _cut(comm, lo, hi), calls, unpaired, ends)
 

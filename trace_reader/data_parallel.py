@@ -4,7 +4,7 @@ run's straggler; 09_data_parallel.py's expectations (DDP's buckets, gradient acc
 One question per function, on one rank's trace:
 - micro_batches_of(st): the step's forward/backward pairs, one per micro-batch: the passes of training.phase_windows
   (09's record_function("forward") and ("backward") spans, or what torch's own spans say: passes.py);
-- calls(st): the collectives this rank called, in order, each with its kind: c10d's ops (c10d::allreduce_,
+- calls(st): the collectives this rank called, in order, each with its kind (collectives.step_calls): c10d's ops (c10d::allreduce_,
   c10d::_allgather_base_, c10d::_reduce_scatter_base_, ...) on the rank's own threads, whatever runs them. The call
   is when the rank asked, so it sits in the rank's phases: gloo's span starts later on a worker thread of its own,
   a GPU's NCCL kernel later on its stream. And it says what was asked: gloo runs FSDP2's reduce-scatter as an
@@ -22,36 +22,18 @@ import statistics
 from pathlib import Path
 
 from . import ranks
+from .collectives import Call, step_calls
 from .expect import Expect, NotApplicable, _need_steps
 from .read import Event, Step, Trace, TraceError
 from .training import ACCUMULATE_GRAD, phase_windows
 
-C10D_RE = re.compile(r"^c10d::_?([a-z_]+?)_?$")  # c10d::allreduce_, c10d::_allgather_base_, ...
 SLEEP = "slow_rank_sleep"  # 09's record_function around --slow-rank's sleep
 
 
-def kind_of_call(name: str) -> str | None:
-    """all_reduce for c10d::allreduce_, all_gather for c10d::_allgather_base_, reduce_scatter for
-    c10d::_reduce_scatter_base_ (ranks.KINDS' names); None for any other op."""
-    m = C10D_RE.match(name)
-    if not m:
-        return None
-    key = m.group(1).replace("_", "")
-    return next((kind for prefix, kind in ranks.KINDS if key.startswith(prefix)), None)
-
-
-def calls(st: Step) -> list[tuple[str, Event]]:
-    """(kind, op) of each collective the rank called in the step, in call order: the outermost c10d op of each."""
-    out = []
-    for e in st.spans:
-        if e.cat != "cpu_op" or (kind := kind_of_call(e.name)) is None:
-            continue
-        node = e.parent
-        while node is not None and not (node.cat == "cpu_op" and kind_of_call(node.name)):
-            node = node.parent
-        if node is None:
-            out.append((kind, e))
-    return sorted(out, key=lambda c: c[1].ts)
+def calls(st: Step) -> list[tuple[str, Call]]:
+    """(kind, call) of each collective the rank called in the step, in call order (collectives.step_calls: the
+    outermost c10d op of each, named by what was asked, whatever ran it)."""
+    return [(c.kind, c) for c in step_calls(st)]
 
 
 def micro_batches_of(st: Step) -> list[tuple[tuple, tuple]] | str:

@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass
 
 from . import intervals
+from .collectives import cpu_busy
 from .compiled import REGION_PREFIX
 from .read import BACKWARD_PREFIX, Event, Step
 
@@ -111,20 +112,7 @@ class Compiler:
 
 def subtract(parts, holes) -> list[tuple[float, float]]:
     """Intervals less other intervals."""
-    holes = intervals.merge(holes)
-    out = []
-    for a, b in intervals.merge(parts):
-        for h0, h1 in holes:
-            if h1 <= a or h0 >= b:
-                continue
-            if h0 > a:
-                out.append((a, h0))
-            a = max(a, h1)
-            if a >= b:
-                break
-        if a < b:
-            out.append((a, b))
-    return out
+    return [g for a, b in intervals.merge(parts) for g in intervals.gaps(holes, a, b) if g[1] > g[0]]
 
 
 def _outermost(e: Event, prefix: str) -> bool:
@@ -213,14 +201,12 @@ def distributed(st: Step) -> bool:
 
 def comm_wait(st: Step, window: Window, compiler: Compiler) -> float:
     """CPU µs of a backward window in which the threads running backward (the engine's spans, DDP's and FSDP's
-    tails) ran no op of their own: no span open, or only a record_function (FSDP::all_gather waiting inside an
-    engine node, for one), never an op's own time. Where DDP and FSDP wait for their gradients' collectives on a
-    CPU (see the docstring)."""
+    tails) ran no op's own code (collectives.cpu_busy: no span open, a wait, or only a record_function such as
+    FSDP::all_gather): where DDP and FSDP wait for their collectives on a CPU (see the docstring)."""
     mine = [e for e in st.spans if inside(e.ts, window)]
     threads = {(e.pid, e.tid) for e in backward_spans(st, compiler) + [e for e in mine if TAIL_RE.match(e.name)]
                if inside(e.ts, window)}
-    busy = [part for e in st.spans if e.cat == "cpu_op" and (e.pid, e.tid) in threads and e.end > window[0]
-            and e.ts < window[1] for part in subtract([(e.ts, e.end)], [(c.ts, c.end) for c in e.children])]
+    busy = [iv for thread, ivs in cpu_busy(st).items() if thread in threads for iv in ivs]
     return window.length - intervals.common(window.parts, busy)
 
 
