@@ -649,5 +649,5 @@ def test_the_reading_page_states_the_readers_limits_as_the_code_has_them():
     assert ranks_mod.MAX_SKEW_US == 3600e6 and "more than an hour apart" in page
     per = [len(t) / t.count(b"{") for path in sorted(DATA.rglob("*.json.gz"))
            for t in [gzip.decompress(path.read_bytes())]]
-    assert (round(min(per)), round(max(per))) == (102, 202) and len(per) > 50, per
-    assert "the committed traces have one per 102 to 202 bytes" in page
+    assert (round(min(per)), round(max(per))) == (102, 208) and len(per) > 50, per
+    assert "the committed traces have one per 102 to 208 bytes" in page

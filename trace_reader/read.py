@@ -36,7 +36,7 @@ _TS, _DUR, _THREAD, _ORDER = attrgetter("ts"), attrgetter("dur"), attrgetter("pi
 # (the 35 MB, 600-step traces this suite was tried on are ~3% of it): past a limit, one line, nothing more.
 MAX_JSON_BYTES = 1 << 30  # JSON text, after gzip
 # ...and in objects: each event becomes a Python object of ~200 B, so that 100 MB of `{},` (33M events) took 6.6 GB.
-# Real traces hold one `{` per 102-200 B of JSON (events and their args, the traces in tests/data): 2^24 is a 1 GiB trace at 64 B per object.
+# Real traces hold one `{` per 102-208 B of JSON (events and their args, the traces in tests/data): 2^24 is a 1 GiB trace at 64 B per object.
 MAX_JSON_OBJECTS = 1 << 24
 MAX_US = 1e11  # a timestamp or duration beyond ~28 hours (in µs) is not a profile of a step
 MAX_TS = 1e17  # absolute timestamps are µs since 1970 (~1.8e15)
