@@ -9,6 +9,7 @@ Inductor span (`dynamo`, `entire_*_compile`, `... (dynamo_timed)`) holds."""
 
 import gzip
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -22,12 +23,12 @@ GEMMS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 
 
 def raw(name: str) -> dict:
-    with gzip.open(DATA / f"{name if name.startswith('h200_') else 'cpu_' + name}.json.gz") as f:
+    with gzip.open(DATA / f"{name if name.startswith('h100_') else 'cpu_' + name}.json.gz") as f:
         return json.load(f)
 
 
 def load(name: str):
-    return it.load_trace(DATA / f"{name if name.startswith('h200_') else 'cpu_' + name}.json.gz")
+    return it.load_trace(DATA / f"{name if name.startswith('h100_') else 'cpu_' + name}.json.gz")
 
 
 def steps_raw(data: dict) -> list[tuple[dict, list[dict]]]:
@@ -84,7 +85,7 @@ def truths(data: dict) -> list[dict]:
             backward += max(ends) - a - cut
         gemm = [e for e in real if e["name"] in GEMMS and not any(contains(g, e) for g in real if g["name"] in GEMMS)]
         in_bwd = [any(contains(r, g) for r in roots) for g in gemm]
-        flops = [2 * d[0][0] * d[0][1] * d[1][1] for d in (g["args"]["Input Dims"] for g in gemm)]
+        flops = [2 * math.prod(d[0]) * d[1][-1] for d in (g["args"]["Input Dims"] for g in gemm)]  # [b,] m, k x k, n
         leaves = sum(e["name"] == ENGINE + "torch::autograd::AccumulateGrad" for e in roots)
         out.append({"passes": len(starts), "fwd_gemms": in_bwd.count(False), "bwd_gemms": in_bwd.count(True),
                     "ratio": sum(f for f, b in zip(flops, in_bwd) if b) / sum(f for f, b in zip(flops, in_bwd) if not b),
@@ -260,3 +261,40 @@ def test_the_docs_numbers_are_the_fixture_s():
     assert (f"=> {t['passes']} forward and backward passes a step`, and each phase holds all of them: "
             f"{t['fwd_gemms']} forward GEMMs and {t['bwd_gemms']} backward ones, {t['ratio']:.2f}x the FLOPs, "
             f"{t['leaves']} parameters, each counted once") in page
+
+
+GPU = ["h100_accum", "h100_ddp_accum_rank0", "h100_fsdp_rank0", "h100_compile_break"]
+
+
+@pytest.mark.parametrize("name", GPU)
+def test_gpu_traces_phases_hold_every_micro_batch(name):
+    """The same harness on an H100 (bf16; DDP and FSDP as one NCCL rank): backward on the autograd engine's own
+    thread, the passes, FLOPs, leaves and backward's CPU time as on the CPU; GEMMs are kernels there, one per GEMM
+    op at least (a GEMM op may launch a second kernel, a split-K reduce)."""
+    truth = truths(raw(name))
+    data = training.analyze(load(name))
+    assert data["device"] == "cuda" and len(data["steps"]) == len(truth) == 2
+    for got, want in zip(data["steps"], truth):
+        fwd, bwd = got["phases"]["forward"], got["phases"]["backward"]
+        assert got["micro_batches"] == want["passes"]
+        assert bwd["gemm_flops"] / fwd["gemm_flops"] == pytest.approx(want["ratio"])
+        assert fwd["gemms"] >= want["fwd_gemms"] and bwd["gemms"] >= want["bwd_gemms"]
+        assert got["optimizer"]["gradients"] == want["leaves"]
+        assert bwd["cpu_us"] == pytest.approx(want["backward_us"], abs=0.01)
+
+
+def test_gpu_graph_break_at_backward_and_compiled_autograd():
+    """On a GPU the engine runs on its own thread while the region's thread waits in backward(): the break is read
+    from the engine's start inside the region's time. Compiled autograd's graph is the backward there too."""
+    data = raw("h100_compile_break")
+    regions = [e for e in data["traceEvents"] if e.get("name", "").startswith("Torch-Compiled Region: ")]
+    engine = [e for e in data["traceEvents"] if e.get("name", "").startswith(ENGINE)]
+    assert {e["tid"] for e in engine} != {r["tid"] for r in regions}  # the truth: another thread ...
+    assert any(r["ts"] <= e["ts"] <= r["ts"] + r["dur"] for r in regions for e in engine)  # ... during the region
+    lines = compiled.describe(compiled.compiled_regions(load("h100_compile_break")))
+    assert any(line.startswith("  graph break at backward(): the autograd engine runs inside region 0/0") for line in lines)
+    t = load("h100_compiled_autograd")
+    assert any(line.startswith("  compiled autograd: the backward ran as the compiled graph(s) !0/")
+               for line in compiled.describe(compiled.compiled_regions(t)))
+    for step in training.analyze(t)["steps"]:
+        assert step["phases"]["backward"]["gpu_us"] > 0 and step["optimizer"]["gradients"] is None

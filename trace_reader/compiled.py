@@ -3,6 +3,7 @@ the graph breaks (a frame resumed inside another frame's region) and the recompi
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections import defaultdict
 
@@ -52,19 +53,24 @@ def compiled_regions(trace: Trace) -> dict | None:
 
 
 def _backward_inside(st) -> set[str]:
-    """The regions inside which the autograd engine itself ran (eager backward nodes, not a compiled graph's
-    CompiledFunctionBackward alone): loss.backward() called in a compiled function, where Dynamo breaks the graph
-    and runs the call eagerly, inside the frame's region."""
+    """The regions during which the autograd engine started a backward node: loss.backward() called in a compiled
+    function, where Dynamo breaks the graph and runs the call eagerly, inside the frame's region. On a CPU the
+    engine's spans nest in the region; on a GPU they run on the engine's own thread while the region's thread
+    waits in backward(), so a node's start inside a region's time, in the same process, is what tells."""
+    regions = sorted((e for e in st.spans if e.name.startswith(REGION_PREFIX) and REGION_RE.match(e.name)
+                      and not _id(e).startswith("!")), key=lambda e: e.ts)
+    if not regions:
+        return set()
+    starts = [r.ts for r in regions]
     out = set()
     for e in st.spans:
-        if not (e.cat == "cpu_op" and e.name.startswith(BACKWARD_PREFIX)) or e.parent is None:
+        if not (e.cat == "cpu_op" and e.name.startswith(BACKWARD_PREFIX)):
             continue
-        node = e.parent
-        while node is not None and not node.name.startswith(BACKWARD_PREFIX):
-            if node.name.startswith(REGION_PREFIX) and REGION_RE.match(node.name):
-                out.add(_id(node)[:40])
+        # the innermost region open at the node's start: the latest-starting one that still holds it
+        for r in reversed(regions[:bisect.bisect_right(starts, e.ts)]):
+            if r.pid == e.pid and r.end >= e.ts:
+                out.add(_id(r)[:40])
                 break
-            node = node.parent
     return out
 
 

@@ -13,10 +13,12 @@ Plain torch.profiler around a training loop, as people write it at work: no reco
 - compiled_autograd: torch._dynamo.config.compiled_autograd on: the backward graph compiled by Dynamo.
 
     uv run python tests/data/train_foreign/record_train.py OUTDIR     # about two minutes on 2 cores
-    python3 tests/data/train_foreign/record_train.py OUTDIR cuda      # the GPU machine: h200_*, one rank (NCCL)
+    python3 tests/data/train_foreign/record_train.py OUTDIR cuda      # the GPU machine: h100_* / h200_*, one rank
 
 On a GPU the same runs in bf16 (the model on the GPU, a GPU lane in each trace); DDP and FSDP run as one rank over
-NCCL (a group of one: the gradients' hooks, buckets and callbacks run, no collective kernel).
+NCCL (a group of one: the gradients' hooks, buckets and callbacks run, no collective kernel). The GPU fixtures
+committed were recorded on an H100 (torch 2.11, triton 3.6, transformers 5.17); compile_recompile's is left out
+(4 MB: Inductor's autotuning inside the profile).
 
 torch.profiler's schedule(wait=1, warmup=1, active=2); shapes recorded. tests/test_training_foreign.py checks what
 the reader says about them against truths computed from the raw JSON.
@@ -37,7 +39,9 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
 CUDA = len(sys.argv) > 2 and sys.argv[2] == "cuda"
-DEV, PREFIX = ("cuda", "h200") if CUDA else ("cpu", "cpu")
+DEV = "cuda" if CUDA else "cpu"
+# the files' prefix: the GPU's model (h100_, h200_), or cpu_
+PREFIX = next((m.lower() for m in ("H100", "H200") if m in torch.cuda.get_device_name()), "gpu") if CUDA else "cpu"
 ACT = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if CUDA else [ProfilerActivity.CPU]
 ACTIVE = 2
 
