@@ -129,6 +129,23 @@ def run_script_main(script: str, main, out, *args, device="cpu"):
     return done.value.code, stdout.getvalue(), stderr.getvalue()
 
 
+# torchrun's environment for rank 0 of two, with no rank 1 to meet: what a script's launch checks read before any
+# rank waits for another
+RANK_ENV = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": "1"}
+
+
+def run_rank_main(script: str, main, out, monkeypatch, env: dict, *args):
+    """run_script_main under exactly `env` of torchrun's variables (the others unset): a rank's launch, in process."""
+    import common
+
+    for k in common.TORCHRUN_ENV:
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return run_script_main(script, main, out, *args)
+
+
 class SharedRuns:
     """Commands run once for the whole session, whichever test worker asks first: the others wait for that run
     and read its result. The pages' commands are run by test_readme (spread over workers) and, for the posts', by

@@ -13,10 +13,9 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import common
 import pytest
 import torch
-from conftest import run_script_main
+from conftest import RANK_ENV, run_rank_main
 from doc_pages import page, section
 from test_readme import COMMANDS, CPU_SHAPE, page_runs
 
@@ -197,16 +196,8 @@ def test_the_page_quotes_what_the_runs_print(runs):
 
 # In this process: a group of one rank, and the launch checks, which come before any rank waits for another.
 dp = importlib.import_module("09_data_parallel")
-RANK_ENV = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": "1"}
-
-
 def run_here(tmp_path, monkeypatch, env, *args):
-    for k in common.TORCHRUN_ENV:
-        monkeypatch.delenv(k, raising=False)
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    return run_script_main("09_data_parallel.py", dp.main, tmp_path, *TINY, *args)
+    return run_rank_main("09_data_parallel.py", dp.main, tmp_path, monkeypatch, env, *TINY, *args)
 
 
 def test_one_rank_is_a_group_of_one(tmp_path, monkeypatch):

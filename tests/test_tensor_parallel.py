@@ -12,7 +12,7 @@ from pathlib import Path
 import common
 import pytest
 import torch
-from conftest import run_script_main
+from conftest import RANK_ENV, run_rank_main, run_script_main
 from test_readme import COMMANDS, CPU_SHAPE, page_runs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,16 +128,8 @@ def test_each_printed_line_leaves_in_one_write():
 
 # In this process: the launch checks come before any rank waits for another.
 tp = importlib.import_module("08_tensor_parallel")
-RANK_ENV = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": "1"}
-
-
 def run_here(tmp_path, monkeypatch, env, *args):
-    for k in common.TORCHRUN_ENV:
-        monkeypatch.delenv(k, raising=False)
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    return run_script_main("08_tensor_parallel.py", tp.main, tmp_path, *TINY, *args)
+    return run_rank_main("08_tensor_parallel.py", tp.main, tmp_path, monkeypatch, env, *TINY, *args)
 
 
 def test_not_under_torchrun(tmp_path, monkeypatch):

@@ -115,13 +115,14 @@ def subtract(parts, holes) -> list[tuple[float, float]]:
     return [g for a, b in intervals.merge(parts) for g in intervals.gaps(holes, a, b) if g[1] > g[0]]
 
 
-def _outermost(e: Event, prefix: str) -> bool:
+def under(e: Event, prefix: str) -> bool:
+    """Is some span above e named prefix...? (an op inside an autograd engine node, a region inside another)"""
     node = e.parent
     while node is not None:
         if node.name.startswith(prefix):
-            return False
+            return True
         node = node.parent
-    return True
+    return False
 
 
 @dataclass
@@ -136,10 +137,10 @@ def backward_spans(st: Step, compiler: Compiler) -> list[Event]:
     """The step's outermost autograd engine spans and compiled-autograd regions, compiler work aside."""
     out = []
     for e in st.spans:
-        if e.cat == "cpu_op" and e.name.startswith(BACKWARD_PREFIX) and _outermost(e, BACKWARD_PREFIX):
+        if e.cat == "cpu_op" and e.name.startswith(BACKWARD_PREFIX) and not under(e, BACKWARD_PREFIX):
             if not compiler.owns(e):
                 out.append(e)
-        elif e.name.startswith(COMPILED_AUTOGRAD_PREFIX) and _outermost(e, COMPILED_AUTOGRAD_PREFIX):
+        elif e.name.startswith(COMPILED_AUTOGRAD_PREFIX) and not under(e, COMPILED_AUTOGRAD_PREFIX):
             out.append(e)
     return out
 

@@ -30,7 +30,7 @@ from .expect import Expect, NotApplicable, _need_steps
 from .kernels import BOOKKEEPING_OPS, DTYPE_BYTES, GEMM_OPS, _dims, _numel, _shape, _types, gemm_flops, is_gemm, short
 from .memory import device_allocs
 from .passes import (COMPILED_AUTOGRAD_PREFIX, OPTIMIZER_STEP_RE, PHASES, Compiler, Window, comm_wait, distributed,
-                     inside, is_compiler_span, phase_windows)
+                     inside, is_compiler_span, phase_windows, under)
 from .read import BACKWARD_PREFIX, STEP_RE, Event, Step, Trace, side_events
 
 ACCUMULATE_GRAD = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
@@ -489,17 +489,8 @@ def _recomputes_forward(trace: Trace) -> bool:
             continue
         compiler = Compiler(st)
         if any(e.cat == "cpu_op" and e.name == "aten::linear" and _inside(e.ts, windows["backward"])
-               and _under_engine(e) and not compiler.owns(e) for e in st.spans):
+               and under(e, BACKWARD_PREFIX) and not compiler.owns(e) for e in st.spans):
             return True
-    return False
-
-
-def _under_engine(op: Event) -> bool:
-    node = op.parent
-    while node is not None:
-        if node.name.startswith(BACKWARD_PREFIX):
-            return True
-        node = node.parent
     return False
 
 
