@@ -298,3 +298,25 @@ def test_gpu_graph_break_at_backward_and_compiled_autograd():
                for line in compiled.describe(compiled.compiled_regions(t)))
     for step in training.analyze(t)["steps"]:
         assert step["phases"]["backward"]["gpu_us"] > 0 and step["optimizer"]["gradients"] is None
+
+
+def test_annotated_phases_leave_the_compiler_out_too(tmp_path):
+    """A harness that annotates its phases and recompiles inside one: the annotation's time less the compiler's
+    spans inside it (backward's lazy compile, inside CompiledFunctionBackward), as without annotations."""
+    data = raw("compile_recompile")
+    (s, ev), _ = steps_raw(data)
+    first_bwd = min(e["ts"] for e in ev if e["name"].startswith(ENGINE))
+    opt = next(e for e in ev if e["name"].startswith("Optimizer.step#"))
+    spans = {"forward": (s["ts"] + 1, first_bwd - 1), "backward": (first_bwd, opt["ts"] - 1),
+             "optimizer": (opt["ts"], opt["ts"] + opt["dur"])}
+    data["traceEvents"] += [{**s, "name": n, "ts": a, "dur": b - a} for n, (a, b) in spans.items()]
+    path = tmp_path / "annotated.json"
+    path.write_text(json.dumps(data))
+    step = training.analyze(it.load_trace(path))["steps"][0]
+    outer = [h for h in ev if compiler(h) and not any(contains(o, h) for o in ev if compiler(o))]
+    cuts = 0.0
+    for name, (a, b) in spans.items():
+        cut = sum(min(h["ts"] + h["dur"], b) - max(h["ts"], a) for h in outer if h["ts"] < b and h["ts"] + h["dur"] > a)
+        assert step["phases"][name]["cpu_us"] == pytest.approx(b - a - cut, abs=0.01), name
+        cuts += cut
+    assert cuts > 1e5  # seconds of compiling inside the annotated phases
