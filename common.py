@@ -115,6 +115,21 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse prints usage + error; one line is enough
         raise Fail(message)
 
+    def parse_known_args(self, args=None, namespace=None):
+        """Flags in either spelling: the posts write --in_dim, the suite's own flags --kv-heads; a user's guess of the
+        other one (--in-dim, --kv_heads) is the same flag. --help shows each flag once, as it is declared."""
+        args = list(sys.argv[1:] if args is None else args)
+        for i, arg in enumerate(args):
+            if arg == "--":
+                break
+            name, eq, value = arg.partition("=")
+            if not name.startswith("--") or name in self._option_string_actions:
+                continue
+            other = "--" + (name[2:].replace("_", "-") if "_" in name else name[2:].replace("-", "_"))
+            if other in self._option_string_actions:
+                args[i] = other + eq + value
+        return super().parse_known_args(args, namespace)
+
 
 def int_arg(low: int, high: int):
     """An argparse type: a whole number in [low, high], with a one-line complaint otherwise."""

@@ -266,3 +266,18 @@ def test_inductor_is_hidden_only_while_the_profile_prepares_and_only_if_not_impo
         common._profile.prepare_trace(object.__new__(common._profile))
     assert seen == [{"_dynamo", "_inductor"} if imported else {"_dynamo"}]
     assert lazy == {"_dynamo", "_inductor"}
+
+
+def test_flags_answer_to_either_spelling():
+    """--in-dim for the post's --in_dim, --kv_heads and --profiler_warmup for the suite's hyphenated flags, with = or
+    a separate value; an unknown flag is still one error; after `--` nothing is rewritten."""
+    p = common.parser("x", batch=4, in_dim=8)
+    p.add_argument("--kv-heads", type=int, default=1)
+    got = p.parse_args(["--in-dim", "5", "--kv_heads=3", "--profiler_warmup", "2", "--sync_each_step"])
+    assert (got.in_dim, got.kv_heads, got.profiler_warmup, got.sync_each_step) == (5, 3, 2, True)
+    assert p.parse_args(["--in_dim", "6", "--kv-heads", "2"]).in_dim == 6  # the declared spellings, as before
+    with pytest.raises(common.Fail, match="unrecognized arguments: --in-dimx"):
+        p.parse_args(["--in-dimx", "5"])
+    q = common.parser("x", batch=4)
+    q.add_argument("rest", nargs="*")
+    assert q.parse_args(["--", "--sync_each_step"]).rest == ["--sync_each_step"]
