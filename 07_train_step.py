@@ -94,7 +94,9 @@ def expectations(args, params, param_bytes):
         out.append(training.backward_flops(2.25, 3.5, "--checkpoint: input and weight gradients, and the "
                                            "checkpointed forward once more") if args.checkpoint else
                    training.backward_flops(1.5, 2.5, "a gradient for each GEMM's input and one for its weight"))
-    out.append(training.optimizer_kind(args.optim_impl, params, OPS_PER_PARAMETER[args.optimizer]))
+    # a trace read back may lower the floor: its SGD's momentum is not known (training.train_flags)
+    per_param = args.__dict__.get("ops_per_parameter") or OPS_PER_PARAMETER[args.optimizer]
+    out.append(training.optimizer_kind(args.optim_impl, params, per_param))
     out.append(training.peak_after_forward(args.checkpoint, param_bytes,
                                            "the fused MLP with recompute=True (g and u)"
                                            if args.mlp == "fused-recompute" else None))

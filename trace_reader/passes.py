@@ -8,8 +8,8 @@ Not annotated (another harness): what torch records by itself.
   thread on a GPU), and the regions of a backward graph compiled by compiled autograd ("Torch-Compiled Region:
   !N/..."), which run instead of them. One pass ends where the next micro-batch's forward starts: a forward op, one
   that records an autograd "Sequence number" outside backward, between two of them splits them. A pass also holds
-  what DDP and FSDP run when the engine is done (DDP's reducer copying buckets to the gradients, FSDP's
-  post-backward callback): `loss.backward()` returns only after them, and it is there that a rank waits for its
+  what DDP and FSDP run when the engine is done (DDP's reducer copying buckets to the gradients, or with
+  gradient_as_bucket_view=True pointing them at their buckets with aten::as_strided, FSDP's post-backward callback): `loss.backward()` returns only after them, and it is there that a rank waits for its
   gradients' collectives.
 - Forward: from zero_grad (or the step's start) to the first backward pass, and from each pass to the next.
 - The optimizer: torch.optim's `Optimizer.step#<class>.step` span.
@@ -41,6 +41,9 @@ COMPILER_SPANS = frozenset({"dynamo", "entire_frame_compile", "entire_backward_c
 COMPILER_SUFFIX = " (dynamo_timed)"
 # What runs at the end of loss.backward() after the engine's last node: DDP's reducer, FSDP's post-backward callback.
 TAIL_RE = re.compile(r"^(?:torch\.distributed\.ddp\.reducer::|FSDP::(?:root_)?post_backward)")
+# With gradient_as_bucket_view=True DDP's reducer copies nothing at the end: it only points each gradient at its
+# bucket again (one top-level aten::as_strided per gradient, after each bucket's wait)
+BUCKET_VIEW = "aten::as_strided"
 COMPILED_AUTOGRAD_PREFIX = REGION_PREFIX + "!"  # Torch-Compiled Region: !0/1/0
 COLLECTIVE_RE = re.compile(r"^(?:record_param_comms$|gloo:|nccl:|c10d::)")
 
@@ -174,7 +177,9 @@ def passes(st: Step, compiler: Compiler | None = None) -> list[Pass]:
                 return e.ts
         return None
 
-    tails = sorted((e for e in st.spans if TAIL_RE.match(e.name) and not under_backward(e)), key=lambda e: e.ts)
+    dist = distributed(st)
+    tails = sorted((e for e in st.spans if not under_backward(e) and (TAIL_RE.match(e.name) or (
+        dist and e.name == BUCKET_VIEW and not under(e, "aten::") and not compiler.owns(e)))), key=lambda e: e.ts)
     opt_starts = sorted(e.ts for e in st.spans if OPTIMIZER_STEP_RE.match(e.name))
     groups: list[list[Event]] = [[bwd[0]]]
     for e in bwd[1:]:

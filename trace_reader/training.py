@@ -31,7 +31,7 @@ from .kernels import BOOKKEEPING_OPS, DTYPE_BYTES, GEMM_OPS, _dims, _numel, _sha
 from .memory import device_allocs
 from .passes import (COMPILED_AUTOGRAD_PREFIX, OPTIMIZER_STEP_RE, PHASES, Compiler, Window, comm_wait, distributed,
                      inside, is_compiler_span, phase_windows, under)
-from .read import BACKWARD_PREFIX, STEP_RE, Event, Step, Trace, side_events
+from .read import BACKWARD_PREFIX, STEP_RE, Event, Step, Trace, plural, side_events
 
 ACCUMULATE_GRAD = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
 ACCUMULATE_OP = "torch::autograd::AccumulateGrad"  # inside ACCUMULATE_GRAD; its input is the gradient
@@ -495,6 +495,9 @@ def _recomputes_forward(trace: Trace) -> bool:
 
 
 OPTIMIZER_CLASSES = {"AdamW": "adamw", "SGD": "sgd"}  # torch.optim's class -> 07_train_step.py's --optimizer
+# A for-loop step's ops per parameter, at least, for a trace read back: AdamW's moments, denominator and update;
+# SGD's update alone (07 runs it with momentum, 2 ops, but another harness's SGD may have none: one add_)
+TRACE_OPS_PER_PARAMETER = {"adamw": 3, "sgd": 1}
 
 
 def train_flags(a, trace: Trace, words: list[str]) -> None:
@@ -527,6 +530,8 @@ def train_flags(a, trace: Trace, words: list[str]) -> None:
     if a.mlp == "fused" and told.get("mlp") == "fused-recompute":  # both modes run the same kernels: the name tells
         a.mlp = "fused-recompute"
     a.checkpoint = "ckpt" in words or _recomputes_forward(trace)
+    if a.__dict__.get("optimizer") in TRACE_OPS_PER_PARAMETER:
+        a.ops_per_parameter = TRACE_OPS_PER_PARAMETER[a.optimizer]
     if (found := parameters(trace)) is not None:
         a.params, a.param_bytes = found
     elif data is not None and data["optimizer"] is not None and data["optimizer"]["gradients"] is None:
@@ -609,7 +614,7 @@ def optimizer_kind(impl: str, params: int, per_param: int) -> Expect:
             if not ok:
                 return seen
         return True
-    text = {"for-loop": f"for-loop: at least {per_param} ops per parameter ({params if params is not None else '?'} "
+    text = {"for-loop": f"for-loop: at least {plural(per_param, 'op')} per parameter ({params if params is not None else '?'} "
                         "parameters; on a GPU as many "
                         "kernels), no foreach or fused op",
             "foreach": f"foreach: multi-tensor aten::_foreach_* ops for all {params if params is not None else '?'} "

@@ -4,7 +4,8 @@ Plain torch.profiler around a training loop, as people write it at work: no reco
 2-layer Llama from `transformers` built from a tiny config (random weights, nothing downloaded), AdamW.
 - accum: gradient accumulation, 2 micro-batches per optimizer step, one process;
 - ddp_accum: the same under DistributedDataParallel over gloo, 2 ranks, `no_sync()` on the first micro-batch
-  (only the last backward all-reduces): `_rank0` / `_rank1`, rank 0's committed;
+  (only the last backward all-reduces): `_rank0` / `_rank1`, rank 0's committed; ddp_gbv: the same with
+  `gradient_as_bucket_view=True`;
 - fsdp: FSDP2 (`fully_shard` on each decoder layer and the root) over gloo, 2 ranks, rank 0's committed;
 - compile_break: a torch.compile'd function that runs forward and calls loss.backward() (Dynamo breaks the graph
   there, and the backward runs from AOTAutograd's compiled backward);
@@ -14,6 +15,7 @@ Plain torch.profiler around a training loop, as people write it at work: no reco
 
     uv run python tests/data/train_foreign/record_train.py OUTDIR     # about two minutes on 2 cores
     python3 tests/data/train_foreign/record_train.py OUTDIR cuda      # the GPU machine: h100_* / h200_*, one rank
+    ... OUTDIR [cuda] --ranks-only                                      # the DDP and FSDP runs alone
 
 On a GPU the same runs in bf16 (the model on the GPU, a GPU lane in each trace); DDP and FSDP run as one rank over
 NCCL (a group of one: the gradients' hooks, buckets and callbacks run, no collective kernel). The GPU fixtures
@@ -38,7 +40,7 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
-CUDA = len(sys.argv) > 2 and sys.argv[2] == "cuda"
+CUDA = "cuda" in sys.argv[2:]
 DEV = "cuda" if CUDA else "cpu"
 # the files' prefix: the GPU's model (h100_, h200_), or cpu_
 PREFIX = next((m.lower() for m in ("H100", "H200") if m in torch.cuda.get_device_name()), "gpu") if CUDA else "cpu"
@@ -165,6 +167,10 @@ def rank_main(rank: int, world: int, port: int) -> None:
     m = DDP(llama(), device_ids=[rank] if CUDA else None)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
     run(f"ddp_accum_rank{rank}", accumulation(m, opt, ids, ddp=True))
+    # the same with gradient_as_bucket_view=True: the reducer copies no bucket back at the end of backward
+    g = DDP(llama(), device_ids=[rank] if CUDA else None, gradient_as_bucket_view=True)
+    opt = torch.optim.AdamW(g.parameters(), lr=1e-3)
+    run(f"ddp_gbv_rank{rank}", accumulation(g, opt, ids, ddp=True))
 
     from torch.distributed.fsdp import fully_shard
 
@@ -196,4 +202,5 @@ if __name__ == "__main__":
 
     ranks = 1 if CUDA else 2  # one GPU on the machine that records them
     mp.spawn(rank_main, args=(ranks, free_port()), nprocs=ranks)
-    one_process()
+    if "--ranks-only" not in sys.argv:
+        one_process()
