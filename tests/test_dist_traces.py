@@ -338,3 +338,22 @@ def test_rank_0_of_one_run_and_rank_1_of_another_are_refused(capsys):
     # and a run of another machine, a quarter of an hour later, beside this one
     with pytest.raises(it.TraceError, match=r"min after rank 0 .* two runs' traces"):
         ranks.load_run([path("ddp", 0), path("ddp_busy", 1)])
+
+
+def test_a_rank_file_without_distributed_info_is_refused_not_compared(tmp_path):
+    """rank 0 and rank 1 of one run, rank 1's distributedInfo removed: named as one run's ranks, it can be neither
+    merged nor silently compared as two runs; one line, exit 2. Two such files that both lack it are compared."""
+    cli, gz = it, gzip
+
+    here = Path(__file__).resolve().parent / "data" / "dist"
+    for r in (0, 1):
+        data = json.loads(gz.decompress((here / f"cpu_ddp_rank{r}.json.gz").read_bytes()))
+        if r == 1:
+            del data["distributedInfo"]
+        (tmp_path / f"run_rank{r}.json").write_text(json.dumps(data))
+    files = [str(tmp_path / f"run_rank{r}.json") for r in (0, 1)]
+    assert cli.main(files) == 2
+    bare = json.loads((tmp_path / "run_rank0.json").read_text())
+    del bare["distributedInfo"]
+    (tmp_path / "run_rank0.json").write_text(json.dumps(bare))
+    assert cli.main(files) == 0  # neither says it is a rank: two traces, compared

@@ -119,9 +119,23 @@ def two_ranks(traces: list[Trace]) -> bool:
     """Two traces that say they are different ranks of a run of the same size: read together, not compared."""
     infos = [t.meta.get("distributedInfo") for t in traces]
     if not all(isinstance(i, dict) for i in infos):
+        _named_as_ranks(traces, infos)
         return False
     ranks_, worlds = [i.get("rank") for i in infos], [i.get("world_size") for i in infos]
     return len(set(map(repr, ranks_))) == len(traces) and len(set(map(repr, worlds))) == 1
+
+
+def _named_as_ranks(traces: list[Trace], infos: list) -> None:
+    """Two files named as two ranks of one run (<run>_rank0.json, <run>_rank1.json), one of them without
+    distributedInfo: neither a run to merge nor, silently, two runs to compare; one line (TraceError)."""
+    names = [Path(str(t.path)).name for t in traces]
+    if not all(RANK_IN_NAME.search(n) for n in names) or len({RANK_IN_NAME.sub("", n) for n in names}) != 1 \
+            or len(set(names)) != len(names) or all(not isinstance(i, dict) for i in infos):
+        return
+    bare = next(t for t, i in zip(traces, infos) if not isinstance(i, dict))
+    raise TraceError(f"{bare.path}: named as a rank of the same run as the other trace, but it holds no "
+                     "distributedInfo (rank, world_size), so the two cannot be merged; to compare them anyway, "
+                     "rename one")
 
 
 def join(traces: list[Trace]) -> list[Trace]:
