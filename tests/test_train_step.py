@@ -612,7 +612,8 @@ def test_flags_from_the_file_name_where_the_trace_says_nothing(mlp):
     t = parse(gpu_trace())
     a = types.SimpleNamespace()
     training.train_flags(a, t, ["mlp-1L", "adamw-foreach", f"mlp-{mlp}", "ckpt", "bf16"])
-    assert vars(a) == {"optimizer": "adamw", "optim_impl": "foreach", "mlp": mlp, "checkpoint": True}
+    assert vars(a) == {"optimizer": "adamw", "optim_impl": "foreach", "mlp": mlp, "checkpoint": True,
+                       "ops_per_parameter": 3}  # a trace's AdamW: its moments, denominator and update
     b = types.SimpleNamespace()
     training.train_flags(b, t, ["mlp-1L", "sgd", "mlp-other", "bf16"])
     assert vars(b) == {"mlp": "eager", "checkpoint": False}
