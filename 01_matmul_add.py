@@ -27,7 +27,7 @@ import common  # first: its Ctrl-C handler must be in place before torch's slow 
 import torch
 
 import inspect_trace as it
-from trace_reader.expect import buffer_request, cold_start_gap, gpu_lag_grows
+from trace_reader.analyzers.guesses import buffer_request, cold_start_gap, gpu_lag_grows
 
 
 def memcpy_per_step() -> it.Expect:

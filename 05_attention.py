@@ -34,7 +34,7 @@ from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 import common
 import inspect_trace as it
-from trace_reader import memory
+from trace_reader.analyzers import memory
 
 BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
             "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}

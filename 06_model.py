@@ -38,7 +38,7 @@ from torch.profiler import record_function
 
 import common
 import inspect_trace as it
-from trace_reader import modules
+from trace_reader.analyzers import modules
 
 HUB_TIMEOUT = float(os.environ.get("HUB_TIMEOUT", "20"))  # seconds; a firewall can otherwise hang for minutes
 PRESETS = {  # Gemma's architecture, vocab 32000 (Gemma's own 256000 would put 1 GB in the embedding alone)

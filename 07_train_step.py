@@ -57,8 +57,10 @@ from torch import nn
 from torch.profiler import record_function
 from torch.utils.checkpoint import checkpoint
 
+from trace_reader.render import memory_picture
+from trace_reader.analyzers import training_expect
 import inspect_trace as it
-from trace_reader import memory_timeline, training
+from trace_reader.analyzers import memory_timeline
 
 SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
 OPTIMIZERS = {"adamw": lambda params, **kw: torch.optim.AdamW(params, lr=1e-4, **kw),
@@ -89,15 +91,15 @@ class MLPStack(nn.Module):
 
 def expectations(args, params, param_bytes):
     """Guess first, then look: checked against the trace after the run."""
-    out = [it.steps(args.active, "train_step"), training.phases_present()]
+    out = [it.steps(args.active, "train_step"), training_expect.phases_present()]
     if args.mlp not in FUSED:  # the fused kernel's GEMMs are no aten op: the trace cannot count their FLOPs
-        out.append(training.backward_flops(2.25, 3.5, "--checkpoint: input and weight gradients, and the "
+        out.append(training_expect.backward_flops(2.25, 3.5, "--checkpoint: input and weight gradients, and the "
                                            "checkpointed forward once more") if args.checkpoint else
-                   training.backward_flops(1.5, 2.5, "a gradient for each GEMM's input and one for its weight"))
+                   training_expect.backward_flops(1.5, 2.5, "a gradient for each GEMM's input and one for its weight"))
     # a trace read back may lower the floor: its SGD's momentum is not known (training.train_flags)
     per_param = args.__dict__.get("ops_per_parameter") or OPS_PER_PARAMETER[args.optimizer]
-    out.append(training.optimizer_kind(args.optim_impl, params, per_param))
-    out.append(training.peak_after_forward(args.checkpoint, param_bytes,
+    out.append(training_expect.optimizer_kind(args.optim_impl, params, per_param))
+    out.append(training_expect.peak_after_forward(args.checkpoint, param_bytes,
                                            "the fused MLP with recompute=True (g and u)"
                                            if args.mlp == "fused-recompute" else None))
     return out
@@ -310,7 +312,7 @@ def memory_pictures(run, prof, trace: Path) -> str:
         timeline = memory_timeline.from_torch_export(rows, run.device.type, base / 1e3 if aligned else 0.0,
                                                      category_names())
         data = memory_timeline.write(timeline, trace.with_name(stem + ".memory.json"))
-        png = memory_timeline.draw(timeline, trace.with_name(stem + ".memory.png"), loaded if aligned else None,
+        png = memory_picture.draw(timeline, trace.with_name(stem + ".memory.png"), loaded if aligned else None,
                                    f"{stem}: memory by category")
     except it.TraceError as e:
         return f"memory timeline: not drawn: {e}"

@@ -48,7 +48,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
                                                parallelize_module)
 
 import inspect_trace as it
-from trace_reader import ranks
+from trace_reader.analyzers import ranks
 
 SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
 LAUNCH = "uv run torchrun --standalone --nproc-per-node 2 08_tensor_parallel.py"

@@ -59,8 +59,9 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import record_function
 
+from trace_reader.analyzers import training_expect
 import inspect_trace as it
-from trace_reader import data_parallel, training
+from trace_reader.analyzers import data_parallel
 
 train_step = importlib.import_module("07_train_step")  # its MLPStack: --layers of the post's MLP in a row
 SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
@@ -72,7 +73,7 @@ PROBE = (2, 8)  # batch x seq of each rank's micro-batches in the gradient check
 def expectations(args, world, buckets=None):
     """Guess first, then look: checked on every rank's trace after the run. `buckets`: DDP's bucket count, where
     known (the script asks DDP; a saved trace does not say)."""
-    out = [it.steps(args.active, "train_step"), training.phases_present(),
+    out = [it.steps(args.active, "train_step"), training_expect.phases_present(),
            data_parallel.micro_batches(args.accumulate)]
     if args.dp == "ddp":
         out += [data_parallel.buckets_overlap_backward(world),

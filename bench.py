@@ -50,7 +50,7 @@ import torch
 import torch.nn.functional as F
 
 import common
-from trace_reader.plot import bench_chart_next_to
+from trace_reader.render.plot import bench_chart_next_to
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SWEEPS = {

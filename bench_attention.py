@@ -30,7 +30,7 @@ from torch.nn.attention.flex_attention import create_block_mask
 
 import bench
 import common
-from trace_reader.plot import byte_rate, flop_rate
+from trace_reader.render.plot import byte_rate, flop_rate
 
 attention = importlib.import_module("05_attention")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}

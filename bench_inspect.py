@@ -35,7 +35,7 @@ ID_STRIDE = 10_000_000  # per copy, so External ids, correlations and flow ids n
 
 def replicate(src: Path, steps: int, dst: Path) -> int:
     """Write a trace with `steps` copies of src's first active step; return its size in bytes."""
-    data = it._read_json(src)
+    data = it.read_json(src)
     trace = it.parse_trace(data, str(src))
     if trace.whole or not trace.steps:
         raise it.TraceError(f"{src}: no ProfilerStep#N spans to replicate")

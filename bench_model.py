@@ -55,7 +55,7 @@ import transformers
 
 import bench
 import common
-from trace_reader.plot import bench_chart_next_to, byte_rate, flop_rate
+from trace_reader.render.plot import bench_chart_next_to, byte_rate, flop_rate
 
 model_script = importlib.import_module("06_model")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}

@@ -36,8 +36,8 @@ import torch.multiprocessing as mp
 
 import bench
 import common
-from trace_reader import ranks
-from trace_reader.plot import bench_chart_next_to
+from trace_reader.analyzers import ranks
+from trace_reader.render.plot import bench_chart_next_to
 
 tp = importlib.import_module("08_tensor_parallel")
 SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP

@@ -47,7 +47,7 @@ import torch
 
 import bench
 import common
-from trace_reader.plot import bench_chart_next_to, flop_rate
+from trace_reader.render.plot import bench_chart_next_to, flop_rate
 
 train07 = importlib.import_module("07_train_step")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

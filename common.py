@@ -77,8 +77,8 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function, schedule  # noqa: E402
 
 import inspect_trace  # noqa: E402
-from trace_reader.plot import CPU_HAS_NO_ROOFLINE, plot_next_to  # noqa: E402 - imports matplotlib only when it draws
-from trace_reader.read import plural  # noqa: E402,F401 - the scripts' "1 layer", "2 layers"
+from trace_reader.render.plot import CPU_HAS_NO_ROOFLINE, plot_next_to  # noqa: E402 - imports matplotlib only when it draws
+from trace_reader.reading.events import plural  # noqa: E402,F401 - the scripts' "1 layer", "2 layers"
 
 
 class _profile(profile):
@@ -278,7 +278,7 @@ def setup(script_file: str, args: argparse.Namespace, elements: int = 0, compile
         raise Fail(f"cannot write to output folder {out}: {e.strerror or e}") from None
     args.out = out
     if getattr(args, "open", False):  # a busy port is reported now, not after the whole run
-        import serve_trace
+        from trace_reader import serve as serve_trace
 
         try:
             serve_trace.check_port(args.port)
@@ -561,7 +561,7 @@ def show(run: Run, trace: Path, table: Path, expectations=()) -> None:
     if run.args.plot:
         print(plot_next_to(loaded, trace))
     if run.args.open:
-        import serve_trace
+        from trace_reader import serve as serve_trace
 
         try:
             outcome = serve_trace.serve(trace, port=run.args.port)
@@ -633,7 +633,7 @@ def start_ranks(cuda: bool, seconds: float) -> None:
 def rank_report(run: Run, trace: Path, table: Path, expectations, world: int) -> None:
     """Every rank checks its own trace; rank 0 also prints its report and the merged report of all ranks (call it
     once every rank's trace is on disk: after a barrier)."""
-    from trace_reader import ranks
+    from trace_reader.analyzers import ranks
 
     loaded = inspect_trace.load_trace(trace)
     results = inspect_trace.check(loaded, expectations)

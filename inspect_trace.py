@@ -38,149 +38,51 @@ straggler, its size, algorithm and bus bandwidth (trace_reader/ranks.py).
 The scripts declare what the post says their trace should show (`Expect`, built with `steps()`,
 `kernel()`, ...); `check()` reads the trace and says confirmed, broken or not applicable.
 
-The reader itself lives in trace_reader/, one file per question (see trace_reader/__init__.py);
-this file is the command.
+The reader itself is the package in reader/ (trace_reader: one file per question, docs/layout.md), installable
+alone as `torch-trace`; this file is its command in the suite, which also knows the suite's scripts (--expect SCRIPT).
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
-import os
+import importlib
 import sys
 
 # Re-exported: the scripts, common.py, bench_inspect.py and the tests use them as inspect_trace.<name>.
-from trace_reader import ranks
-from trace_reader.compare import compare, comparison_data, match
-from trace_reader.expect import (SCRIPTS, Expect, NotApplicable, _need_steps, bound, check, cpu_event, cpu_op,
-                                 expectations_for, kernel, kernels_per_step, occupancy_before_gemms,
-                                 print_expectations, steps, views_launch_nothing)
-from trace_reader.kernels import cpu_kernels
-from trace_reader.peaks import _read_torch_table, device_peak
-from trace_reader.read import OCCUPANCY, WHOLE_TRACE, Trace, TraceError, _read_json, load_trace, parse_trace
-from trace_reader.report import bound_of, cpu_self_times, gpu_time_by_annotation, report, report_data
+from trace_reader import cli, scripts
+from trace_reader.analyzers.annotations import gpu_time_by_annotation
+from trace_reader.analyzers.guesses import bound, cpu_event, cpu_op, kernel, kernels_per_step, occupancy_before_gemms, steps, views_launch_nothing
+from trace_reader.analyzers.report import cpu_self_times, report_data
+from trace_reader.analyzers.steps import bound_of
+from trace_reader.comparison.compare import comparison_data
+from trace_reader.comparison.pairing import match
+from trace_reader.expectation import Expect, NotApplicable, check, need_steps, print_expectations
+from trace_reader.facts.kernels import cpu_kernels
+from trace_reader.facts.peaks import device_peak
+from trace_reader.reading.events import OCCUPANCY, WHOLE_TRACE, Trace, TraceError
+from trace_reader.reading.files import load_trace, read_json
+from trace_reader.reading.tree import parse_trace
+from trace_reader.render.compare_text import compare
+from trace_reader.render.report_text import report
+from trace_reader.scripts import SCRIPTS
+
+__all__ = ["OCCUPANCY", "SCRIPTS", "WHOLE_TRACE", "Expect", "NotApplicable", "Trace", "TraceError", "bound", "bound_of",
+           "check", "compare", "comparison_data", "cpu_event", "cpu_kernels", "cpu_op", "cpu_self_times", "device_peak",
+           "expectations_for", "gpu_time_by_annotation", "kernel", "kernels_per_step", "load_trace", "main", "match",
+           "need_steps", "occupancy_before_gemms", "parse_trace", "print_expectations", "read_json", "report",
+           "report_data", "steps", "views_launch_nothing"]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, not the usage block
-        raise TraceError(message)
+def expectations_for(script: str, trace: Trace):
+    """A script's expectations for a saved trace, the script imported from this suite (trace_reader/scripts.py)."""
+    return scripts.expectations_for(script, trace, importlib.import_module)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="inspect_trace.py", description=__doc__.split("\n")[0])
-    p.add_argument("traces", nargs="+", metavar="TRACE", help="one trace to report, or two (A B) to compare; the "
-                   "traces of one distributed run (or a folder holding them) to merge by rank")
-    p.add_argument("--ranks", action="store_true", help="read the files as the ranks of one distributed run (implied "
-                   "by a folder, by more than two traces, and by two traces of different ranks of one run)")
-    p.add_argument("--full-names", action="store_true", help="print kernel names untruncated")
-    p.add_argument("--all-steps", action="store_true", help="list every step (default: a long trace shows its "
-                   "first and last steps and quantiles)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON instead of text (two traces: the comparison)")
-    p.add_argument("--expect", metavar="SCRIPT",
-                   help=f"check the trace against a script's expectations ({', '.join(SCRIPTS)}); "
-                   "its mode and steps are read from the trace")
-    p.add_argument("--kernel-files", action="store_true", help="read the Inductor kernel sources the trace names "
-                   "(regular files under 1 MiB on this machine, 2 s in all) for exact bytes moved; off: a trace "
-                   "never makes the reader open another file")
-    p.add_argument("--open", action="store_true", help="serve the trace to the Perfetto UI (local only)")
-    p.add_argument("--port", type=int, default=None, help="port for --open (default: serve_trace's 9001)")
-    p.add_argument("--plot", metavar="FILE.png", help="also draw the roofline (two traces: both, with arrows)")
-    try:
-        args = p.parse_args(argv)
-        _check_expect(args.expect)
-        if args.ranks or len(args.traces) > 2 or any(os.path.isdir(t) for t in args.traces):
-            return _merged(args, ranks.load_run(args.traces))
-        if len(args.traces) == 2 and args.expect:
-            raise TraceError("--expect takes one trace")
-        port = {} if args.port is None else {"port": args.port}
-        if args.open:  # a busy port is one line now, not after the whole report
-            import serve_trace  # the suite's one-file server; only needed here
-
-            try:
-                serve_trace.check_port(port.get("port", serve_trace.DEFAULT_PORT))
-            except serve_trace.ServeError as e:
-                raise TraceError(str(e)) from None
-        traces = [load_trace(t, kernel_files=args.kernel_files) for t in args.traces]
-        if len(traces) == 2 and ranks.two_ranks(traces):  # rank 0 and rank 1 of one run: merged, not compared
-            return _merged(args, ranks.join(traces))
-        if args.plot:
-            from trace_reader.plot import check_drawable  # matplotlib loads only when a picture is drawn
-
-            check_drawable(traces, args.plot)  # a CPU trace, a bad file name, a read-only folder: one line, first
-        broken = 0
-        if len(traces) == 1:
-            results = None
-            if args.expect:
-                exps, said = expectations_for(args.expect, traces[0])
-                results = check(traces[0], exps)
-                broken = sum(v == "broken" for _, v, _ in results)
-            if args.json:
-                data = report_data(traces[0])
-                if results is not None:
-                    data["expectations"] = [{"guess": ex.text, "verdict": v, "seen": d} for ex, v, d in results]
-                print(json.dumps(data, indent=1))
-            else:
-                print(report(traces[0], args.full_names, args.all_steps))
-                if results is not None:
-                    print(f"\n{said}")
-                    print_expectations(results)
-        elif args.json:
-            print(json.dumps(comparison_data(traces[0], traces[1]), indent=1))
-        else:
-            print(compare(traces[0], traces[1], args.full_names))
-        if args.plot:
-            from trace_reader.plot import plot_traces  # matplotlib loads only when a picture is asked for
-
-            print(plot_traces(traces, args.plot), file=sys.stderr if args.json else sys.stdout)  # JSON stays clean
-        if args.open:
-            try:
-                serve_trace.serve(args.traces[-1], **port)
-            except serve_trace.ServeError as e:
-                raise TraceError(str(e)) from None
-    except TraceError as e:
-        print(f"inspect_trace.py: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:  # `... | head` closed the pipe: not an error worth a traceback
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - keeps the interpreter's final flush quiet
-        return 0
-    return 1 if broken else 0
-
-
-def _check_expect(script: str | None) -> None:
-    """--expect names a script whose guesses the reader can choose from a trace; 05_attention's cannot be."""
-    if script is None or script in SCRIPTS:
-        return
-    if script.removesuffix(".py") == "05_attention":
-        raise TraceError("--expect 05_attention: its guesses depend on --impl, --backend and --decode, which its "
-                         "trace does not say; 05_attention.py checks them itself after each run")
-    raise TraceError(f"--expect {script}: not one of the scripts it knows ({', '.join(SCRIPTS)})")
-
-
-def _merged(args, traces) -> int:
-    """The ranks of one distributed run, merged (trace_reader/ranks.py)."""
-    for flag in ("expect", "open"):
-        if getattr(args, flag):
-            raise TraceError(f"--{flag} reads one trace: give one rank's trace, not the whole run")
-    if args.plot:
-        from trace_reader.plot import check_png_path  # matplotlib loads only when a picture is drawn
-
-        check_png_path(args.plot)  # a bad file name or a read-only folder: one line, before the report
-    data = ranks.analyze(traces)
-    print(json.dumps(data, indent=1) if args.json else ranks.text(data))
-    if args.plot:
-        from trace_reader.plot import plot_ranks
-
-        written = plot_ranks(ranks.lanes(traces), args.plot)
-        print(f"wrote {written} (the ranks side by side)", file=sys.stderr if args.json else sys.stdout)
-    return 0
+    return cli.main(argv, prog="inspect_trace.py", load_script=importlib.import_module)
 
 
 if __name__ == "__main__":
     code = main()
-    # The trace's tree (parents <-> children) is cyclic garbage now; the process ends, so skip the final
-    # collection over 10^5-10^6 objects (about half the run time on a 35 MB trace).
-    gc.freeze()
+    gc.freeze()  # the trace's cyclic tree is garbage now: skip the final collection (cli.run says why)
     sys.exit(code)

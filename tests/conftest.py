@@ -198,7 +198,7 @@ def decoder(request, monkeypatch) -> str:
     """The trace reader's JSON decoder for this test: msgspec (skipped where it is not installed, as on the GPU
     image) or the stdlib's, which the reader falls back to (read._loads, read.load_trace). Hostile-input tests run
     under both; a child process gets the same decoder from python_for(decoder)."""
-    from trace_reader import read
+    from trace_reader.reading import files as read
 
     if request.param == "msgspec" and read._fast() is None:
         pytest.skip("msgspec is not installed here: the stdlib decodes every trace")

@@ -20,7 +20,7 @@ import inspect_trace as it
 from doc_pages import page
 from test_readme import CPU_SHAPE, page_runs
 from test_scripts import load, steps
-from trace_reader import memory
+from trace_reader.analyzers import memory
 
 attention = importlib.import_module("05_attention")
 DATA = Path(__file__).resolve().parent / "data"

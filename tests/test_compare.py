@@ -15,10 +15,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from trace_reader.render import compare_text
+from trace_reader.comparison import units
+from trace_reader.comparison import pairing
+from trace_reader.comparison import align
 import inspect_trace as it
 from doc_pages import all_text, page
 from test_inspect_trace import record
-from trace_reader import compare as cmp
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -28,7 +31,7 @@ needs_h200 = pytest.mark.skipif(not (DATA / "h200_mlp_eager.json.gz").exists(), 
 
 
 def raw(name: str) -> dict:
-    return it._read_json(DATA / f"h200_{name}.json.gz")
+    return it.read_json(DATA / f"h200_{name}.json.gz")
 
 
 def parse(data: dict, path="<test>"):
@@ -157,7 +160,7 @@ def test_kernels_alone_are_grouped_as_a_whole_not_guessed(h200):
     b = parse(without_annotations_and_shapes(h200["liger"], keep_ops=False))
     assert all(k.op is None or k.op.name.startswith("ProfilerStep#") for st in a.steps for k in st.kernels)
     (g,) = it.match(a, b).groups
-    assert g.by == cmp.REST and len(g.old) == 2 and g.new == [LIGER]
+    assert g.by == units.REST and len(g.old) == 2 and g.new == [LIGER]
     assert g.old_us == pytest.approx(sum(k.dur for st in a.steps for k in st.kernels
                                          if "elementwise" in k.name) / len(a.steps))
 
@@ -287,7 +290,7 @@ def test_a_long_step_is_compared_in_near_linear_time():
     assert (r["old"], r["new"], r["times"], r["by"]) == ([GELU, MUL], [TRITON], layers, "gelu, mul")
     assert r["old_us"] == pytest.approx(sum(31.0 + (i % 7) * 0.1 + 36.0 for i in range(layers)))
     assert r["old_calls"] == {GELU: layers, MUL: layers} and r["new_calls"] == {TRITON: layers}
-    text = cmp.render(d)
+    text = compare_text.render(d)
     assert f"{layers} × ({GELU} + {MUL})" in text and len(text.splitlines()) < 60
 
 
@@ -296,20 +299,20 @@ def test_many_steps_print_a_short_step_table_and_json_keeps_them_all():
     b = it.parse_trace(kineto([mlp_layers(1, fused=True)] * 600))
     d = it.comparison_data(a, b)
     assert [s["step"] for s in d["a"]["steps"]] == list(range(2, 602))
-    text = cmp.render(d)
+    text = compare_text.render(d)
     table = text.split("Per step (µs)")[1].split("\n\n")[0].splitlines()
     assert len(table) == 11 and "#601" in table[-3] and "median" in table[-2] and len(text.splitlines()) < 50
     # A hostile name (a megabyte of what could look like Inductor's) costs no more than a short one.
     t0 = time.perf_counter()
-    cmp._words("cpp_fused_" * 100_000 + "x")
+    pairing._words("cpp_fused_" * 100_000 + "x")
     assert time.perf_counter() - t0 < 2
 
 
 def test_align_small_cases():
-    assert cmp.align([], ["x"]) == []
-    assert cmp.align(["g", "gelu", "g", "mul", "h"], ["g", "g", "fused", "h"]) == [(0, 0), (2, 1), (4, 3)]
+    assert align.align([], ["x"]) == []
+    assert align.align(["g", "gelu", "g", "mul", "h"], ["g", "g", "fused", "h"]) == [(0, 0), (2, 1), (4, 3)]
     # unique names anchor first: a block that moved keeps its order around the anchors
-    assert cmp.align(list("abcdefg"), list("abcxdefg")) == [(0, 0), (1, 1), (2, 2), (3, 4), (4, 5), (5, 6), (6, 7)]
+    assert align.align(list("abcdefg"), list("abcxdefg")) == [(0, 0), (1, 1), (2, 2), (3, 4), (4, 5), (5, 6), (6, 7)]
 
 
 def test_sizes_pair_what_no_word_does_and_the_rest_is_one_group():
@@ -324,7 +327,7 @@ def test_sizes_pair_what_no_word_does_and_the_rest_is_one_group():
     m = it.match(a, b)
     assert [(g.old, g.new, g.by) for g in m.groups] == [(["scale_k"], ["scale_new"], "tensor sizes"),
                                                         (["shift_k"], ["shift_new"], "tensor sizes"),
-                                                        (["odd_k"], ["other_new"], cmp.REST)]
+                                                        (["odd_k"], ["other_new"], units.REST)]
     assert [(g.old_us, g.new_us) for g in m.groups] == [(3.0, 2.0), (5.0, 4.0), (1.0, 7.0)]
 
 
@@ -341,7 +344,7 @@ def test_what_nothing_tells_apart_is_one_group_per_layer_not_split_by_position()
     a = it.parse_trace(kineto([(kept + old) * layers + kept] * 2))
     b = it.parse_trace(kineto([(kept + new) * layers + kept] * 2))
     (g,) = it.match(a, b).groups
-    assert g.by == cmp.REST and g.times == layers
+    assert g.by == units.REST and g.times == layers
     assert sorted(g.old) == sorted(n for n, _, _ in old) and g.new == [n for n, _, _ in new]
     assert g.old_us == pytest.approx(layers * (18.0 + 1.2 + 18.4 + 1.3 + 18.5 + 1.5))
     assert g.new_us == pytest.approx(layers * (33.1 + 19.9))
@@ -472,7 +475,7 @@ def test_two_traces_without_a_kernel_in_common():
     """Nothing stayed (no pair to anchor a gap): A's one kernel and B's, which nothing tells apart, are one group."""
     d = it.comparison_data(it.parse_trace(kineto([[("k_old", 5.0, "aten::foo")]])),
                            it.parse_trace(kineto([[("k_new", 4.0, "aten::bar")]])))
-    assert replaced(d) == [(["k_old"], ["k_new"], cmp.REST)] and d["same"] == []
+    assert replaced(d) == [(["k_old"], ["k_new"], units.REST)] and d["same"] == []
 
 
 def test_back_to_eager_the_gelu_a_template_fused_joins_its_group():
@@ -494,7 +497,7 @@ def test_what_nothing_tells_apart_joins_the_leftovers_one_gap_later():
     a = kineto([[("odd_old", 3.0, "Qux"), keep, ("gemm_old", 20.0, "aten::mm")]])
     b = kineto([[keep, ("gemm_new", 18.0, "aten::mm"), ("odd_new", 2.0, "aten::baz")]])
     d = it.comparison_data(it.parse_trace(a), it.parse_trace(b))
-    assert replaced(d) == [(["odd_old"], ["odd_new"], cmp.REST), (["gemm_old"], ["gemm_new"], "mm")]
+    assert replaced(d) == [(["odd_old"], ["odd_new"], units.REST), (["gemm_old"], ["gemm_new"], "mm")]
 
 
 @pytest.mark.parametrize("extra_in", ["a", "b"])
@@ -520,7 +523,7 @@ def test_fused_back_to_two_kernels_beside_an_unrelated_change():
                  keep]])
     d = it.comparison_data(it.parse_trace(a), it.parse_trace(b))
     assert replaced(d) == [(["liger_k"], ["gelu_kernel", "mul_kernel"], "gelu, mul"),
-                           (["odd_old"], ["odd_new"], cmp.REST)]
+                           (["odd_old"], ["odd_new"], units.REST)]
 
 
 def test_a_trace_without_steps_beside_a_gpu_trace():
@@ -707,7 +710,7 @@ def test_training_lines_by_hand():
                 "backward": {"gpu_us": 9253.0, "cpu_us": 450.0, "kernels": 25}}
     t = {"a": {"phases": phases_a, "optimizer": {"class": "AdamW", "implementation": "foreach", "ops": 4, "kernels": 3}},
          "b": {"phases": phases_b, "optimizer": {"class": None, "implementation": "fused", "ops": 1, "kernels": None}}}
-    gpu = cmp._training_lines(t, True)
+    gpu = compare_text._training_lines(t, True)
     assert gpu[:2] == ["", "Training step, phase by phase (GPU µs per step, median over the steps):"]
     header, rows = gpu[2].splitlines()[0].split(), [r.split() for r in gpu[2].splitlines()[2:]]
     assert header == ["phase", "A", "GPU", "µs", "B", "GPU", "µs", "change", "kernels", "A", "kernels", "B"]
@@ -717,20 +720,20 @@ def test_training_lines_by_hand():
     assert fwd.index("1,186") + len("1,186") == bwd.index("11,758") + len("11,758")
     assert gpu[3:] == ["optimizer A: AdamW, looks foreach: 4 ops, 3 kernels per step",
                        "optimizer B: ?, looks fused: 1 ops per step"]
-    cpu = cmp._training_lines(t, False)
+    cpu = compare_text._training_lines(t, False)
     assert cpu[1] == "Training step, phase by phase (CPU µs per step, median over the steps):"
     assert [r.split() for r in cpu[2].splitlines()[2:]] == [["forward", "300.0", "330.0", "+10%"],
                                                           ["backward", "500.0", "450.0", "-10%"]]
     assert cpu[3:] == ["optimizer A: AdamW, looks foreach: 4 ops per step", "optimizer B: ?, looks fused: 1 ops per step"]
     t["b"]["phases"] = {}
-    assert cmp._training_lines(t, True)[2] == "(no phase in both)"
-    assert cmp._training_lines(None, True) == []
+    assert compare_text._training_lines(t, True)[2] == "(no phase in both)"
+    assert compare_text._training_lines(None, True) == []
 
 
 def test_names_count_repeats_and_times():
-    assert cmp._names(["k", "k", "m"], 1, str) == "2 × k + m"
-    assert cmp._names(["k", "m"], 3, str) == "3 × (k + m)"
-    assert cmp._names([], 4, str) == ""
+    assert compare_text._names(["k", "k", "m"], 1, str) == "2 × k + m"
+    assert compare_text._names(["k", "m"], 3, str) == "3 × (k + m)"
+    assert compare_text._names([], 4, str) == ""
 
 
 def test_step_table_by_hand():
@@ -739,7 +742,7 @@ def test_step_table_by_hand():
     By hand: GPU 10, 20, 60: median 20, mean 30; CPU 30, 50, 100: median 50, mean 60."""
     da = {"steps": [{"step": 2, "gpu_busy_us": 10.0, "cpu_us": 30.0}, {"step": 3, "gpu_busy_us": 20.0, "cpu_us": 50.0},
                     {"step": 4, "gpu_busy_us": 60.0, "cpu_us": 100.0}]}
-    assert cmp._steps_table(da, {"steps": []}) == [
+    assert compare_text._steps_table(da, {"steps": []}) == [
         "Per step (µs): GPU busy and CPU span, side by side (3 steps)",
         "A step  A GPU  A CPU  B step  B GPU  B CPU\n"
         "------  -----  -----  ------  -----  -----\n"
@@ -760,11 +763,11 @@ def test_render_the_training_units_and_cpu_ops_by_calls_then_name():
     assert d["training"] is None  # no backward in either: the phases come by hand
     phases = {"forward": {"gpu_us": 100.0, "cpu_us": 40.0, "kernels": 2}}
     d["training"] = {side: {"phases": phases, "optimizer": None} for side in "ab"}
-    lines = cmp.render(d).splitlines()
+    lines = compare_text.render(d).splitlines()
     assert "Training step, phase by phase (GPU µs per step, median over the steps):" in lines
     gone = lines.index("CPU ops gone in B:")
     assert lines[gone + 1:gone + 4] == ["  2/step  aten::mm", "  1/step  aten::add", "  1/step  aten::mul"]
     new = lines.index("CPU ops new in B:")
     assert lines[new + 1:new + 3] == ["  1/step  aten::div", "  1/step  aten::sub"]
     d["b"]["device"] = "cpu"
-    assert "Training step, phase by phase (CPU µs per step, median over the steps):" in cmp.render(d).splitlines()
+    assert "Training step, phase by phase (CPU µs per step, median over the steps):" in compare_text.render(d).splitlines()

@@ -9,10 +9,11 @@ import time
 
 import pytest
 
+from trace_reader.render import compare_text
+from trace_reader.comparison import units
 import inspect_trace as it
 from test_compare import kineto
-from trace_reader import align as al
-from trace_reader import compare as cmp
+from trace_reader.comparison import align as al
 
 
 def lcs_row(a: list, b: list) -> list[int]:
@@ -220,7 +221,7 @@ def test_repeated_layers_one_change_each_are_one_group_times_n():
     assert nvjet["a"]["us"] == pytest.approx(172.0 * layers)  # q, k, v, o, gate/up, down: no bmm among them
     assert nvjet["elsewhere"] == {"a": 2 * layers, "b": 0}
     assert_sums(d, raw_kernel_us(raw_a), raw_kernel_us(raw_b))
-    text = cmp.render(d)
+    text = compare_text.render(d)
     assert "nvjet *" in text and "this name's other calls are counted below" in text
 
 
@@ -268,7 +269,7 @@ def test_two_calls_becoming_one_are_counted_once():
     assert [(r["name"], r["calls"], r["us"]) for r in d["only_a"]] == [("k", 1, 12.0)]
     assert d["replaced"] == [] and d["only_b"] == []
     assert_sums(d, 72.0, 59.0)
-    text = cmp.render(d)
+    text = compare_text.render(d)
     assert "Only in A:\n      12.0 µs/step  1 × 12.0  k" in text
 
 
@@ -311,7 +312,7 @@ def test_a_step_less_trace_against_a_stepped_one_agrees_with_itself():
     assert [(r["name"], r["calls"]) for r in d["only_a"]] == [("aten::addmm", 2), ("aten::gelu", 2)]
     assert d["kernel_us"] == {"a": pytest.approx(60.0), "b": pytest.approx(20.0)}
     assert_sums_cpu(d)
-    text = cmp.render(d)
+    text = compare_text.render(d)
     assert "(nothing)" not in text
     assert 'note: A has no ProfilerStep spans, so its "per step" below is per trace' in text
 
@@ -322,7 +323,7 @@ def test_a_stepped_trace_against_a_step_less_one_names_b():
     names B."""
     a = it.parse_trace(cpu_trace([["aten::addmm", "aten::gelu"]] * 3), "a.json")
     b = it.parse_trace(cpu_trace([["aten::addmm", "aten::gelu"] * 3], stepped=False), "b.json")
-    assert cmp.render(it.comparison_data(a, b)).splitlines()[:4] == [
+    assert compare_text.render(it.comparison_data(a, b)).splitlines()[:4] == [
         "A  a.json  (CPU, 3 steps)", "B  b.json  (CPU, no ProfilerStep spans: one step, the whole trace)", "",
         "note: B has no ProfilerStep spans, so its \"per step\" below is per trace; the other's is per step"]
 
@@ -342,11 +343,11 @@ def test_compiled_cpu_run_without_kernel_profiling_says_why():
     a = it.parse_trace(cpu_trace([EAGER] * 3))
     b = it.parse_trace(cpu_trace([["aten::mm", "aten::mm", "aten::mm"]] * 3, compiled=True))
     d = it.comparison_data(a, b)
-    assert d["hidden"] == {"a": None, "b": cmp.HIDDEN_CPP}
+    assert d["hidden"] == {"a": None, "b": units.HIDDEN_CPP}
     (r,) = d["replaced"]
     assert (r["old"], r["new"], r["old_us"]) == (["aten::gelu", "aten::mul"], [], pytest.approx(20.0))
     assert d["only_a"] == [] and [s["name"] for s in d["same"]] == ["aten::mm"]
-    text = cmp.render(d)
+    text = compare_text.render(d)
     assert "(nothing)" not in text and "-100%" not in text
     assert ("    -> (compiled C++ kernels are not in the trace: profile with "
             "torch._inductor.config.cpp.enable_kernel_profile)") in text
@@ -361,10 +362,10 @@ def test_compiled_cpu_run_on_the_a_side_says_why_too():
     a = it.parse_trace(cpu_trace([["aten::mm", "aten::mm", "aten::mm"]] * 3, compiled=True))
     b = it.parse_trace(cpu_trace([EAGER] * 3))
     d = it.comparison_data(a, b)
-    assert d["hidden"] == {"a": cmp.HIDDEN_CPP, "b": None}
+    assert d["hidden"] == {"a": units.HIDDEN_CPP, "b": None}
     (r,) = d["replaced"]
     assert (r["old"], r["new"], r["new_us"]) == ([], ["aten::gelu", "aten::mul"], pytest.approx(20.0))
-    lines = cmp.render(d).splitlines()
+    lines = compare_text.render(d).splitlines()
     i = lines.index("  (compiled C++ kernels are not in the trace: profile with "
                     "torch._inductor.config.cpp.enable_kernel_profile)")
     assert lines[i + 1:i + 3] == ["    -> aten::gelu + aten::mul",
@@ -382,7 +383,7 @@ def test_either_span_of_a_compiled_region_says_why(marker):
     assert {e.name for st in b.steps for e in st.spans if not e.name.startswith("ProfilerStep#")} == {
         "aten::mm", marker}
     d = it.comparison_data(it.parse_trace(cpu_trace([EAGER] * 3)), b)
-    assert d["hidden"] == {"a": None, "b": cmp.HIDDEN_CPP}
+    assert d["hidden"] == {"a": None, "b": units.HIDDEN_CPP}
 
 @pytest.mark.parametrize("b_ops, compiled", [(["aten::mm", "cpp_fused_gelu_mul_0", "aten::mm", "aten::mm"], True),
                                              (["aten::mm", "aten::mm", "aten::mm"], False)])
@@ -397,7 +398,7 @@ def test_no_reason_without_a_compiled_region_or_with_its_kernels(b_ops, compiled
         assert [(r["old"], r["new"]) for r in d["replaced"]] == [(["aten::gelu", "aten::mul"], fused)]
     else:
         assert d["replaced"] == [] and [r["name"] for r in d["only_a"]] == ["aten::gelu", "aten::mul"]
-    assert "(nothing)" not in cmp.render(d)
+    assert "(nothing)" not in compare_text.render(d)
 
 
 # ------------------------------------------------------------------- recorded: a transformers GPT-2 on the CPU

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from trace_reader.render import compare_text
 import inspect_trace as it
-from trace_reader import compare as cmp
-from trace_reader import ranks
+from trace_reader.analyzers import ranks
 
 DATA = Path(__file__).resolve().parent / "data" / "dist_compare"
 DDP, FSDP2, SINGLE = (DATA / f for f in ("cpu_ddp_rank0.json.gz", "cpu_fsdp2_rank0.json.gz", "cpu_single.json.gz"))
@@ -134,17 +134,17 @@ def test_a_single_process_against_a_ddp_rank_and_two_without_any():
     assert (a["world_size"], a["rank"], a["kinds"]) == (1, None, {})
     assert a["total"] == {"calls": 0, "bytes": 0, "us": 0, "exposed_us": 0}
     assert b["kinds"]["all_reduce"]["calls"] == gloo_truth(DDP)["all_reduce"]["calls"] == 2
-    text = cmp.render(d)
+    text = compare_text.render(d)
     assert "A: one process, no process group; B: rank 0 of 2 (gloo)" in text
     (row,) = [line for line in text.splitlines() if line.startswith("all_reduce ")]
     assert row.split()[1:3] == ["0", "2"]
     same = it.comparison_data(it.load_trace(SINGLE), it.load_trace(SINGLE))
-    assert same["communication"] is None and "Communication" not in cmp.render(same)
+    assert same["communication"] is None and "Communication" not in compare_text.render(same)
 
 
 def test_the_text_and_json_carry_every_kind(ddp_fsdp2, capsys):
     """A row per kind either side ran, a total where there are several; `--json` prints the same numbers."""
-    text = cmp.render(ddp_fsdp2)
+    text = compare_text.render(ddp_fsdp2)
     lines = text.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("Communication per step"))
     assert "A: rank 0 of 2 (gloo); B: rank 0 of 2 (gloo)" in lines[head]
@@ -234,4 +234,4 @@ def test_a_gpu_rank_against_one_gpu_by_hand():
     assert c["a"]["kinds"] == {"all_reduce": {"calls": 1, "bytes": 2048, "us": 5.0, "exposed_us": 3.0}}
     assert c["a"]["total"] == c["a"]["kinds"]["all_reduce"] and c["b"]["kinds"] == {}
     assert (c["a"]["backend"], c["b"]["world_size"]) == ("nccl", 1)
-    assert "2.0 KiB" in cmp.render(d)
+    assert "2.0 KiB" in compare_text.render(d)

@@ -7,9 +7,11 @@ Every number is worked out by hand from the kineto() traces (test_compare.py): a
 5 µs per launch, its kernels run back to back."""
 import pytest
 
+from trace_reader.render import compare_text
+from trace_reader.comparison import units
+from trace_reader.comparison import pairing
 import inspect_trace as it
 from test_compare import in_spans, kineto, replaced
-from trace_reader import compare as cmp
 
 
 def traces(a_steps, b_steps):
@@ -24,7 +26,7 @@ def test_two_small_steps_compared_word_for_word():
                   [[("k_same", 6.0, "aten::mm"), ("k_new", 4.0, "aten::gelu"), ("k_same", 1.0, "aten::mm"),
                     ("k_extra", 3.0, "aten::add")]] * 2)
     d = it.comparison_data(a, b)
-    assert cmp.render(d) == """\
+    assert compare_text.render(d) == """\
 A  a.json  (GPU, 2 steps)
 B  b.json  (GPU, 2 steps)
 
@@ -73,7 +75,7 @@ CPU ops new in B:
 def test_nothing_replaced_and_a_kernel_only_in_b():
     """B adds an add kernel of 3 µs that nothing in A can have become: Only in B, and its op is new."""
     a, b = traces([[("k_same", 5.0, "aten::mm")]] * 2, [[("k_same", 5.0, "aten::mm"), ("k_extra", 3.0, "aten::add")]] * 2)
-    text = cmp.render(it.comparison_data(a, b))
+    text = compare_text.render(it.comparison_data(a, b))
     assert text.split("\n\n")[-5:] == [
         "Replaced, paired by what the kernels do (µs per step; 2 + 2 steps in the typical launch order):\n  (none)",
         "Only in A: (none)", "Only in B:\n       3.0 µs/step  1 × 3.0  k_extra", "CPU ops gone in B: (none)",
@@ -87,13 +89,13 @@ def test_a_cpu_trace_beside_a_gpu_trace():
     d = it.comparison_data(it.parse_trace(cpu_trace(steps), "c.json"), it.parse_trace(kineto(steps), "g.json"))
     assert [s["gpu_busy_us"] for s in d["a"]["steps"]] == [None, None]
     assert [s["gpu_busy_us"] for s in d["b"]["steps"]] == [5.0, 5.0]
-    lines = cmp.render(d).splitlines()
+    lines = compare_text.render(d).splitlines()
     assert lines[:2] == ["A  c.json  (CPU, 2 steps)", "B  g.json  (GPU, 2 steps)"]
     assert lines[13:16] == [
         "Units of work (CPU kernels), same name in both: calls per step, µs per call, µs per step -- note: A is a "
         "cpu trace, B a cuda trace", "(none)", ""]
     d["b"]["device_name"] = "NVIDIA H200"
-    assert cmp.render(d).splitlines()[1] == "B  g.json  (NVIDIA H200, 2 steps)"
+    assert compare_text.render(d).splitlines()[1] == "B  g.json  (NVIDIA H200, 2 steps)"
 
 
 def test_the_training_table_leaves_out_a_phase_one_side_lacks():
@@ -103,18 +105,18 @@ def test_the_training_table_leaves_out_a_phase_one_side_lacks():
                           "backward": {"gpu_us": 20.0, "cpu_us": 40.0, "kernels": 4}}, "optimizer": None},
          "b": {"phases": {"forward": {"gpu_us": 10.0, "cpu_us": None, "kernels": 2},
                           "backward": {"gpu_us": 15.0, "cpu_us": 50.0, "kernels": 3}}, "optimizer": None}}
-    assert cmp._training_lines(t, True)[2] == (
+    assert compare_text._training_lines(t, True)[2] == (
         "phase     A GPU µs  B GPU µs  change  kernels A  kernels B\n"
         "--------  --------  --------  ------  ---------  ---------\n"
         "backward      20.0      15.0    -25%          4          3")
-    assert cmp._training_lines(t, False)[2] == (
+    assert compare_text._training_lines(t, False)[2] == (
         "phase     A CPU µs  B CPU µs  change\n"
         "--------  --------  --------  ------\n"
         "backward      40.0      50.0    +25%")
 
 
 def test_change_from_nothing_is_new():
-    assert [cmp._change(0.0, 5.0), cmp._change(0.5, 1.0), cmp._change(1.0, 2.0), cmp._change(2.0, 1.0)] == [
+    assert [compare_text._change(0.0, 5.0), compare_text._change(0.5, 1.0), compare_text._change(1.0, 2.0), compare_text._change(2.0, 1.0)] == [
         "new", "+100%", "+100%", "-50%"]
 
 
@@ -122,15 +124,15 @@ def test_the_step_table_shows_six_steps_whole_and_elides_seven():
     """head 3 + tail 2 + 1: six steps are all shown; seven show #2..#4, "…", #7, #8."""
     def rows(n):
         da = {"steps": [{"step": i + 2, "gpu_busy_us": 1.0, "cpu_us": 2.0} for i in range(n)]}
-        return [line.split()[0] for line in cmp._steps_table(da, {"steps": []})[1].splitlines()[2:]]
+        return [line.split()[0] for line in compare_text._steps_table(da, {"steps": []})[1].splitlines()[2:]]
 
     assert rows(6) == ["#2", "#3", "#4", "#5", "#6", "#7", "median", "mean"]
     assert rows(7) == ["#2", "#3", "#4", "…", "#7", "#8", "median", "mean"]
 
 
 def test_names_repeat_from_two_times():
-    assert cmp._names(["k"], 2, str) == "2 × (k)"
-    assert cmp._names(["k"], 1, str) == "k"
+    assert compare_text._names(["k"], 2, str) == "2 × (k)"
+    assert compare_text._names(["k"], 1, str) == "k"
 
 
 def test_a_replaced_group_with_a_side_unseen():
@@ -139,18 +141,18 @@ def test_a_replaced_group_with_a_side_unseen():
     r = {"old": ["k"], "new": [], "times": 1, "old_us": 5.0, "new_us": 0.0, "old_calls": {"k": 1}, "new_calls": {},
          "old_us_per_call": {"k": 5.0}, "new_us_per_call": {}, "by": "gelu"}
     hidden = {"a": None, "b": "compiled C++ kernels are not in the trace"}
-    assert cmp._replaced(r, hidden, str) == ["  k", "    -> (compiled C++ kernels are not in the trace)",
+    assert compare_text._replaced(r, hidden, str) == ["  k", "    -> (compiled C++ kernels are not in the trace)",
                                              "    5.0 -> ? µs per step, calls × µs: A 1 × 5.0; B none",
                                              "    paired by: gelu"]
-    assert cmp._replaced(r, {"a": None, "b": None}, str)[1:3] == [
+    assert compare_text._replaced(r, {"a": None, "b": None}, str)[1:3] == [
         "    -> (nothing)", "    5.0 -> 0.0 µs per step (-100%), calls × µs: A 1 × 5.0; B none"]
     both = {**r, "new": ["m"], "new_us": 4.0, "new_calls": {"m": 1}, "new_us_per_call": {"m": 4.0}}
-    assert cmp._replaced(both, {"a": "x", "b": "y"}, str)[2] == \
+    assert compare_text._replaced(both, {"a": "x", "b": "y"}, str)[2] == \
         "    5.0 -> 4.0 µs per step (-20%), calls × µs: A 1 × 5.0; B 1 × 4.0"
     gone = {**both, "old": [], "old_us": 0.0, "old_calls": {}, "old_us_per_call": {}}
-    assert cmp._replaced(gone, {"a": None, "b": None}, str)[:3] == [
+    assert compare_text._replaced(gone, {"a": None, "b": None}, str)[:3] == [
         "  (nothing)", "    -> m", "    0.0 -> 4.0 µs per step (new), calls × µs: A none; B 1 × 4.0"]
-    assert cmp._replaced(gone, {"a": "hidden A", "b": "y"}, str)[2] == \
+    assert compare_text._replaced(gone, {"a": "hidden A", "b": "y"}, str)[2] == \
         "    ? -> 4.0 µs per step, calls × µs: A none; B 1 × 4.0"
 
 
@@ -163,7 +165,7 @@ def test_a_call_only_in_a_marks_its_name_and_one_steps_ops_are_per_step():
     assert d["same"][0]["elsewhere"] == {"a": 1, "b": 0}
     assert [(r["name"], r["calls"], r["us"]) for r in d["only_a"]] == [("k_same", 1, 3.0), ("k_x", 1, 2.0)]
     assert d["ops_gone"] == {"aten::sub": 1.0} and d["ops_new"] == {}
-    assert "k_same *        1        1        5.0        6.0      +20%        5.0        6.0" in cmp.render(d)
+    assert "k_same *        1        1        5.0        6.0      +20%        5.0        6.0" in compare_text.render(d)
 
 
 def test_a_trace_without_steps_is_noted_then_a_blank_line():
@@ -171,7 +173,7 @@ def test_a_trace_without_steps_is_noted_then_a_blank_line():
     raw["traceEvents"] = [e for e in raw["traceEvents"] if not e["name"].startswith("ProfilerStep")]
     whole = it.parse_trace(raw, "w.json")
     _, b = traces([], [[("k_same", 6.0, "aten::mm")]])
-    lines = cmp.render(it.comparison_data(whole, b)).splitlines()
+    lines = compare_text.render(it.comparison_data(whole, b)).splitlines()
     assert lines[:5] == ["A  w.json  (GPU, no ProfilerStep spans: one step, the whole trace)",
                          "B  b.json  (GPU, 1 steps)", "",
                          'note: A has no ProfilerStep spans, so its "per step" below is per trace; the other\'s is '
@@ -182,7 +184,7 @@ def test_long_kernel_names_are_cut_unless_asked_whole():
     long = "void cutlass::Kernel<" + "x" * 100 + ">"
     a, b = traces([[(long, 5.0, "aten::mm")]], [[(long, 6.0, "aten::mm")]])
     d = it.comparison_data(a, b)
-    assert long not in cmp.render(d) and long in cmp.render(d, full_names=True)
+    assert long not in compare_text.render(d) and long in compare_text.render(d, full_names=True)
 
 
 def annotated(steps):
@@ -218,7 +220,7 @@ def test_kernels_without_a_launching_op_are_replaced_too():
     a, b = traces([[("k_same", 5.0, "aten::mm"), ("k_old", 3.0, None)]] * 2,
                   [[("k_same", 5.0, "aten::mm"), ("k_new", 2.0, None)]] * 2)
     assert [(r["old"], r["new"], r["by"]) for r in it.comparison_data(a, b)["replaced"]] == [
-        (["k_old"], ["k_new"], cmp.REST)]
+        (["k_old"], ["k_new"], units.REST)]
 
 
 def test_a_gemm_pair_says_whether_sizes_or_order_paired_it():
@@ -234,16 +236,16 @@ def test_a_gemm_pair_says_whether_sizes_or_order_paired_it():
         b = it.parse_trace(kineto([[same, t]] * 2), "b.json")
         return [r["by"] for r in it.comparison_data(a, b)["replaced"]]
 
-    assert by([[8, 16], [16, 32], [8, 32]]) == [cmp.GEMM_SIZES]
-    assert by(None) == [cmp.GEMM_ORDER]
-    assert by([[4, 4], [4, 4]]) == [cmp.GEMM_ORDER]
+    assert by([[8, 16], [16, 32], [8, 32]]) == [units.GEMM_SIZES]
+    assert by(None) == [units.GEMM_ORDER]
+    assert by([[4, 4], [4, 4]]) == [units.GEMM_ORDER]
     # a bare launch after the template (no op, no words, no sizes) joins the GEMM pair by place: the group keeps
     # the evidence it had, and its label, while adding its own
     t = ("triton_tem_fused_mm_0", 3.0, "triton_tem_fused_mm_0", [[8, 16], [16, 32], [8, 32]])
     a = it.parse_trace(kineto([[same, addmm]] * 2), "a.json")
     b = it.parse_trace(kineto([[same, t, ("k_extra", 1.0, None)]] * 2), "b.json")
     assert [(r["old"], r["new"], r["by"]) for r in it.comparison_data(a, b)["replaced"]] == [
-        (["nvjet_gemm"], ["triton_tem_fused_mm_0", "k_extra"], cmp.GEMM_SIZES)]
+        (["nvjet_gemm"], ["triton_tem_fused_mm_0", "k_extra"], units.GEMM_SIZES)]
 
 
 def cpu_trace(steps, compiled=False):
@@ -267,9 +269,9 @@ def test_a_group_whose_other_side_is_unseen_comes_after_the_groups_in_as_order()
     a = it.parse_trace(cpu_trace([[mm, mm, mm, mm, ("k", 3.0, "aten::gelu")]] * 2, compiled=True), "a.json")
     b = it.parse_trace(cpu_trace([[("k", 1.0, "aten::add"), mm, mm, mm, mm, ("k", 2.0, "aten::mul")]] * 2), "b.json")
     d = it.comparison_data(a, b)
-    assert d["hidden"]["a"] == cmp.HIDDEN_CPP
+    assert d["hidden"]["a"] == units.HIDDEN_CPP
     assert [(r["old"], r["new"], r["by"]) for r in d["replaced"]] == [
-        (["aten::gelu"], ["aten::mul"], cmp.REST), ([], ["aten::add"], cmp.UNSEEN)]
+        (["aten::gelu"], ["aten::mul"], units.REST), ([], ["aten::add"], units.UNSEEN)]
 
 
 def test_of_two_same_name_kernels_the_one_whose_op_had_the_same_sizes_stayed():
@@ -368,7 +370,7 @@ def test_what_nothing_tells_apart_joins_the_nearer_gap_before_it():
     one gap before, one kept kernel away, not by the one two gaps after; bar_new joins the GEMM beside it."""
     a = [K0, ("odd_old", 3.0, "Qux"), K1, K2, ("gemm_old", 20.0, "aten::mm"), K3]
     b = [("foo_new", 2.0, "Foo"), K0, K1, K2, ("gemm_new", 18.0, "aten::mm"), ("bar_new", 1.0, "Bar"), K3]
-    assert groups(a, b) == [(["odd_old"], ["foo_new"], cmp.REST), (["gemm_old"], ["gemm_new", "bar_new"], "mm")]
+    assert groups(a, b) == [(["odd_old"], ["foo_new"], units.REST), (["gemm_old"], ["gemm_new", "bar_new"], "mm")]
 
 
 def test_a_block_replaced_as_a_whole_is_not_joined_again_to_the_gemm_beside_it():
@@ -378,7 +380,7 @@ def test_a_block_replaced_as_a_whole_is_not_joined_again_to_the_gemm_beside_it()
     by place, to gemm_new at its offset: one group of everything."""
     a = [K0, ("odd_old", 3.0, "Qux"), ("gemm_old", 20.0, "aten::mm"), K1]
     b = [K0, ("gemm_new", 18.0, "aten::mm"), ("new_1", 1.0, "Foo"), ("new_2", 2.0, "Bar"), K1]
-    assert groups(a, b) == [(["odd_old"], ["new_1", "new_2"], cmp.REST), (["gemm_old"], ["gemm_new"], "mm")]
+    assert groups(a, b) == [(["odd_old"], ["new_1", "new_2"], units.REST), (["gemm_old"], ["gemm_new"], "mm")]
 
 
 def test_a_gemm_pairs_up_to_max_gap_kept_kernels_later_or_earlier_not_three_earlier():
@@ -387,8 +389,8 @@ def test_a_gemm_pairs_up_to_max_gap_kept_kernels_later_or_earlier_not_three_earl
     (more than MAX_GAP apart: not even by place)."""
     gemm_old, tem = ("nvjet_gemm", 20.0, "aten::addmm"), "triton_tem_fused_mm_0"
     gemm_new = (tem, 18.0, tem)
-    assert groups([gemm_old, K0, K1], [K0, K1, gemm_new]) == [(["nvjet_gemm"], [tem], cmp.GEMM_ORDER)]
-    assert groups([K0, K1, gemm_old], [gemm_new, K0, K1]) == [(["nvjet_gemm"], [tem], cmp.GEMM_ORDER)]
+    assert groups([gemm_old, K0, K1], [K0, K1, gemm_new]) == [(["nvjet_gemm"], [tem], units.GEMM_ORDER)]
+    assert groups([K0, K1, gemm_old], [gemm_new, K0, K1]) == [(["nvjet_gemm"], [tem], units.GEMM_ORDER)]
     d = it.comparison_data(*traces([[K0, K1, K2, gemm_old]], [[gemm_new, K0, K1, K2]]))
     assert d["replaced"] == []
     assert [r["name"] for r in d["only_a"]] == ["nvjet_gemm"] and [r["name"] for r in d["only_b"]] == [tem]
@@ -479,23 +481,23 @@ def test_near_offers_four_atoms_each_side_of_the_offset_in_the_nearest_gaps_only
     first, as sorted is stable); 8 to 12 and the other gaps are not looked at. Past the last offset: the last four.
     In gap 3 (no atom of its own) both gaps one away count: 2's four before offset 5 and four at or after it, and
     4's one atom."""
-    assert cmp.NEAR == 4
+    assert pairing.NEAR == 4
 
     def atom(gap, offset):
-        return cmp._Atom("b", [100 * gap + offset], gap, offset, {"gelu"}, set(), False)
+        return pairing._Atom("b", [100 * gap + offset], gap, offset, {"gelu"}, set(), False)
 
     theirs = [atom(2, o) for o in (0, 1, 3, 4, 6, 7, 8, 9, 10, 11, 12)] + [atom(4, 2), atom(0, 5)]
-    idx = cmp._index(theirs, lambda y: y.tags)
+    idx = pairing._index(theirs, lambda y: y.tags)
 
     def near(gap, offset):
-        return [(y.gap, y.offset) for y in cmp._near(idx, "gelu", atom(gap, offset))]
+        return [(y.gap, y.offset) for y in pairing._near(idx, "gelu", atom(gap, offset))]
 
     assert near(2, 3) == [(2, 3), (2, 4), (2, 1), (2, 0), (2, 6), (2, 7)]
     assert near(2, 2) == [(2, 1), (2, 3), (2, 0), (2, 4), (2, 6), (2, 7)]
     assert near(2, 13) == [(2, 12), (2, 11), (2, 10), (2, 9)]  # past the last: the last four
     assert near(3, 5) == [(2, 4), (2, 6), (2, 3), (2, 7), (2, 8), (4, 2), (2, 1), (2, 9), (2, 0)]
     assert near(1, 0) == [(2, 0), (2, 1), (2, 3), (2, 4), (0, 5)]  # gap 1: gaps 0 and 2 one away
-    assert cmp._near(idx, "mul", atom(2, 3)) == []
+    assert pairing._near(idx, "mul", atom(2, 3)) == []
 
 
 # ------------------------------------------- eager attention -> sdpa beside a compiled RoPE (issue 55, item 8)
@@ -544,7 +546,7 @@ def test_attention_scale_and_mask_stay_with_attention_beside_a_compiled_rope(fla
     assert (attention["old"], attention["times"]) == ([u[0] for u in ATTENTION], 2)
     assert (rope["old_us"], rope["new_us"]) == (rope_us, 8.0) == (13.5, 8.0)
     assert (attention["old_us"], attention["new_us"]) == (attention_us, 16.0) == (28.5, 16.0)
-    assert attention["by"] == cmp.SIZES and d["only_a"] == d["only_b"] == []
+    assert attention["by"] == units.SIZES and d["only_a"] == d["only_b"] == []
 
 
 def test_a_compiled_model_keeps_its_fused_kernels_partners_wherever_they_were_launched():
@@ -586,7 +588,7 @@ def test_the_grouping_is_the_same_whatever_the_hash_seed(tmp_path):
     for name, s in (("a", a), ("b", b)):
         (tmp_path / f"{name}.json").write_text(json.dumps(kineto([s] * 2)))
     code = ("import json, sys; sys.path.insert(0, sys.argv[1]);"
-            "from trace_reader.read import load_trace; from trace_reader.compare import comparison_data;"
+            "from trace_reader.reading.files import load_trace; from trace_reader.comparison.compare import comparison_data;"
             "d = comparison_data(load_trace(sys.argv[2]), load_trace(sys.argv[3]));"
             "print(json.dumps(sorted((r['old'], r['new']) for r in d['replaced'])))")
     root = str(Path(__file__).resolve().parent.parent)

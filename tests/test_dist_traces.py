@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from trace_reader.analyzers import collectives
 import inspect_trace as it
-from trace_reader import ranks
+from trace_reader.analyzers import ranks
 
 DATA = Path(__file__).resolve().parent / "data" / "dist"
 RUNS = ("ddp", "ddp_slow1", "ddp_slowall", "ddp_accum", "fsdp2", "ddp_busy")
@@ -293,7 +294,7 @@ def test_step_calls_lists_each_call_with_its_run_and_wait():
     d = raw("ddp_slow1", 0)
     s = steps(d)[1]
     st = t.steps[1]
-    got = ranks.step_calls(st, gpu=False)
+    got = collectives.step_calls(st, gpu=False)
     cs, rs = calls(d, s), runs(d, s)
     assert [(c.name, c.ts, c.thread[1]) for c in got] == [(c["name"], c["ts"], s["tid"]) for c in cs]
     assert [c.ran[0].ts for c in got] == [g["ts"] for g in rs]

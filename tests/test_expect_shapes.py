@@ -22,8 +22,10 @@ import torch
 from test_inspect_trace import gpu_trace, parse, verdicts
 
 import inspect_trace as it
-from trace_reader import memory, modules
-from trace_reader.expect import args_from_trace, gpu_lag_grows, splitk_reduces
+from trace_reader.analyzers import memory, modules
+from trace_reader.scripts import args_from_trace
+from trace_reader.analyzers.guesses import gpu_lag_grows
+from trace_reader.facts.kernels import splitk_reduces
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"

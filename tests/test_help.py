@@ -43,13 +43,13 @@ def bench_help():
 
 
 def plot_help():
-    from trace_reader import plot
+    from trace_reader.render import plot
 
     return help_of(plot.main, "plot.py")  # its prog is set: python -m trace_reader.plot
 
 
 def serve_help():
-    import serve_trace
+    from trace_reader import serve as serve_trace
 
     return help_of(serve_trace.main, "serve_trace.py")
 

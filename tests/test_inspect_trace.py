@@ -18,9 +18,10 @@ import torch
 from conftest import fused_cpp
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
+from trace_reader.reading import events as trace_events
 import inspect_trace as it
-from trace_reader import read
-from trace_reader.kernels import short
+from trace_reader.reading import files as read
+from trace_reader.facts.kernels import short
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -276,7 +277,7 @@ def test_peak_is_dense_whatever_the_torch_version():
     """torch 2.11's table lists H100 bf16 as 1979 (2:4 sparse) with no tops_sparsity_factor; 2.13 adds the factor."""
     import importlib.util
 
-    from trace_reader import peaks
+    from trace_reader.facts import peaks
 
     spec = importlib.util.find_spec("torch._inductor.analysis.device_info")
     source = Path(spec.origin).read_text()
@@ -567,7 +568,7 @@ def test_load_trace_raises_trace_error(cpu, tmp_path, decoder):
 def test_datasheet_read_from_source_matches_torch_module():
     """The table is read with ast (no torch import); it must say what torch's own module says."""
     device_info = pytest.importorskip("torch._inductor.analysis.device_info")
-    from trace_reader.peaks import _SPARSE_IN_TORCH
+    from trace_reader.facts.peaks import _SPARSE_IN_TORCH
 
     table = it._read_torch_table()
     assert table and set(table) == set(device_info._device_mapping)
@@ -760,12 +761,12 @@ def test_not_a_trace_is_one_trace_error():
 
 def test_unusable_times_are_skipped_and_counted_and_the_edges_kept():
     good = [ev("ProfilerStep#2", "user_annotation", 0, 1000), ev("zero", "cpu_op", 10, 0),
-            ev("none", "cpu_op", 20, None), ev("missing", "cpu_op", 30, 0), ev("longest", "cpu_op", 40, read.MAX_US),
+            ev("none", "cpu_op", 20, None), ev("missing", "cpu_op", 30, 0), ev("longest", "cpu_op", 40, trace_events.MAX_US),
             ev("far", "cpu_op", -1e17, 1), ev("farthest", "cpu_op", 1e17, 1)]
     del good[3]["dur"]
     bad = [ev("no ts", "cpu_op", 0, 1), ev("ts None", "cpu_op", None, 1), ev("ts text", "cpu_op", "soon", 1),
            ev("ts NaN", "cpu_op", float("nan"), 1), ev("dur NaN", "kernel", 50, float("nan")),
-           ev("negative", "kernel", 50, -0.001), ev("too long", "cuda_runtime", 50, read.MAX_US * 1.001),
+           ev("negative", "kernel", 50, -0.001), ev("too long", "cuda_runtime", 50, trace_events.MAX_US * 1.001),
            ev("too late", "cpu_op", 1.001e17, 1), ev("too early", "cpu_op", -1.001e17, 1),
            ev("dur text", "cpu_op", 5, "x")]
     del bad[0]["ts"]
@@ -778,14 +779,14 @@ def test_unusable_times_are_skipped_and_counted_and_the_edges_kept():
     spans = {e.name: e for e in st.spans}
     assert list(spans) == ["zero", "none", "missing", "longest"]
     assert [(e.dur, e.end) for e in spans.values()] == [(0.0, 10.0), (0.0, 20.0), (0.0, 30.0),
-                                                        (read.MAX_US, 40 + read.MAX_US)]
+                                                        (trace_events.MAX_US, 40 + trace_events.MAX_US)]
 
 
 def test_event_fields_of_odd_types():
-    e = read.Event({"name": 7, "ts": "12.5", "dur": 3, "args": ["not", "a dict"], "pid": "p", "tid": 9})
+    e = trace_events.Event({"name": 7, "ts": "12.5", "dur": 3, "args": ["not", "a dict"], "pid": "p", "tid": 9})
     assert (e.name, e.cat, e.ts, e.dur, e.end, e.args, e.pid, e.tid) == ("7", "", 12.5, 3.0, 15.5, {}, "p", 9)
     assert (e.parent, e.children, e.calls, e.kernels, e.step, e.ext, e.corr) == (None, (), (), (), None, None, None)
-    e = read.Event({"ts": 1, "cat": "kernel", "args": {"stream": 7, "External id": 3, "correlation": 4}})
+    e = trace_events.Event({"ts": 1, "cat": "kernel", "args": {"stream": 7, "External id": 3, "correlation": 4}})
     assert (e.name, e.cat, e.dur, e.end, e.pid, e.tid) == ("", "kernel", 0.0, 1.0, None, None)
     assert (e.args, e.ext, e.corr) == ({"stream": 7, "External id": 3, "correlation": 4}, 3, 4)
 
@@ -1165,7 +1166,7 @@ def test_a_trace_without_steps_is_read_as_one_whole_step():
                            for n, ts in (("a", 0), ("b", 9e16))]}  # each time valid, together no one run
     with pytest.raises(it.TraceError, match=r"^<test>: no ProfilerStep#N spans, and its events span 2.5e\+07 hours"):
         parse(far)
-    # At the edge: events spanning exactly read.MAX_US (1e11 µs, ~28 hours) are one run, a µs more is not.
+    # At the edge: events spanning exactly trace_events.MAX_US (1e11 µs, ~28 hours) are one run, a µs more is not.
     far["traceEvents"][1]["ts"] = 1e11 - 1  # a (0, 1 µs) to b (1e11 - 1, 1 µs): 1e11 µs
     (whole,) = parse(far).steps
     assert (whole.span.dur, whole.span.cat, whole.span.name) == (1e11, "user_annotation", it.WHOLE_TRACE)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import inspect_trace as it
-from trace_reader.kernels import pointwise_bytes
-from trace_reader.read import Event
+from trace_reader.facts.kernels import pointwise_bytes
+from trace_reader.reading.events import Event
 
 
 def op(name, dims, types, concrete=None, strides=None):

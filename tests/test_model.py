@@ -20,7 +20,7 @@ import torch
 import inspect_trace as it
 from test_inspect_trace import gpu_trace, parse
 from test_scripts import load
-from trace_reader import modules
+from trace_reader.analyzers import modules
 
 model06 = importlib.import_module("06_model")
 DATA = Path(__file__).resolve().parent / "data"
@@ -451,8 +451,8 @@ def test_expect_on_the_compiled_h200_traces(name, confirmed, tmp_path, capsys):
 def test_layers_annotated_without_a_count_wants_layers_0_to_the_highest_seen():
     """modules_annotated(None): layers 0..highest seen, each with its parts, at least one; on the H200 decode trace
     (4 layers annotated) confirmed; with layer 2's spans gone, broken (0, 1, 3 seen)."""
-    from trace_reader import modules
-    from trace_reader.read import parse_trace
+    from trace_reader.analyzers import modules
+    from trace_reader.reading.tree import parse_trace
 
     raw = json.loads(gzip.decompress((DATA / "h200_model_decode_eager.json.gz").read_bytes()))
     check = modules.modules_annotated(None, "decode").check

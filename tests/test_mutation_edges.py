@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 
 import bench
+from trace_reader import scripts
+from trace_reader.reading import events as trace_events
+from trace_reader.analyzers import guesses
 
 # ---- bench.py: shapes, the floor, the noise rule ------------------------------------------------------------
 
@@ -143,7 +146,7 @@ def two_layer_step() -> dict:
 
 def test_module_breakdown_of_two_layers_by_hand():
     from test_inspect_trace import parse
-    from trace_reader import modules
+    from trace_reader.analyzers import modules
 
     d = modules.breakdown(parse(two_layer_step()), "decode")
     total = 61.0
@@ -165,7 +168,7 @@ def test_module_breakdown_of_two_layers_by_hand():
 
 
 def test_module_type_and_layer_index_read_the_path():
-    from trace_reader import modules
+    from trace_reader.analyzers import modules
 
     assert [modules.module_type(p) for p in ("model.layers.3.mlp", "model.layers.3", "transformer.h.12", "lm_head",
                                              "7", "model.layers.3.mlp.up_proj")] == \
@@ -176,7 +179,7 @@ def test_module_type_and_layer_index_read_the_path():
 
 def test_module_expectations_on_two_layers():
     from test_inspect_trace import parse
-    from trace_reader import modules
+    from trace_reader.analyzers import modules
 
     t = parse(two_layer_step())
 
@@ -203,7 +206,7 @@ def test_module_tables_of_two_layers_by_hand():
     """The numbers of test_module_breakdown_of_two_layers_by_hand as printed: share = GPU µs / 61 (52 -> 85%,
     40 -> 66%, 10 -> 16%, 5 -> 8%, 4 -> 7%; layers 32 -> 52%, 20 -> 33%)."""
     from test_inspect_trace import parse
-    from trace_reader import modules
+    from trace_reader.analyzers import modules
 
     assert modules.breakdown_text(modules.breakdown(parse(two_layer_step()), "decode")) == """\
 Module by module (GPU time and kernels in ProfilerStep#2, the median step; a module holds its submodules):
@@ -228,7 +231,7 @@ def test_module_table_of_a_cpu_trace_is_cpu_time():
     """The same step without its GPU: shares of the 198 µs `decode` span (158 -> 80%, 107 -> 54%, 28 -> 14%,
     18 -> 9%, outside 22 -> 11%; each layer 79 -> 40%)."""
     from test_inspect_trace import parse
-    from trace_reader import modules
+    from trace_reader.analyzers import modules
 
     data = two_layer_step()
     data = {"traceEvents": [e for e in data["traceEvents"] if e["cat"] in ("user_annotation", "cpu_op")]}
@@ -262,7 +265,7 @@ def test_model_flags_read_from_the_trace_first(words, want):
     import argparse
 
     from test_inspect_trace import parse
-    from trace_reader import modules
+    from trace_reader.analyzers import modules
 
     a = argparse.Namespace(compile=False)
     modules.model_flags(a, parse(two_layer_step()), words)
@@ -281,7 +284,7 @@ def test_model_flags_from_the_file_name_where_the_trace_is_silent(words, want):
     import argparse
 
     from test_inspect_trace import parse
-    from trace_reader import modules
+    from trace_reader.analyzers import modules
 
     bare = {"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#2", "pid": 1, "tid": 1,
                              "ts": 0, "dur": 10, "args": {}}]}
@@ -311,7 +314,7 @@ config.aliases["NVIDIA Z"] = other["NVIDIA X"]
 
 
 def test_device_table_read_from_source_dense_with_aliases():
-    from trace_reader.peaks import Peak, parse_device_info
+    from trace_reader.facts.peaks import Peak, parse_device_info
 
     torch_src = "torch._inductor.analysis.device_info"
     table = parse_device_info(DEVICE_INFO)
@@ -332,7 +335,7 @@ def test_device_table_read_from_source_dense_with_aliases():
 
 
 def test_device_peak_longest_prefix_then_the_supplement(monkeypatch):
-    from trace_reader import peaks
+    from trace_reader.facts import peaks
 
     monkeypatch.setattr(peaks, "_torch_table", {"NVIDIA H100": "h100", "NVIDIA H100 NVL": "nvl", "NVIDIA A": "a"})
     assert peaks.device_peak("NVIDIA H100 80GB HBM3") == "h100"
@@ -483,14 +486,14 @@ def op(name, dims=None, types=None, **args):
     (op("aten::mm", "not a list"), None),
 ])
 def test_gemm_flops_at_the_limits(o, flops):
-    from trace_reader.kernels import gemm_flops
+    from trace_reader.facts.kernels import gemm_flops
 
     assert gemm_flops(o) == flops
     assert gemm_flops(None) is None
 
 
 def test_gemm_bytes_reads_each_input_once_and_writes_the_output():
-    from trace_reader.kernels import gemm_bytes
+    from trace_reader.facts.kernels import gemm_bytes
 
     bf16 = "c10::BFloat16"
     # [4, 8] @ [8, 16] in bf16: (32 + 128) * 2 read, 4 * 16 * 2 written
@@ -529,7 +532,7 @@ def test_gemm_bytes_reads_each_input_once_and_writes_the_output():
     (op("k", [[4]], ["float"], kernel_num_gb=1e6), None, (16.0 + 16.0, True)),  # a petabyte count is not used
 ])
 def test_pointwise_bytes_at_the_limits(o, sources, want):
-    from trace_reader.kernels import pointwise_bytes
+    from trace_reader.facts.kernels import pointwise_bytes
 
     assert pointwise_bytes(o, sources) == want
     assert pointwise_bytes(None) is None
@@ -538,7 +541,7 @@ def test_pointwise_bytes_at_the_limits(o, sources, want):
 def test_alike_shapes_broadcast_as_the_padding_loop_does():
     """_broadcast answers alike shapes at once, as its padding loop answers them (a shape of 1s sends a pair there),
     a dimension of 0 too."""
-    from trace_reader.kernels import _broadcast
+    from trace_reader.facts.kernels import _broadcast
 
     for shape in ([4, 8], [4, 0, 1], [0], [3]):
         assert _broadcast([shape, shape]) == _broadcast([shape]) == _broadcast([shape, [1] * len(shape)])
@@ -565,13 +568,13 @@ def select(dim):
     (op("aten::take", [[], [5]], ["float", "long int"]), None),
 ])
 def test_indexing_reads_only_what_the_index_picks(o, want):
-    from trace_reader.kernels import pointwise_bytes
+    from trace_reader.facts.kernels import pointwise_bytes
 
     assert pointwise_bytes(o) == (None if want is None else (float(want), True))
 
 
 def test_short_names_fit_their_column():
-    from trace_reader.kernels import short
+    from trace_reader.facts.kernels import short
 
     assert short("void " + "k" * 10, False, 10) == "k" * 10  # "void " dropped, then it fits exactly
     assert short("k" * 11, False, 10) == "k" * 9 + "…"
@@ -589,7 +592,7 @@ def test_short_names_pick_the_functor_as_the_one_regex_did_without_its_cost():
     import re
     import time
 
-    from trace_reader.kernels import short
+    from trace_reader.facts.kernels import short
 
     def by_regex(name):
         found = [f for f in dict.fromkeys(re.findall(r"(\w+(?:Functor|Impl)\w*)", name))
@@ -610,7 +613,7 @@ def test_short_names_pick_the_functor_as_the_one_regex_did_without_its_cost():
 def test_gemm_or_pointwise_by_name_and_op():
     from types import SimpleNamespace
 
-    from trace_reader.kernels import is_gemm, is_pointwise, most_common, op_dtype
+    from trace_reader.facts.kernels import is_gemm, is_pointwise, most_common, op_dtype
 
     def k(name, op_name=None, is_kernel=True):
         return SimpleNamespace(name=name, op=op_name and SimpleNamespace(name=op_name), is_kernel=is_kernel)
@@ -635,7 +638,7 @@ def test_per_annotation_counts_calls_and_leaves_no_gpu_time_unset():
     on a CPU trace no annotation has GPU time or kernels."""
     from test_inspect_trace import parse
     from test_reader_report import x
-    from trace_reader import modules
+    from trace_reader.analyzers import modules
 
     data = two_layer_step()
     data["traceEvents"].append(x("model.layers.1.mlp", "user_annotation", 171, 5))
@@ -652,7 +655,7 @@ def test_breakdown_edges_no_step_annotation_and_no_time():
     a `## ... ##` annotation is no module; a step whose time is 0 has no shares."""
     from test_inspect_trace import parse
     from test_reader_report import x
-    from trace_reader import modules
+    from trace_reader.analyzers import modules
 
     data = two_layer_step()
     data["traceEvents"].append(x("## sync ##", "user_annotation", 181, 2))
@@ -668,7 +671,7 @@ def test_breakdown_edges_no_step_annotation_and_no_time():
 
 def test_module_expectations_say_what_they_ask():
     from test_inspect_trace import parse
-    from trace_reader import modules
+    from trace_reader.analyzers import modules
 
     t = parse(two_layer_step())
     assert modules.kernels_between(7, None, "x").text == "at least 7 GPU kernels per step (x)"
@@ -696,7 +699,7 @@ def test_module_expectations_say_what_they_ask():
                                           (2**20, "1.0 MiB"), (2**30 - 2**19, "1023.5 MiB"), (2**30, "1.0 GiB"),
                                           (-2048, "-2.0 KiB"), (0, "0 B")])
 def test_size_unit_changes_at_each_power_of_1024(nbytes, said):
-    from trace_reader.memory import _size
+    from trace_reader.analyzers.memory import fmt_size as _size
 
     assert _size(nbytes) == said
 
@@ -707,7 +710,7 @@ def test_size_unit_changes_at_each_power_of_1024(nbytes, said):
     (2**20 + 1, "cuda", 2**20 + 512 + 2**20),  # the large pool: up to 1 MiB more, unsplit
     (513, "cpu", 513)])
 def test_largest_block_the_allocator_may_report(nbytes, device, block):
-    from trace_reader.memory import largest_block
+    from trace_reader.analyzers.memory import largest_block
 
     assert largest_block(nbytes, device) == block
 
@@ -717,7 +720,7 @@ def test_the_op_that_made_an_allocation_at_its_edges():
     bmm's (empty only asks the allocator), one at 30 still bmm's, one at 31 or on another thread nobody's."""
     from test_inspect_trace import parse
     from test_reader_report import x
-    from trace_reader.memory import Alloc, _maker
+    from trace_reader.analyzers.memory import Alloc, _maker
 
     t = parse({"traceEvents": [x("ProfilerStep#2", "user_annotation", 0, 100), x("aten::bmm", "cpu_op", 10, 20),
                                x("aten::empty", "cpu_op", 12, 1), x("Torch-Compiled Region: 0/0", "cpu_op", 40, 10),
@@ -737,7 +740,7 @@ def test_the_op_that_made_an_allocation_at_its_edges():
 def test_pictures_are_named_after_their_record_and_trace(tmp_path):
     from test_inspect_trace import parse
     from test_reader_report import two_kernels_step
-    from trace_reader import plot
+    from trace_reader.render import plot
 
     assert plot.bench_chart_next_to(_bench_record(), tmp_path / "b.json", "w") == f"wrote {tmp_path / 'b.png'}"
     assert plot.plot_next_to(parse(two_kernels_step()), tmp_path / "t.json") == f"wrote {tmp_path / 't.png'}"
@@ -759,7 +762,7 @@ def test_the_port_holder_is_named_with_its_command_line():
     import os
     import socket
 
-    import serve_trace
+    from trace_reader import serve as serve_trace
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -818,7 +821,7 @@ def test_temporaries_at_the_ends_of_the_step_and_the_op(tmp_path):
     traces). Freed at the step's last µs: a temporary; freed as the op returns: its scratch; a 0-byte event on
     the same block is no free."""
     from test_expect_shapes import FUSED_OPS, MATH_OPS, S, alloc_trace
-    from trace_reader import memory
+    from trace_reader.analyzers import memory
 
     both = {2: [(S, "aten::bmm")], 3: [(S, "aten::bmm")]}
     assert memory.temporaries(alloc_trace(tmp_path, MATH_OPS, [(11.5, S, 1000), (99, -S, 1000)]), S) == both
@@ -830,7 +833,7 @@ def test_temporaries_at_the_ends_of_the_step_and_the_op(tmp_path):
 
 def test_allocates_says_what_it_looked_for_and_saw(tmp_path):
     from test_expect_shapes import MATH_OPS, S, alloc_trace
-    from trace_reader import memory
+    from trace_reader.analyzers import memory
 
     assert memory.allocates(S, "the scores", True).text == \
         "allocates the scores (1.0 MiB): a temporary of at least that size in every step"
@@ -867,7 +870,7 @@ def test_a_trace_removed_while_served_is_a_plain_404(tmp_path):
 def test_chart_command_writes_next_to_the_record_or_refuses_in_one_line(tmp_path, capsys):
     import json
 
-    from trace_reader import plot
+    from trace_reader.render import plot
 
     record = tmp_path / "b.json"
     record.write_text(json.dumps(_bench_record()))
@@ -1225,7 +1228,7 @@ def test_compiled_cpu_step_names_its_cpp_kernels_or_why_none(inside, lines):
 # ---- kernels.py: bytes and names at their limits -----------------------------------------------------------------
 
 def test_kernel_bytes_of_a_batched_gemm_and_an_inductor_count_of_zero():
-    from trace_reader.kernels import gemm_bytes, gemm_operands, pointwise_bytes
+    from trace_reader.facts.kernels import gemm_bytes, gemm_operands, pointwise_bytes
 
     # [3, 4, 8] @ [3, 8, 16] in bf16: read (96 + 384) * 2, write the [3, 4, 16] output, 192 * 2
     assert gemm_bytes(op("aten::bmm", [[3, 4, 8], [3, 8, 16]], ["c10::BFloat16"] * 2)) == 1344.0
@@ -1235,7 +1238,7 @@ def test_kernel_bytes_of_a_batched_gemm_and_an_inductor_count_of_zero():
 
 
 def test_short_name_keeps_the_functor_past_the_unary_wrappers():
-    from trace_reader.kernels import short
+    from trace_reader.facts.kernels import short
 
     name = ("void at::native::vectorized_elementwise_kernel<4, at::native::BUnaryFunctor<float, float, float, "
             "at::native::binary_internal::MulFunctor<float>>, std::array<char*, 2ul>>(int, T2, T3)")
@@ -1247,7 +1250,7 @@ def test_short_name_keeps_the_functor_past_the_unary_wrappers():
 def test_roofline_of_work_without_an_op_places_nothing_and_names_the_versions():
     """unlaunched_step: shares 10 / 15 and 5 / 15 of the GPU time; CUDA 12080 reads 12.8, 13000 reads 13.0."""
     from test_inspect_trace import parse
-    from trace_reader.plot import roofline_points
+    from trace_reader.render.plot import roofline_points
 
     rf = roofline_points(parse(unlaunched_step()))
     assert (rf.versions, rf.peak_source) == ("CUDA runtime 12.8, driver 13.0",
@@ -1264,7 +1267,7 @@ def test_roofline_points_from_shapes_or_inductors_byte_count():
     float) and [2]: 2 elements, 1 FLOP each; 2 * 4 bytes read, 2 * 4 written."""
     from test_inspect_trace import parse
     from test_reader_report import x
-    from trace_reader.plot import roofline_points
+    from trace_reader.render.plot import roofline_points
 
     bf16 = "c10::BFloat16"
     ops = [("aten::addmm", {"Input Dims": [[1], [4, 8], [8, 16]], "Input type": [bf16] * 3}),
@@ -1285,14 +1288,14 @@ def test_roofline_points_from_shapes_or_inductors_byte_count():
 
 
 def roof_point(**kw):
-    from trace_reader.plot import Point
+    from trace_reader.render.plot import Point
 
     return Point(**{"number": 3, "name": "k", "op": "aten::mul", "kind": "pointwise", "calls": 1.0, "share": 0.25,
                     "flops": 2048.0, "bytes": 1024.0, "flop_s": 3e12, "achieved": "1,500 GB/s", **kw})
 
 
 def test_roofline_labels_and_list_lines_by_hand():
-    from trace_reader.plot import _label, _line
+    from trace_reader.render.plot import _label, _line
 
     long_op = "LigerGELUMulFunction_with_a_name_of_fifty_chars"  # 47 characters: cut to 43 and "…"
     assert _label(roof_point(op=long_op)) == "#3 LigerGELUMulFunction_with_a_name_of_fifty_c…, 25%"
@@ -1307,20 +1310,20 @@ def test_a_picture_that_cannot_be_written_says_where_and_why(tmp_path, monkeypat
     import errno
     import tempfile
 
-    from trace_reader import plot
-    from trace_reader.read import TraceError
+    from trace_reader.render import plot
+    from trace_reader.reading.events import TraceError
 
     def refuse(**kw):
         raise OSError(errno.EACCES, "Permission denied")
 
     monkeypatch.setattr(tempfile, "mkdtemp", refuse)
     with pytest.raises(TraceError) as e:
-        plot._save(None, tmp_path / "p.png", {})
+        plot.save_png(None, tmp_path / "p.png", {})
     assert str(e.value) == f"cannot write in {tmp_path}: Permission denied"
 
 
 def test_bench_bars_skip_what_is_no_shape_and_label_the_rest_by_their_sizes():
-    from trace_reader.plot import bench_bars
+    from trace_reader.render.plot import bench_bars
 
     timed = {"eager": {"median_us": 8.0}}
     record = {"shapes": ["not a shape", {"B": 2, "variants": timed},  # no floor
@@ -1352,7 +1355,7 @@ def test_step_peak_counts_the_traces_device_from_the_total_before_the_first_allo
     """A GPU step 0..100: CUDA allocates 100 B (total 1100), then 50 (1150), frees 150: the total before was
     1100 - 100 = 1000, the peak 150 above it. The CPU's 4000 B in the same step are another device's."""
     from test_reader_report import x
-    from trace_reader.memory import step_peaks
+    from trace_reader.analyzers.memory import step_peaks
 
     t = load_written(tmp_path, [
         x("ProfilerStep#2", "user_annotation", 0, 100), x("cudaLaunchKernel", "cuda_runtime", 5, 1),
@@ -1383,7 +1386,7 @@ def test_step_peak_with_thousands_of_device_ids_is_the_largest_over_each_ones_ru
     total of 1000 * d, so its peak is 10 * (d + 1) above its base, the largest 30,000 (id 2,999). One pass over
     the events (a pass per id before: 20,000 ids took a minute)."""
     from test_reader_report import x
-    from trace_reader.memory import step_peaks
+    from trace_reader.analyzers.memory import step_peaks
 
     events = [x("ProfilerStep#2", "user_annotation", 0, 100_000), x("cudaLaunchKernel", "cuda_runtime", 5, 1)]
     for r in range(10):
@@ -1398,7 +1401,7 @@ def test_the_mlp_kernel_in_the_trace_wins_over_the_file_name():
     import argparse
 
     from test_inspect_trace import parse
-    from trace_reader import modules
+    from trace_reader.analyzers import modules
 
     a = argparse.Namespace(compile=False)
     modules.model_flags(a, parse(layers_step(2, "_geglu_tanh_forward_kernel")), ["gemma", "mlp-eager"])
@@ -1408,7 +1411,7 @@ def test_the_mlp_kernel_in_the_trace_wins_over_the_file_name():
 @pytest.mark.parametrize("n, more", [(3, ""), (4, " (+1 more)")])
 def test_module_launches_lists_three_failing_modules_then_counts(n, more):
     from test_inspect_trace import parse
-    from trace_reader import modules
+    from trace_reader.analyzers import modules
 
     said = modules.module_launches("mlp", "GeGLU", has=("geglu",)).check(parse(layers_step(n)))
     assert said == "; ".join(f"model.layers.{i}.mlp: nothing matches ['geglu']" for i in range(3)) + more
@@ -1417,7 +1420,7 @@ def test_module_launches_lists_three_failing_modules_then_counts(n, more):
 # ---- peaks.py: an entry that is no DeviceInfo call ------------------------------------------------------------------
 
 def test_device_table_reads_the_entries_after_one_that_is_no_call():
-    from trace_reader.peaks import Peak, parse_device_info
+    from trace_reader.facts.peaks import Peak, parse_device_info
 
     assert parse_device_info('_device_mapping = {"A": 3, **more, "B": DeviceInfo(tops={}, dram_bw_gbs=2)}') == \
         {"B": Peak("torch._inductor.analysis.device_info", {}, 2)}
@@ -1451,7 +1454,7 @@ def test_a_gemm_measured_at_no_rate_is_no_point_on_log_axes():
     log axis."""
     from test_inspect_trace import parse
     from test_reader_report import x
-    from trace_reader.plot import roofline_points
+    from trace_reader.render.plot import roofline_points
 
     ev = [x("ProfilerStep#2", "user_annotation", 0, 100)]
     for i, (rows, dur) in enumerate([(4, 0), (0, 10)]):
@@ -1466,15 +1469,15 @@ def test_a_gemm_measured_at_no_rate_is_no_point_on_log_axes():
 # ---- report.py: number format, thread column, unknown device (survivors of the 2026-12-02 mutation sample) --------
 
 def test_num_switches_format_at_ten_and_a_hundred():
-    from trace_reader.report import _num
+    from trace_reader.facts.format import fmt_num
 
     # three figures at most: one decimal from 10 up, none from 100 up, two significant figures below 10
-    assert [_num(v) for v in (9.96, 10.0, 10.5, 99.94, 100.0, 1234.5, 0.2734, -10.5)] == [
+    assert [fmt_num(v) for v in (9.96, 10.0, 10.5, 99.94, 100.0, 1234.5, 0.2734, -10.5)] == [
         "10", "10.0", "10.5", "99.9", "100", "1,234", "0.27", "-10.5"]
 
 
 def test_thread_column_marks_more_than_three_thread_ids():
-    from trace_reader.report import _thread
+    from trace_reader.render.report_text import _thread
 
     assert _thread({"lane": 0, "tids": [11, 12, 13]}) == "main 11/12/13"
     assert _thread({"lane": 1, "tids": [11, 12, 13, 14]}) == "11/12/13/…"
@@ -1511,7 +1514,7 @@ def test_compiled_regions_breaks_recompiles_and_steps_by_hand():
     """Frame 0 encloses frame 1 (a graph break) in every step but #10 and #11; frame 0's version 1 runs in steps
     2, 6-9 (a recompile); #10 runs an "Unknown" region beside, not inside, one on another thread; #11 runs none.
     Four steps of one order are listed whole, five end in "..."."""
-    from trace_reader import compiled
+    from trace_reader.analyzers import compiled
 
     A = [(1, "0/0", 10, 100), (1, "1/0", 40, 60)]
     B = [(1, "1/0", 230 - 200, 250 - 200), (1, "0/1", 0, 300 - 200)]  # listed inner first: order is by time
@@ -1536,7 +1539,7 @@ def test_compiled_regions_breaks_recompiles_and_steps_by_hand():
 
 
 def test_compiled_regions_one_line_only_when_plain_and_alike():
-    from trace_reader import compiled
+    from trace_reader.analyzers import compiled
 
     head = "Compiled regions (Torch-Compiled Region: frame/version): 1 compiled frame, "
     same = compiled.describe(compiled.compiled_regions(compiled_trace({1: [(1, "0/0", 0, 50)], 2: [(1, "0/0", 0, 50)]})))
@@ -1555,7 +1558,7 @@ def test_dispatch_gap_finds_the_first_op_up_to_the_annotations_end():
     """record_function("mlp_fwd") over 100-150 µs: an op starting at 150 is still inside (gap 50); one at 151, or
     before 100, is not (no gap); a step without the annotation has none."""
     import inspect_trace as it
-    from trace_reader import lag
+    from trace_reader.analyzers import lag
 
     def step(op_ts, annotation="mlp_fwd"):
         ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 500},
@@ -1587,7 +1590,7 @@ def _named(tmp_path, name, data):
 def test_flags_read_back_from_the_suites_file_names(tmp_path):
     """The sizes from the name's first word (03's BxSxDxH; 01's N, BxN, or _bmmB), the dtype from a word, else from
     the first GEMM's inputs (not another op's), the schedule from the first step's number (3: wait 2, warm-up 1)."""
-    from trace_reader.expect import args_from_trace
+    from trace_reader.scripts import args_from_trace
 
     a = args_from_trace("03_simple_mlp", _named(tmp_path, "2x8x32x64_fp32_cold_eager.json", _steps_trace([3, 4])))
     assert (a.batch, a.seq, a.dim, a.hidden, a.dtype, a.wait, a.profiler_warmup, a.warmup) == (2, 8, 32, 64, "fp32",
@@ -1624,12 +1627,12 @@ def test_cold_and_warm_gap_words_and_what_they_saw(monkeypatch):
     """The first step's gap (30 µs) against the later steps' median (5): over 3x, so cold holds and warm is broken,
     saying every step's gap."""
     import inspect_trace as it
-    from trace_reader import expect, lag
+    from trace_reader.analyzers import lag
 
     gaps = {1: 30.0, 2: 5.0, 3: 5.0}
     monkeypatch.setattr(lag, "dispatch_gap", lambda st, annotation: gaps[st.number])
     t = it.parse_trace(_steps_trace([1, 2, 3]))
-    cold, warm = expect.cold_start_gap("mlp_fwd", True), expect.cold_start_gap("mlp_fwd", False)
+    cold, warm = guesses.cold_start_gap("mlp_fwd", True), guesses.cold_start_gap("mlp_fwd", False)
     assert cold.text == ("cold: the first active step waits longest between record_function('mlp_fwd') and its first "
                          "aten op (> 3x later steps; the post: 228 vs ~5 µs cold)")
     assert warm.text == ("warm: the first active step does not wait long between record_function('mlp_fwd') and its "
@@ -1642,12 +1645,12 @@ def test_cold_and_warm_gap_words_and_what_they_saw(monkeypatch):
 def test_gpu_lag_grows_only_past_twice_plus_fifty(monkeypatch, last, growing):
     """Lags 10, 20, then 70 or 71 µs: rising every step, and the last over 2 x 10 + 50 = 70 only at 71."""
     import inspect_trace as it
-    from trace_reader import expect, lag
+    from trace_reader.analyzers import lag
 
     lags = {1: 10.0, 2: 20.0, 3: last}
     monkeypatch.setattr(lag, "launch_lag", lambda st: lags[st.number])
     t = it.parse_trace(_steps_trace([1, 2, 3]))
-    grows, steady = expect.gpu_lag_grows(True), expect.gpu_lag_grows(False)
+    grows, steady = guesses.gpu_lag_grows(True), guesses.gpu_lag_grows(False)
     seen = f"launch -> GPU start per step: 10, 20, {last:.0f} µs"
     assert grows.check(t) == (True if growing else seen) and steady.check(t) == (seen if growing else True)
     assert steady.text == "a sync after each step: the GPU's launch -> start lag does not grow"
@@ -1674,7 +1677,7 @@ def test_verdicts_in_a_colour_terminal(monkeypatch):
     broken guess and its "look here" line bold red, the summary bold green with nothing broken, else bold red."""
     import io
 
-    from trace_reader.expect import Expect, print_expectations
+    from trace_reader.expectation import Expect, print_expectations
 
     monkeypatch.setenv("FORCE_COLOR", "1")
     ex = Expect("a guess", lambda t: True)
@@ -1697,7 +1700,8 @@ def test_a_device_file_is_refused_as_not_a_regular_file():
     """The null device opens, reads as empty and never ends for some devices: it is refused before any read."""
     import os
 
-    from trace_reader.read import TraceError, _read_capped
+    from trace_reader.reading.events import TraceError
+    from trace_reader.reading.files import _read_capped
 
     with pytest.raises(TraceError) as e:
         _read_capped(Path(os.devnull), 1 << 20)
@@ -1711,7 +1715,7 @@ def test_a_gzip_is_read_in_pieces_of_a_mebibyte_whatever_its_size(tmp_path, monk
     import json
     import os
 
-    from trace_reader import read
+    from trace_reader.reading import files as read
 
     asked = []
 
@@ -1798,8 +1802,8 @@ def test_a_command_to_paste_types_paths_where_the_reader_stands(tmp_path, monkey
 # ---- memory.py: streams() at its edges (a made-up datasheet of 800 GB/s) ------------------------------------------
 
 def streams_check(monkeypatch, trace, nbytes, at_least=0.5, pattern="kernel_k", peak=800.0):
-    from trace_reader import memory
-    from trace_reader.peaks import Peak
+    from trace_reader.analyzers import memory
+    from trace_reader.facts.peaks import Peak
 
     monkeypatch.setattr(memory, "device_peak", lambda name: Peak("a made-up sheet", {}, peak) if name else None)
     return memory.streams(pattern, nbytes, "the cache", at_least).check(trace)
@@ -1808,7 +1812,7 @@ def streams_check(monkeypatch, trace, nbytes, at_least=0.5, pattern="kernel_k", 
 def test_streams_reads_each_steps_rate_against_the_sheet(monkeypatch):
     """Steps #2 (one kernel_k of 15 µs) and #3 (two: 30 µs). 6 MB: 6e6 / 15 / 1e3 = 400 GB/s, then 200 GB/s."""
     from test_inspect_trace import parse
-    from trace_reader import memory
+    from trace_reader.analyzers import memory
 
     t = parse(steps_of([(2, ["k"]), (3, ["k", "k"])]))
     assert streams_check(monkeypatch, t, 6e6, at_least=0.25) is True  # 200 >= 0.25 x 800: at the edge, confirmed
@@ -1822,7 +1826,7 @@ def test_streams_reads_each_steps_rate_against_the_sheet(monkeypatch):
 def test_streams_not_applicable_below_five_microseconds_at_the_sheets_rate(monkeypatch):
     """At 800 GB/s, 4 MB take 4e6 / 800 / 1e3 = 5.0 µs: not under the 5 µs limit, so judged; 3.999 MB are."""
     from test_inspect_trace import parse
-    from trace_reader.expect import NotApplicable
+    from trace_reader.expectation import NotApplicable
 
     t = parse(steps_of([(2, ["k"])]))
     assert streams_check(monkeypatch, t, 4e6, at_least=0.0) is True
@@ -1862,13 +1866,13 @@ def test_streams_counts_a_kernel_under_a_microsecond(monkeypatch):
     (op("aten::take", [[4, 6], [62500, 10**9 - 1]], ["float", "long int"]), 16 * 62500 * (10**9 - 1)),
 ])
 def test_indexing_at_its_edges(o, want):
-    from trace_reader.kernels import pointwise_bytes
+    from trace_reader.facts.kernels import pointwise_bytes
 
     assert pointwise_bytes(o) == (None if want is None else (float(want), True))
 
 
 def test_broadcast_pads_the_shorter_shape_with_ones_on_the_left():
-    from trace_reader.kernels import _broadcast
+    from trace_reader.facts.kernels import _broadcast
 
     assert _broadcast([[3], [2, 3]]) == [2, 3]  # the first is the shorter
     assert _broadcast([[1, 3], [3]]) == [1, 3]  # the second is: padded with 1, not the other's size
@@ -1881,7 +1885,7 @@ def test_broadcast_pads_the_shorter_shape_with_ones_on_the_left():
 
 @pytest.mark.parametrize("wrapper", ["AUnaryFunctor", "UnaryFunctor"])
 def test_short_name_looks_past_every_unary_wrapper(wrapper):
-    from trace_reader.kernels import short
+    from trace_reader.facts.kernels import short
 
     name = (f"void at::native::vectorized_elementwise_kernel<4, at::native::{wrapper}<float, float, float, "
             "at::native::binary_internal::MulFunctor<float>>, std::array<char*, 2ul>>(int, T2, T3)")
@@ -1889,7 +1893,7 @@ def test_short_name_looks_past_every_unary_wrapper(wrapper):
 
 
 def test_short_cut_form_that_fills_the_column_exactly_is_kept():
-    from trace_reader.kernels import short
+    from trace_reader.facts.kernels import short
 
     name = "void at::native::elementwise_kernel<128, 4, at::native::GeluCUDAKernelImpl<float>>(int, float)"
     cut = "elementwise_kernel<…GeluCUDAKernelImpl…>"  # 40 characters
@@ -1899,7 +1903,7 @@ def test_short_cut_form_that_fills_the_column_exactly_is_kept():
 def test_compiled_regions_of_other_ids_only_and_two_steps_alike():
     """Every step runs two regions that are no frame/version (one 45 characters long, kept to 40); a span with the
     regions' prefix but a name of two lines is no region; then two steps of one order and one of another."""
-    from trace_reader import compiled
+    from trace_reader.analyzers import compiled
 
     long_id = "L" * 45
     other = [(1, "Unknown", 0, 10), (1, long_id, 20, 30)]
@@ -1927,7 +1931,7 @@ def test_compiled_regions_of_other_ids_only_and_two_steps_alike():
     ((1, "0/0", 0, 50), (1, "1/0", 0, 30)),  # starts with it: the longer one is the outer
 ])
 def test_a_region_at_the_edge_of_another_is_inside_it(outer, inner):
-    from trace_reader import compiled
+    from trace_reader.analyzers import compiled
 
     data = compiled.compiled_regions(compiled_trace({1: [inner, outer]}))
     assert data["graph_breaks"] == [[0, 1]] and data["per_step"][0]["regions"] == ["0/0", "1/0 inside 0/0"]
@@ -1936,7 +1940,7 @@ def test_a_region_at_the_edge_of_another_is_inside_it(outer, inner):
 def test_a_graph_break_is_told_by_frame_not_version():
     """Frame 1 (version 0) encloses frame 0 (version 0): a break from 1 to 0, though the outer version equals the
     inner frame's number."""
-    from trace_reader import compiled
+    from trace_reader.analyzers import compiled
 
     data = compiled.compiled_regions(compiled_trace({1: [(1, "1/0", 0, 50), (1, "0/0", 10, 20)]}))
     assert data["graph_breaks"] == [[1, 0]]
@@ -1946,7 +1950,7 @@ def test_temporaries_go_on_past_a_step_or_a_block_they_leave_out(tmp_path):
     """Each step: a 1 MiB block kept past the step and the op's own scratch come first, then one passed between
     ops: that one is found (the first two are passed over, not an end to the search)."""
     from test_expect_shapes import MATH_OPS, S, alloc_trace
-    from trace_reader import memory
+    from trace_reader.analyzers import memory
 
     kept_first = alloc_trace(tmp_path, MATH_OPS, [(11.5, S, 1000), (12, S, 2000), (35, -S, 2000)])
     assert memory.temporaries(kept_first, S) == {2: [(S, "aten::bmm")], 3: [(S, "aten::bmm")]}
@@ -1959,7 +1963,7 @@ def test_temporaries_of_steps_that_allocate_nothing_then_one_byte(tmp_path):
     """Steps #2, #3, #4 of 100 µs on the CPU: #2 has only a 0-byte event, #3 no memory event, #4 one byte
     allocated (no "Addr": it cannot be paired with its free, so it counts)."""
     from test_reader_report import x
-    from trace_reader import memory
+    from trace_reader.analyzers import memory
 
     t = load_written(tmp_path, [x(f"ProfilerStep#{n}", "user_annotation", 100 * i, 99) for i, n in enumerate((2, 3, 4))]
                      + [mem(50, 0, 0, 0), mem(250, 1, 1, 0)])
@@ -1968,7 +1972,7 @@ def test_temporaries_of_steps_that_allocate_nothing_then_one_byte(tmp_path):
 
 def test_allocates_lists_two_whole_and_says_which_kind_is_unclear(tmp_path):
     from test_expect_shapes import MATH_OPS, S, alloc_trace
-    from trace_reader import memory
+    from trace_reader.analyzers import memory
 
     two = alloc_trace(tmp_path, MATH_OPS, [(11.5, S, 1000), (12, 2 * S, 2000), (35, -S, 1000), (36, -2 * S, 2000)])
     each = "2: 1.0 MiB from aten::bmm, 2.0 MiB from aten::bmm"
@@ -1987,8 +1991,8 @@ def test_allocates_lists_two_whole_and_says_which_kind_is_unclear(tmp_path):
 # ---- the defaults a caller leaves out, and kernels.py / memory.py at their last edges ---------------------------
 
 def test_defaults_of_the_expectations_and_the_name_column():
-    from trace_reader import memory
-    from trace_reader.kernels import short
+    from trace_reader.analyzers import memory
+    from trace_reader.facts.kernels import short
 
     assert ">= 50% of the device's datasheet bandwidth" in memory.streams("k", 1e9, "the cache").text
     assert memory.allocates(1 << 20, "the scores").text.startswith("allocates the scores")
@@ -2008,7 +2012,7 @@ def cpu_step(spans, main_tid=1):
 def test_cpu_units_route_through_every_gemm_wrapper_and_keep_a_conversion_that_works():
     """aten::linear calls aten::matmul calls aten::mm: both wrappers route, the GEMM is the unit. aten::to calling
     aten::copy_ is a unit of its own (it did work); its copy is part of it."""
-    from trace_reader.kernels import cpu_lanes
+    from trace_reader.facts.kernels import cpu_lanes
 
     st = cpu_step([("aten::linear", 10, 30, 1), ("aten::matmul", 11, 28, 1), ("aten::mm", 12, 20, 1),
                    ("aten::to", 50, 10, 1), ("aten::copy_", 51, 8, 1)])
@@ -2017,7 +2021,7 @@ def test_cpu_units_route_through_every_gemm_wrapper_and_keep_a_conversion_that_w
 
 def test_cpu_lanes_main_thread_first_then_by_first_unit():
     """The step runs on thread 5; thread 9 computes from 20 µs, thread 1 from 40 µs: 5, 9, 1 (not by thread id)."""
-    from trace_reader.kernels import cpu_lanes
+    from trace_reader.facts.kernels import cpu_lanes
 
     st = cpu_step([("aten::mul", 60, 5, 5), ("aten::add", 40, 5, 1), ("aten::div", 20, 5, 9)], main_tid=5)
     assert [tid for tid, _ in cpu_lanes(st)] == [5, 9, 1]
@@ -2028,7 +2032,7 @@ def test_cpu_lanes_main_thread_first_then_by_first_unit():
     (op("aten::mm", [[0, 8], [8, 16]]), 0),  # a tensor with no rows is a shape: no FLOPs
 ])
 def test_gemm_flops_of_an_odd_operand(o, flops):
-    from trace_reader.kernels import gemm_flops
+    from trace_reader.facts.kernels import gemm_flops
 
     assert gemm_flops(o) == flops
 
@@ -2036,7 +2040,7 @@ def test_gemm_flops_of_an_odd_operand(o, flops):
 def test_triton_arg_names_from_the_source_or_none():
     from types import SimpleNamespace
 
-    from trace_reader.kernels import _triton_arg_names
+    from trace_reader.facts.kernels import _triton_arg_names
 
     src = {"/k.py": "def triton_k(in_out_ptr0, in_out_ptr1, in_ptr0, xnumel, XBLOCK : tl.constexpr):\n    pass\n"}
     k = SimpleNamespace(name="triton_k", args={"kernel_file": "/k.py"})
@@ -2048,19 +2052,19 @@ def test_triton_arg_names_from_the_source_or_none():
 def test_view_time_adds_the_kernels_of_the_view_and_what_it_called():
     from types import SimpleNamespace
 
-    from trace_reader.kernels import _view_cuda_time
+    from trace_reader.facts.kernels import view_cuda_time
 
     def span(durs, children=()):
         return SimpleNamespace(kernels=[SimpleNamespace(dur=d) for d in durs], children=list(children))
 
     view = span([2.0, 3.0], [span([4.0]), span([], [span([1.0, 1.0])])])
-    assert _view_cuda_time(view) == (5, 11.0)
+    assert view_cuda_time(view) == (5, 11.0)
 
 
 def test_maker_of_an_allocation_is_the_innermost_of_ops_that_start_together(tmp_path):
     """aten::linear 10..30 and aten::mm 10..20 start together; a 1 MiB block made at 12, freed at 35: aten::mm's."""
     from test_expect_shapes import S, alloc_trace
-    from trace_reader import memory
+    from trace_reader.analyzers import memory
 
     t = alloc_trace(tmp_path, [("aten::linear", 10, 20), ("aten::mm", 10, 10)], [(12, S, 1000), (35, -S, 1000)])
     assert memory.temporaries(t, S) == {2: [(S, "aten::mm")], 3: [(S, "aten::mm")]}
@@ -2071,7 +2075,7 @@ def test_memory_events_with_a_bool_or_infinite_size_are_skipped(tmp_path):
 
     import inspect_trace as it
     from test_reader_report import x
-    from trace_reader.memory import read_allocs
+    from trace_reader.analyzers.memory import read_allocs
 
     path = tmp_path / "odd.json"
     events = [x("ProfilerStep#2", "user_annotation", 0, 100), mem(10, 1000, 1000, 0), mem(20, True, 1001, 0)]
@@ -2084,7 +2088,7 @@ def test_memory_events_with_a_bool_or_infinite_size_are_skipped(tmp_path):
 def test_a_step_that_only_frees_has_no_peak_above_its_start(tmp_path):
     """Step #2 frees 100 B (total 900 after): its start was 1000, nothing rose above it: a peak of 0."""
     from test_reader_report import x
-    from trace_reader.memory import step_peaks
+    from trace_reader.analyzers.memory import step_peaks
 
     t = load_written(tmp_path, [x("ProfilerStep#2", "user_annotation", 0, 100), mem(10, -100, 900, 0)])
     assert step_peaks(t) == {2: 0.0}
@@ -2098,7 +2102,7 @@ def test_allocations_are_read_again_when_the_file_changes(tmp_path, nbytes, late
     import os
 
     from test_reader_report import x
-    from trace_reader.memory import read_allocs
+    from trace_reader.analyzers.memory import read_allocs
 
     t = load_written(tmp_path, [x("ProfilerStep#2", "user_annotation", 0, 100), mem(10, 1000, 1000, 0)])
     assert [a.nbytes for a in read_allocs(t.path)] == [1000.0]
@@ -2111,7 +2115,7 @@ def test_allocations_are_read_again_when_the_file_changes(tmp_path, nbytes, late
 
 def test_gemm_bytes_leave_out_a_zero_dim_bias():
     """addmm with a 0-d bias ([]), fp32: A [4, 8] and B [8, 16] read, the [4, 16] output written: 128 + 512 + 256."""
-    from trace_reader.kernels import gemm_bytes
+    from trace_reader.facts.kernels import gemm_bytes
 
     assert gemm_bytes(op("aten::addmm", [[], [4, 8], [8, 16]], ["float", "float", "float"])) == 896.0
 
@@ -2119,7 +2123,7 @@ def test_gemm_bytes_leave_out_a_zero_dim_bias():
 def test_triton_inputs_past_the_kernels_parameters_count_once():
     """A Triton launch recording three [4] fp32 buffers whose source names two parameters, the first in-out:
     16 B x 2, then 16 and 16 (the third has no name to read: read once)."""
-    from trace_reader.kernels import pointwise_bytes
+    from trace_reader.facts.kernels import pointwise_bytes
 
     o = op("triton_poi_fused_add_0", [[4], [4], [4]], ["float", "float", "float"], kernel_file="/k.py")
     assert pointwise_bytes(o, {"/k.py": "def triton_poi_fused_add_0(in_out_ptr0, in_ptr0):\n"}) == (64.0, True)
@@ -2128,7 +2132,7 @@ def test_triton_inputs_past_the_kernels_parameters_count_once():
 # ---- modules.py, intervals.py, lag.py at their last edges -----------------------------------------------------
 
 def test_overlap_walks_past_the_second_interval():
-    from trace_reader.intervals import common
+    from trace_reader.facts.intervals import common
 
     # [5, 45] against three: 5 + 10 + 5 µs in common; the walk must move on from each in turn
     assert common([(0, 10), (20, 30), (40, 50)], [(5, 45)]) == 20.0
@@ -2136,14 +2140,14 @@ def test_overlap_walks_past_the_second_interval():
 
 
 def test_launch_lag_of_a_step_with_no_gpu_work_is_none():
-    from trace_reader.lag import launch_lag
+    from trace_reader.analyzers.lag import launch_lag
 
     assert launch_lag(cpu_step([("aten::mul", 10, 5, 1)])) is None
 
 
 def test_module_expectations_word_for_word_and_without_annotations():
     from test_inspect_trace import parse
-    from trace_reader import modules
+    from trace_reader.analyzers import modules
 
     assert modules.largest_module("mlp", "decode").text == (
         "the mlp modules take the largest share of GPU time (of the layers' parts and the modules outside the layers)")
@@ -2161,7 +2165,7 @@ def test_largest_module_says_the_winners_share_and_every_problem_of_a_module():
     """two_layer_step with each MLP kernel at 200 µs: GPU time 5 + 10 + 200 + 2 + 200 + 4 = 421 µs, the MLPs'
     400 of it: 95.0%."""
     from test_inspect_trace import parse
-    from trace_reader import modules
+    from trace_reader.analyzers import modules
 
     data = two_layer_step()
     for e in data["traceEvents"]:
@@ -2177,7 +2181,7 @@ def test_largest_module_says_the_winners_share_and_every_problem_of_a_module():
 
 def test_a_step_of_under_a_microsecond_still_has_shares():
     from test_inspect_trace import parse
-    from trace_reader import modules
+    from trace_reader.analyzers import modules
 
     data = two_layer_step()
     for e in data["traceEvents"]:
@@ -2191,7 +2195,7 @@ def test_model_flags_one_mlp_kernel_and_graph_replays():
     from types import SimpleNamespace
 
     from test_inspect_trace import parse
-    from trace_reader import modules
+    from trace_reader.analyzers import modules
 
     data = two_layer_step()
     for e in data["traceEvents"]:
@@ -2230,8 +2234,8 @@ def nccl_trace(nccl_start: float, nccl_end: float, world: int = 2, nccl: bool = 
 
 def test_exposed_communication_is_the_nccl_time_no_kernel_runs_beside():
     """The all-reduce 30..70 against the GEMM 10..40: 10 of its 40 µs overlapped, 75% exposed."""
-    from trace_reader import ranks
-    from trace_reader.expect import NotApplicable
+    from trace_reader.analyzers import ranks
+    from trace_reader.expectation import NotApplicable
 
     t = nccl_trace(30, 70)
     assert ranks._exposed_shares(t) == [0.75]
@@ -2258,10 +2262,10 @@ def _steps(**per_step):
 
 
 def test_cold_start_needs_two_steps_and_compares_with_the_later_median(monkeypatch):
-    from trace_reader import expect, lag
+    from trace_reader.analyzers import lag
     gaps = {}
     monkeypatch.setattr(lag, "dispatch_gap", lambda st, annotation: gaps[st])
-    cold, warm = expect.cold_start_gap("fwd", True), expect.cold_start_gap("fwd", False)
+    cold, warm = guesses.cold_start_gap("fwd", True), guesses.cold_start_gap("fwd", False)
     assert (cold.device, warm.device) == ("cuda", "cuda")
 
     def check(ex, values):
@@ -2277,10 +2281,10 @@ def test_cold_start_needs_two_steps_and_compares_with_the_later_median(monkeypat
 
 
 def test_gpu_lag_grows_from_its_lowest_step_strictly(monkeypatch):
-    from trace_reader import expect, lag
+    from trace_reader.analyzers import lag
     lags = {}
     monkeypatch.setattr(lag, "launch_lag", lambda st: lags[st])
-    grows, flat = expect.gpu_lag_grows(True), expect.gpu_lag_grows(False)
+    grows, flat = guesses.gpu_lag_grows(True), guesses.gpu_lag_grows(False)
     assert grows.text == ("no sync per step, compute-bound: the GPU falls further behind the CPU each step "
                           "(launch -> start lag grows)")
     assert (grows.device, flat.device) == ("cuda", "cuda")
@@ -2300,32 +2304,29 @@ def test_gpu_lag_grows_from_its_lowest_step_strictly(monkeypatch):
 def test_kernel_names_in_a_broken_kernel_check_are_cut_at_60():
     from types import SimpleNamespace as NS
 
-    from trace_reader import expect
     long = "k" * 61
     t = _steps(kernels=[[NS(name=long), NS(name="gemm")]])
-    assert expect.kernel("nothing").check(t) == f"matches per step: [0]; kernels seen: {['gemm', 'k' * 59 + '…']}"
+    assert guesses.kernel("nothing").check(t) == f"matches per step: [0]; kernels seen: {['gemm', 'k' * 59 + '…']}"
 
 
 def test_no_cpu_op_among_annotations_only_is_not_applicable():
     from types import SimpleNamespace as NS
 
-    from trace_reader import expect
+    from trace_reader import expectation as expect
     t = _steps(spans=[[NS(cat="user_annotation", name="forward")]])
-    got = expect.cpu_op("aten::mm", present=False).check(t)
+    got = guesses.cpu_op("aten::mm", present=False).check(t)
     assert isinstance(got, expect.NotApplicable) and "no CPU ops recorded" in got
     t = _steps(spans=[[NS(cat="user_annotation", name="forward"), NS(cat="cpu_op", name="aten::add")]])
-    assert expect.cpu_op("aten::mm", present=False).check(t) is True
+    assert guesses.cpu_op("aten::mm", present=False).check(t) is True
 
 
 def test_buffer_request_says_what_it_looks_for():
-    from trace_reader import expect
-    assert expect.buffer_request().text == "wait=0, warmup=0: an 'Activity Buffer Request' event on the GPU lane"
+    assert guesses.buffer_request().text == "wait=0, warmup=0: an 'Activity Buffer Request' event on the GPU lane"
 
 
 def test_a_flag_the_trace_does_not_say_is_one_error_and_dunders_stay_attribute_errors():
-    from trace_reader import expect
-    a = expect._ArgsFromTrace(_script="02_linear")
-    with pytest.raises(expect.TraceError) as e:
+    a = scripts._ArgsFromTrace(_script="02_linear")
+    with pytest.raises(trace_events.TraceError) as e:
         a.in_dim
     assert str(e.value) == "02_linear's expectations need --in-dim, which this trace does not say"
     with pytest.raises(AttributeError) as e:
@@ -2337,7 +2338,7 @@ def test_a_flag_the_trace_does_not_say_is_one_error_and_dunders_stay_attribute_e
 def test_peaks_without_torch_installed(monkeypatch):
     import importlib.util
 
-    from trace_reader import peaks
+    from trace_reader.facts import peaks
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     assert peaks._read_torch_table() == {}
 
@@ -2347,7 +2348,7 @@ def test_verdicts_in_colour_on_a_terminal(monkeypatch):
     the tally red when anything broke (the ANSI codes as a terminal gets them)."""
     import io
 
-    from trace_reader import expect
+    from trace_reader import expectation as expect
     monkeypatch.setenv("FORCE_COLOR", "1")
     monkeypatch.setenv("TERM", "xterm")
     monkeypatch.delenv("NO_COLOR", raising=False)
@@ -2371,7 +2372,8 @@ def test_flags_at_the_edges_of_what_a_trace_and_its_name_say(tmp_path):
     """Each word and event args_from_trace reads, alone: the device, a cudaDeviceSynchronize in every step (not just
     one), the dtype words, warm as the name's last word, a renamed file's GEMM (fp32; 01's batched [B, K, N]; 02's
     [in, out]), and a trace without steps (nothing waited, nothing warmed up)."""
-    from trace_reader.expect import TraceError, args_from_trace
+    from trace_reader.reading.events import TraceError
+    from trace_reader.scripts import args_from_trace
 
     def mm(name, dims, types, ts=20):
         return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 5,
@@ -2407,6 +2409,6 @@ def test_flags_at_the_edges_of_what_a_trace_and_its_name_say(tmp_path):
 def test_a_trace_with_steps_none_active_says_so():
     from types import SimpleNamespace as NS
 
-    from trace_reader import expect
-    assert expect._need_steps(NS(steps=[], whole=False)) == "no active steps in the trace"
-    assert expect._need_steps(NS(steps=[1], whole=False)) is None
+    from trace_reader import expectation as expect
+    assert expect.need_steps(NS(steps=[], whole=False)) == "no active steps in the trace"
+    assert expect.need_steps(NS(steps=[1], whole=False)) is None

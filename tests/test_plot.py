@@ -17,9 +17,9 @@ from PIL import Image  # noqa: E402 - comes with matplotlib
 
 import inspect_trace as it
 from doc_pages import all_text
-from trace_reader import plot
-from trace_reader.read import parse_trace
-from trace_reader.report import _num
+from trace_reader.render import plot
+from trace_reader.reading.tree import parse_trace
+from trace_reader.facts.format import fmt_num
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -52,7 +52,7 @@ def test_roofline_points_are_the_numbers_the_report_prints(h200, name):
     assert placed == set(rows)  # every kernel of the table is placed or listed as not placed
     for p in rf.points:
         row = rows[p.number]
-        assert p.achieved in row and f"{100 * p.share:.1f}%" in row and f"{_num(100 * p.of_peak)}% of" in row
+        assert p.achieved in row and f"{100 * p.share:.1f}%" in row and f"{fmt_num(100 * p.of_peak)}% of" in row
         printed = float(re.search(r"([\d,.]+) (TFLOP/s|GB/s)", row).group(1).replace(",", ""))
         # y is the printed rate: TFLOP/s for a GEMM; for a pointwise kernel GB/s times its FLOPs per byte
         drawn = p.flop_s / 1e12 if p.kind == "GEMM" else p.flop_s / p.intensity / 1e9

@@ -12,8 +12,8 @@ pytest.importorskip("matplotlib", reason="the pictures need matplotlib (a depend
 
 from test_inspect_trace import parse  # noqa: E402
 from test_reader_report import x  # noqa: E402
-from trace_reader import plot  # noqa: E402
-from trace_reader.read import TraceError  # noqa: E402
+from trace_reader.render import plot  # noqa: E402
+from trace_reader.reading.events import TraceError  # noqa: E402
 
 
 def gpu(steps: list[list[tuple]], device: str = "NVIDIA H200") -> dict:
@@ -248,9 +248,9 @@ def test_the_png_carries_its_data_sorted_and_no_software_line(tmp_path):
     left out, so the same data gives the same bytes."""
     from PIL import Image
 
-    fig = plot._figure((1, 1))
+    fig = plot.new_figure((1, 1))
     data = {"b": 1, "a": [2, 3]}
-    plot._save(fig, tmp_path / "p.png", data)
+    plot.save_png(fig, tmp_path / "p.png", data)
     with Image.open(tmp_path / "p.png") as im:
         assert im.text == {"Description": '{"a": [2, 3], "b": 1}'}
 
@@ -268,7 +268,7 @@ def test_the_png_is_drawn_in_a_hidden_folder_beside_it(tmp_path, monkeypatch):
         return real(self, fname, **kw)
 
     monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
-    plot._save(plot._figure((1, 1)), tmp_path / "p.png", {})
+    plot.save_png(plot.new_figure((1, 1)), tmp_path / "p.png", {})
     (drawn,) = seen
     assert drawn.parent.parent == tmp_path and drawn.parent.name.startswith(".p-")
     assert sorted(os.listdir(tmp_path)) == ["p.png"]
@@ -278,7 +278,7 @@ def test_a_failed_write_names_the_reason_and_a_missing_folder_is_named(tmp_path)
     """A folder where the PNG should go: the move fails with the system's reason, "Is a directory"."""
     (tmp_path / "p.png").mkdir()
     with pytest.raises(TraceError) as e:
-        plot._save(plot._figure((1, 1)), tmp_path / "p.png", {})
+        plot.save_png(plot.new_figure((1, 1)), tmp_path / "p.png", {})
     assert str(e.value) == f"cannot write {tmp_path / 'p.png'}: Is a directory"
     with pytest.raises(TraceError) as e:
         plot.check_png_path(tmp_path / "no" / "p.png")

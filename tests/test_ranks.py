@@ -5,9 +5,11 @@ import json
 
 import pytest
 
+from trace_reader.analyzers import collectives
 import inspect_trace as it
-from trace_reader import collectives as coll
-from trace_reader import intervals, ranks
+from trace_reader.analyzers import collectives as coll
+from trace_reader.facts import intervals
+from trace_reader.analyzers import ranks
 
 ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
 BASE_NS = 1_790_000_000_000_000_000
@@ -352,7 +354,7 @@ def test_lanes_put_every_rank_on_one_clock(tmp_path):
 
 def test_plot_draws_the_ranks_side_by_side(tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    from trace_reader.plot import png_data
+    from trace_reader.render.plot import png_data
 
     paths = write(tmp_path, two_gpu_ranks())
     picture = tmp_path / "ranks.png"
@@ -539,7 +541,7 @@ def test_elements_and_sizes_at_zero_and_at_the_cap():
 
 
 def test_the_size_args_are_the_kernels_own_first_then_its_ops_and_their_parents():
-    from trace_reader.read import Event
+    from trace_reader.reading.events import Event
 
     def ev(name, args, parent=None):
         e = Event({"name": name, "ts": 0, "dur": 1, "args": args})
@@ -727,7 +729,7 @@ def test_collectives_per_step_counts_one_kind_on_either_device():
 
 
 def test_gpu_only_expectations_say_so_on_a_cpu():
-    from trace_reader.expect import check
+    from trace_reader.expectation import check
     cpu = it.parse_trace(cpu_rank(0, 2, [("gloo:all_reduce", 100, 50, {})]))
     got = check(cpu, [ranks.gemms_per_step(3), ranks.communication_exposed(0.5), ranks.communication_overlapped(0.5)])
     assert [r[1] for r in got] == ["not applicable"] * 3
@@ -845,7 +847,7 @@ def test_calls_pair_with_their_gloo_spans_in_order_by_kind_and_size(tmp_path):
     events = [rs, ar_call(300, 16), gloo("gloo:all_reduce", 150, 100, 8), gloo("gloo:all_reduce", 320, 50, 99),
               gloo("gloo:all_reduce", 400, 60, 16)]
     t = it.parse_trace(cpu_run(0, events, world=1))
-    calls = ranks.step_calls(t.steps[0], gpu=False)
+    calls = collectives.step_calls(t.steps[0], gpu=False)
     assert [(c.kind, c.ran_as, c.start, c.done) for c in calls] == [
         ("reduce_scatter", "all_reduce", 150, 250), ("all_reduce", "all_reduce", 400, 460)]
     data = ranks.analyze([t])
@@ -862,7 +864,7 @@ def test_a_span_that_began_before_the_call_is_not_its_run():
     """gloo cannot start what was not called yet: a span of the call's kind and size at 90, before the call at 100,
     is another's (a call the trace lost); the call's run is its span at 120."""
     events = [gloo("gloo:all_reduce", 90, 5, 4), ar_call(100, 4), gloo("gloo:all_reduce", 120, 50, 4)]
-    (c,) = ranks.step_calls(it.parse_trace(cpu_run(0, events, world=1)).steps[0], gpu=False)
+    (c,) = collectives.step_calls(it.parse_trace(cpu_run(0, events, world=1)).steps[0], gpu=False)
     assert (c.start, c.done) == (120, 170)
 
 
@@ -942,7 +944,7 @@ def test_waits_go_to_the_earliest_call_in_flight():
     events = [ar_call(100, 4), ar_call(150, 8), op("aten::mm", 200, 40), op("aten::mm", 270, 30),
               op("aten::mm", 300, 100), gloo("gloo:all_reduce", 110, 890, 4), gloo("gloo:all_reduce", 1000, 500, 8)]
     t = it.parse_trace(cpu_run(0, events, world=1))
-    a, b = ranks.step_calls(t.steps[0], gpu=False)
+    a, b = collectives.step_calls(t.steps[0], gpu=False)
     assert a.waits == [(400, 1000)] and b.waits == [(1000, 1500)]
     assert (a.waited_us, b.waited_us, a.thread, a.name, b.done) == (600, 500, (1, 1), "c10d::allreduce_", 1500)
 
@@ -954,6 +956,6 @@ def test_a_wait_op_is_waiting():
     events = [op("_c10d_functional::all_reduce", 90, 40), ar_call(100, 4), op("aten::mm", 120, 180),
               op("_c10d_functional::wait_tensor", 300, 600), op("aten::detach", 310, 5),
               gloo("gloo:all_reduce", 110, 790, 4)]
-    (c,) = ranks.step_calls(it.parse_trace(cpu_run(0, events, world=1)).steps[0], gpu=False)
+    (c,) = collectives.step_calls(it.parse_trace(cpu_run(0, events, world=1)).steps[0], gpu=False)
     assert (c.name, c.ts, c.waits) == ("_c10d_functional::all_reduce", 90, [(300, 900)])
 

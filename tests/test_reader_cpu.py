@@ -12,9 +12,9 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 import inspect_trace as it
-from trace_reader.compiled import compiled_regions, describe
-from trace_reader.kernels import cpu_kernels, cpu_lanes
-from trace_reader.report import cpu_time_by_annotation
+from trace_reader.analyzers.compiled import compiled_regions, describe
+from trace_reader.facts.kernels import cpu_kernels, cpu_lanes
+from trace_reader.analyzers.annotations import cpu_time_by_annotation
 
 
 def record(fn, path, steps=5, active=3, **kwargs):

@@ -13,8 +13,12 @@ from pathlib import Path
 import pytest
 from conftest import python_for
 
+from trace_reader.reading import tree
+from trace_reader.reading import events as trace_events
+from trace_reader.analyzers import steps
+from trace_reader.analyzers import annotations
 import inspect_trace as it
-from trace_reader import read
+from trace_reader.reading import files as read
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
@@ -383,7 +387,7 @@ def test_msgspec_and_the_stdlib_read_the_same_trace(monkeypatch, name):
     assert type(fast.steps[0].spans[0]).__name__ == "DecodedEvent"  # msgspec's structs, not the stdlib's dicts
     monkeypatch.setattr(read, "_fast", lambda: None)
     slow = it.load_trace(path)
-    assert type(slow.steps[0].spans[0]) is read.Event
+    assert type(slow.steps[0].spans[0]) is trace_events.Event
     assert (fast.meta, fast.skipped, fast.whole, fast.has_memory_events) == (
         slow.meta, slow.skipped, slow.whole, slow.has_memory_events)
     assert _events_read(fast) == _events_read(slow)
@@ -497,11 +501,11 @@ def test_args_are_decoded_on_first_use_each_trace_its_own():
 def test_both_kinds_of_event_have_the_same_attributes():
     if read._fast() is None:
         pytest.skip("msgspec is not installed here")
-    from trace_reader import fast_json
+    from trace_reader.reading import fast_json
 
     decode_only = {"ph", "links", "source", "raw_args", "parsed_args"}  # what args and the links are made from
     decoded = set(fast_json.DecodedEvent.__struct_fields__) - decode_only | {"args"}
-    assert decoded == set(read.Event.__slots__)
+    assert decoded == set(trace_events.Event.__slots__)
 
 
 def test_msgspec_decodes_only_where_it_refuses_deep_nesting(monkeypatch):
@@ -509,7 +513,7 @@ def test_msgspec_decodes_only_where_it_refuses_deep_nesting(monkeypatch):
     stops is; none installed: the stdlib. What the decoder in use refuses, the stdlib decodes (read._loads)."""
     import types
 
-    import trace_reader
+    import trace_reader.reading as reading_room
 
     class Refused(ValueError):
         pass
@@ -521,12 +525,12 @@ def test_msgspec_decodes_only_where_it_refuses_deep_nesting(monkeypatch):
 
     probe = read._fast.__wrapped__  # the check itself, not its cached answer
     stopping = types.SimpleNamespace(decode=stops, refused=Refused)
-    monkeypatch.setattr(trace_reader, "fast_json", stopping, raising=False)
+    monkeypatch.setattr(reading_room, "fast_json", stopping, raising=False)
     assert probe() is stopping
-    monkeypatch.setattr(trace_reader, "fast_json", types.SimpleNamespace(decode=lambda text: "fast", refused=Refused))
+    monkeypatch.setattr(reading_room, "fast_json", types.SimpleNamespace(decode=lambda text: "fast", refused=Refused))
     assert probe() is None
-    monkeypatch.delattr(trace_reader, "fast_json")
-    monkeypatch.delitem(sys.modules, "trace_reader.fast_json", raising=False)
+    monkeypatch.delattr(reading_room, "fast_json")
+    monkeypatch.delitem(sys.modules, "trace_reader.reading.fast_json", raising=False)
     monkeypatch.setitem(sys.modules, "msgspec", None)  # not installed
     assert probe() is None
     monkeypatch.setattr(read, "_fast", lambda: stopping)
@@ -538,7 +542,7 @@ def test_msgspec_decodes_only_where_it_refuses_deep_nesting(monkeypatch):
 def test_the_child_without_msgspec_reads_with_the_stdlib(tmp_path):
     """python_for("stdlib") leaves msgspec out of the child (else the CLI tests above would test msgspec twice)."""
     script = tmp_path / "which.py"
-    script.write_text(f"import sys; sys.path.insert(0, {str(ROOT)!r}); from trace_reader import read; "
+    script.write_text(f"import sys; sys.path.insert(0, {str(ROOT)!r}); from trace_reader.reading import files as read; "
                       "print(read._fast() is not None)")
     said = {}
     for decoder in ("msgspec", "stdlib"):
@@ -553,7 +557,6 @@ def test_two_items_alike_but_for_a_launch(tmp_path, capsys):
     """Two kernels over the same µs 10..15, one launched at 2 and one with no launch in the trace: a report, not a
     traceback. Step 0..100: idle before the work 10, 2 of it before the launch (the host) and 8 after; then the
     GPU waits 85 more on the host until the step ends."""
-    from trace_reader import report
 
     path = tmp_path / "alike.json"
     path.write_text(json.dumps({"traceEvents": [
@@ -565,12 +568,12 @@ def test_two_items_alike_but_for_a_launch(tmp_path, capsys):
         {"ph": "X", "cat": "kernel", "name": "k1", "ts": 10, "dur": 5, "pid": 0, "tid": 7, "args": {"correlation": 7}},
         {"ph": "X", "cat": "kernel", "name": "k2", "ts": 10, "dur": 5, "pid": 0, "tid": 8,
          "args": {"External id": 1}}]}))
-    assert report._idle(it.load_trace(path)) == [(87.0, 8.0)]
+    assert steps._idle(it.load_trace(path)) == [(87.0, 8.0)]
     assert it.main([str(path)]) == 0 and "Traceback" not in capsys.readouterr().err
 
 
 def test_the_call_tree_is_the_innermost_containing_span_on_random_traces():
-    """read._build_tree nests spans in one walk where a trace has one thread and no two spans starting together,
+    """tree._build_tree nests spans in one walk where a trace has one thread and no two spans starting together,
     and the long way (per thread, the longer first at one start) at the first span that says otherwise. On random
     spans, with and without threads and shared starts, each parent is the one a brute force over all pairs gives:
     the last span before it (in start order, the longer first, else file order) on its thread that has not ended
@@ -586,8 +589,8 @@ def test_the_call_tree_is_the_innermost_containing_span_on_random_traces():
         raws = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "ts": s + (0 if ties else rng.random() / 2),
                  "dur": rng.choice([0, 1, 2, 5, 9, 20]), "pid": (t := rng.choice(threads))[0], "tid": t[1]}
                 for i, (s) in enumerate(starts)]
-        spans = [read.Event(r) for r in raws]
-        read._build_tree(list(spans))
+        spans = [trace_events.Event(r) for r in raws]
+        tree._build_tree(list(spans))
         order = sorted(range(n), key=lambda i: (raws[i]["ts"], -raws[i]["dur"], i))
         for k, i in enumerate(order):
             r = raws[i]
@@ -639,13 +642,12 @@ def test_a_step_numbered_in_other_scripts_digits_is_no_step(tmp_path):
 def test_the_reading_page_states_the_readers_limits_as_the_code_has_them():
     """docs/reading_traces.md's untrusted-input paragraph: the byte and object caps, the walks' depth, the ranks'
     skew, each the constant the reader uses; the bytes per object, from the committed traces' own JSON."""
-    from trace_reader import ranks as ranks_mod
-    from trace_reader import report
+    from trace_reader.analyzers import ranks as ranks_mod
 
     page = " ".join((ROOT / "docs" / "reading_traces.md").read_text().split())
     assert read.MAX_JSON_BYTES == 1 << 30 and "at most 1 GiB of JSON" in page
     assert read.MAX_JSON_OBJECTS == 1 << 24 and "at most 2^24 JSON objects" in page
-    assert report.MAX_NESTING == 1024 and "stop at 1,024 levels" in page
+    assert annotations.MAX_NESTING == 1024 and "stop at 1,024 levels" in page
     assert ranks_mod.MAX_SKEW_US == 3600e6 and "more than an hour apart" in page
     per = [len(t) / t.count(b"{") for path in sorted(DATA.rglob("*.json.gz"))
            for t in [gzip.decompress(path.read_bytes())]]

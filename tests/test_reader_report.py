@@ -20,6 +20,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 import bench_inspect
+from trace_reader.analyzers import steps
 import inspect_trace as it
 from doc_pages import page
 from test_inspect_trace import GELU, MUL, gpu_trace, parse
@@ -504,12 +505,11 @@ def test_readme_states_the_verdict_rule_the_reader_applies():
     """The rule paragraph under that block: its thresholds are the reader's, its example is step #2 of the trace."""
     import re
 
-    from trace_reader import report
 
     text = " ".join((ROOT / "docs" / "reading_traces.md").read_text().split())
     rule = re.search(r"busy less than (\d+)% of its window .*? less than (\d+)% of the window \(host%\)", text)
-    assert rule and (int(rule.group(1)) / 100, int(rule.group(2)) / 100) == (report.COMPUTE_BUSY,
-                                                                             report.HOST_WAIT_LARGE)
+    assert rule and (int(rule.group(1)) / 100, int(rule.group(2)) / 100) == (steps.COMPUTE_BUSY,
+                                                                             steps.HOST_WAIT_LARGE)
     example = re.search(r"Step #2 above, the cold first step, is one: busy (\d+)%, yet (\d+)% of it", text)
     step = it.report_data(it.load_trace(DATA / "h200_mlp_eager.json.gz"))["steps"][0]
     assert step["number"] == 2 and step["bound"] == "partly overhead"
@@ -518,18 +518,17 @@ def test_readme_states_the_verdict_rule_the_reader_applies():
 
 
 def test_memory_peaks_show_when_the_memory_reader_gives_them(monkeypatch):
-    """trace_reader/memory.py (per-step peak allocation) is optional; when it answers, the report shows it."""
+    """When analyzers/memory.py (per-step peak allocation) answers, the report shows it."""
     import types
 
-    import trace_reader
+    from trace_reader.analyzers import report as report_room
 
     data = gpu_trace()
     data["traceEvents"].append({"ph": "i", "name": "[memory]", "ts": 1001, "args": {}})
     t = parse(data)
     assert t.has_memory_events
     fake = types.SimpleNamespace(step_peaks=lambda trace: {st.number: (st.number + 1) * 2**20 for st in trace.steps})
-    monkeypatch.setitem(sys.modules, "trace_reader.memory", fake)
-    monkeypatch.setattr(trace_reader, "memory", fake, raising=False)
+    monkeypatch.setattr(report_room, "memory", fake)
     assert it.report_data(t)["memory_peak_bytes"] == {2: 3 * 2**20, 3: 4 * 2**20, 4: 5 * 2**20}
     assert it.report(t).endswith("\n\nPeak allocation per step, above the step's start (MiB): median 4.0, max 5.0")
     assert it.report_data(parse(gpu_trace()))["memory_peak_bytes"] is None  # no [memory] events: not asked

@@ -100,7 +100,7 @@ def test_busy_fractions_quoted_in_prose():
 
 def test_sizes_and_defaults():
     import common
-    import serve_trace
+    from trace_reader import serve as serve_trace
     import torch
 
     assert quoted(r"2·8192·768·3072 ≈ (\d+\.\d) GFLOP") == [round(2 * 8192 * 768 * 3072 / 1e9, 1)]
@@ -167,7 +167,7 @@ def model_table() -> list[str]:
     """The README's 06_model table, from the committed traces: the typical (median) step of each run; module
     shares from the per-module breakdown (its median step), '-' under --compile (no module spans there)."""
     import inspect_trace as it
-    from trace_reader import modules
+    from trace_reader.analyzers import modules
 
     rows = ["| run | kernels | GPU work (µs) | step (µs) | GPU busy | mlp | self_attn |",
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -192,7 +192,7 @@ def test_model_table_is_the_committed_traces():
 
 def test_model_prose_numbers():
     import inspect_trace as it
-    from trace_reader import modules
+    from trace_reader.analyzers import modules
 
     def typical(name):
         data = it.report_data(it.load_trace(ROOT / f"tests/data/h200_model_{name}.json.gz"))
@@ -233,7 +233,7 @@ def test_model_benchmark_table_is_the_committed_h200_record():
 def test_model_benchmark_prose():
     """The MLPs' GPU time quoted beside the benchmark, from the traces; the largest decode step is CUDA graphs'."""
     import inspect_trace as it
-    from trace_reader import modules
+    from trace_reader.analyzers import modules
 
     def mlp_us(name):
         b = modules.breakdown(it.load_trace(ROOT / f"tests/data/h200_model_{name}.json.gz"), name.split("_")[0])

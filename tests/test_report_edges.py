@@ -2,11 +2,13 @@
 device line for each kind of deviceProperties, the step list's elisions, the annotations counted for a kernel the
 autograd engine launched, the CPU's work when the first step differs, a step with no GPU work. Each expected value
 is written by hand from the hand-built trace in the test."""
+from trace_reader.facts import format
+from trace_reader.analyzers import annotations
 import inspect_trace as it
 from test_inspect_trace import parse
 from test_mutation_edges import block, steps_of
 from test_reader_report import x
-from trace_reader import report as rp
+from trace_reader.analyzers import report as rp
 
 
 # ---- the header ---------------------------------------------------------------------------------------------------
@@ -73,7 +75,7 @@ def test_a_step_without_gpu_work_has_no_busy_fraction_and_no_verdict():
         "(launch latency, earlier work)" in text.splitlines()
     assert [st["idle_us"] for st in it.report_data(parse(steps_of([(2, ["a"]), (3, [])])))["steps"]] == [
         {"waiting_on_host": 70.0, "after_launch": 5.0}, None]
-    assert rp._pct(None) == "-"
+    assert format.fmt_pct(None) == "-"
 
 
 # ---- the annotations of a kernel the autograd engine launched -----------------------------------------------------
@@ -130,7 +132,7 @@ def _engine_names(ann, launches, steps=True):
         ev.insert(0, x("ProfilerStep#2", "user_annotation", -10, 20_000))
     [st] = parse({"traceEvents": ev, "deviceProperties": [{"name": "NVIDIA H200"}]}).steps
     cache = {}  # one per trace, as the report keeps it
-    return {int(k.name[1:]): set(rp.annotations_around(k, st, cache)) for k in st.gpu}
+    return {int(k.name[1:]): set(annotations.annotations_around(k, st, cache)) for k in st.gpu}
 
 
 def test_an_engine_kernels_open_annotations_are_those_a_scan_of_every_span_finds_on_random_steps():
@@ -578,7 +580,7 @@ def test_memory_events_outside_any_step_give_no_peaks(tmp_path):
     allocated, not an empty table."""
     import json
 
-    from trace_reader import memory
+    from trace_reader.analyzers import memory
 
     alloc = {"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 5, "s": "t",
              "args": {"Device Type": 0, "Device Id": -1, "Addr": 1, "Bytes": 1024, "Total Allocated": 1024,

@@ -12,8 +12,8 @@ from torch.profiler import ProfilerAction
 
 import common
 import inspect_trace as it
-from trace_reader.expect import buffer_request, cold_start_gap, gpu_lag_grows
-from trace_reader.lag import dispatch_gap, launch_lag
+from trace_reader.analyzers.guesses import buffer_request, cold_start_gap, gpu_lag_grows
+from trace_reader.analyzers.lag import dispatch_gap, launch_lag
 
 DATA = Path(__file__).resolve().parent / "data"
 

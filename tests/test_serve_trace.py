@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-import serve_trace
-from serve_trace import PERFETTO_ORIGIN, ServeError, serve
+from trace_reader import serve as serve_trace
+from trace_reader.serve import PERFETTO_ORIGIN, ServeError, serve
 
 TRACE_JSON = b'{"traceEvents": [{"name": "mlp_fwd", "ph": "X", "ts": 0, "dur": 5, "pid": 1, "tid": 1}]}'
 

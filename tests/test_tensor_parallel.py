@@ -189,7 +189,7 @@ def test_one_gpu_under_torchrun(tmp_path):
 def test_a_ranks_files_end_in_its_rank():
     import argparse
 
-    from trace_reader import ranks
+    from trace_reader.analyzers import ranks
 
     args = common.parser("x", size=64).parse_args(["--active", "5"])
     run = common.Run("08_tensor_parallel", argparse.Namespace(**vars(args)), torch.device("cpu"), torch.bfloat16,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from trace_reader import ranks
-from trace_reader.read import load_trace
+from trace_reader.analyzers import ranks
+from trace_reader.reading.files import load_trace
 
 TP = Path(__file__).parent / "data" / "tp"
 RUNS = sorted(TP.glob("h200_tp1_*_rank0.json.gz"))

@@ -20,9 +20,12 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from trace_reader.render import memory_picture
+from trace_reader.render import compare_text
+from trace_reader.analyzers import training_expect
 import inspect_trace as it
-from trace_reader import memory_timeline, training
-from trace_reader.plot import png_data
+from trace_reader.analyzers import memory_timeline, training
+from trace_reader.render.plot import png_data
 
 train07 = importlib.import_module("07_train_step")
 FOREIGN = Path(__file__).resolve().parent / "data" / "foreign"
@@ -160,7 +163,7 @@ def test_each_optimizer_implementation(tmp_path, optimizer):
         path = tmp_path / f"{impl}.json"
         profiled_step(optimizer, impl).export_chrome_trace(str(path))
         t = it.load_trace(path)
-        results = {i: it.check(t, [training.optimizer_kind(i, 2, per_param)])[0][1] for i in train07.IMPLEMENTATIONS}
+        results = {i: it.check(t, [training_expect.optimizer_kind(i, 2, per_param)])[0][1] for i in train07.IMPLEMENTATIONS}
         assert results == {i: "confirmed" if i == impl else "broken" for i in results}, (impl, results)
         assert training.analyze(t)["optimizer"]["implementation"] == impl
 
@@ -296,18 +299,18 @@ def test_expectations_at_their_edges(tmp_path):
     def verdict(ex):
         return it.check(t, [ex])[0][1]
 
-    assert verdict(training.backward_flops(2.0, 2.5, "")) == "confirmed"
-    assert verdict(training.backward_flops(1.5, 2.0, "")) == "confirmed"
-    assert verdict(training.backward_flops(2.01, 3.0, "")) == "broken"
-    assert verdict(training.backward_flops(1.0, 1.99, "")) == "broken"
-    assert verdict(training.phases_present()) == "confirmed"
+    assert verdict(training_expect.backward_flops(2.0, 2.5, "")) == "confirmed"
+    assert verdict(training_expect.backward_flops(1.5, 2.0, "")) == "confirmed"
+    assert verdict(training_expect.backward_flops(2.01, 3.0, "")) == "broken"
+    assert verdict(training_expect.backward_flops(1.0, 1.99, "")) == "broken"
+    assert verdict(training_expect.phases_present()) == "confirmed"
     # foreach: two foreach ops and no other, for any parameter count; for-loop needs per_param * params others
-    assert verdict(training.optimizer_kind("foreach", 1, 1)) == "confirmed"
-    assert verdict(training.optimizer_kind("for-loop", 1, 1)) == "broken"
-    assert verdict(training.optimizer_kind("fused", 1, 1)) == "broken"
+    assert verdict(training_expect.optimizer_kind("foreach", 1, 1)) == "confirmed"
+    assert verdict(training_expect.optimizer_kind("for-loop", 1, 1)) == "broken"
+    assert verdict(training_expect.optimizer_kind("fused", 1, 1)) == "broken"
     # no [memory] events at all: recorded without profile_memory=True, so the guess cannot be looked at
-    assert verdict(training.peak_after_forward(False, 0)) == "not applicable"
-    assert "profile_memory=True" in it.check(t, [training.peak_after_forward(False, 0)])[0][2]
+    assert verdict(training_expect.peak_after_forward(False, 0)) == "not applicable"
+    assert "profile_memory=True" in it.check(t, [training_expect.peak_after_forward(False, 0)])[0][2]
 
 
 def cpu_trace_with_allocations(allocations):
@@ -333,14 +336,14 @@ def test_memory_peak_phase_by_hand(tmp_path):
     assert t.device == "cpu"
     assert training.memory_peak(t) == [{"number": 2, "phase": "backward", "peak_bytes": 450,
                                         "at_forward_end_bytes": 400}]
-    assert it.check(t, [training.peak_after_forward(False, 0)])[0][1] == "confirmed"  # 400 >= half of 450
-    assert it.check(t, [training.peak_after_forward(True, 0)])[0][1] == "confirmed"
-    assert it.check(t, [training.peak_after_forward(False, 0, "the fused MLP")])[0][1] == "confirmed"
+    assert it.check(t, [training_expect.peak_after_forward(False, 0)])[0][1] == "confirmed"  # 400 >= half of 450
+    assert it.check(t, [training_expect.peak_after_forward(True, 0)])[0][1] == "confirmed"
+    assert it.check(t, [training_expect.peak_after_forward(False, 0, "the fused MLP")])[0][1] == "confirmed"
     # memory events, none on this device: that is broken, not n/a
     data["traceEvents"] = [{**e, "args": {**e["args"], "Device Type": 1}} if e.get("name") == "[memory]" else e
                            for e in data["traceEvents"]]
     path.write_text(json.dumps(data))
-    assert it.check(it.load_trace(path), [training.peak_after_forward(False, 0)])[0][1] == "broken"
+    assert it.check(it.load_trace(path), [training_expect.peak_after_forward(False, 0)])[0][1] == "broken"
 
 
 def test_a_module_that_rebuilds_moves_the_peak_into_backward(tmp_path):
@@ -352,10 +355,10 @@ def test_a_module_that_rebuilds_moves_the_peak_into_backward(tmp_path):
     t = it.load_trace(path)
     assert training.memory_peak(t) == [{"number": 2, "phase": "backward", "peak_bytes": 400,
                                         "at_forward_end_bytes": 100}]
-    assert it.check(t, [training.peak_after_forward(False, 0)])[0][1] == "broken"  # 100 < half of 400
-    assert it.check(t, [training.peak_after_forward(False, 0, "the fused MLP")])[0][1] == "confirmed"
+    assert it.check(t, [training_expect.peak_after_forward(False, 0)])[0][1] == "broken"  # 100 < half of 400
+    assert it.check(t, [training_expect.peak_after_forward(False, 0, "the fused MLP")])[0][1] == "confirmed"
     path.write_text(json.dumps(cpu_trace_with_allocations([(15, 100), (800, 300)])))
-    assert it.check(it.load_trace(path), [training.peak_after_forward(False, 50, "the fused MLP")])[0][1] == "broken"
+    assert it.check(it.load_trace(path), [training_expect.peak_after_forward(False, 50, "the fused MLP")])[0][1] == "broken"
 
 
 @pytest.mark.parametrize("mlp, verdict", [("eager", "broken"), ("liger", "broken"), ("fused", "broken"),
@@ -410,7 +413,7 @@ def test_memory_peak_in_the_optimizer_by_hand(tmp_path):
     t = it.load_trace(path)
     assert [(p["phase"], p["peak_bytes"], p["at_forward_end_bytes"]) for p in training.memory_peak(t)] == [
         ("optimizer", 400, 100)]
-    verdicts_ = {b: it.check(t, [training.peak_after_forward(False, b)])[0] for b in (100, None, 99)}
+    verdicts_ = {b: it.check(t, [training_expect.peak_after_forward(False, b)])[0] for b in (100, None, 99)}
     assert {b: v for b, (_, v, _) in verdicts_.items()} == {100: "not applicable", None: "not applicable",
                                                            99: "broken"}
     assert "bytes are unknown" in verdicts_[None][2]
@@ -483,7 +486,7 @@ def test_the_training_section_word_for_word(tmp_path):
     assert lines[4].split()[-2:] == ["-", "190.0"]  # forward's GEMM GFLOP unknown
     assert lines[7] == ("=> backward's GEMMs do ? x forward's FLOPs (no GEMM shapes: record_shapes=True, or forward "
                         "has no aten GEMM)")
-    assert it.check(t, [training.backward_flops(1.5, 2.5, "")])[0][1:] == (
+    assert it.check(t, [training_expect.backward_flops(1.5, 2.5, "")])[0][1:] == (
         "not applicable", "GEMM shapes not recorded (record_shapes=True)")
 
 
@@ -536,8 +539,8 @@ def test_optimizer_ops_counted_and_named_by_hand(tmp_path):
     t = _load(tmp_path, data)
     o = training.analyze(t)["optimizer"]
     assert (o["ops"], o["foreach_ops"], o["fused_ops"], o["other_ops"], o["implementation"]) == (3, 0, 1, 2, "fused")
-    assert it.check(t, [training.optimizer_kind("fused", 2, 3)])[0][1] == "confirmed"
-    assert it.check(t, [training.optimizer_kind("fused", 1, 2)])[0][1:] == (
+    assert it.check(t, [training_expect.optimizer_kind("fused", 2, 3)])[0][1] == "confirmed"
+    assert it.check(t, [training_expect.optimizer_kind("fused", 1, 2)])[0][1:] == (
         "broken", "ProfilerStep#2: 3 ops (0 foreach, 1 fused, 2 others), 2 kernels (2 multi-tensor)")
     assert [training.implementation({"fused_ops": 0, "foreach_ops": 0, "other_ops": n}) for n in (0, 3)] == [
         "?", "for-loop"]
@@ -549,14 +552,14 @@ def test_missing_and_idle_phases_said_per_step(tmp_path):
     data = hand_trace(annotated=False)
     data["traceEvents"] = [e for e in data["traceEvents"] if not e["name"].startswith("Optimizer.step")]
     t = _load(tmp_path, data)
-    assert it.check(t, [training.phases_present()])[0][1:] == ("broken", "ProfilerStep#2: no optimizer phase ")
-    assert it.check(t, [training.optimizer_kind("foreach", 1, 1)])[0][1:] == (
+    assert it.check(t, [training_expect.phases_present()])[0][1:] == ("broken", "ProfilerStep#2: no optimizer phase ")
+    assert it.check(t, [training_expect.optimizer_kind("foreach", 1, 1)])[0][1:] == (
         "broken", "ProfilerStep#2: no optimizer phase")
     idle = hand_trace()
     idle["traceEvents"] = [e for e in idle["traceEvents"] if "multi_tensor" not in e["name"]]
     t = _load(tmp_path, idle)
     assert t.device == "cuda"
-    assert it.check(t, [training.phases_present()])[0][1:] == ("broken", "ProfilerStep#2: no GPU time in optimizer")
+    assert it.check(t, [training_expect.phases_present()])[0][1:] == ("broken", "ProfilerStep#2: no GPU time in optimizer")
 
 
 def test_forward_starts_where_zero_grad_ends_even_at_backwards_start(tmp_path):
@@ -584,23 +587,23 @@ def test_memory_peak_between_phases_and_the_messages_in_mib(tmp_path):
                                         "at_forward_end_bytes": 100}]
     # 1 MiB when forward ends, 4 MiB at the peak in backward: less than half held, broken for a plain MLP
     t = _load(tmp_path, cpu_trace_with_allocations([(15, MIB), (250, 3 * MIB), (300, -3 * MIB)]))
-    assert it.check(t, [training.peak_after_forward(False, 0)])[0][1:] == (
+    assert it.check(t, [training_expect.peak_after_forward(False, 0)])[0][1:] == (
         "broken", "#2: peak 4.00 MiB in backward, 1.00 MiB held when forward ends")
     # the peak in the optimizer, 4 MiB (1 MiB held when forward ends, 3 more in the optimizer): with 1 MiB of
     # parameters, four parameter-sized tensors make it (gradients, a temporary, AdamW's two states): too few tokens
     # to judge; a byte less of parameters and the optimizer holds more than they explain: broken
     t = _load(tmp_path, cpu_trace_with_allocations([(150, MIB), (800, 3 * MIB)]))
-    assert it.check(t, [training.peak_after_forward(False, MIB)])[0][1:] == (
+    assert it.check(t, [training_expect.peak_after_forward(False, MIB)])[0][1:] == (
         "not applicable", "#2 peaks in the optimizer at 4.00 MiB, with 1.00 MiB held at forward's end: no more than 4x "
                           "the 1.00 MiB of parameters (gradients, optimizer temporaries and states), too few tokens "
                           "for activations to dominate")
-    assert it.check(t, [training.peak_after_forward(False, MIB - 1)])[0][1:] == (
+    assert it.check(t, [training_expect.peak_after_forward(False, MIB - 1)])[0][1:] == (
         "broken", "#2: peak 4.00 MiB in optimizer, 1.00 MiB held when forward ends")
     # What `07_train_step.py --model tiny --layers 3 --batch 3 --seq 17 --dtype fp32` printed on a CPU: 0.81 MiB of
     # parameters, 1.06 MiB held when forward ends, the peak 1.61 MiB in the optimizer (gradients + foreach AdamW's
     # temporaries, twice the parameters). More held at forward's end than the parameters, yet nothing to judge.
     t = _load(tmp_path, cpu_trace_with_allocations([(150, round(1.06 * MIB)), (800, round(0.55 * MIB))]))
-    assert it.check(t, [training.peak_after_forward(False, round(0.81 * MIB))])[0][1] == "not applicable"
+    assert it.check(t, [training_expect.peak_after_forward(False, round(0.81 * MIB))])[0][1] == "not applicable"
 
 
 @pytest.mark.parametrize("mlp", ["eager", "liger", "fused", "fused-recompute"])
@@ -611,11 +614,11 @@ def test_flags_from_the_file_name_where_the_trace_says_nothing(mlp):
 
     t = parse(gpu_trace())
     a = types.SimpleNamespace()
-    training.train_flags(a, t, ["mlp-1L", "adamw-foreach", f"mlp-{mlp}", "ckpt", "bf16"])
+    training_expect.train_flags(a, t, ["mlp-1L", "adamw-foreach", f"mlp-{mlp}", "ckpt", "bf16"])
     assert vars(a) == {"optimizer": "adamw", "optim_impl": "foreach", "mlp": mlp, "checkpoint": True,
                        "ops_per_parameter": 3}  # a trace's AdamW: its moments, denominator and update
     b = types.SimpleNamespace()
-    training.train_flags(b, t, ["mlp-1L", "sgd", "mlp-other", "bf16"])
+    training_expect.train_flags(b, t, ["mlp-1L", "sgd", "mlp-other", "bf16"])
     assert vars(b) == {"mlp": "eager", "checkpoint": False}
 
 
@@ -689,14 +692,14 @@ def test_the_memory_picture_lines_up_with_the_phases(tmp_path, monkeypatch):
     from the timeline's first point. The expected spans come from the trace's own annotations (a few lines over
     the raw JSON), so a curve drawn in another unit than the shading (s instead of ms: 1000x too short) fails.
     The other picture test reads only the peaks stored in the PNG, which no x axis changes."""
-    from trace_reader import plot
+    from trace_reader.render import plot
 
     figs = []
-    real_save = plot._save
+    real_save = plot.save_png
     monkeypatch.setattr(plot, "_save", lambda fig, path, data: (figs.append(fig), real_save(fig, path, data))[1])
     times = [10.0, 200.0, 210.0, 700.0, 710.0, 990.0]  # at the phases' edges, on the trace's clock (µs)
     tl = {"device": "cpu", "times_us": times, "bytes": {"activation": [2**20, 2 * 2**20, 0, 2**20, 0, 0]}}
-    out = memory_timeline.draw(tl, tmp_path / "m.png", load_hand(tmp_path))
+    out = memory_picture.draw(tl, tmp_path / "m.png", load_hand(tmp_path))
     assert out.exists() and len(figs) == 1
     ax = figs[0].axes[0]
     t0 = times[0]
@@ -774,8 +777,8 @@ def test_foreign_h200_training_traces(name, impl):
         assert data["optimizer"]["gradients"] == 21 and data["optimizer"]["kernels"] == 8 * 21
         assert data["backward_over_forward_flops"] is None
         t = it.load_trace(path)  # 189 other ops and 168 kernels a step: 8 per parameter passes, 9 does not
-        assert it.check(t, [training.optimizer_kind("for-loop", 21, 8)])[0][1] == "confirmed"
-        assert it.check(t, [training.optimizer_kind("for-loop", 21, 9)])[0][1] == "broken"
+        assert it.check(t, [training_expect.optimizer_kind("for-loop", 21, 8)])[0][1] == "confirmed"
+        assert it.check(t, [training_expect.optimizer_kind("for-loop", 21, 9)])[0][1] == "broken"
 
 
 def test_foreign_slowest_backward_op_by_hand():
@@ -917,10 +920,10 @@ def test_docs_h200_numbers_are_the_committed_traces():
 def test_comparing_two_training_steps_shows_each_phase():
     """inspect_trace.py A B on two training traces: each phase's GPU µs and kernels side by side (the raw JSON's
     numbers, _phase_gpu), and each optimizer's implementation; a forward-only trace beside one leaves it out."""
-    from trace_reader import compare
+    from trace_reader.comparison import compare
 
     a, b = (it.load_trace(TRAIN / f"h200_train_mlp_{n}.json.gz") for n in ("forloop", "foreach"))
-    text = compare.compare(a, b)
+    text = compare_text.compare(a, b)
     pa, pb = _phase_gpu("mlp_forloop"), _phase_gpu("mlp_foreach")
     lines = text.splitlines()
     for phase in ("forward", "backward", "optimizer"):
@@ -933,21 +936,20 @@ def test_comparing_two_training_steps_shows_each_phase():
     assert data["a"]["phases"]["optimizer"]["gpu_us"] == pytest.approx(pa["optimizer"][0], rel=1e-9)
     forward_only = it.load_trace(Path(__file__).parent / "data" / "h200_mlp_eager.json.gz")
     assert compare.comparison_data(forward_only, b)["training"] is None
-    assert "phase by phase" not in compare.compare(forward_only, b)
+    assert "phase by phase" not in compare_text.compare(forward_only, b)
 
 
 @pytest.mark.profiles  # the module's runs record profiles
 def test_comparing_two_cpu_training_steps(runs):
     """On CPU traces the phases compare by CPU µs: each annotation's duration, median over the steps (raw JSON),
     and no kernel columns."""
-    from trace_reader import compare
 
     def phase_us(path, phase):
         spans = sorted(e["dur"] for e in raw(path) if e.get("cat") == "user_annotation" and e.get("name") == phase)
         return spans[len(spans) // 2]
 
     a, b = runs["plain"][3], runs["checkpoint"][3]
-    text = compare.compare(it.load_trace(a), it.load_trace(b))
+    text = compare_text.compare(it.load_trace(a), it.load_trace(b))
     assert "(CPU µs per step, median over the steps)" in text and "kernels A" not in text
     for phase in ("forward", "backward", "optimizer"):
         ua, ub = phase_us(a, phase), phase_us(b, phase)

@@ -6,8 +6,10 @@ import types
 from pathlib import Path
 
 from test_train_step import _load
-from trace_reader import training
-from trace_reader.expect import NotApplicable
+from trace_reader.facts import format
+from trace_reader.analyzers import training_expect
+from trace_reader.analyzers import training
+from trace_reader.expectation import NotApplicable
 
 
 def ev(name, cat="cpu_op", parent=None):
@@ -16,7 +18,7 @@ def ev(name, cat="cpu_op", parent=None):
 
 def verdict(monkeypatch, ex, steps, device="cuda"):
     """The guess's check on a trace whose analysis is `steps` (each a dict of "phases" and "optimizer")."""
-    monkeypatch.setattr(training, "_analysis", lambda t: {"steps": [{"number": 2, **s} for s in steps]})
+    monkeypatch.setattr(training_expect, "_analysis", lambda t: {"steps": [{"number": 2, **s} for s in steps]})
     return ex.check(types.SimpleNamespace(device=device, steps=[1]))
 
 
@@ -27,7 +29,7 @@ def opt(ops=0, foreach=0, fused=0, kernels=None, multi=None):
 
 def test_for_loop_needs_per_param_times_params_ops(monkeypatch):
     """3 ops per parameter, 2 parameters: 6 others confirm it, 5 do not; on a GPU 6 kernels too."""
-    ex = training.optimizer_kind("for-loop", 3, 2)
+    ex = training_expect.optimizer_kind("for-loop", 3, 2)
     assert verdict(monkeypatch, ex, [opt(ops=6)], "cpu") is True
     assert verdict(monkeypatch, ex, [opt(ops=5)], "cpu") == "ProfilerStep#2: 5 ops (0 foreach, 0 fused, 5 others)"
     assert verdict(monkeypatch, ex, [opt(ops=6, kernels=6, multi=0)]) is True
@@ -38,7 +40,7 @@ def test_for_loop_needs_per_param_times_params_ops(monkeypatch):
 def test_foreach_needs_one_foreach_op_fewer_others_and_only_multi_tensor_kernels(monkeypatch):
     """3 per parameter, 2 parameters: 1 foreach op and 5 others confirm it; 0 foreach, or 6 others, do not. On a
     GPU: 1 multi-tensor kernel of 1 confirms it, 0 of 0 does not, 1 of 2 does not."""
-    ex = training.optimizer_kind("foreach", 3, 2)
+    ex = training_expect.optimizer_kind("foreach", 3, 2)
     assert verdict(monkeypatch, ex, [opt(ops=6, foreach=1)], "cpu") is True
     assert verdict(monkeypatch, ex, [opt(ops=5, foreach=0)], "cpu") is not True
     assert verdict(monkeypatch, ex, [opt(ops=7, foreach=1)], "cpu") is not True
@@ -48,7 +50,7 @@ def test_foreach_needs_one_foreach_op_fewer_others_and_only_multi_tensor_kernels
 
 
 def test_fused_needs_one_fused_op(monkeypatch):
-    ex = training.optimizer_kind("fused", 3, 2)
+    ex = training_expect.optimizer_kind("fused", 3, 2)
     assert verdict(monkeypatch, ex, [opt(ops=2, fused=1, kernels=1, multi=1)]) is True
     assert verdict(monkeypatch, ex, [opt(ops=3, fused=2, kernels=1, multi=1)]) is not True
     assert verdict(monkeypatch, ex, [opt(ops=2, fused=1, kernels=0, multi=0)]) is not True
@@ -60,7 +62,7 @@ def phases(**units):
 
 def test_phases_present_names_the_missing_and_the_idle(monkeypatch):
     """A phase needs more than 0 µs of its device's time; 0.5 µs is time. Missing and idle phases are each named."""
-    ex = training.phases_present()
+    ex = training_expect.phases_present()
     assert verdict(monkeypatch, ex, [phases(forward=0.5, backward=1, optimizer=1)]) is True
     assert verdict(monkeypatch, ex, [phases(forward=0, backward=0)], "cpu") == \
         "ProfilerStep#2: no optimizer phase no CPU time in forward, backward"
@@ -72,7 +74,7 @@ def test_backward_flops_not_applicable_for_each_reason(monkeypatch):
     def flops(f, b):
         return {"phases": {"forward": {"gemm_flops": f}, "backward": {"gemm_flops": b}}}
 
-    ex = training.backward_flops(1.5, 2.5, "")
+    ex = training_expect.backward_flops(1.5, 2.5, "")
     for f, b in ((None, 4.0), (2.0, None), (None, None)):
         said = verdict(monkeypatch, ex, [flops(f, b)])
         assert isinstance(said, NotApplicable) and str(said) == "GEMM shapes not recorded (record_shapes=True)"
@@ -87,7 +89,7 @@ def test_a_step_without_backward_says_so():
     """No autograd::engine span in the step: the training guesses say why they cannot look."""
     from test_inspect_trace import gpu_trace, parse
 
-    assert training._analysis(parse(gpu_trace())) == "no backward in the active steps (no autograd::engine spans)"
+    assert training_expect._analysis(parse(gpu_trace())) == "no backward in the active steps (no autograd::engine spans)"
 
 
 def test_walks_up_the_call_tree():
@@ -111,8 +113,8 @@ def test_windows_hold_both_ends():
 
 
 def test_formats():
-    assert [training._gflop(x) for x in (None, 1.234e9, 9.99e10, 1e11, 2.5e12)] == ["-", "1.23", "99.9", "100", "2,500"]
-    assert [training._fmt(None), training._fmt(1234.56), training._fmt(2, digits=0), training._fmt(3e6, 1e6)] == [
+    assert [format.fmt_gflop(x) for x in (None, 1.234e9, 9.99e10, 1e11, 2.5e12)] == ["-", "1.23", "99.9", "100", "2,500"]
+    assert [format.fmt_fixed(None), format.fmt_fixed(1234.56), format.fmt_fixed(2, digits=0), format.fmt_fixed(3e6, 1e6)] == [
         "-", "1,234.6", "2", "3.0"]
 
 
@@ -188,7 +190,7 @@ def test_a_phase_without_time_has_no_share_and_the_others_share_their_own_total(
 
 
 def test_two_missing_phases_are_both_named(monkeypatch):
-    assert verdict(monkeypatch, training.phases_present(), [phases(forward=1)]) == \
+    assert verdict(monkeypatch, training_expect.phases_present(), [phases(forward=1)]) == \
         "ProfilerStep#2: no backward, optimizer phase "
 
 
@@ -228,7 +230,7 @@ def test_nothing_allocated_before_forward_ends_holds_nothing_known(tmp_path):
     t = _memory(tmp_path, [(250, 50)])
     assert training.memory_peak(t) == [{"number": 2, "phase": "backward", "peak_bytes": 50,
                                         "at_forward_end_bytes": None}]
-    assert _verdict(t, training.peak_after_forward(False, 0)) == (
+    assert _verdict(t, training_expect.peak_after_forward(False, 0)) == (
         "broken", "#2: peak 0.00 MiB in backward, - MiB held when forward ends")
 
 
@@ -237,20 +239,20 @@ def test_a_peak_in_forward_per_guess(tmp_path):
     checkpointing that holds; with it the peak belongs in backward; a module that rebuilds allows forward."""
     t = _memory(tmp_path, [(15, 100), (150, 300)])
     assert training.memory_peak(t)[0]["phase"] == "forward"
-    assert _verdict(t, training.peak_after_forward(False, 0))[0] == "confirmed"
-    assert _verdict(t, training.peak_after_forward(True, 0))[0] == "broken"
-    assert _verdict(t, training.peak_after_forward(False, 0, "the fused MLP"))[0] == "confirmed"
+    assert _verdict(t, training_expect.peak_after_forward(False, 0))[0] == "confirmed"
+    assert _verdict(t, training_expect.peak_after_forward(True, 0))[0] == "broken"
+    assert _verdict(t, training_expect.peak_after_forward(False, 0, "the fused MLP"))[0] == "confirmed"
 
 
 def test_exactly_half_held_is_enough(tmp_path):
     """+100 B at 15, +100 B at 250: the peak 200 B in backward, 100 B of it held at forward's end: exactly half."""
     t = _memory(tmp_path, [(15, 100), (250, 100)])
     assert training.memory_peak(t)[0]["at_forward_end_bytes"] * 2 == training.memory_peak(t)[0]["peak_bytes"] == 200
-    assert _verdict(t, training.peak_after_forward(False, 0))[0] == "confirmed"
+    assert _verdict(t, training_expect.peak_after_forward(False, 0))[0] == "confirmed"
 
 
 def test_without_memory_events_the_guess_says_how_to_record_them(tmp_path):
-    assert _verdict(_hand_trace(tmp_path), training.peak_after_forward(False, 0)) == (
+    assert _verdict(_hand_trace(tmp_path), training_expect.peak_after_forward(False, 0)) == (
         "not applicable", "no [memory] events: recorded without profile_memory=True")
 
 
@@ -293,7 +295,7 @@ def test_an_unknown_implementation_leaves_the_file_names_word(tmp_path):
     t = _hand_trace(tmp_path, no_foreach)
     assert training.analyze(t)["optimizer"]["implementation"] == "?"
     a = types.SimpleNamespace()
-    training.train_flags(a, t, ["adamw-foreach", "mlp-eager"])
+    training_expect.train_flags(a, t, ["adamw-foreach", "mlp-eager"])
     assert (a.optimizer, a.optim_impl, a.mlp) == ("adamw", "foreach", "eager")
 
 
@@ -324,7 +326,7 @@ def test_a_step_without_allocations_does_not_hide_the_next_ones_peak(tmp_path):
     assert training.memory_peak(t) == [{"number": 3, "phase": "backward", "peak_bytes": 400,
                                         "at_forward_end_bytes": 100}]
     t = _load(tmp_path, two_steps(allocations=[(250, 100), (1015, 100), (1250, 300)]))
-    assert _verdict(t, training.peak_after_forward(False, 0)) == (
+    assert _verdict(t, training_expect.peak_after_forward(False, 0)) == (
         "broken", "#2: peak 0.00 MiB in backward, - MiB held when forward ends; "
                   "#3: peak 0.00 MiB in backward, 0.00 MiB held when forward ends")
 
@@ -452,7 +454,7 @@ def test_the_broken_memory_message_names_four_peaks_of_five(tmp_path):
     assert [(p["number"], p["phase"], p["peak_bytes"]) for p in training.memory_peak(t)] == [
         (2, "backward", mib), (3, "backward", 2 * mib), (4, "backward", 3 * mib), (5, "backward", 4 * mib),
         (6, "backward", 5 * mib)]
-    assert _verdict(t, training.peak_after_forward(False, 0)) == (
+    assert _verdict(t, training_expect.peak_after_forward(False, 0)) == (
         "broken", "#2: peak 1.00 MiB in backward, - MiB held when forward ends; "
                   "#3: peak 2.00 MiB in backward, - MiB held when forward ends; "
                   "#4: peak 3.00 MiB in backward, - MiB held when forward ends; "

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import inspect_trace as it
-from trace_reader import compiled, training
+from trace_reader.analyzers import compiled, training
 
 DATA = Path(__file__).resolve().parent / "data" / "train_foreign"
 ENGINE = "autograd::engine::evaluate_function: "
@@ -138,7 +138,7 @@ def test_accumulation_text_and_no_checkpoint_read():
     text = "\n".join(training.text(training.analyze(t)))
     assert "=> 2 forward and backward passes a step (gradient accumulation" in text
     assert "for 21 gradients accumulated in backward" in text and "5.00x" not in text
-    assert training._recomputes_forward(t) is False
+    assert training.recomputes_forward(t) is False
 
 
 def comm_wait_truth(data: dict) -> list[float]:

@@ -1,4 +1,4 @@
-"""A trace's JSON decoded by msgspec, where it is installed (read._fast): any JSON into dicts and lists, as the
+"""A trace's JSON decoded by msgspec, where it is installed (files._fast): any JSON into dicts and lists, as the
 stdlib's json would, and a trace's events straight into structs with only the fields the reader uses. Of an
 event's args only its links ("External id", "correlation") are decoded with it; the args themselves when some
 event's are first asked for, every event's in one more pass over the events (Source). For 87 MB the events decode
@@ -6,14 +6,15 @@ in 0.49 s, links included, and in 0.83 s with every event's args as dicts. Takin
 args after the decode cost 0.24 s, as much as that one pass (0.22 s), which is made only when args are read (the
 report reads those of about one event in ten)."""
 
+import json
 from typing import Annotated, Any
 
 import msgspec
 
-from .read import MAX_TS, MAX_US, _args_of, _EventMethods
+from .events import MAX_TS, MAX_US, EventMethods
 
-# An event's times where read._usable takes them: a time out of range is refused, and the stdlib reads the trace
-# (and skips the event, as read.parse_trace does), so that the 10^5 events read here need no check in Python.
+# An event's times where events._usable takes them: a time out of range is refused, and the stdlib reads the trace
+# (and skips the event, as tree.parse_trace does), so that the 10^5 events read here need no check in Python.
 _Ts = Annotated[float, msgspec.Meta(ge=-MAX_TS, le=MAX_TS)]
 _Dur = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_US)]
 
@@ -46,7 +47,7 @@ class Source:
         self.events = self.text = None  # done: each event holds its own now
 
 
-class DecodedEvent(_EventMethods, msgspec.Struct, eq=False):
+class DecodedEvent(EventMethods, msgspec.Struct, eq=False):
     """Event's attributes, decoded from the trace (ph only to sort the events; the event's other keys are skipped)."""
 
     ph: str = ""
@@ -78,7 +79,7 @@ class DecodedEvent(_EventMethods, msgspec.Struct, eq=False):
             if self.source is not None:
                 self.source.fill()
                 self.source = None
-            self.parsed_args = _args_of(self.raw_args)
+            self.parsed_args = args_of(self.raw_args)
         return self.parsed_args
 
 
@@ -88,3 +89,26 @@ decode = msgspec.json.decode
 top = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 events = msgspec.json.Decoder(list[DecodedEvent]).decode
 _raw_args = msgspec.json.Decoder(list[_RawArgs]).decode
+
+
+def loads(text: bytes) -> object:
+    """The JSON value of text: msgspec's, or where msgspec refuses it (NaN, Infinity, 1e400, integers beyond 64 bits,
+    lone surrogates, UTF-16) the stdlib's, which then accepts it or words the error as it always has."""
+    try:
+        return decode(text)
+    except refused:
+        return json.loads(text)
+
+
+def args_of(raw) -> dict:
+    """A decoded event's args, from their raw JSON ({} where they are not an object). msgspec checked that JSON
+    while skipping it, without decoding it: what msgspec cannot decode (an integer beyond 64 bits, 1e400) the
+    stdlib does. Where the stdlib cannot either (an integer of more than 4300 digits): {} (the one difference from
+    the stdlib alone, which refuses the whole file)."""
+    if raw is None:
+        return {}
+    try:
+        args = loads(bytes(raw))
+    except ValueError:
+        return {}
+    return args if isinstance(args, dict) else {}

@@ -7,7 +7,7 @@ import bisect
 import re
 from collections import defaultdict
 
-from .read import BACKWARD_PREFIX, Event, Trace
+from ..reading.events import BACKWARD_PREFIX, Event, Trace
 
 REGION_RE = re.compile(r"^Torch-Compiled Region: (.*)$")
 REGION_PREFIX = "Torch-Compiled Region: "  # tested first: a regex per span of a long trace costs 0.1 s

@@ -29,10 +29,10 @@ import bisect
 import re
 from dataclasses import dataclass
 
-from . import intervals
+from ..facts import intervals
+from ..reading.events import BACKWARD_PREFIX, Event, Step
 from .collectives import cpu_busy
 from .compiled import REGION_PREFIX
-from .read import BACKWARD_PREFIX, Event, Step
 
 PHASES = ("forward", "backward", "optimizer")
 OPTIMIZER_STEP_RE = re.compile(r"^Optimizer\.step#(\w+)\.step$")

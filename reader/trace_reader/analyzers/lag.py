@@ -8,7 +8,7 @@ op dispatches (Part 1's Figure 6: 228 µs between record_function("matmul_add") 
 
 from __future__ import annotations
 
-from .read import Step
+from ..reading.events import Step
 
 
 def launch_lag(step: Step) -> float | None:

@@ -21,11 +21,12 @@ import re
 import statistics
 from pathlib import Path
 
+from ..expectation import Expect, NotApplicable, need_steps
+from ..reading.events import Event, Step, Trace, TraceError
 from . import ranks
 from .collectives import Call, step_calls
-from .expect import Expect, NotApplicable, _need_steps
-from .read import Event, Step, Trace, TraceError
-from .training import ACCUMULATE_GRAD, phase_windows
+from .passes import phase_windows
+from .training import ACCUMULATE_GRAD
 
 SLEEP = "slow_rank_sleep"  # 09's record_function around --slow-rank's sleep
 
@@ -73,7 +74,7 @@ def _world(t: Trace) -> int | None:
 
 def _per_step(t: Trace, world: int, one_rank: str, check) -> bool | str:
     """check(step, placed) for every step, the first complaint returned; not applicable on one rank."""
-    if (miss := _need_steps(t)):
+    if (miss := need_steps(t)):
         return miss
     if world == 1:
         return NotApplicable(one_rank)
@@ -90,7 +91,7 @@ def _per_step(t: Trace, world: int, one_rank: str, check) -> bool | str:
 
 def micro_batches(n: int) -> Expect:
     def run(t: Trace):
-        if (miss := _need_steps(t)):
+        if (miss := need_steps(t)):
             return miss
         for st in t.steps:
             pairs = micro_batches_of(st)
@@ -209,7 +210,7 @@ def run_of(t: Trace, world: int) -> list[Trace] | str:
 
 
 def _cross_rank(t: Trace, world: int) -> list[Trace] | str:
-    if (miss := _need_steps(t)):
+    if (miss := need_steps(t)):
         return miss
     if world == 1:
         return NotApplicable("one rank: no one to wait for")

@@ -25,10 +25,11 @@ import os
 import re
 from dataclasses import dataclass
 
-from .expect import COMPILED_REGION, Expect, NotApplicable, _need_steps
-from .kernels import BOOKKEEPING_OPS
-from .peaks import device_peak
-from .read import Event, Step, Trace, side_events
+from ..expectation import Expect, NotApplicable, need_steps
+from ..facts.kernels import BOOKKEEPING_OPS
+from ..facts.peaks import device_peak
+from ..reading.events import COMPILED_REGION, Event, Step, Trace
+from ..reading.files import side_events
 
 DEVICE_TYPE = {"cpu": 0, "cuda": 1}  # c10::DeviceType
 
@@ -103,7 +104,7 @@ def step_peaks(trace: Trace) -> dict[int, float] | None:
     return peaks
 
 
-def _size(nbytes: float) -> str:
+def fmt_size(nbytes: float) -> str:
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(nbytes) >= scale:
             return f"{nbytes / scale:.1f} {unit}"
@@ -116,9 +117,9 @@ def describe_peaks(trace: Trace, reference_bytes: float | None = None, what: str
     if peaks is None:
         return f"peak allocation per step: no [memory] events for the {trace.device} (profile_memory=False?)"
     line = "peak allocation per step, above the step's start: " + ", ".join(
-        f"#{n} {_size(p)}" for n, p in sorted(peaks.items()))
+        f"#{n} {fmt_size(p)}" for n, p in sorted(peaks.items()))
     if reference_bytes:
-        line += f" ({what or 'reference'}: {_size(reference_bytes)})"
+        line += f" ({what or 'reference'}: {fmt_size(reference_bytes)})"
     return line
 
 
@@ -195,29 +196,29 @@ def allocates(nbytes: float, what: str, present: bool = True, others: tuple[floa
     other_bytes, other_what = others
 
     def run(t: Trace):
-        if (miss := _need_steps(t)):
+        if (miss := need_steps(t)):
             return miss
         found = temporaries(t, nbytes, between_ops=not present)
         if found is None:
             return f"no [memory] events for the {t.device}: profile with profile_memory=True"
         if (empty := [n for n, f in found.items() if f is None]):
             return NotApplicable(f"ProfilerStep#{empty[0]} has no [memory] event for the {t.device}: nothing to look at")
-        seen = "; ".join(f"#{n} " + (f"{len(f)}: " + ", ".join(f"{_size(b)} from {op}" for b, op in f[:2])
+        seen = "; ".join(f"#{n} " + (f"{len(f)}: " + ", ".join(f"{fmt_size(b)} from {op}" for b, op in f[:2])
                                      + (", ..." if len(f) > 2 else "") if f else "none")
                          for n, f in sorted(found.items()))
         kind = "temporaries" if present else "allocations passed between ops"
-        seen = f"{kind} of >= {_size(nbytes)} per step: {seen}"
+        seen = f"{kind} of >= {fmt_size(nbytes)} per step: {seen}"
         other = largest_block(other_bytes, t.device)
         have = [bool(f) for f in found.values()]  # at least nbytes
         bigger = [any(b > other for b, _ in f) for f in found.values()]  # ... and more than any other tensor
-        unclear = NotApplicable(f"{other_what} ({_size(other_bytes)}) can show as big as {what}, and nothing bigger "
+        unclear = NotApplicable(f"{other_what} ({fmt_size(other_bytes)}) can show as big as {what}, and nothing bigger "
                                 f"{'was allocated' if present else 'passed between ops'}: an allocation's size cannot "
                                 "tell them apart at this shape")
         if present:
             return True if all(bigger) else unclear if all(have) and other >= nbytes else seen
         return True if not any(have) else seen if any(bigger) else unclear
-    text = (f"allocates {what} ({_size(nbytes)}): a temporary of at least that size in every step" if present else
-            f"never allocates {what} ({_size(nbytes)}): no allocation of that size passes between ops in any step")
+    text = (f"allocates {what} ({fmt_size(nbytes)}): a temporary of at least that size in every step" if present else
+            f"never allocates {what} ({fmt_size(nbytes)}): no allocation of that size passes between ops in any step")
     return Expect(text, run)
 
 
@@ -234,13 +235,13 @@ def streams(pattern: str, nbytes: float, what: str, at_least: float = 0.5) -> Ex
     rx = re.compile(pattern)
 
     def run(t: Trace):
-        if (miss := _need_steps(t)):
+        if (miss := need_steps(t)):
             return miss
         peak = device_peak(t.device_name)
         if peak is None or not peak.gbs:
             return f"no datasheet bandwidth for {t.device_name!r}"
         if (ideal_us := nbytes / peak.gbs / 1e3) < MIN_STREAM_US:
-            return NotApplicable(f"{_size(nbytes)} takes {ideal_us:.1f} µs at the datasheet's {peak.gbs:.0f} GB/s, "
+            return NotApplicable(f"{fmt_size(nbytes)} takes {ideal_us:.1f} µs at the datasheet's {peak.gbs:.0f} GB/s, "
                                  f"under the {MIN_STREAM_US:g} µs a kernel's start and drain cost: too little to "
                                  "stream at speed")
         rates = []
@@ -252,5 +253,5 @@ def streams(pattern: str, nbytes: float, what: str, at_least: float = 0.5) -> Ex
         seen = ", ".join(f"{r:.0f}" for r in rates)
         ok = all(r >= at_least * peak.gbs for r in rates)
         return True if ok else f"{seen} GB/s per step, of {peak.gbs:.0f} GB/s ({peak.source})"
-    return Expect(f"memory-bound: the /{pattern}/ kernels read {what} ({_size(nbytes)}) at >= {at_least:.0%} of "
+    return Expect(f"memory-bound: the /{pattern}/ kernels read {what} ({fmt_size(nbytes)}) at >= {at_least:.0%} of "
                   "the device's datasheet bandwidth", run, "cuda")

@@ -1,5 +1,4 @@
-"""Comparing two traces: which kernels stayed, which replaced which, which are gone or new; CPU ops; step times;
-training phases and communication where the traces have them.
+"""Which kernels replaced which: pairing two traces' typical steps, unit by unit (match()).
 
 On one typical step of each trace (its most common launch order), every unit (GPU kernel; on a CPU trace, one
 of the CPU's kernels) is counted in exactly one place, so A's figures add up to A's own kernel time per step,
@@ -41,157 +40,58 @@ from __future__ import annotations
 import bisect
 import math
 import re
-import statistics
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from .align import align  # re-exported: bench_inspect.py and the tests call compare.align
-from .compiled import REGION_PREFIX
-from .kernels import CPP_KERNEL_RE, _dims, cpu_kernels, is_gemm, short, typical_sequence
-from .read import STEP_RE, Event, Trace, _no_gc
-from .report import _table, _us
-
-
-@dataclass
-class Unit:
-    """One position of a step's launch order: a GPU kernel, or one of the CPU's kernels on a CPU trace."""
-
-    name: str
-    us: float  # mean over the steps with this launch order
-    op: Event | None  # the CPU op that launched it (on a CPU trace: the op itself)
-
-
-@dataclass
-class Tally:
-    """Calls per step of one name, and their µs per step."""
-
-    calls: int = 0
-    us: float = 0.0
-
-    def add(self, u: Unit) -> None:
-        self.calls += 1
-        self.us += u.us
-
-
-@dataclass
-class Replaced:
-    """A's kernels `old` (launch order) became B's `new`, `times` times per step; µs per step over all times."""
-
-    old: list[str]
-    new: list[str]
-    old_name_us: dict[str, float]  # µs per step of each name, over all `times`
-    new_name_us: dict[str, float]
-    times: int
-    by: str  # what paired them: "gelu, mul", "GEMM for GEMM, ...", "tensor sizes", or REST
-
-    @property
-    def old_us(self) -> float:
-        return sum(self.old_name_us.values())
-
-    @property
-    def new_us(self) -> float:
-        return sum(self.new_name_us.values())
-
-    def calls(self, side: str) -> dict[str, int]:
-        """Calls per step of each name, over all `times`."""
-        return {n: c * self.times for n, c in Counter(self.old if side == "old" else self.new).items()}
-
-
-REST = "nothing tells them apart: the nearest kernels left, replaced as a whole"
-GEMM_SIZES = "GEMM for GEMM, the same tensor sizes"
-GEMM_ORDER = "GEMM for GEMM, in launch order"
-SIZES = "tensor sizes"
-UNSEEN = "nothing: the other trace does not record this work"
-MODULE = "the same module, its kernels launched with no op in one trace: replaced as a whole"
-# A compiled CPU run records its fused C++ kernels only when asked: its work is then in no span of the trace.
-HIDDEN_CPP = ("compiled C++ kernels are not in the trace: profile with "
-              "torch._inductor.config.cpp.enable_kernel_profile")
-
-
-@dataclass
-class Comparison:
-    kept: dict[str, tuple[Tally, Tally]]  # name -> A's and B's calls that stayed (paired by align), A's order
-    lone_a: dict[str, Tally]  # A's calls that nothing in B took the place of
-    lone_b: dict[str, Tally]
-    groups: list[Replaced]
-    ops_gone: dict[str, float]  # CPU op -> calls per step in A, absent from B
-    ops_new: dict[str, float]
-    steps_used: tuple[int, int]  # steps of A and B with the typical launch order (the per-position times)
-    total_us: tuple[float, float]  # each trace's units, µs per step: kept + groups + lone, nothing twice
-    hidden: tuple[str | None, str | None]  # why a trace's own work may be missing from it, if it may
-
-    @property
-    def same(self) -> list[str]:
-        return list(self.kept)
-
-    @property
-    def only_a(self) -> list[str]:
-        return list(self.lone_a)
-
-    @property
-    def only_b(self) -> list[str]:
-        return list(self.lone_b)
-
-    @property
-    def replaced(self) -> list[tuple[list[str], list[str]]]:
-        return [(g.old, g.new) for g in self.groups]
-
-
-# ------------------------------------------------------------------------------------- steps and positions
-
-def _step_units(trace: Trace, step) -> list[tuple[str, float, Event | None]]:
-    if trace.device == "cuda":
-        return [(k.name, k.dur, k.op) for k in step.kernels]
-    return [(e.name, e.dur, e) for e in cpu_kernels(step)]
-
-
-def launch_order(trace: Trace) -> tuple[list[Unit], int]:
-    """The typical step's units, each timed as the mean over the steps with that launch order; and how many."""
-    seq = typical_sequence(trace)
-    steps = [u for u in (_step_units(trace, st) for st in trace.steps) if [n for n, _, _ in u] == seq]
-    if not steps:
-        return [], 0
-    means = [math.fsum(col) / len(steps) for col in zip(*([dur for _, dur, _ in s] for s in steps))]
-    return [Unit(name, us, op) for (name, _, op), us in zip(steps[0], means)], len(steps)
-
-
-def _op_calls(trace: Trace) -> dict[str, float]:
-    n = max(len(trace.steps), 1)
-    c: Counter = Counter(e.name for st in trace.steps for e in st.spans)
-    return {k: v / n for k, v in c.items() if not STEP_RE.match(k)}  # one match per name, not per span
-
-
-def _hidden(trace: Trace) -> str | None:
-    """Why some of this trace's work is in no span: a compiled CPU run without Inductor's kernel profiling."""
-    if trace.device != "cpu":
-        return None
-    names = {e.name for st in trace.steps for e in st.spans}
-    compiled = any(map(_compiled_span, names))
-    return HIDDEN_CPP if compiled and not any(CPP_KERNEL_RE.search(n) for n in names) else None
-
-
-def _op(u: Unit) -> Event | None:
-    """The CPU op that launched the unit, if the trace says: not a ProfilerStep span around bare launches."""
-    return u.op if u.op is not None and not STEP_RE.match(u.op.name) else None
-
-
-def _key(u: Unit):
-    """What align() prefers to agree between two same-name kernels: the launching op and its tensor sizes."""
-    op = _op(u)
-    return (op.name, repr(_dims(op))) if op is not None else None
-
-
-# ------------------------------------------------------------------------------ pairing the rest by meaning
+from ..facts.kernels import input_dims, is_gemm
+from ..reading.events import STEP_RE, Trace
+from ..reading.files import no_gc
+from .align import align
+from .units import (
+    GEMM_ORDER,
+    GEMM_SIZES,
+    MODULE,
+    REST,
+    SIZES,
+    UNSEEN,
+    Comparison,
+    Replaced,
+    Tally,
+    Unit,
+    hidden_work,
+    in_compiled,
+    launch_order,
+    op_calls,
+    op_of,
+    tally_units,
+    unit_key,
+)
 
 FOREACH_RE = re.compile(r"^(?:aten::)?(?:_foreach_)?")
+
+
 MAX_GAP = 2  # kernels that stayed, at most, between two kernels paired by words, sizes or place
+
+
 NEAR = 4  # per nearest gap, the atoms sharing a key on each side of x's offset that a link looks at (linear time)
+
+
 INDUCTOR_RE = re.compile(r"(?:triton|cpp)_\w*?fused_(\w+?)(?:_\d+)?$")
+
+
 STOP_WORDS = {"aten", "fused", "kernel", "function", "forward", "backward", "triton", "poi", "per", "red", "tem",
               "cpp", "graph", "call", "compiled", "fx", "torch", "region", "default", "out", "impl", "autograd"}
+
+
 ATTENTION_RE = re.compile(r"flash|fmha|sdpa|attention", re.I)  # fused attention kernels (flash, cuDNN, mem-efficient)
+
+
 MM_WORDS = {"mm", "addmm", "bmm", "baddbmm"}  # an Inductor template fusing one of these is a GEMM
+
+
 GEMM_RANKS = 8  # a GEMM pairs with one at most this many GEMMs earlier or later in its gap (linear time)
+
+
 ISLAND_ROUNDS = 4  # groupings at most, each refusing the weak links of atoms found inside another replacement
 
 
@@ -243,7 +143,7 @@ def _tags(u: Unit, shared: set[int]) -> set[str]:
 def _sizes(u: Unit) -> set[str]:
     """Element counts of the launching op's tensor inputs (compiled, [64, 128, 3072] is [8192, 3072])."""
     out = set()
-    for d in _dims(u.op) if u.op is not None else []:
+    for d in input_dims(u.op) if u.op is not None else []:
         if isinstance(d, list) and len(d) >= 2 and all(isinstance(x, int) for x in d):
             out.add(f"{math.prod(d)} elements")
     return out
@@ -305,19 +205,8 @@ class _Union:
         return [x for x in atoms if len(self.sides.get(self.find(x), ())) < 2]
 
 
-def _compiled_span(name: str) -> bool:
-    """torch.compile's spans around its code: "Torch-Compiled Region: 0/0", "## Call CompiledFxGraph <hash> ##"."""
-    return name.startswith(REGION_PREFIX) or "CompiledFxGraph" in name
 
 
-def _in_compiled(u: Unit) -> bool:
-    """The unit was launched inside compiled code (a span of _compiled_span's around its op, within the step)."""
-    e = u.op
-    while e is not None and not STEP_RE.match(e.name):
-        if _compiled_span(e.name):
-            return True
-        e = e.parent
-    return False
 
 
 def _pair(x: _Atom, y: _Atom) -> tuple[_Atom, _Atom]:
@@ -342,7 +231,7 @@ def _atoms(side: str, units: list[Unit], free: list[int], gap: list[int], tags: 
     for i in free:
         offset = offset + 1 if gap[i] == last_gap else 0
         last_gap = gap[i]
-        op = _op(units[i])
+        op = op_of(units[i])
         launcher = op is not None and op.cat == "cpu_op"
         atom = by_op.get(id(op)) if launcher else None
         if atom is None:
@@ -357,7 +246,7 @@ def _atoms(side: str, units: list[Unit], free: list[int], gap: list[int], tags: 
         atom.gemm = atom.gemm or _is_gemm(units[i])
         if _inductor(units[i].name):
             atom.fused |= _words(units[i].name)
-        atom.compiled = atom.compiled or _in_compiled(units[i])
+        atom.compiled = atom.compiled or in_compiled(units[i])
     for x, y in zip(out, out[1:]):
         if x.gap == y.gap:
             x.next, y.prev = y, x
@@ -617,6 +506,7 @@ def _islands(uf: _Union, atoms: list[_Atom], others: list[_Atom]) -> frozenset:
             i = j + 1
     return frozenset(out)
 
+
 def _evidence(why: set[str]) -> str:
     for label in (MODULE, GEMM_SIZES, GEMM_ORDER, SIZES, REST):
         if label in why:
@@ -640,302 +530,23 @@ def _merge(ua: list[Unit], ub: list[Unit], groups: list[tuple[list[int], list[in
     return list(merged.values())
 
 
-# --------------------------------------------------------------------------------------------- the result
-
 def match(a: Trace, b: Trace) -> Comparison:
     """Which kernels stayed, which replaced which, which are gone or new (see the module's docstring)."""
-    with _no_gc():
+    with no_gc():
         ua, na = launch_order(a)
         ub, nb = launch_order(b)
-        pairs = align([u.name for u in ua], [u.name for u in ub], keys=([_key(u) for u in ua], [_key(u) for u in ub]))
-        hidden = (_hidden(a), _hidden(b))
+        pairs = align([u.name for u in ua], [u.name for u in ub], keys=([unit_key(u) for u in ua], [unit_key(u) for u in ub]))
+        hidden = (hidden_work(a), hidden_work(b))
         groups, lone_a, lone_b = _group(ua, ub, pairs, hidden)
         kept: dict[str, tuple[Tally, Tally]] = {}
         for i, j in pairs:
             ta, tb = kept.setdefault(ua[i].name, (Tally(), Tally()))
             ta.add(ua[i])
             tb.add(ub[j])
-        ca, cb = _op_calls(a), _op_calls(b)
+        ca, cb = op_calls(a), op_calls(b)
     return Comparison(
-        kept=kept, lone_a=_tally(ua, lone_a), lone_b=_tally(ub, lone_b), groups=groups,
+        kept=kept, lone_a=tally_units(ua, lone_a), lone_b=tally_units(ub, lone_b), groups=groups,
         ops_gone={k: v for k, v in ca.items() if k not in cb},
         ops_new={k: v for k, v in cb.items() if k not in ca},
         steps_used=(na, nb), total_us=(sum(u.us for u in ua), sum(u.us for u in ub)), hidden=hidden,
     )
-
-
-def _tally(units: list[Unit], positions: list[int]) -> dict[str, Tally]:
-    out: dict[str, Tally] = {}
-    for i in positions:
-        out.setdefault(units[i].name, Tally()).add(units[i])
-    return out
-
-
-def comparison_data(a: Trace, b: Trace) -> dict:
-    """The comparison as plain data (what `inspect_trace.py --json A B` prints); compare() renders it as text.
-
-    µs are per step unless the key says per call, over the steps in the typical launch order. Each unit is counted
-    once: `same` holds the calls that stayed (`elsewhere`: that name's other calls per step, counted under
-    `replaced` or `only_*`); `replaced` entries: A's kernels `old` (one occurrence, in launch order) became B's
-    `new`, `times` times per step, `old_us`/`new_us` and `old_calls`/`new_calls` per step; `only_*`: calls nothing
-    took the place of. So `kernel_us` = same + replaced + only, per side. `hidden`: why a side's work may be
-    missing from its trace (then a group's side is empty). `training`: both traces' phases where both run a
-    backward; `communication`: each side's collectives per step, by kind (_comm_side), where either trace is a rank
-    of a distributed run or holds a collective, else None.
-    """
-    m = match(a, b)
-
-    def trace_info(t: Trace) -> dict:
-        return {"path": str(t.path), "device": t.device, "device_name": t.device_name, "whole_trace": t.whole,
-                "steps": [{"step": st.number, "gpu_busy_us": st.gpu_busy if t.device == "cuda" else None,
-                           "cpu_us": st.cpu_time} for st in t.steps]}
-
-    def one(n: str, t: Tally) -> dict:
-        return {"name": n, "calls": t.calls, "us_per_call": t.us / t.calls, "us": t.us}
-
-    elsewhere = {side: Counter() for side in "ab"}
-    for g in m.groups:
-        elsewhere["a"].update(g.calls("old"))
-        elsewhere["b"].update(g.calls("new"))
-    for side, lone in (("a", m.lone_a), ("b", m.lone_b)):
-        elsewhere[side].update({n: t.calls for n, t in lone.items()})
-    return {
-        "a": trace_info(a), "b": trace_info(b),
-        "units": "GPU kernels" if a.device == "cuda" and b.device == "cuda" else "units of work (CPU kernels)",
-        "launch_order_steps": {"a": m.steps_used[0], "b": m.steps_used[1]},
-        "kernel_us": {"a": m.total_us[0], "b": m.total_us[1]},
-        "hidden": {"a": m.hidden[0], "b": m.hidden[1]},
-        "same": [{"name": n, "a": one(n, ta), "b": one(n, tb),
-                  "elsewhere": {"a": elsewhere["a"][n], "b": elsewhere["b"][n]}} for n, (ta, tb) in m.kept.items()],
-        "replaced": [{"old": g.old, "new": g.new, "times": g.times, "old_us": g.old_us, "new_us": g.new_us,
-                      "old_calls": g.calls("old"), "new_calls": g.calls("new"),
-                      "old_us_per_call": {n: g.old_name_us[n] / c for n, c in g.calls("old").items()},
-                      "new_us_per_call": {n: g.new_name_us[n] / c for n, c in g.calls("new").items()},
-                      "by": g.by} for g in m.groups],
-        "only_a": [one(n, t) for n, t in m.lone_a.items()],
-        "only_b": [one(n, t) for n, t in m.lone_b.items()],
-        "ops_gone": m.ops_gone, "ops_new": m.ops_new,
-        "training": _training(a, b),
-        "communication": _communication(a, b),
-    }
-
-
-def _training(a: Trace, b: Trace) -> dict | None:
-    """Both traces' training phases (per step, medians: training.phases_summary), where both run a backward."""
-    from . import training  # training.py builds on expect.py, which imports report.py: loaded when used
-
-    sides = {"a": training.phases_summary(a), "b": training.phases_summary(b)}
-    if None in sides.values():
-        return None
-    return {side: {k: v for k, v in summary.items() if k != "steps"} for side, summary in sides.items()}
-
-
-def _communication(a: Trace, b: Trace) -> dict | None:
-    """Each trace's collectives per step (mean over its steps), by kind, where either trace has any or says it is a
-    rank of a distributed run (DDP against FSDP2, one process against a DDP rank); else None."""
-    sides = {"a": _comm_side(a), "b": _comm_side(b)}
-    if not any(s["world_size"] > 1 or s["kinds"] for s in sides.values()):
-        return None
-    return sides
-
-
-def _comm_side(t: Trace) -> dict:
-    """One trace's communication per step: per collective kind its calls, bytes (None where a call's size is not
-    in the trace), time and exposed time (with no compute beside it), from ranks.step_work's compute and
-    communication intervals and collectives; `total`: all kinds at once (kinds that overlap count once there)."""
-    from . import intervals, ranks  # ranks.py builds on expect.py, which imports report.py: loaded when used
-
-    info = t.meta.get("distributedInfo")
-    ok = isinstance(info, dict) and type(info.get("world_size")) is int and info["world_size"] >= 1
-    world = info["world_size"] if ok else 1
-    gpu, n = t.device == "cuda", max(len(t.steps), 1)
-    kinds: dict[str, dict] = {}
-    total = {"calls": 0, "bytes": 0, "us": 0.0, "exposed_us": 0.0}
-    for st in t.steps:
-        compute, comm, colls = ranks.step_work(st, gpu, 0.0, world)  # offset 0: the trace's own clock
-        for kind in dict.fromkeys(c.kind for c in colls):  # in the order first called
-            mine = [c for c in colls if c.kind == kind]
-            k = kinds.setdefault(kind, {"calls": 0, "bytes": 0, "us": 0.0, "exposed_us": 0.0})
-            k["calls"] += len(mine)
-            k["bytes"] = None if k["bytes"] is None or None in (c.bytes for c in mine) else \
-                k["bytes"] + sum(c.bytes for c in mine)
-            # its calls as far as step_work counts them communication (cut to the step), less what compute hid
-            spans = [(c.start, c.end) for c in mine]
-            k["us"] += intervals.common(spans, comm)
-            k["exposed_us"] += intervals.common(spans, comm + compute) - intervals.common(spans, compute)
-        total["calls"] += len(colls)
-        total["bytes"] = None if total["bytes"] is None or None in (c.bytes for c in colls) else \
-            total["bytes"] + sum(c.bytes for c in colls)
-        total["us"] += intervals.length(comm)
-        total["exposed_us"] += intervals.length(comm) - intervals.common(comm, compute)
-    per_step = lambda d: {key: (v / n if v is not None else None) for key, v in d.items()}  # noqa: E731
-    return {"world_size": world, "rank": info.get("rank") if ok else None,
-            "backend": info.get("backend") if ok else None, "steps": len(t.steps),
-            "kinds": {kind: per_step(v) for kind, v in kinds.items()}, "total": per_step(total)}
-
-
-# ------------------------------------------------------------------------------------------------ the text
-
-def compare(a: Trace, b: Trace, full_names: bool = False) -> str:
-    """The two-trace report, as plain text (A = before, B = after)."""
-    return render(comparison_data(a, b), full_names)
-
-
-def render(d: dict, full_names: bool = False) -> str:
-    """comparison_data() as text."""
-    def nm(n):
-        return short(n, full_names)
-
-    what = d["units"][0].upper() + d["units"][1:]
-    da, db = d["a"], d["b"]
-    mixed = f" -- note: A is a {da['device']} trace, B a {db['device']} trace" if da["device"] != db["device"] else ""
-
-    def where(t):
-        return (t["device_name"] or "GPU") if t["device"] == "cuda" else "CPU"
-
-    def steps(t):  # a trace without ProfilerStep#N spans: its "per step" is the whole trace
-        return ("no ProfilerStep spans: one step, the whole trace" if t.get("whole_trace")
-                else f"{len(t['steps'])} steps")
-
-    out = [f"A  {da['path']}  ({where(da)}, {steps(da)})",
-           f"B  {db['path']}  ({where(db)}, {steps(db)})", ""]
-    if bool(da.get("whole_trace")) != bool(db.get("whole_trace")):
-        whole = "A" if da.get("whole_trace") else "B"
-        out += [f"note: {whole} has no ProfilerStep spans, so its \"per step\" below is per trace; the other's is "
-                "per step", ""]
-    out += _steps_table(da, db)
-    out += _training_lines(d.get("training"), da["device"] == db["device"] == "cuda")
-    out += _communication_lines(d.get("communication"))
-
-    na, nb = d["launch_order_steps"]["a"], d["launch_order_steps"]["b"]
-    out += ["", f"{what}, time per step: A {_us(d['kernel_us']['a'])} µs, B {_us(d['kernel_us']['b'])} µs "
-                f"({na} + {nb} steps in the typical launch order): the sum of what follows, each call counted once"]
-    out += ["", f"{what}, same name in both: calls per step, µs per call, µs per step{mixed}"]
-    rows = [[nm(s["name"]) + (" *" if s["elsewhere"]["a"] or s["elsewhere"]["b"] else ""),
-             f"{s['a']['calls']:g}", f"{s['b']['calls']:g}", _us(s["a"]["us_per_call"]),
-             _us(s["b"]["us_per_call"]), _change(s["a"]["us_per_call"], s["b"]["us_per_call"]),
-             _us(s["a"]["us"]), _us(s["b"]["us"])] for s in d["same"]]
-    headers = ["name", "calls A", "calls B", "µs/call A", "µs/call B", "per call", "µs/step A", "µs/step B"]
-    out.append(_table(headers, rows, right=set(range(1, 8))) if rows else "(none)")
-    if any(r[0].endswith(" *") for r in rows):
-        out.append("* the calls that stayed; this name's other calls are counted below (Replaced, Only in), once")
-
-    out += ["", f"Replaced, paired by what the kernels do (µs per step; {na} + {nb} steps in the typical "
-                "launch order):"]
-    for r in d["replaced"]:
-        out += _replaced(r, d["hidden"], nm)
-    if not d["replaced"]:
-        out.append("  (none)")
-    for label, rows_ in (("Only in A", d["only_a"]), ("Only in B", d["only_b"])):
-        out += ["", f"{label}:" + ("" if rows_ else " (none)")]
-        out += [f"  {_us(r['us']):>8} µs/step  {r['calls']:g} × {_us(r['us_per_call'])}  {nm(r['name'])}"
-                for r in rows_]
-    for label, ops in (("CPU ops gone in B", d["ops_gone"]), ("CPU ops new in B", d["ops_new"])):
-        out += ["", f"{label}:" + ("" if ops else " (none)")]
-        out += [f"  {calls:g}/step  {nm(name)}" for name, calls in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))]
-    return "\n".join(out)
-
-
-def _training_lines(t: dict | None, gpu: bool) -> list[str]:
-    """Two training steps phase by phase, and each one's optimizer (GPU µs on GPUs, else CPU µs)."""
-    if t is None:
-        return []
-    key, unit = ("gpu_us", "GPU") if gpu else ("cpu_us", "CPU")
-    rows = []
-    for p in ("forward", "backward", "optimizer"):
-        fa, fb = t["a"]["phases"].get(p), t["b"]["phases"].get(p)
-        if fa is None or fb is None or fa[key] is None or fb[key] is None:
-            continue
-        rows.append([p, _us(fa[key]), _us(fb[key]), _change(fa[key], fb[key]),
-                     *([f"{fa['kernels']:g}", f"{fb['kernels']:g}"] if gpu else [])])
-    out = ["", f"Training step, phase by phase ({unit} µs per step, median over the steps):"]
-    out.append(_table(["phase", f"A {unit} µs", f"B {unit} µs", "change", *(["kernels A", "kernels B"] if gpu else [])],
-                      rows, right=set(range(1, 6))) if rows else "(no phase in both)")
-    for side in "ab":
-        o = t[side]["optimizer"]
-        if o is not None:
-            kernels = f", {o['kernels']:g} kernels" if gpu and o.get("kernels") is not None else ""
-            out.append(f"optimizer {side.upper()}: {o['class'] or '?'}, looks {o['implementation']}: "
-                       f"{o['ops']:g} ops{kernels} per step")
-    return out
-
-
-def _communication_lines(c: dict | None) -> list[str]:
-    """Both traces' collectives per step, kind by kind: calls, bytes, time and the part no compute hid."""
-    if c is None:
-        return []
-    from .memory import _size  # memory.py builds on expect.py, which imports report.py: loaded when used
-
-    def who(s):
-        if s["world_size"] <= 1:
-            return "one process" + (" (a group of one rank)" if s["backend"] else ", no process group")
-        rank = s["rank"] if type(s["rank"]) is int else "?"  # distributedInfo is the trace's word, untrusted
-        return f"rank {rank} of {s['world_size']} ({s['backend'] if isinstance(s['backend'], str) else '?'})"
-
-    def size(x):
-        return "?" if x is None else _size(x) if x else "0"
-
-    out = ["", f"Communication per step (mean over {c['a']['steps']} + {c['b']['steps']} steps; exposed: no compute "
-               f"ran beside it). A: {who(c['a'])}; B: {who(c['b'])}"]
-    kinds = list(dict.fromkeys([*c["a"]["kinds"], *c["b"]["kinds"]]))
-    none = {"calls": 0, "bytes": 0, "us": 0.0, "exposed_us": 0.0}
-    rows = []
-    for kind, sides in [(k, [c[s]["kinds"].get(k, none) for s in "ab"]) for k in kinds] + (
-            [("total", [c["a"]["total"], c["b"]["total"]])] if len(kinds) > 1 else []):
-        x, y = sides
-        rows.append([kind, f"{x['calls']:g}", f"{y['calls']:g}", size(x["bytes"]), size(y["bytes"]), _us(x["us"]),
-                     _us(y["us"]), _us(x["exposed_us"]), _us(y["exposed_us"])])
-    out.append(_table(["collective", "calls A", "calls B", "bytes A", "bytes B", "µs A", "µs B", "exposed µs A",
-                       "exposed µs B"], rows, right=set(range(1, 9))) if rows else "(no collectives in either trace)")
-    if len(kinds) > 1:
-        out.append("total: all kinds at once (where two kinds ran at the same time, that time counts once)")
-    return out
-
-
-def _replaced(r: dict, hidden: dict, nm) -> list[str]:
-    """One group: A's side, B's side (or why a side is missing from its trace), µs, calls, the evidence."""
-    sides = [_names(r["old"], r["times"], nm) or f"({hidden['a'] or 'nothing'})",
-             _names(r["new"], r["times"], nm) or f"({hidden['b'] or 'nothing'})"]
-    calls = "; ".join(f"{side} " + (" + ".join(f"{c} × {_us(r[f'{key}_us_per_call'][n])}"
-                                               for n, c in r[f"{key}_calls"].items()) or "none")
-                      for side, key in (("A", "old"), ("B", "new")))
-    if (not r["new"] and hidden["b"]) or (not r["old"] and hidden["a"]):  # no change to state: a side is unseen
-        time = f"{_us(r['old_us'])} -> ? µs per step" if r["old"] else f"? -> {_us(r['new_us'])} µs per step"
-    else:
-        time = f"{_us(r['old_us'])} -> {_us(r['new_us'])} µs per step ({_change(r['old_us'], r['new_us'])})"
-    return [f"  {sides[0]}", f"    -> {sides[1]}", f"    {time}, calls × µs: {calls}", f"    paired by: {r['by']}"]
-
-
-def _names(names: list[str], times: int, nm) -> str:
-    counts = Counter(names)
-    text = " + ".join(f"{c} × {nm(n)}" if c > 1 else nm(n) for n, c in counts.items())
-    return f"{times} × ({text})" if times > 1 and text else text
-
-
-def _steps_table(da: dict, db: dict, head: int = 3, tail: int = 2) -> list[str]:
-    """GPU busy and CPU span per step, side by side; a long run shows its first and last steps and the median."""
-    n = max(len(da["steps"]), len(db["steps"]))
-    shown = list(range(n)) if n <= head + tail + 1 else list(range(head)) + [None] + list(range(n - tail, n))
-    rows = []
-    for i in shown:
-        cells = []
-        for t in (da, db):
-            st = t["steps"][i] if i is not None and i < len(t["steps"]) else None
-            cells += ["…" if i is None else f"#{st['step']}" if st else "", _us(st["gpu_busy_us"]) if st else "",
-                      _us(st["cpu_us"]) if st else ""]
-        rows.append(cells)
-    for label, f in (("median", statistics.median), ("mean", statistics.fmean)):
-        cells = []
-        for t in (da, db):
-            gpu = [s["gpu_busy_us"] for s in t["steps"] if s["gpu_busy_us"] is not None]
-            cpu = [s["cpu_us"] for s in t["steps"]]
-            cells += [label, _us(f(gpu)) if gpu else "-", _us(f(cpu)) if cpu else "-"]
-        rows.append(cells)
-    return [f"Per step (µs): GPU busy and CPU span, side by side ({n} steps)",
-            _table(["A step", "A GPU", "A CPU", "B step", "B GPU", "B CPU"], rows, right={1, 2, 4, 5})]
-
-
-def _change(old: float, new: float) -> str:
-    if old <= 0:
-        return "new"
-    return f"{100 * (new - old) / old:+.0f}%"

@@ -19,9 +19,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from . import intervals
-from .kernels import cpu_kernels
-from .read import Event, Step
+from ..facts import intervals
+from ..facts.kernels import cpu_kernels
+from ..reading.events import Event, Step
 
 NCCL_KERNEL_RE = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 GLOO_RE = re.compile(r"^gloo:(\w+)")

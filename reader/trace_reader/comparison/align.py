@@ -28,7 +28,7 @@ from __future__ import annotations
 import bisect
 from itertools import accumulate
 
-from .read import TraceError
+from ..reading.events import TraceError
 
 ROWS_BITS = 1 << 27  # a block whose rows hold more bits than this (16 MiB) is halved rather than kept
 FEW = 64  # a large block first tries Myers' O((n + m) * D) diff, for up to this many launches unpaired

@@ -13,7 +13,8 @@ the forward op that made it and {"ph": "f", "id": N} at its backward op (MmBackw
 the op's own pid, tid and start time. parse_trace keeps complete events only, so the flows are read from the
 trace file again, and only for a trace with a backward.
 
-analyze(trace) -> data (None without a backward), text(data) -> lines; the Expect builders for 07_train_step.py.
+analyze(trace) -> data (None without a backward); render/training_text.py prints it, training_expect.py holds
+07_train_step.py's guesses.
 """
 
 from __future__ import annotations
@@ -24,14 +25,35 @@ import re
 import statistics
 from collections import defaultdict
 
-from . import intervals
-
-from .expect import Expect, NotApplicable, _need_steps
-from .kernels import BOOKKEEPING_OPS, DTYPE_BYTES, GEMM_OPS, _dims, _numel, _shape, _types, gemm_flops, is_gemm, short
+from ..facts import intervals
+from ..facts.kernels import (
+    BOOKKEEPING_OPS,
+    DTYPE_BYTES,
+    GEMM_OPS,
+    gemm_flops,
+    input_dims,
+    input_types,
+    is_gemm,
+    numel_of,
+    shape_of,
+)
+from ..reading.events import BACKWARD_PREFIX, STEP_RE, Event, Step, Trace
+from ..reading.files import side_events
+from .collectives import kind_of
 from .memory import device_allocs
-from .passes import (COMPILED_AUTOGRAD_PREFIX, OPTIMIZER_STEP_RE, PHASES, Compiler, Window, comm_wait, distributed,
-                     inside, is_compiler_span, phase_windows, under)
-from .read import BACKWARD_PREFIX, STEP_RE, Event, Step, Trace, plural, side_events
+from .passes import (
+    COMPILED_AUTOGRAD_PREFIX,
+    OPTIMIZER_STEP_RE,
+    PHASES,
+    Compiler,
+    Window,
+    comm_wait,
+    distributed,
+    inside,
+    is_compiler_span,
+    phase_windows,
+    under,
+)
 
 ACCUMULATE_GRAD = "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"
 ACCUMULATE_OP = "torch::autograd::AccumulateGrad"  # inside ACCUMULATE_GRAD; its input is the gradient
@@ -203,7 +225,7 @@ def _annotation(op: Event) -> str | None:
 
 
 def _shapes(op: Event) -> str:
-    shapes = [s for d in _dims(op) if (s := _shape(d)) is not None and s]
+    shapes = [s for d in input_dims(op) if (s := shape_of(d)) is not None and s]
     return " x ".join(str(s) for s in shapes[:3])
 
 
@@ -313,7 +335,6 @@ def backward_wait(st: Step, window: Window, gpu: bool, compiler: Compiler) -> fl
     no other kernel running beside them (exposed); on a CPU, the time the backward thread ran no op (passes.py)."""
     if not gpu:
         return comm_wait(st, window, compiler)
-    from .ranks import kind_of  # ranks.py reads the collectives' kernels; it does not import this file
 
     work = [k for k in st.gpu if _inside(k.order, window) and not compiler.owns(k.op)]
     comm = [(k.event.ts, k.event.end) for k in work if kind_of(k.name)]
@@ -321,87 +342,12 @@ def backward_wait(st: Step, window: Window, gpu: bool, compiler: Compiler) -> fl
     return intervals.length(comm) - intervals.common(comm, compute)
 
 
-def _table(headers, rows, right):
-    from .report import _table as table  # report.py loads this file lazily: no import cycle
-
-    return table(headers, rows, right)
 
 
-def _fmt(x: float | None, scale: float = 1.0, digits: int = 1) -> str:
-    return "-" if x is None else f"{x / scale:,.{digits}f}"
 
 
-def _gflop(x: float | None) -> str:
-    return "-" if x is None else f"{x / 1e9:,.0f}" if x >= 1e11 else f"{x / 1e9:.3g}"
 
 
-def text(data: dict | None) -> list[str]:
-    """The training section of the one-trace report."""
-    if data is None:
-        return []
-    gpu = data["device"] == "cuda"
-    unit = "GPU" if gpu else "CPU"
-    main = "gpu_us" if gpu else "cpu_us"
-    total = sum(f[main] or 0 for f in data["phases"].values()) or None
-    rows = []
-    for p, f in data["phases"].items():
-        share = "-" if not total or f[main] is None else f"{100 * f[main] / total:.0f}%"
-        rows.append([p, _fmt(f[main]), share, *([_fmt(f["kernels"], digits=0)] if gpu else []),
-                     _fmt(f["gemms"], digits=0), _gflop(f["gemm_flops"]), *([_fmt(f["cpu_us"])] if gpu else [])])
-    heads = ["phase", f"{unit} µs", "share", *(["kernels"] if gpu else []), "GEMMs", "GEMM GFLOP",
-             *(["CPU µs"] if gpu else [])]
-    out = ["", (f"Training step, phase by phase (phases from {data['phases_from']}; per step, median over "
-                f"{len(data['steps'])} steps):"),
-           _table(heads, rows, set(range(1, len(heads))))]
-    ratio = data["backward_over_forward_flops"]
-    out.append("=> backward's GEMMs do " + (f"{ratio:.2f}x forward's FLOPs (about 2x: a gradient for each GEMM's "
-                                             "input and one for its weight, less where an input needs none; ~3x "
-                                             "with activation checkpointing)" if ratio is not None else
-                                             "? x forward's FLOPs (no GEMM shapes: record_shapes=True, or forward "
-                                             "has no aten GEMM)"))
-    if (n := data.get("micro_batches")) and n > 1:
-        out.append(f"=> {n:g} forward and backward passes a step (gradient accumulation: {n:g} micro-batches to one "
-                   "optimizer step); each phase above holds all of them")
-    wait = data["phases"].get("backward", {}).get("comm_wait_us")
-    if wait is not None:
-        bwd = data["phases"]["backward"][main]
-        share = f" ({100 * wait / bwd:.0f}% of it)" if bwd else ""
-        out.append(f"=> backward waits {_fmt(wait)} µs{share} for communication: " + (
-            "collective kernels with no other kernel beside them" if gpu else
-            "the thread running it ran no op of its own while collectives were in flight (DDP's gradient "
-            "buckets, FSDP's all-gathers and reduce-scatters)"))
-    compiling = [s for s in data["steps"] if s.get("compiler_us")]
-    if compiling:
-        where = ", ".join(f"#{s['number']} {_fmt(s['compiler_us'])} µs" for s in compiling[:4])
-        out.append(f"=> the compiler ran inside the profiled steps ({where} of CPU time: Dynamo and Inductor, a "
-                   "compile or a recompile), left out of every phase")
-    if (o := data["optimizer"]) is not None:
-        grads, params = o["gradients"], o.get("parameters")
-        params = params if params and grads and params < grads else None  # said apart only where they differ
-        what = [(f"{_fmt(o['ops'], digits=0)} ops ({_fmt(o['foreach_ops'], digits=0)} foreach, "
-                 f"{_fmt(o['fused_ops'], digits=0)} fused, {_fmt(o['other_ops'], digits=0)} others)")]
-        each, count = ("parameter", params) if params else ("gradient", grads)
-        if gpu:
-            per = f", {o['kernels'] / count:.1f} per {each}" if count and o["kernels"] is not None else ""
-            what.append(f"{_fmt(o['kernels'], digits=0)} kernels ({_fmt(o['multi_tensor_kernels'], digits=0)} "
-                        f"multi-tensor{per})")
-        accumulated = (f"{_fmt(grads, digits=0)} gradients accumulated in backward" if grads is not None else
-                       "gradients accumulated inside the compiled backward graph (compiled autograd: not counted)")
-        updated = f"{_fmt(params, digits=0)} parameters ({accumulated})" if params else accumulated
-        out.append(f"optimizer: {o['class'] or '?'}, looks {o['implementation']}: " + ", ".join(what)
-                   + f" per step, for {updated}")
-    top = data["slowest_backward"]
-    out.append("")
-    if not top:
-        out.append("Backward ops with their forward op: no fwdbwd flow links in this trace")
-        return out
-    out.append(f"Backward ops by {unit} time, with the forward op that made each (fwdbwd flow links, "
-               f"{data['links_per_step']:g} per step):")
-    out.append(_table(["backward op", f"{unit} µs/step", "calls/step", "forward op", "inside", "forward shapes"],
-                      [[short(r["backward_op"], False, 40), _fmt(r["us_per_step"]), f"{r['calls_per_step']:g}",
-                        short(r["forward_op"], False, 32), short(r["forward_in"] or "-", False, 32),
-                        r["forward_shapes"] or "-"] for r in top], {1, 2}))
-    return out
 
 
 # ------------------------------------------------------------------------------------------------ memory
@@ -438,13 +384,13 @@ def _optimizer_shapes(st: Step, window: tuple[float, float]) -> set[tuple] | Non
     for e in st.spans:
         if e.cat != "cpu_op" or not _inside(e.ts, window):
             continue
-        dims, types = _dims(e), e.args.get("Input type")
+        dims, types = input_dims(e), e.args.get("Input type")
         lists = [d for d, t in zip(dims, types) if t == "TensorList"] if isinstance(types, list) else []
         if lists and not any(lists):
             return None
         for d in dims:
-            for s in ([d] if _shape(d) is not None else d if isinstance(d, list) else []):
-                if _shape(s) is not None:
+            for s in ([d] if shape_of(d) is not None else d if isinstance(d, list) else []):
+                if shape_of(s) is not None:
                     out.add(tuple(s))
     return out
 
@@ -467,8 +413,8 @@ def parameters(trace: Trace) -> tuple[int, int | None] | None:
     grads = []
     for leaf in leaves:
         inner = next((c for c in leaf.children if c.name == ACCUMULATE_OP), None)
-        dims, types = (_dims(inner), _types(inner)) if inner is not None else ([], [])
-        shape = _shape(dims[0]) if dims else None
+        dims, types = (input_dims(inner), input_types(inner)) if inner is not None else ([], [])
+        shape = shape_of(dims[0]) if dims else None
         grads.append((shape, types[0] if types else None))
     if any(shape is None for shape, _ in grads):
         return len(grads), None
@@ -476,10 +422,10 @@ def parameters(trace: Trace) -> tuple[int, int | None] | None:
     kept = grads if touched is None else [(shape, t) for shape, t in grads if tuple(shape) in touched]
     if any(t not in DTYPE_BYTES for _, t in kept):  # a dtype DTYPE_BYTES does not size: the count, not the bytes
         return len(kept), None
-    return len(kept), sum(_numel(shape) * DTYPE_BYTES[t] for shape, t in kept)
+    return len(kept), sum(numel_of(shape) * DTYPE_BYTES[t] for shape, t in kept)
 
 
-def _recomputes_forward(trace: Trace) -> bool:
+def recomputes_forward(trace: Trace) -> bool:
     """Activation checkpointing: an nn.Linear (aten::linear, a forward op no backward formula calls) runs inside a
     backward node in backward, rebuilding what forward dropped (not the next micro-batch's forward, not the
     compiler tracing the model)."""
@@ -494,187 +440,19 @@ def _recomputes_forward(trace: Trace) -> bool:
     return False
 
 
-OPTIMIZER_CLASSES = {"AdamW": "adamw", "SGD": "sgd"}  # torch.optim's class -> 07_train_step.py's --optimizer
-# A for-loop step's ops per parameter, at least, for a trace read back: AdamW's moments, denominator and update;
-# SGD's update alone (07 runs it with momentum, 2 ops, but another harness's SGD may have none: one add_)
-TRACE_OPS_PER_PARAMETER = {"adamw": 3, "sgd": 1}
 
 
-def train_flags(a, trace: Trace, words: list[str]) -> None:
-    """07_train_step.py's --optimizer, --optim-impl, --mlp and --checkpoint, and the parameters' count and bytes,
-    set on `a` where the trace tells them: its events first, then the name 07 gives its files
-    (mlp-1L_64x128x768x3072_adamw-foreach_mlp-eager[_ckpt][_memory]_bf16_cold_eager). What neither tells stays
-    unset, and the expectations that need it say so."""
-    from .modules import MLP_KERNELS  # the fused and Liger kernels' names, as 06_model's reader knows them
-
-    told = {}
-    for w in words:
-        head, _, rest = w.partition("-")
-        if head in OPTIMIZER_CLASSES.values() and rest:
-            told["optimizer"], told["optim_impl"] = head, rest
-        elif head == "mlp" and rest in ("eager", "liger", "fused", "fused-recompute"):
-            told["mlp"] = rest
-    data = analyze(trace)
-    opt = data["optimizer"] if data is not None else None
-    if opt is not None and opt["class"] in OPTIMIZER_CLASSES:
-        a.optimizer = OPTIMIZER_CLASSES[opt["class"]]
-    elif "optimizer" in told:
-        a.optimizer = told["optimizer"]
-    if opt is not None and opt["implementation"] != "?":
-        a.optim_impl = opt["implementation"]
-    elif "optim_impl" in told:
-        a.optim_impl = told["optim_impl"]
-    names = {k.name for st in trace.steps for k in st.kernels}
-    seen = [kind for kind, pattern in MLP_KERNELS.items() if any(pattern.search(n) for n in names)]
-    a.mlp = seen[0] if len(seen) == 1 else told.get("mlp", "eager")
-    if a.mlp == "fused" and told.get("mlp") == "fused-recompute":  # both modes run the same kernels: the name tells
-        a.mlp = "fused-recompute"
-    a.checkpoint = "ckpt" in words or _recomputes_forward(trace)
-    if a.__dict__.get("optimizer") in TRACE_OPS_PER_PARAMETER:
-        a.ops_per_parameter = TRACE_OPS_PER_PARAMETER[a.optimizer]
-    if (found := parameters(trace)) is not None:
-        a.params, a.param_bytes = found
-    elif data is not None and data["optimizer"] is not None and data["optimizer"]["gradients"] is None:
-        a.params = a.param_bytes = None  # compiled autograd: no AccumulateGrad to count them by; the guesses say so
 
 
 # ------------------------------------------------------------------------------------------------ expectations
 
-def _analysis(t: Trace) -> dict | str:
-    if (miss := _need_steps(t)):
-        return miss
-    data = analyze(t)
-    return "no backward in the active steps (no autograd::engine spans)" if data is None else data
 
 
-def phases_present() -> Expect:
-    def run(t: Trace):
-        data = _analysis(t)
-        if isinstance(data, str):
-            return data
-        unit = "gpu_us" if t.device == "cuda" else "cpu_us"
-        for s in data["steps"]:
-            missing = [p for p in PHASES if p not in s["phases"]]
-            idle = [p for p in PHASES if p in s["phases"] and not s["phases"][p][unit] > 0]
-            if missing or idle:
-                return (f"ProfilerStep#{s['number']}: " + (f"no {', '.join(missing)} phase " if missing else "")
-                        + (f"no {'GPU' if unit == 'gpu_us' else 'CPU'} time in {', '.join(idle)}" if idle else ""))
-        return True
-    return Expect("forward, backward and optimizer in every step, each with time of its own (GPU time on a GPU, "
-                  "CPU time on a CPU)", run)
 
 
-def backward_flops(low: float, high: float, why: str) -> Expect:
-    def run(t: Trace):
-        data = _analysis(t)
-        if isinstance(data, str):
-            return data
-        ratios = []
-        for s in data["steps"]:
-            f, b = s["phases"].get("forward"), s["phases"].get("backward")
-            if f is None or b is None or f["gemm_flops"] is None or b["gemm_flops"] is None:
-                return NotApplicable("GEMM shapes not recorded (record_shapes=True)")
-            if not f["gemm_flops"]:
-                return NotApplicable("forward runs no aten GEMM whose FLOPs the trace records")
-            ratios.append(b["gemm_flops"] / f["gemm_flops"])
-        seen = ", ".join(f"{r:.2f}x" for r in ratios)
-        return True if all(low <= r <= high for r in ratios) else f"backward / forward GEMM FLOPs per step: {seen}"
-    return Expect(f"backward's GEMMs do {low:g}x-{high:g}x forward's FLOPs ({why})", run)
 
 
-def optimizer_kind(impl: str, params: int, per_param: int) -> Expect:
-    """for-loop: >= per_param ops (and, on a GPU, kernels) per parameter, no foreach or fused op; foreach: foreach
-    ops, no fused one, on a GPU only multi-tensor kernels; fused: one aten::_fused_* op a step (one dtype and
-    device), on a GPU only multi-tensor kernels. Neither of the last two loops over the parameters: fewer other
-    ops than a for-loop would need (a few remain: the step count's scalar tensor)."""
-    def run(t: Trace):
-        data = _analysis(t)
-        if isinstance(data, str):
-            return data
-        for s in data["steps"]:
-            o = s["optimizer"]
-            if o is None:
-                return f"ProfilerStep#{s['number']}: no optimizer phase"
-            if params is None:
-                return NotApplicable("the parameters are not counted in this trace (a backward compiled by compiled "
-                                     "autograd accumulates the gradients inside its graph: no AccumulateGrad nodes)")
-            seen = (f"ProfilerStep#{s['number']}: {o['ops']} ops ({o['foreach_ops']} foreach, {o['fused_ops']} fused, "
-                    f"{o['other_ops']} others)" + (f", {o['kernels']} kernels ({o['multi_tensor_kernels']} "
-                                                  "multi-tensor)" if o["kernels"] is not None else ""))
-            gpu = o["kernels"] is not None
-            if impl == "for-loop":
-                ok = (o["foreach_ops"] == o["fused_ops"] == 0 and o["other_ops"] >= per_param * params
-                      and (not gpu or o["kernels"] >= per_param * params))
-            elif impl == "foreach":
-                ok = o["foreach_ops"] > 0 and o["fused_ops"] == 0 and o["other_ops"] < per_param * params and (
-                    not gpu or 0 < o["multi_tensor_kernels"] == o["kernels"])
-            else:
-                ok = o["fused_ops"] == 1 and o["other_ops"] < per_param * params and (
-                    not gpu or 0 < o["multi_tensor_kernels"] == o["kernels"])
-            if not ok:
-                return seen
-        return True
-    text = {"for-loop": f"for-loop: at least {plural(per_param, 'op')} per parameter ({params if params is not None else '?'} "
-                        "parameters; on a GPU as many "
-                        "kernels), no foreach or fused op",
-            "foreach": f"foreach: multi-tensor aten::_foreach_* ops for all {params if params is not None else '?'} "
-                       "parameters at once, no op per "
-                       "parameter (on a GPU only multi-tensor kernels)",
-            "fused": "fused: one aten::_fused_* op per step for all parameters (on a GPU only multi-tensor kernels: "
-                     "one or two at the post's MLP shape)"}[impl]
-    return Expect(f"the optimizer, {text}", run)
 
 
-# A peak in the optimizer that parameter-sized tensors can make: the gradients, one temporary per parameter (foreach
-# AdamW's sqrt of its second moment), and AdamW's two states where its first step falls in the window.
-OPTIMIZER_PEAK_PARAMS = 4
 
 
-def peak_after_forward(checkpointed: bool, param_bytes: float | None, rebuilds: str | None = None) -> Expect:
-    """Without checkpointing the peak comes around the end of forward: in forward or backward, with at least half
-    of it already held when forward ends (the activations saved for backward). With it, the peak is in backward,
-    where each layer's activations are rebuilt. `rebuilds` names a module that saves less and rebuilds its largest
-    tensors in backward (the fused MLP: g and u): the peak is then in forward or backward, however little of it is
-    held when forward ends. Not applicable where a peak in the optimizer is at most OPTIMIZER_PEAK_PARAMS times the
-    parameters' bytes: the gradients, a foreach optimizer's temporaries and, on its first step, AdamW's two states
-    are each the size of the parameters, so such a peak says nothing of the activations (too few tokens for them to
-    dominate); a larger one holds something else, activations kept too long say (param_bytes None: not known, so
-    any peak in the optimizer). Not applicable either on a trace recorded without profile_memory=True."""
-    def run(t: Trace):
-        if (miss := _need_steps(t)):
-            return miss
-        peaks = memory_peak(t)
-        if peaks is None and not t.has_memory_events:  # another harness's trace, say: nothing to look at
-            return NotApplicable("no [memory] events: recorded without profile_memory=True")
-        if peaks is None:
-            return f"no [memory] events for the {t.device}: profile with profile_memory=True"
-        small = [p for p in peaks if p["phase"] == "optimizer"
-                 and (param_bytes is None or p["peak_bytes"] <= OPTIMIZER_PEAK_PARAMS * param_bytes)]
-        if small:
-            p = small[0]
-            held = f"{_fmt(p['at_forward_end_bytes'], 2**20, 2)} MiB held at forward's end"
-            if param_bytes is None:
-                return NotApplicable(f"#{p['number']} peaks in the optimizer, with {held}; the parameters' bytes "
-                                     "are unknown (no shapes recorded) to weigh it against")
-            return NotApplicable(f"#{p['number']} peaks in the optimizer at {p['peak_bytes'] / 2**20:.2f} MiB, with "
-                                 f"{held}: no more than {OPTIMIZER_PEAK_PARAMS}x the {param_bytes / 2**20:.2f} MiB "
-                                 "of parameters (gradients, optimizer temporaries and states), too few tokens for "
-                                 "activations to dominate")
-        if checkpointed:
-            bad = [p for p in peaks if p["phase"] != "backward"]
-        elif rebuilds:
-            bad = [p for p in peaks if p["phase"] not in ("forward", "backward")]
-        else:
-            bad = [p for p in peaks if p["phase"] not in ("forward", "backward") or p["at_forward_end_bytes"] is None
-                   or p["at_forward_end_bytes"] < 0.5 * p["peak_bytes"]]
-        if peaks and not bad:
-            return True
-        return "; ".join(f"#{p['number']}: peak {p['peak_bytes'] / 2**20:.2f} MiB in {p['phase']}, "
-                         f"{_fmt(p['at_forward_end_bytes'], 2**20, 2)} MiB held when forward ends" for p in peaks[:4])
-    if checkpointed:
-        return Expect("memory peaks in backward, where each checkpointed layer's activations are rebuilt", run)
-    if rebuilds:
-        return Expect(f"memory peaks in forward or backward, not in the optimizer ({rebuilds} saves less for backward "
-                      "and rebuilds the rest there, so less of the peak need be held when forward ends)", run)
-    return Expect("memory peaks around the end of forward: in forward or backward, not in the optimizer, and at "
-                  "least half of it already held when forward ends (the activations saved for backward)", run)

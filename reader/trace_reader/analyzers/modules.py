@@ -13,9 +13,14 @@ from __future__ import annotations
 import re
 import statistics
 
-from .expect import Expect, NotApplicable, _need_steps
-from .read import STEP_RE, Trace
-from .report import _table, annotations_around, cpu_time_by_annotation, gpu_time_by_annotation
+from ..expectation import Expect, NotApplicable, need_steps
+from ..facts.format import text_table
+from ..reading.events import STEP_RE, Trace
+from .annotations import (
+    annotations_around,
+    cpu_time_by_annotation,
+    gpu_time_by_annotation,
+)
 
 # A decoder layer is an item of a module list: model.layers.3 (Gemma, Llama), transformer.h.3 (GPT-2); its parts
 # are its children: model.layers.3.mlp.
@@ -129,10 +134,10 @@ def breakdown_text(data: dict | None) -> str:
     what = "GPU time and kernels" if gpu else "CPU time (a CPU trace: no GPU lane)"
     out = [f"Module by module ({what} in ProfilerStep#{data['step']}, the median step; a module holds its "
            "submodules):",
-           _table(["module type", "modules", *cols], types, right | {1})]
+           text_table(["module type", "modules", *cols], types, right | {1})]
     if data["layers"]:
         out += ["", "Per decoder layer:",
-                _table(["layer", *cols], [[r["layer"], *cells(r)] for r in data["layers"]],
+                text_table(["layer", *cols], [[r["layer"], *cells(r)] for r in data["layers"]],
                        set(range(1, 1 + len(cols))))]
     return "\n".join(out)
 
@@ -143,7 +148,7 @@ def modules_annotated(layers: int | None, step_annotation: str) -> Expect:
     """Every decoder layer annotated, with its parts, in every step: all `layers` of them, or (None: a trace that
     does not say how many) layers 0 to the highest seen, at least one (an eager 06_model.py run annotates each)."""
     def run(t: Trace):
-        if (miss := _need_steps(t)):
+        if (miss := need_steps(t)):
             return miss
         for st in t.steps:
             names = {e.name for e in st.spans if e.cat == "user_annotation"}
@@ -177,7 +182,7 @@ def module_launches(kind: str, what: str, has: tuple[str, ...] = (), lacks: tupl
     (`^aten::gelu$`, `geglu`). What a module launches, not how many kernels: cuBLAS may add a split-K reduce
     kernel to a GEMM at some shapes, which says nothing about the lesson."""
     def run(t: Trace):
-        if (miss := _need_steps(t)):
+        if (miss := need_steps(t)):
             return miss
         launched: dict[str, list[list[str]]] = {}  # module -> per step, the kernel and op names inside it
         cache: dict = {}
@@ -205,7 +210,7 @@ def module_launches(kind: str, what: str, has: tuple[str, ...] = (), lacks: tupl
 
 def kernels_between(low: int, high: int | None, what: str) -> Expect:
     def run(t: Trace):
-        if (miss := _need_steps(t)):
+        if (miss := need_steps(t)):
             return miss
         counts = [len(st.kernels) for st in t.steps]
         if low <= 0 and 0 in counts:  # "at most N" of nothing says nothing
@@ -225,7 +230,7 @@ def layers_unknown(text: str, device: str = "any") -> Expect:
 
 def runtime_calls(name: str, per_step: int, what: str = "") -> Expect:
     def run(t: Trace):
-        if (miss := _need_steps(t)):
+        if (miss := need_steps(t)):
             return miss
         counts = [sum(1 for o in [st.span, *st.spans] for c in o.calls if c.name == name) for st in t.steps]
         return True if all(c == per_step for c in counts) else f"{name} per step: {counts}"

@@ -24,10 +24,20 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .kernels import gemm_bytes, gemm_flops, op_dtype, operand_index, pointwise_bytes, short
-from .peaks import device_peak
-from .read import Trace, TraceError, _no_gc
-from .report import _group, _num
+from ..analyzers.report import kernel_groups
+from ..comparison.pairing import match
+from ..facts.format import fmt_num
+from ..facts.kernels import (
+    gemm_bytes,
+    gemm_flops,
+    op_dtype,
+    operand_index,
+    pointwise_bytes,
+    short,
+)
+from ..facts.peaks import device_peak
+from ..reading.events import Trace, TraceError
+from ..reading.files import no_gc
 
 DPI = 100
 ROOFLINE_SIZE = (12, 9)  # inches: 1200 x 900 pixels, readable on a laptop screen
@@ -114,7 +124,7 @@ def roofline_points(trace: Trace) -> Roofline:
     """The kernels of a typical step, as the report counts them, placed at (FLOPs per byte, FLOP/s)."""
     if trace.device != "cuda":
         raise NoRoofline(f"{trace.path}: {CPU_HAS_NO_ROOFLINE}")
-    groups = _group(trace)
+    groups = kernel_groups(trace)
     total = sum(sum(g["durs"]) for g in groups) or 1.0
     # A representative launch of each group, to read its op's shapes (the same in every step).
     first: dict[tuple, object] = {}
@@ -144,14 +154,14 @@ def roofline_points(trace: Trace) -> Roofline:
             rate = statistics.mean(g["rates"])
             if (flops or 0) > 0 and (moved or 0) > 0 and rate > 0:
                 point = Point(number, g["name"], g["op"], "GEMM", calls, share, flops, moved, rate * 1e12,
-                              f"{_num(rate)} TFLOP/s")
+                              f"{fmt_num(rate)} TFLOP/s")
                 rf.gemm_shapes.append(_gemm_shape(k.op))
         elif why is None:
             moved, exact = pointwise_bytes(k.op) or (0.0, True)
             flops = float(_elements(k.op) * _ops_per_element(g["op"]))
             rate = statistics.mean(g["rates"])
             if moved > 0 and flops > 0 and rate > 0:
-                achieved = f"{_num(rate)} GB/s" if exact else f">={_num(rate)} GB/s"
+                achieved = f"{fmt_num(rate)} GB/s" if exact else f">={fmt_num(rate)} GB/s"
                 point = Point(number, g["name"], g["op"], "pointwise", calls, share, flops, moved,
                               rate * 1e9 * flops / moved, achieved, lower_bound=not exact)
         if point is not None:
@@ -188,8 +198,6 @@ def _replacements(a: Trace, b: Trace) -> list[tuple[list[str], list[str]]]:
     """(A's kernel names, B's kernel names that took their place): the comparison's "replaced" list.
 
     The one place that knows compare.match's return shape; change it here if that shape changes."""
-    from .compare import match
-
     return [(list(old), list(new)) for old, new in match(a, b).replaced]
 
 
@@ -205,9 +213,11 @@ def _arrows(rfs: list[Roofline], replaced: list[tuple[list[str], list[str]]]) ->
     return arrows
 
 
-def _figure(size: tuple[float, float]):  # pragma: no mutate block (drawing)
+def new_figure(size: tuple[float, float]):  # pragma: no mutate block (drawing)
     try:
-        from matplotlib.figure import Figure  # the Agg canvas, no display and no pyplot state
+        from matplotlib.figure import (
+            Figure,  # the Agg canvas, no display and no pyplot state
+        )
     except ImportError:
         raise TraceError("matplotlib is not installed (uv sync, or pip install matplotlib); "
                          "the numbers are in the text report") from None
@@ -225,7 +235,7 @@ def check_drawable(traces: list[Trace], path: str | Path) -> None:
 
 def check_png_path(path: str | Path) -> None:
     """TraceError now, before a report, if no PNG can be written at path: its name, its folder, and a folder that
-    takes no file (read-only), tried the way _save writes (a temporary folder beside it, made and removed)."""
+    takes no file (read-only), tried the way save_png writes (a temporary folder beside it, made and removed)."""
     path = Path(path)
     _check_png_path(path)
     try:
@@ -238,7 +248,7 @@ def plot_ranks(data: dict, path: str | Path) -> Path:  # pragma: no mutate block
     """One lane per rank (ranks.lanes' data): compute and communication side by side on the shared clock, so the
     rank that arrives last at a collective, and the communication nothing hides, can be seen."""
     lanes = data["ranks"]
-    fig = _figure((10, 1.2 + 0.6 * len(lanes)))
+    fig = new_figure((10, 1.2 + 0.6 * len(lanes)))
     ax = fig.add_subplot()
     for i, lane in enumerate(lanes):
         ax.broken_barh([(a, b - a) for a, b in lane["compute"]], (i - 0.35, 0.7), color="#4c72b0", label=None)
@@ -249,7 +259,7 @@ def plot_ranks(data: dict, path: str | Path) -> Path:  # pragma: no mutate block
     many = f"{len(lanes)} rank{'s' if len(lanes) != 1 else ''}"
     ax.set_title(f"{many}, {data['device_name'] or data['device']}: compute (blue), communication (orange)", fontsize=9)
     fig.tight_layout()
-    return _save(fig, path, data)
+    return save_png(fig, path, data)
 
 
 def _check_png_path(path: Path) -> None:
@@ -259,7 +269,7 @@ def _check_png_path(path: Path) -> None:
         raise TraceError(f"{path.parent}: no such folder for the picture")
 
 
-def _save(fig, path: str | Path, data) -> Path:
+def save_png(fig, path: str | Path, data) -> Path:
     """Write the PNG atomically (a failed write leaves any earlier file intact), with `data` inside it.
 
     Drawn into a temporary folder beside it, then moved into place: a file made there by open() gets the
@@ -298,19 +308,19 @@ def _label(p: Point, prefix: str = "") -> str:
 
 def _line(p: Point, prefix: str = "") -> str:
     rate = p.achieved if p.kind == "GEMM" else f"{p.achieved} ({'>=' if p.lower_bound else ''}" \
-                                                f"{_num(p.flop_s / 1e12)} TFLOP/s)"
-    of_peak = f" = {_num(100 * p.of_peak)}% of peak" if p.of_peak is not None else ""
-    return (f"{prefix}#{p.number:<2} {short(p.name, False, 54):<54} {p.op[:22]:<22} {_num(p.intensity):>5} FLOP/B  "
+                                                f"{fmt_num(p.flop_s / 1e12)} TFLOP/s)"
+    of_peak = f" = {fmt_num(100 * p.of_peak)}% of peak" if p.of_peak is not None else ""
+    return (f"{prefix}#{p.number:<2} {short(p.name, False, 54):<54} {p.op[:22]:<22} {fmt_num(p.intensity):>5} FLOP/B  "
             f"{rate}{of_peak}, {100 * p.share:.1f}% of GPU time")
 
 
 def plot_roofline(traces: list[Trace], path: str | Path) -> Path:  # pragma: no mutate block (drawing)
     """One trace: its kernels on the device's roofline. Two (A, B): both, with arrows from A's replaced
     kernels to B's kernels in their place."""
-    with _no_gc():  # 10^5 small objects per trace: see read._no_gc
+    with no_gc():  # 10^5 small objects per trace: see read._no_gc
         rfs = [roofline_points(t) for t in traces]
         replaced = _replacements(traces[0], traces[1]) if len(traces) == 2 else []
-    fig = _figure(ROOFLINE_SIZE)
+    fig = new_figure(ROOFLINE_SIZE)
     ax = fig.add_axes((0.08, 0.34, 0.88, 0.56))
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -408,7 +418,7 @@ def plot_roofline(traces: list[Trace], path: str | Path) -> Path:  # pragma: no 
     fig.text(0.02, 0.26, lines[0], fontsize=9, va="top")
     fig.text(0.02, 0.19, "\n".join(lines[1:]), fontsize=8.5, family="monospace", va="top")
     data = {"runs": [rf.data() for rf in rfs], "arrows": arrows} if two else rfs[0].data()
-    return _save(fig, path, data)
+    return save_png(fig, path, data)
 
 
 def plot_traces(traces: list[Trace], path: str | Path) -> str:
@@ -429,12 +439,12 @@ def plot_next_to(trace: Trace, trace_path: str | Path) -> str:
 
 def flop_rate(tflops: float) -> str:
     """A measured rate as a reader reads it: TFLOP/s from 1 up, GFLOP/s below (a CPU's 0.05 TFLOP/s is no "0")."""
-    return f"{_num(tflops)} TFLOP/s" if tflops >= 1 else f"{_num(tflops * 1e3)} GFLOP/s"
+    return f"{fmt_num(tflops)} TFLOP/s" if tflops >= 1 else f"{fmt_num(tflops * 1e3)} GFLOP/s"
 
 
 def byte_rate(tbps: float) -> str:
     """Bandwidth likewise: TB/s from 1 up (4.25 TB/s), GB/s below (a CPU's copy: 9.1 GB/s, no "0.00 TB/s")."""
-    return f"{tbps:.2f} TB/s" if tbps >= 1 else f"{_num(tbps * 1e3)} GB/s"
+    return f"{tbps:.2f} TB/s" if tbps >= 1 else f"{fmt_num(tbps * 1e3)} GB/s"
 
 
 def _floor_us(shape: dict) -> float | None:
@@ -486,7 +496,7 @@ def bench_chart(record: dict, path: str | Path, what: str = "forward") -> Path:
     "floor_us" (or several floor*_us: the largest binds), "bound", "variants": {name: {"median_us": ...}}}]}.
     """
     fig, bars = bench_figure(record, what)
-    return _save(fig, path, bars)
+    return save_png(fig, path, bars)
 
 
 def bench_figure(record: dict, what: str):  # pragma: no mutate block (drawing)
@@ -495,7 +505,7 @@ def bench_figure(record: dict, what: str):  # pragma: no mutate block (drawing)
     if not bars:
         raise TraceError("the benchmark record has no shape with a floor and a timed variant: nothing to draw")
     width, height = bench_size(bars)
-    fig = _figure((width, height))
+    fig = new_figure((width, height))
     ax = fig.add_axes((0.2, 0.85 / height, 0.77, 0.5))  # placed by _fit_bench_axes once the labels are measured
     names = list(dict.fromkeys(n for b in bars for n in b["variants"]))
     ticks, y = [], 0.0

@@ -7,8 +7,7 @@ import math
 import re
 from collections import Counter
 
-from .read import Event, Kernel, Step, Trace
-
+from ..reading.events import Event, Kernel, Step, Trace
 
 # Views only rewrite sizes and strides: they should never launch a kernel.
 VIEW_OPS = {
@@ -44,7 +43,7 @@ DTYPE_NAMES = {"c10::BFloat16": "bfloat16", "c10::Half": "float16", "float": "fl
                "c10::Float8_e4m3fn": "float8_e4m3fn", "c10::Float8_e5m2": "float8_e5m2", "signed char": "int8"}
 
 
-def _dims(op: Event) -> list:
+def input_dims(op: Event) -> list:
     dims = op.args.get("Input Dims")
     return dims if isinstance(dims, list) else []
 
@@ -60,7 +59,7 @@ def _read_numel(shape: list, strides) -> int:
     traces, other harnesses) or with strides that do not fit the shape: every element."""
     if isinstance(strides, list) and len(strides) == len(shape) and all(type(s) is int for s in strides):
         return math.prod(int(n) for n, s in zip(shape, strides) if s != 0 or n == 0)
-    return _numel(shape)
+    return numel_of(shape)
 
 
 def _read_bytes(shape: list, strides: list, types: list, at: int) -> int:
@@ -68,7 +67,7 @@ def _read_bytes(shape: list, strides: list, types: list, at: int) -> int:
     return _read_numel(shape, strides[at] if at < len(strides) else None) * DTYPE_BYTES[types[at]]
 
 
-def _shape(d) -> list[int] | None:
+def shape_of(d) -> list[int] | None:
     """A recorded tensor shape, if it is one: a list of non-negative ints (not strings, not bools), none
     beyond 2**40 (no tensor dimension is that long: a made-up one must not turn into a 400-digit rate)."""
     if isinstance(d, list) and all(type(x) is int and 0 <= x < 2**40 for x in d):
@@ -76,7 +75,7 @@ def _shape(d) -> list[int] | None:
     return None
 
 
-def _types(op: Event) -> list:
+def input_types(op: Event) -> list:
     types = op.args.get("Input type")
     return types if isinstance(types, list) else []
 
@@ -89,19 +88,19 @@ def operand_index(op: Event) -> int:
 def gemm_operands(op: Event) -> tuple[list[int] | None, list[int] | None]:
     """The recorded shapes of a matmul op's two operands (after addmm's bias); (None, None) when not recorded."""
     first = operand_index(op)
-    dims = _dims(op)
-    return (_shape(dims[first]), _shape(dims[first + 1])) if len(dims) >= first + 2 else (None, None)
+    dims = input_dims(op)
+    return (shape_of(dims[first]), shape_of(dims[first + 1])) if len(dims) >= first + 2 else (None, None)
 
 
 def gemm_flops(op: Event | None) -> float | None:
     """2*M*K*N (times the batch) from a matmul op's recorded input shapes; None when not a GEMM or no shapes."""
     if op is None or op.name not in GEMM_OPS:
         return None
-    dims = _dims(op)
+    dims = input_dims(op)
     first = operand_index(op)
     if len(dims) < first + 2:
         return None
-    a, b = _shape(dims[first]), _shape(dims[first + 1])
+    a, b = shape_of(dims[first]), shape_of(dims[first + 1])
     if a is None or b is None or len(a) != len(b) or len(a) not in (2, 3):
         return None
     batch = a[0] if len(a) == 3 else 1
@@ -118,16 +117,16 @@ def gemm_bytes(op: Event | None) -> float | None:
     if flops is None:
         return None
     first = operand_index(op)
-    dims, types = _dims(op), _types(op)  # an `out=` buffer after the operands is written, not read
+    dims, types = input_dims(op), input_types(op)  # an `out=` buffer after the operands is written, not read
     tensors = [(d, t) for d, t in zip(dims[:first + 2], types) if isinstance(d, list) and d]
     if len(types) < first + 2 or any(t not in DTYPE_BYTES for _, t in tensors):
         return None
     a, b = dims[first], dims[first + 1]
-    out = _numel(a[:-1] + b[-1:]) * DTYPE_BYTES[types[first]]
-    return float(sum(_numel(d) * DTYPE_BYTES[t] for d, t in tensors) + out)
+    out = numel_of(a[:-1] + b[-1:]) * DTYPE_BYTES[types[first]]
+    return float(sum(numel_of(d) * DTYPE_BYTES[t] for d, t in tensors) + out)
 
 
-def _numel(shape: list) -> int:
+def numel_of(shape: list) -> int:
     return math.prod(map(int, shape))
 
 
@@ -173,10 +172,10 @@ def pointwise_bytes(op: Event | None, sources: dict[str, str] | None = None) -> 
     if triton and INDUCTOR_INDEXING_RE.search(str(op.args.get("kernel_name", op.name))):
         return None  # a fused embedding or gather: its inputs hold a whole table, it reads the rows its index picks
     arg_names = _triton_arg_names(op, sources or {}) if triton else None
-    total, tensors, strides, types = 0, [], _strides(op), _types(op)
-    for i, (d, t) in enumerate(zip(_dims(op), types)):
+    total, tensors, strides, types = 0, [], _strides(op), input_types(op)
+    for i, (d, t) in enumerate(zip(input_dims(op), types)):
         # 0-d tensors and scalars (xnumel) move nothing worth counting
-        if _shape(d) and isinstance(t, str) and t in DTYPE_BYTES:
+        if shape_of(d) and isinstance(t, str) and t in DTYPE_BYTES:
             reads_and_writes = arg_names is not None and i < len(arg_names) and arg_names[i].startswith("in_out_ptr")
             total += _read_bytes(d, strides, types, i) * (2 if reads_and_writes else 1)
             tensors.append((d, DTYPE_BYTES[t]))
@@ -198,7 +197,7 @@ def pointwise_bytes(op: Event | None, sources: dict[str, str] | None = None) -> 
         if out is None or item is None:
             exact = False  # the output's size or dtype is not the inputs' to say: the reads alone, a lower bound
         else:
-            total += _numel(out) * item
+            total += numel_of(out) * item
     if total >= 1e15 or total == 0:  # a petabyte per call is a made-up shape; nothing moved, no rate (an `out=`
         return None  # recorded before its resize, as arange's [0])
     return float(total), exact
@@ -219,14 +218,14 @@ def _indexing_bytes(op: Event) -> tuple[float, bool] | None:
     gather and take pick one element per index entry; index_select and embedding one row (a [512] index into a
     [32000, 2048] table picks 512 rows of 2048: index_select's dim is read from the recorded scalars, 0 if absent)."""
     src_at, idx_at = INDEXING_OPS[op.name]
-    dims, types = _dims(op), _types(op)
+    dims, types = input_dims(op), input_types(op)
     if len(dims) <= idx_at or len(types) <= idx_at:
         return None
-    src, idx = _shape(dims[src_at]), _shape(dims[idx_at])
+    src, idx = shape_of(dims[src_at]), shape_of(dims[idx_at])
     if not src or idx is None or types[src_at] not in DTYPE_BYTES or types[idx_at] not in DTYPE_BYTES:
         return None
     index_bytes = _read_bytes(idx, _strides(op), types, idx_at)
-    picked = _numel(idx)
+    picked = numel_of(idx)
     if op.name in ("aten::index_select", "aten::embedding"):
         dim = 0  # embedding: rows of its [num, dim] weight
         if op.name == "aten::index_select":
@@ -235,7 +234,7 @@ def _indexing_bytes(op: Event) -> tuple[float, bool] | None:
             dim = int(text) if isinstance(text, str) and SMALL_INT_RE.fullmatch(text) else 0
         if not -len(src) <= dim < len(src):
             return None
-        picked *= _numel(src) // max(src[dim], 1)
+        picked *= numel_of(src) // max(src[dim], 1)
     total = index_bytes + 2 * picked * DTYPE_BYTES[types[src_at]]
     return (float(total), True) if total < 1e15 else None
 
@@ -276,15 +275,15 @@ NLL_LOSS_OPS = {"aten::nll_loss_forward": (0, 1, 3), "aten::nll_loss2d_forward":
 
 def _nll_loss_bytes(op: Event) -> tuple[float, bool] | None:
     values_at, target_at, reduction_at = NLL_LOSS_OPS[op.name]  # values: the log-probabilities, or the loss's gradient
-    dims, types = _dims(op), _types(op)
+    dims, types = input_dims(op), input_types(op)
     if len(dims) <= target_at or len(types) <= target_at:
         return None
-    target, values = _shape(dims[target_at]), _shape(dims[values_at])
+    target, values = shape_of(dims[target_at]), shape_of(dims[values_at])
     if target is None or values is None or types[target_at] not in DTYPE_BYTES or types[values_at] not in DTYPE_BYTES:
         return None
-    picked, item = _numel(target), DTYPE_BYTES[types[values_at]]
+    picked, item = numel_of(target), DTYPE_BYTES[types[values_at]]
     if op.name.endswith("_backward"):
-        total = picked * DTYPE_BYTES[types[target_at]] + _numel(values) * item + picked * item
+        total = picked * DTYPE_BYTES[types[target_at]] + numel_of(values) * item + picked * item
     else:
         concrete = op.args.get("Concrete Inputs")
         reduction = concrete[reduction_at] if isinstance(concrete, list) and len(concrete) > reduction_at else None
@@ -304,16 +303,16 @@ INDEX_WRITE_OPS = {"aten::index_copy_": (2, 3, 2), "aten::index_add_": (2, 3, 3)
 
 def _index_write_bytes(op: Event) -> tuple[float, bool] | None:
     idx_at, src_at, times = INDEX_WRITE_OPS[op.name]
-    dims, types = _dims(op), _types(op)
+    dims, types = input_dims(op), input_types(op)
     if len(dims) <= idx_at or len(types) <= idx_at or types[0] not in DTYPE_BYTES or types[idx_at] not in DTYPE_BYTES:
         return None
-    idx = _shape(dims[idx_at])
+    idx = shape_of(dims[idx_at])
     if idx is None:
         return None
     index_bytes = _read_bytes(idx, _strides(op), types, idx_at)
-    src = _shape(dims[src_at]) if len(dims) > src_at else None
+    src = shape_of(dims[src_at]) if len(dims) > src_at else None
     # scatter_ moves one element per index entry (its src may be larger, or a scalar); index_copy_ a source's worth
-    moved = _numel(idx) if op.name.startswith("aten::scatter") or not src else _numel(src)
+    moved = numel_of(idx) if op.name.startswith("aten::scatter") or not src else numel_of(src)
     total = index_bytes + times * moved * DTYPE_BYTES[types[0]]
     return (float(total), True) if 0 < total < 1e15 else None
 
@@ -334,16 +333,16 @@ def _attention_written(op: Event) -> int | None:
     """Bytes an attention kernel writes: the output, q's shape with v's head size (forward), or the gradients of q,
     k and v (backward); None where q, k, v are not in the trace."""
     first = 0 if op.name in ATTENTION_FORWARD else 1
-    dims, types = _dims(op), _types(op)
+    dims, types = input_dims(op), input_types(op)
     if len(dims) < first + 3 or len(types) < first + 3:
         return None
-    q, k, v = (_shape(dims[first + i]) for i in range(3))
+    q, k, v = (shape_of(dims[first + i]) for i in range(3))
     item = [DTYPE_BYTES.get(types[first + i]) if isinstance(types[first + i], str) else None for i in range(3)]
     if not (q and k and v) or None in item:
         return None
     if first == 0:
-        return _numel(q[:-1] + v[-1:]) * item[0]
-    return _numel(q) * item[0] + _numel(k) * item[1] + _numel(v) * item[2]
+        return numel_of(q[:-1] + v[-1:]) * item[0]
+    return numel_of(q) * item[0] + numel_of(k) * item[1] + numel_of(v) * item[2]
 
 
 # What an op's output holds, where its inputs' dtypes do not say it: comparisons give bool.
@@ -359,9 +358,9 @@ def _result_bytes(op: Event) -> int | None:
     (a float one over integers, the wider of two floats, fp32 for bf16 with fp16; where's condition aside)."""
     if op.name in BOOL_RESULT_OPS:
         return 1
-    dims, types = _dims(op), _types(op)
+    dims, types = input_dims(op), input_types(op)
     start = 1 if op.name == "aten::where" else 0
-    kinds = [t for d, t in list(zip(dims, types))[start:] if _shape(d) and isinstance(t, str) and t in DTYPE_BYTES]
+    kinds = [t for d, t in list(zip(dims, types))[start:] if shape_of(d) and isinstance(t, str) and t in DTYPE_BYTES]
     if not kinds:
         return None
     complex_ = [t for t in kinds if t.startswith("c10::complex")]
@@ -385,7 +384,7 @@ def _triton_arg_names(op: Event, sources: dict[str, str]) -> list[str] | None:
 
 
 def op_dtype(op: Event | None) -> str | None:
-    for t in _types(op) if op is not None else []:
+    for t in input_types(op) if op is not None else []:
         if t in DTYPE_NAMES:
             return DTYPE_NAMES[t]
     return None
@@ -474,7 +473,7 @@ def most_common(sequences: list[tuple[str, ...]]) -> list[str]:
     return list(seqs.most_common(1)[0][0]) if seqs else []
 
 
-def _view_cuda_time(op: Event) -> tuple[int, float]:
+def view_cuda_time(op: Event) -> tuple[int, float]:
     """Kernels launched by this op or anything it called, and their total time."""
     n, t = 0, 0.0
     todo = [op]
@@ -506,3 +505,16 @@ def short(name: str, full: bool, width: int = 72) -> str:
         if len(cut) <= width:
             return cut
     return name[: width - 1] + "…"
+
+
+# The reduce kernel cuBLAS (or CUTLASS) launches after a GEMM it split along K: cublasLt::splitKreduce_kernel on
+# Hopper (after nvjet_..._splitK_...), splitKreduce_kernel in older cuBLAS, cutlass::reduction::kernel::ReduceSplitK.
+SPLIT_K_REDUCE_RE = re.compile(r"splitK_?reduce|ReduceSplitK|reduce_?split_?k", re.I)
+
+
+def splitk_reduces(step) -> list:
+    """The step's split-K reduce kernels: named so, and launched right after a GEMM kernel by the same op (the
+    GEMM's own second half, which cuBLAS adds at shapes where K is long next to M x N; not a kernel of its own)."""
+    ks = step.kernels
+    return [k for prev, k in zip(ks, ks[1:]) if SPLIT_K_REDUCE_RE.search(k.name) and is_gemm(prev)
+            and not SPLIT_K_REDUCE_RE.search(prev.name) and prev.op is k.op]

@@ -32,13 +32,21 @@ import re
 import statistics
 from pathlib import Path
 
-from . import intervals
-from .collectives import (  # noqa: F401  (kind_of, step_work, step_calls, Call, Collective: for the readers of ranks)
-    GLOO_RE, NCCL_KERNEL_RE, Call, Collective, blocked, collectives, kind_of, overlapped, step_calls, step_work,
-    window, work)
-from .expect import Expect, NotApplicable, _need_steps, splitk_reduces
-from .kernels import is_gemm
-from .read import MAX_JSON_BYTES, Trace, TraceError, load_trace
+from ..expectation import Expect, NotApplicable, need_steps
+from ..facts import intervals
+from ..facts.kernels import is_gemm, splitk_reduces
+from ..reading.events import Trace, TraceError
+from ..reading.files import MAX_JSON_BYTES, load_trace
+from .collectives import (
+    Collective,
+    blocked,
+    collectives,
+    kind_of,
+    overlapped,
+    step_work,
+    window,
+    work,
+)
 
 MAX_RANKS = 1024  # files in one run: more is not a run this reader was made for
 MAX_RUN_BYTES = 4 << 30  # JSON text of all the ranks together: each rank's own cap is its share of this
@@ -475,7 +483,7 @@ def rank_file(trace: Path, rank: int) -> Path:
 
 def collectives_per_step(kind: str, n: int, world: int) -> Expect:
     def run(t: Trace):
-        if (miss := _need_steps(t)):
+        if (miss := need_steps(t)):
             return miss
         if world == 1:
             return NotApplicable("one rank: there is nothing to exchange")
@@ -488,7 +496,7 @@ def collectives_per_step(kind: str, n: int, world: int) -> Expect:
 
 def gemms_per_step(n: int) -> Expect:
     def run(t: Trace):
-        if (miss := _need_steps(t)):
+        if (miss := need_steps(t)):
             return miss
         # a split-K GEMM's reduce kernel is the GEMM's second half, launched by the same op: not counted
         counts = [sum(1 for k in st.kernels if is_gemm(k)) - len(splitk_reduces(st)) for st in t.steps]
@@ -498,7 +506,7 @@ def gemms_per_step(n: int) -> Expect:
 
 def _exposed_shares(t: Trace) -> list[float] | str:
     """Per step, the share of the NCCL kernels' time with no other kernel running (a str: why none)."""
-    if (miss := _need_steps(t)):
+    if (miss := need_steps(t)):
         return miss
     info = t.meta.get("distributedInfo")
     world = info.get("world_size") if isinstance(info, dict) else None
