@@ -341,7 +341,7 @@ INTERPRETER_SMALL_M_CONFIGS = {  # tiny tiles; the tests also cover split-K with
 }
 # The table tune_fused.py measured on a GPU (kernel and config per M bucket); it replaces the defaults above on
 # GPUs of the compute capability it was measured on. Read once, at import: choosing costs a list walk per call.
-TUNED_TABLE = Path(__file__).with_name("fused_geglu_tuned.json")
+TUNED_TABLE = Path(__file__).parent.with_name("fused_geglu_tuned.json")  # beside the package
 KERNELS = ("small", "tma", "pointer", "torch")
 
 
