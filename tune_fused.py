@@ -215,10 +215,10 @@ def choose_packing(pairs, margin=PACKING_MARGIN):
 def measure_packing(fg, record, dtype):
     """{(M, dim, hidden): (packed µs, unpacked µs)} at each PACKING_WIDTHS width and each M of packing_ms where
     record's kernel rows run cuBLAS for gate and up."""
-    fg._tuned.clear()
-    fg._tuned.update({cap: {**rows, "packing": []}  # measured as the module runs without packing rows: packed
-                      for cap, rows in fg.table_rows(record, "the new table").items()})
-    fg._plans.clear()  # plans made under another table
+    fg.table.tuned.clear()
+    fg.table.tuned.update({cap: {**rows, "packing": []}  # measured as the module runs without packing rows: packed
+                           for cap, rows in fg.table_rows(record, "the new table").items()})
+    fg.launcher.plans.clear()  # plans made under another table
     measured = {}
     for d, h in PACKING_WIDTHS:
         module = fg.FusedGeGLUMLP(d, h).to("cuda", dtype).eval()
@@ -304,7 +304,7 @@ def main(argv=None):
 
 def tune_kernels(fg, dtype, widths, dtype_name):
     """A new table's kernel rows (geglu and down), and what they were chosen from."""
-    fg._tuned.clear()  # candidates run as asked, never through an older table
+    fg.table.tuned.clear()  # candidates run as asked, never through an older table
     record = {**bench.versions("cuda"), "capability": ".".join(map(str, torch.cuda.get_device_capability())),
               "dtype": dtype_name, "widths": [f"{d}x{h}" for d, h in widths],
               "timer": "bench.median_us of a CUDA-graph replay (L2 evicted before each call), ~30 ms of calls",
@@ -366,7 +366,7 @@ def time_down(fg, M, dim, hidden, dtype, tol):
 
 def tune_down(fg, record, dtype):
     """record's down_proj rows, per M bucket and class of hidden at DOWN_WIDTHS, and what they were chosen from."""
-    fg._tuned.clear()
+    fg.table.tuned.clear()
     record["down"], record["down_measured"] = [], []
     for M in down_buckets():
         per_width = [time_down(fg, M, d, h, dtype, common.TOLERANCE[dtype]) for d, h in DOWN_WIDTHS]

@@ -1,4 +1,4 @@
-"""The epilogue-fused GeGLU kernel (fused_geglu.py) against fp64 and eager references.
+"""The epilogue-fused GeGLU kernel (the package fused_geglu/) against fp64 and eager references.
 
 CPU: both Triton kernels run under Triton's interpreter. TRITON_INTERPRET must be set before Triton
 decorates a kernel and must not leak into other test modules (they use torch.compile), so the
@@ -358,17 +358,17 @@ def test_the_kept_last_call_is_not_copied_nor_kept_past_new_weights(tmp_path):
     gives the weights new storages (.to, which repacks them) drops it."""
     fused = fused_geglu.FusedGeGLUMLP(8, 12)
     closure = (lambda: None)
-    fused._last_call = (fused.gate_proj.weight, closure)
-    assert copy.deepcopy(fused)._last_call is None
+    fused.last_call = (fused.gate_proj.weight, closure)
+    assert copy.deepcopy(fused).last_call is None
     torch.save(fused, tmp_path / "m.pt")
-    assert torch.load(tmp_path / "m.pt", weights_only=False)._last_call is None
-    assert fused._last_call[1] is closure  # the original keeps its own
+    assert torch.load(tmp_path / "m.pt", weights_only=False).last_call is None
+    assert fused.last_call[1] is closure  # the original keeps its own
     fused.double()
-    assert fused._last_call is None
-    fused._last_call = (closure,)
+    assert fused.last_call is None
+    fused.last_call = (closure,)
     fused.up_proj.weight = nn.Parameter(torch.randn(12, 8, dtype=torch.float64))
     fused.pack_gate_up()
-    assert fused._last_call is None and _one_storage(fused)
+    assert fused.last_call is None and _one_storage(fused)
 
 
 def test_weights_not_packable_are_left_as_they_are():
@@ -392,12 +392,12 @@ def test_weights_not_packable_are_left_as_they_are():
 @pytest.mark.parametrize("needs", ["x", "gate", "up", "down"])
 def test_the_training_path_whenever_one_input_needs_a_gradient(needs, monkeypatch):
     """Grad mode on and any one of x and the three weights requiring grad: the forward takes autograd's path
-    (_training_geglu, whose kernels save what the backward needs); none of them, or grad mode off: it does not."""
+    (training_geglu, whose kernels save what the backward needs); none of them, or grad mode off: it does not."""
     fused = fused_geglu.FusedGeGLUMLP(8, 16).requires_grad_(False)
     x = torch.randn(3, 8)
     tensor = {"x": x, "gate": fused.gate_proj.weight, "up": fused.up_proj.weight, "down": fused.down_proj.weight}[needs]
-    calls, training = [], fused_geglu._training_geglu
-    monkeypatch.setattr(fused_geglu, "_training_geglu", lambda *a: calls.append(needs) or training(*a))
+    calls, training = [], fused_geglu.training.training_geglu
+    monkeypatch.setattr(fused_geglu.training, "training_geglu", lambda *a: calls.append(needs) or training(*a))
     tensor.requires_grad_(True)
     assert fused(x).requires_grad and calls == [needs]
     with torch.no_grad():
@@ -634,7 +634,7 @@ def test_gpu_small_m_odd_shapes(M, dt):
 
 
 def _stand_in_triton(monkeypatch, compiles, launches, max_shared=227 * 1024, stage_bytes=1024):
-    """A stand-in kernel for _launch: each compile and launch is recorded; a compile's shared memory is
+    """A stand-in kernel for launcher.launch: each compile and launch is recorded; a compile's shared memory is
     num_stages * stage_bytes, against a GPU with max_shared bytes."""
     class Compiled:
         def __init__(self, spec, shared):
@@ -660,21 +660,21 @@ def _stand_in_triton(monkeypatch, compiles, launches, max_shared=227 * 1024, sta
         def get_current_stream(self, device):
             return 1234
 
-    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
-    monkeypatch.setattr(fused_geglu, "_driver", lambda: Driver())
-    monkeypatch.setattr(fused_geglu, "_compiled", {})
+    monkeypatch.setattr(fused_geglu.machine, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu.machine, "driver", lambda: Driver())
+    monkeypatch.setattr(fused_geglu.launcher, "compiled_kernels", {})
     return Kernel()
 
 
 def test_launch_reuses_a_compiled_kernel_only_for_the_same_specialisation(monkeypatch):
-    """_launch compiles once per argument signature and launches the compiled kernel itself; a tensor of another
+    """launcher.launch compiles once per argument signature and launches the compiled kernel itself; a tensor of another
     dtype or 16-byte alignment, another integer or constexpr gets its own compile (a stand-in for Triton here)."""
     compiles, launches = [], []
 
     kernel, buf = _stand_in_triton(monkeypatch, compiles, launches), torch.zeros(64, dtype=torch.float16)
     x, y = buf[:32], buf[16:48]  # both 16-byte aligned (32 bytes apart)
-    fused_geglu._launch(kernel, (3,), (x, 32), FLAG=True, BLOCK=16, num_warps=4)
-    fused_geglu._launch(kernel, (5, 2), (y, 32), FLAG=True, BLOCK=16, num_warps=4)  # same signature: no compile
+    fused_geglu.launcher.launch(kernel, (3,), (x, 32), FLAG=True, BLOCK=16, num_warps=4)
+    fused_geglu.launcher.launch(kernel, (5, 2), (y, 32), FLAG=True, BLOCK=16, num_warps=4)  # same signature
     assert len(compiles) == 1
     # The constexprs go in the kernel's parameter order whatever the keyword order; the grid is padded to 3.
     assert launches[0] == (1, (3, 1, 1), (x, 32, 16, True), 1234) and launches[1][:2] == (1, (5, 2, 1))
@@ -683,7 +683,7 @@ def test_launch_reuses_a_compiled_kernel_only_for_the_same_specialisation(monkey
                        ((buf.float()[:32], 32), {}),  # another dtype
                        ((x, 33), {}),  # another integer
                        ((x, 32), {"BLOCK": 32})]:  # another constexpr
-        fused_geglu._launch(kernel, (3,), args, **{"FLAG": True, "BLOCK": 16, "num_warps": 4, **meta})
+        fused_geglu.launcher.launch(kernel, (3,), args, **{"FLAG": True, "BLOCK": 16, "num_warps": 4, **meta})
         assert launches[-1][0] == len(compiles), args
     assert len(compiles) == 5
 
@@ -695,23 +695,23 @@ def test_launch_drops_stages_until_the_pipeline_fits_the_gpu(monkeypatch):
     kernel = _stand_in_triton(monkeypatch, compiles, launches, max_shared=100 * 1024, stage_bytes=36 * 1024)
     x = torch.zeros(32, dtype=torch.float16)
     for _ in range(2):
-        fused_geglu._launch(kernel, (3,), (x, 32), FLAG=True, BLOCK=16, num_warps=4, num_stages=4)
+        fused_geglu.launcher.launch(kernel, (3,), (x, 32), FLAG=True, BLOCK=16, num_warps=4, num_stages=4)
     assert [meta["num_stages"] for _, _, meta in compiles] == [4, 3, 2]  # 144, 108, then 72 KB of 100
     assert [spec for spec, *_ in launches] == [3, 3]
     # Nothing fits: stop at one stage (Triton's own launch then says out of resources).
     compiles.clear()
     kernel = _stand_in_triton(monkeypatch, compiles, launches, max_shared=10, stage_bytes=36 * 1024)
-    fused_geglu._launch(kernel, (3,), (x, 32), FLAG=True, BLOCK=16, num_warps=4, num_stages=2)
+    fused_geglu.launcher.launch(kernel, (3,), (x, 32), FLAG=True, BLOCK=16, num_warps=4, num_stages=2)
     assert [meta["num_stages"] for _, _, meta in compiles] == [2, 1]
     # Fits at once: one compile, the stages asked for.
     compiles.clear()
     kernel = _stand_in_triton(monkeypatch, compiles, launches)
-    fused_geglu._launch(kernel, (3,), (x, 32), FLAG=True, BLOCK=16, num_warps=4, num_stages=3)
+    fused_geglu.launcher.launch(kernel, (3,), (x, 32), FLAG=True, BLOCK=16, num_warps=4, num_stages=3)
     assert [meta["num_stages"] for _, _, meta in compiles] == [3]
 
 
 def test_small_m_config_by_tokens(monkeypatch):
-    monkeypatch.setattr(fused_geglu, "INTERPRET", False)  # the GPU's table
+    monkeypatch.setattr(fused_geglu.machine, "INTERPRET", False)  # the GPU's table
     cfg = fused_geglu.small_m_config
     assert cfg(1)["BM"] == 16 and cfg(16) is cfg(1) and cfg(17) is cfg(64) and cfg(64)["BM"] == 64
     assert cfg(128)["BM"] == 128 and cfg(129) is None
@@ -724,21 +724,21 @@ def test_small_m_config_by_tokens(monkeypatch):
 
 
 def test_split_k_workspace_keeps_little_and_what_a_graph_may_hold(monkeypatch):
-    monkeypatch.setattr(fused_geglu, "_workspaces", {})
-    monkeypatch.setattr(fused_geglu, "_outgrown", [])
+    monkeypatch.setattr(fused_geglu.launcher, "workspaces", {})
+    monkeypatch.setattr(fused_geglu.launcher, "outgrown", [])
     cpu, kept = torch.device("cpu"), fused_geglu.KEPT_PARTIALS
-    part, counters = fused_geglu._split_k_workspace(cpu, 7, 10, 10)
+    part, counters = fused_geglu.launcher.split_k_workspace(cpu, 7, 10, 10)
     assert part.numel() == kept and not counters.any()
     assert (part.numel() * 4 + counters.numel() * 4) < 1 << 20  # what stays held: under 1 MB
-    again = fused_geglu._split_k_workspace(cpu, 7, kept, 100)  # room enough: the same tensors
+    again = fused_geglu.launcher.split_k_workspace(cpu, 7, kept, 100)  # room enough: the same tensors
     assert again[0] is part and again[1] is counters
-    assert fused_geglu._split_k_workspace(cpu, 8, 10, 10)[0] is not part  # another stream: its own
-    more = fused_geglu._split_k_workspace(cpu, 7, kept + 1, 10)  # more partials: for this call only
+    assert fused_geglu.launcher.split_k_workspace(cpu, 8, 10, 10)[0] is not part  # another stream: its own
+    more = fused_geglu.launcher.split_k_workspace(cpu, 7, kept + 1, 10)  # more partials: for this call only
     assert more[0].numel() == kept + 1 and more[1] is counters
-    assert fused_geglu._split_k_workspace(cpu, 7, 10, 10)[0] is part
-    grown = fused_geglu._split_k_workspace(cpu, 7, 10, counters.numel() + 1)  # more tiles: new counters
+    assert fused_geglu.launcher.split_k_workspace(cpu, 7, 10, 10)[0] is part
+    grown = fused_geglu.launcher.split_k_workspace(cpu, 7, 10, counters.numel() + 1)  # more tiles: new counters
     assert grown[1].numel() > counters.numel() and not grown[1].any()
-    assert fused_geglu._outgrown == [(part, counters)]  # still alive: a CUDA graph may have recorded their address
+    assert fused_geglu.launcher.outgrown == [(part, counters)]  # still alive: a CUDA graph may have recorded them
 
 
 @cuda
@@ -853,10 +853,10 @@ def test_gpu_first_forward_holds_no_copy_of_the_weights(M):
 @pytest.mark.parametrize("M, show_the_kernel", [(1, False), (4096, True), (4096, False)])
 def test_gpu_compiled_model_launches_the_kernels_from_inductor(M, show_the_kernel, monkeypatch):
     """Under torch.compile the kernels are in Inductor's graph (triton_op + wrap_triton): once compiled, a call runs
-    no Python of fused_geglu (no _launch), yet the trace shows the fused kernel. Where the tuned table wants the TMA
+    no Python of fused_geglu (no launch), yet the trace shows the fused kernel. Where the tuned table wants the TMA
     kernel (M = 4096), which a graph cannot hold, the module's graph runs cuBLAS and one GeGLU kernel of Inductor's
     instead; 04_fused_mlp.py's show_the_kernel gets the pointer kernel there."""
-    monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", not show_the_kernel)
+    monkeypatch.setattr(fused_geglu.table, "TORCH_WHERE_FASTER", not show_the_kernel)
     torch._dynamo.reset()
     SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
     eager = SimpleGeGLUMLP(2048, 8192).cuda().bfloat16()
@@ -865,10 +865,10 @@ def test_gpu_compiled_model_launches_the_kernels_from_inductor(M, show_the_kerne
     compiled = torch.compile(fused, fullgraph=True)
     x = torch.randn(M, 2048, device="cuda", dtype=torch.bfloat16)
     launches = []
-    launch = fused_geglu._launch
-    monkeypatch.setattr(fused_geglu, "_launch", lambda *a, **k: launches.append(a[0]) or launch(*a, **k))
+    launch = fused_geglu.launcher.launch
+    monkeypatch.setattr(fused_geglu.launcher, "launch", lambda *a, **k: launches.append(a[0]) or launch(*a, **k))
     with torch.inference_mode():
-        compiled(x)  # compiles: the ops' bodies are traced, which goes through _launch
+        compiled(x)  # compiles: the ops' bodies are traced, which goes through launcher.launch
         torch.cuda.synchronize()
         launches.clear()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -908,7 +908,7 @@ def test_gpu_cuda_graph_capture_of_the_eager_module():
 
 
 def _cublas_everywhere(device, which):
-    """_tuned_rows of a table that runs cuBLAS for gate and up at every M (and has no packing rows: packed)."""
+    """table.tuned_rows of a table that runs cuBLAS for gate and up at every M (and has no packing rows: packed)."""
     return None if which == "packing" else [(None, None, "torch", None)]
 
 
@@ -918,9 +918,9 @@ def test_gpu_the_torch_bucket_is_cublas_and_one_geglu_kernel(dt, monkeypatch):
     """Where the table runs cuBLAS (here at every M), the GeGLU of the two GEMMs' outputs is one kernel of ours, not
     PyTorch's GeLU and mul: the reference's values, g and u returned where saved, the launch kept per shape, and
     without g and u to save, m written over g."""
-    monkeypatch.setattr(fused_geglu, "_tuned_rows", _cublas_everywhere)
-    monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", True)
-    monkeypatch.setattr(fused_geglu, "_plans", {})  # none kept from the real table's choices
+    monkeypatch.setattr(fused_geglu.table, "tuned_rows", _cublas_everywhere)
+    monkeypatch.setattr(fused_geglu.table, "TORCH_WHERE_FASTER", True)
+    monkeypatch.setattr(fused_geglu.launcher, "plans", {})  # none kept from the real table's choices
     torch.manual_seed(0)
     M, K, N = 300, 256, 1000  # M * N: no whole number of blocks
     x, wg, wu = (torch.randn(*shape, device="cuda").div(K ** 0.5).to(DTYPES[dt]) for shape in ((M, K), (N, K), (N, K)))
@@ -942,8 +942,8 @@ def test_gpu_the_torch_bucket_is_cublas_and_one_geglu_kernel(dt, monkeypatch):
     geglu_peak, m = peak(lambda: fused_geglu.geglu(x, wg, wu))
     assert geglu_peak <= gemms and gemms >= 2 * M * N * x.element_size(), (dt, geglu_peak, gemms)
     launched = []
-    launch_ = fused_geglu._launch
-    monkeypatch.setattr(fused_geglu, "_launch", lambda *a, **k: launched.append(a) or launch_(*a, **k))
+    launch_ = fused_geglu.launcher.launch
+    monkeypatch.setattr(fused_geglu.launcher, "launch", lambda *a, **k: launched.append(a) or launch_(*a, **k))
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         m = fused_geglu.geglu(x, wg, wu)
         m2, g, u = fused_geglu.geglu_saving_gu(x, wg, wu)
@@ -964,9 +964,9 @@ def test_gpu_packed_weights_run_gate_and_up_as_one_gemm(dt, monkeypatch):
     stride 2 * hidden, no copy): eager's values at shapes no block divides, with any leading shape, planned once.
     Weights no longer packed (one replaced), or adjacent only by chance (two storages, which no view spans), take
     the two GEMMs again. Expected values: the MLP written out in fp64 on the module's weights."""
-    monkeypatch.setattr(fused_geglu, "_tuned_rows", _cublas_everywhere)
-    monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", True)
-    monkeypatch.setattr(fused_geglu, "_plans", {})
+    monkeypatch.setattr(fused_geglu.table, "tuned_rows", _cublas_everywhere)
+    monkeypatch.setattr(fused_geglu.table, "TORCH_WHERE_FASTER", True)
+    monkeypatch.setattr(fused_geglu.launcher, "plans", {})
     torch.manual_seed(0)
     K, N = 136, 1000  # 300 * 1000: no whole number of blocks; 136: no whole number of K tiles
     fused = fused_geglu.FusedGeGLUMLP(K, N).cuda().to(DTYPES[dt])
@@ -986,10 +986,10 @@ def test_gpu_packed_weights_run_gate_and_up_as_one_gemm(dt, monkeypatch):
         assert ((y.double() - ref).norm() / ref.norm()).item() < max(TOL[dt], 1e-4)  # fp32 GEMMs may use TF32
         return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
 
-    planned, plan_ = [], fused_geglu.plan
+    planned, plan_ = [], fused_geglu.table.plan
     for i, shape in enumerate(((300, K), (2, 150, K), (300, K))):  # the last: the first shape's kept plan
         if i == 2:
-            monkeypatch.setattr(fused_geglu, "plan", lambda *a, **k: planned.append(a) or plan_(*a, **k))
+            monkeypatch.setattr(fused_geglu.table, "plan", lambda *a, **k: planned.append(a) or plan_(*a, **k))
         x = torch.randn(*shape, device="cuda").to(DTYPES[dt])
         kernels = check(x)
         m_stride = (2 * N, 1) if x.dim() == 2 else (150 * 2 * N, 2 * N, 1)  # m: the first half of each row of gu
@@ -1013,9 +1013,9 @@ def test_gpu_packed_weights_run_gate_and_up_as_one_gemm(dt, monkeypatch):
     fused.pack_gate_up()
     assert _one_storage(fused)
     packing = [(256, None, True), (512, None, False), (None, None, True)]
-    monkeypatch.setattr(fused_geglu, "_tuned_rows", lambda device, which: packing if which == "packing"
+    monkeypatch.setattr(fused_geglu.table, "tuned_rows", lambda device, which: packing if which == "packing"
                         else _cublas_everywhere(device, which))
-    fused_geglu._plans.clear()  # plans are kept per shape, made under the table of their first call
+    fused_geglu.launcher.plans.clear()  # plans are kept per shape, made under the table of their first call
     for M, gemms in ((256, [(2 * N, K), (K, N)]), (300, [(N, K), (N, K), (K, N)]), (513, [(2 * N, K), (K, N)])):
         kernels = check(torch.randn(M, K, device="cuda").to(DTYPES[dt]))
         assert [w for w, _ in linears] == gemms, (M, linears)
@@ -1030,14 +1030,14 @@ def test_gpu_a_call_like_the_modules_last_takes_its_plan_without_a_key(M, monkey
     builds no plan key; a call that differs in any of these builds the key again. Every output is right, on the
     weights as they are now. M = 300 runs the packed plan (the table says cuBLAS at every M here), M = 1 the
     small-M kernels. Expected values: the MLP in fp64 on the module's weights."""
-    monkeypatch.setattr(fused_geglu, "_plans", {})
+    monkeypatch.setattr(fused_geglu.launcher, "plans", {})
     if M > 1:
-        monkeypatch.setattr(fused_geglu, "_tuned_rows", _cublas_everywhere)
+        monkeypatch.setattr(fused_geglu.table, "tuned_rows", _cublas_everywhere)
     torch.manual_seed(0)
     K, N = 136, 1000
     fused = fused_geglu.FusedGeGLUMLP(K, N).cuda().bfloat16()
-    keys, key_ = [], fused_geglu._plan_key
-    monkeypatch.setattr(fused_geglu, "_plan_key", lambda *a: keys.append(a[0]) or key_(*a))
+    keys, key_ = [], fused_geglu.launcher.plan_key
+    monkeypatch.setattr(fused_geglu.launcher, "plan_key", lambda *a: keys.append(a[0]) or key_(*a))
     new = lambda *shape: torch.randn(*shape, device="cuda").bfloat16()  # noqa: E731
 
     def keyed(x):
@@ -1064,9 +1064,9 @@ def test_gpu_a_call_like_the_modules_last_takes_its_plan_without_a_key(M, monkey
         assert keyed(new(M + 1, K)) and not keyed(new(M + 1, K))
         torch.cuda.current_stream().synchronize()
     assert keyed(new(M + 1, K))  # the default stream again
-    monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", not fused_geglu.TORCH_WHERE_FASTER)
+    monkeypatch.setattr(fused_geglu.table, "TORCH_WHERE_FASTER", not fused_geglu.table.TORCH_WHERE_FASTER)
     assert keyed(new(M + 1, K)) and not keyed(new(M + 1, K))
-    monkeypatch.setattr(fused_geglu, "_plans", {})  # plans dropped: not kept by the module either
+    monkeypatch.setattr(fused_geglu.launcher, "plans", {})  # plans dropped: not kept by the module either
     assert keyed(new(M + 1, K))
     fused.up_proj.weight = nn.Parameter(fused.up_proj.weight.detach().clone())  # another weight, not packed
     assert keyed(new(M + 1, K)) and not keyed(new(M + 1, K))
@@ -1143,9 +1143,9 @@ def test_gpu_a_kept_plan_launches_on_each_calls_own_tensors(M, save_gu, monkeypa
     (wg, wu), wd = gate_up(), new(dim, N)
     check(new(M, K), wg, wu, wd)  # the first call of this key plans
     planned, launched = [], []
-    plan_, launch_ = fused_geglu.plan, fused_geglu._launch
-    monkeypatch.setattr(fused_geglu, "plan", lambda *a, **k: planned.append(a) or plan_(*a, **k))
-    monkeypatch.setattr(fused_geglu, "_launch", lambda *a, **k: launched.append(a) or launch_(*a, **k))
+    plan_, launch_ = fused_geglu.table.plan, fused_geglu.launcher.launch
+    monkeypatch.setattr(fused_geglu.table, "plan", lambda *a, **k: planned.append(a) or plan_(*a, **k))
+    monkeypatch.setattr(fused_geglu.launcher, "launch", lambda *a, **k: launched.append(a) or launch_(*a, **k))
     check(new(M, K), wg, wu, wd)  # a new x
     wg.copy_(new(N, K))  # a weight changed in place: read as it is now
     check(new(M, K), wg, wu, wd)
@@ -1171,13 +1171,13 @@ def test_an_empty_hook_chain_is_no_launch_hook(monkeypatch):
         pytest.skip("this Triton has no HookChain")
     monkeypatch.setattr(knobs.runtime, "launch_enter_hook", knobs.HookChain())
     monkeypatch.setattr(knobs.runtime, "launch_exit_hook", knobs.HookChain(reversed=True))
-    assert not fused_geglu._launch_hooked()
+    assert not fused_geglu.launcher.launch_hooked()
     knobs.runtime.launch_exit_hook.add(print)
-    assert fused_geglu._launch_hooked()
+    assert fused_geglu.launcher.launch_hooked()
     monkeypatch.setattr(knobs.runtime, "launch_exit_hook", None)
-    assert not fused_geglu._launch_hooked()
+    assert not fused_geglu.launcher.launch_hooked()
     monkeypatch.setattr(knobs.runtime, "launch_enter_hook", print)
-    assert fused_geglu._launch_hooked()
+    assert fused_geglu.launcher.launch_hooked()
 
 
 @cuda
@@ -1187,7 +1187,7 @@ def test_gpu_a_launch_hook_set_before_planning_sees_the_kept_launches(monkeypatc
     triton = pytest.importorskip("triton")
     if getattr(triton, "knobs", None) is None:
         pytest.skip("this Triton has no knobs: the kept plans use its runner")
-    monkeypatch.setattr(fused_geglu, "_plans", {})
+    monkeypatch.setattr(fused_geglu.launcher, "plans", {})
     seen = []
     monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", lambda meta: seen.append(meta.get()["name"]))
     x = torch.randn(1, 512, device="cuda", dtype=torch.bfloat16)
@@ -1214,9 +1214,9 @@ TABLE = {"capability": "9.0",
 def _with_table(monkeypatch, tmp_path, table, capability=(9, 0)):
     path = tmp_path / "tuned.json"
     path.write_text(json.dumps(table))
-    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
-    monkeypatch.setattr(fused_geglu, "_capability", lambda device: capability)
-    monkeypatch.setattr(fused_geglu, "_tuned", fused_geglu._load_tuned(path))
+    monkeypatch.setattr(fused_geglu.machine, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu.machine, "capability", lambda device: capability)
+    monkeypatch.setattr(fused_geglu.table, "tuned", fused_geglu.table.load_tuned(path))
 
 
 @pytest.mark.parametrize("M, K, kernel, cfg", [
@@ -1226,8 +1226,8 @@ def _with_table(monkeypatch, tmp_path, table, capability=(9, 0)):
     (257, 768, "tma", TABLE["geglu"][-1]["config"]), (100000, 4096, "tma", TABLE["geglu"][-1]["config"])])
 def test_tuned_table_picks_by_m_bucket_then_k(monkeypatch, tmp_path, M, K, kernel, cfg):
     _with_table(monkeypatch, tmp_path, TABLE)
-    assert fused_geglu._by_m(torch.device("cuda", 0), M, "geglu", K) == (kernel, cfg)
-    assert fused_geglu._by_m(torch.device("cuda", 0), M, "down", K)[0] == ("small" if M <= 16 else "torch")
+    assert fused_geglu.table.by_m(torch.device("cuda", 0), M, "geglu", K) == (kernel, cfg)
+    assert fused_geglu.table.by_m(torch.device("cuda", 0), M, "down", K)[0] == ("small" if M <= 16 else "torch")
 
 
 def test_a_table_without_k_classes_still_reads(monkeypatch, tmp_path):
@@ -1236,16 +1236,17 @@ def test_a_table_without_k_classes_still_reads(monkeypatch, tmp_path):
                              {"max_m": None, "kernel": "tma", "config": TMA_256}])
     _with_table(monkeypatch, tmp_path, old)
     for K in (8, 768, 100000):
-        assert fused_geglu._by_m(torch.device("cuda", 0), 256, "geglu", K) == ("torch", None)
-        assert fused_geglu._by_m(torch.device("cuda", 0), 257, "geglu", K) == ("tma", TMA_256)
+        assert fused_geglu.table.by_m(torch.device("cuda", 0), 256, "geglu", K) == ("torch", None)
+        assert fused_geglu.table.by_m(torch.device("cuda", 0), 257, "geglu", K) == ("tma", TMA_256)
 
 
 def test_tuned_table_only_on_its_gpus(monkeypatch, tmp_path):
     """Measured on a Hopper GPU: another compute capability, the interpreter and the CPU keep the defaults."""
     _with_table(monkeypatch, tmp_path, TABLE, capability=(8, 0))
-    assert fused_geglu._by_m(torch.device("cuda", 0), 200, "geglu") == (None, None)  # past the small buckets
-    assert fused_geglu._by_m(torch.device("cuda", 0), 1, "geglu") == ("small", fused_geglu.SMALL_M_CONFIGS["geglu"][0][1])
-    assert fused_geglu._tuned_rows(torch.device("cpu"), "geglu") is None
+    assert fused_geglu.table.by_m(torch.device("cuda", 0), 200, "geglu") == (None, None)  # past the small buckets
+    assert fused_geglu.table.by_m(torch.device("cuda", 0), 1, "geglu") == ("small",
+                                                                         fused_geglu.SMALL_M_CONFIGS["geglu"][0][1])
+    assert fused_geglu.table.tuned_rows(torch.device("cpu"), "geglu") is None
 
 
 @pytest.mark.parametrize("row", [{"max_m": None, "kernel": "cublas", "config": None},
@@ -1256,7 +1257,7 @@ def test_a_malformed_table_says_which_row(tmp_path, row):
     path = tmp_path / "tuned.json"
     path.write_text(json.dumps(dict(TABLE, geglu=[row])))
     with pytest.raises(ValueError, match="geglu row for M <= None"):
-        fused_geglu._load_tuned(path)
+        fused_geglu.table.load_tuned(path)
 
 
 PACKING = [{"max_m": 256, "max_k": None, "packed": True},
@@ -1286,14 +1287,14 @@ def test_a_malformed_packing_row_says_which(tmp_path, row):
     path = tmp_path / "tuned.json"
     path.write_text(json.dumps(dict(TABLE, packing=[row])))
     with pytest.raises(ValueError, match="packing row for M <= None"):
-        fused_geglu._load_tuned(path)
+        fused_geglu.table.load_tuned(path)
 
 
 def test_the_committed_table_loads():
     if not fused_geglu.TUNED_TABLE.exists():
         pytest.skip("no tuned table committed yet (python3 tune_fused.py on the GPU machine writes it)")
     # fused_geglu read it at import; a malformed one would have failed that import.
-    assert fused_geglu._load_tuned() == fused_geglu._tuned
+    assert fused_geglu.table.load_tuned() == fused_geglu.table.tuned
 
 
 def _committed_down_row(M, K):
@@ -1310,20 +1311,21 @@ def test_down_proj_is_planned_by_its_input_width_hidden(monkeypatch, M, dim, hid
     """down_proj's GEMM is [M, hidden] @ [hidden, dim]: its row of the committed table goes by K = hidden, not by
     its output width dim. At these shapes the two give different rows (32 x 8192 <- 28672: by hidden the small-M
     kernel, by dim cuBLAS), so a plan looked up by dim fails (TABLE above has no K classes for down_proj: any K
-    gives the same row, and _by_m alone was tested with it, not _down_plan's K). No GPU: fake CUDA tensors carry the shapes to _down_plan, and the
+    gives the same row, and table.by_m alone was tested with it, not make_down_plan's K). No GPU: fake CUDA tensors
+    carry the shapes to ops.make_down_plan, and the
     plan (cuBLAS's F.linear, or the small-M kernel with its config) is compared, never run."""
     if not fused_geglu.TUNED_TABLE.exists():
         pytest.skip("no tuned table committed")
     want, other = _committed_down_row(M, hidden), _committed_down_row(M, dim)
     assert (want["kernel"], want.get("config")) != (other["kernel"], other.get("config"))  # the shape tells them apart
     capability = tuple(int(c) for c in json.loads(fused_geglu.TUNED_TABLE.read_text())["capability"].split("."))
-    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
-    monkeypatch.setattr(fused_geglu, "_capability", lambda device: capability)
+    monkeypatch.setattr(fused_geglu.machine, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu.machine, "capability", lambda device: capability)
     _assert_down_plan(M, dim, hidden, want["kernel"], want.get("config"))
 
 
 def _assert_down_plan(M, dim, hidden, kernel, cfg):
-    """_down_plan for fake CUDA tensors [M, hidden] and [dim, hidden]: F.linear for "torch", else the small-M
+    """ops.make_down_plan for fake CUDA tensors [M, hidden] and [dim, hidden]: F.linear for "torch", else the small-M
     kernel with cfg."""
     import functools
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -1331,11 +1333,11 @@ def _assert_down_plan(M, dim, hidden, kernel, cfg):
     with FakeTensorMode():
         m = torch.empty(M, hidden, device="cuda", dtype=torch.bfloat16)
         w_down = torch.empty(dim, hidden, device="cuda", dtype=torch.bfloat16)
-        run = fused_geglu._down_plan(m, w_down, None, False)
+        run = fused_geglu.ops.make_down_plan(m, w_down, None, False)
     if kernel == "torch":
         assert run is F.linear
     else:
-        assert isinstance(run, functools.partial) and run.func is fused_geglu._run_down and run.args == (cfg,)
+        assert isinstance(run, functools.partial) and run.func is fused_geglu.ops.run_down and run.args == (cfg,)
 
 
 SMALL_32 = {"BM": 32, "BN": 64, "BK": 128, "FILL": 2, "num_warps": 4, "num_stages": 4}
@@ -1392,7 +1394,7 @@ def test_hopper_config_compiles_without_wgmma_serialisation():
         m_desc = TensorDescriptor.from_tensor(m, [BM, BN])
         args = (TensorDescriptor.from_tensor(x, [BM, BK]), TensorDescriptor.from_tensor(w_gate, [BN, BK]),
                 TensorDescriptor.from_tensor(w_up, [BN, BK]), m_desc, *((m_desc, m_desc) if save_gu else (None, None)), M, N, K)
-        return _ptxas_report(fused_geglu._geglu_tma_kernel, args,
+        return _ptxas_report(fused_geglu.kernels.geglu_tma_kernel, args,
                              dict(NUM_SMS=132, UPCAST=False, FAST_TANH=True, SAVE_GU=save_gu, **cfg))
 
     default = report(fused_geglu.HOPPER_CONFIG)
@@ -1420,11 +1422,11 @@ def test_traced_launches_go_through_wrap_triton(monkeypatch, M, kernels):
         def __getitem__(self, grid):
             return lambda *args, **meta: wrapped.append((self.kernel.fn.__name__, grid, args, meta))
 
-    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
-    monkeypatch.setattr(fused_geglu, "_tuned", {})
-    monkeypatch.setattr(fused_geglu, "_capability", lambda device: (9, 0))
-    monkeypatch.setattr(fused_geglu, "_num_sms", lambda device: 132)
-    monkeypatch.setattr(fused_geglu, "_compiled", None)  # the eager fast path would fail on it
+    monkeypatch.setattr(fused_geglu.machine, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu.table, "tuned", {})
+    monkeypatch.setattr(fused_geglu.machine, "capability", lambda device: (9, 0))
+    monkeypatch.setattr(fused_geglu.machine, "num_sms", lambda device: 132)
+    monkeypatch.setattr(fused_geglu.launcher, "compiled_kernels", None)  # the eager fast path would fail on it
     monkeypatch.setattr(torch.library, "wrap_triton", Recorder)
     with FakeTensorMode():
         x = torch.empty(M, 256, device="cuda", dtype=torch.bfloat16)
@@ -1454,15 +1456,15 @@ def test_a_traced_graph_runs_cublas_where_the_table_wants_the_tma_kernel(monkeyp
     from torch._subclasses.fake_tensor import FakeTensorMode
     rows = [(32, None, "small", fused_geglu.SMALL_M_CONFIGS["geglu"][-1][1]),
             (128, None, "pointer", fused_geglu.PORTABLE_CONFIG), (None, None, "tma", fused_geglu.HOPPER_CONFIG)]
-    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
-    monkeypatch.setattr(fused_geglu, "_tuned_rows", lambda device, which: rows if which == "geglu" else None)
-    monkeypatch.setattr(fused_geglu, "_capability", lambda device: (9, 0))
-    monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", True)
+    monkeypatch.setattr(fused_geglu.machine, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu.table, "tuned_rows", lambda device, which: rows if which == "geglu" else None)
+    monkeypatch.setattr(fused_geglu.machine, "capability", lambda device: (9, 0))
+    monkeypatch.setattr(fused_geglu.table, "TORCH_WHERE_FASTER", True)
     with FakeTensorMode():
         w = torch.empty(512, 256, device="cuda", dtype=torch.bfloat16)
         xs = [torch.empty(M, 256, device="cuda", dtype=torch.bfloat16) for M in (32, 128, 129, 4096)]
         assert [fused_geglu.plan(x, w, w)[0] for x in xs] == ["small", "pointer", "torch", "torch"]
-        monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", False)
+        monkeypatch.setattr(fused_geglu.table, "TORCH_WHERE_FASTER", False)
         assert [fused_geglu.plan(x, w, w)[0] for x in xs] == ["small", "pointer", "pointer", "pointer"]
 
 
@@ -1481,18 +1483,43 @@ def test_showing_the_kernel_where_torch_won_runs_the_best_fused_tile_the_table_m
     bad = {**table, "geglu": [{"max_m": None, "kernel": "torch", "fused": {"kernel": "torch", "config": None}}]}
     with pytest.raises(ValueError, match="fused row"):
         fused_geglu.table_rows(bad, "t.json")
-    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
-    monkeypatch.setattr(fused_geglu, "_tuned", {9: rows})
-    monkeypatch.setattr(fused_geglu, "_capability", lambda device: (9, 0))
-    monkeypatch.setattr(fused_geglu, "_tma_possible", lambda *a: True)
+    monkeypatch.setattr(fused_geglu.machine, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu.table, "tuned", {9: rows})
+    monkeypatch.setattr(fused_geglu.machine, "capability", lambda device: (9, 0))
+    monkeypatch.setattr(fused_geglu.table, "can_use_tma", lambda *a: True)
     w = torch.empty(512, 256, dtype=torch.bfloat16)
     xs = [torch.empty(M, 256, dtype=torch.bfloat16) for M in (8, 384, 513)]
-    monkeypatch.setattr(fused_geglu.torch.Tensor, "device", property(lambda t: torch.device("cuda", 0)))
-    monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", True)
+    monkeypatch.setattr(torch.Tensor, "device", property(lambda t: torch.device("cuda", 0)))
+    monkeypatch.setattr(fused_geglu.table, "TORCH_WHERE_FASTER", True)
     assert [fused_geglu.plan(x, w, w)[0] for x in xs] == ["small", "torch", "torch"]
-    monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", False)
+    monkeypatch.setattr(fused_geglu.table, "TORCH_WHERE_FASTER", False)
     assert [fused_geglu.plan(x, w, w) for x in xs] == [("small", fused_geglu.SMALL_M_CONFIGS["geglu"][0][1]),
                                                        ("tma", tile), ("tma", None)]
+
+
+def test_each_triton_op_names_the_kernels_it_launches():
+    """torch.library finds a triton_op's Triton kernels by following plain names from its body into the functions it
+    calls, and AOTAutograd's cache key holds those kernels' source: a kernel edited on disk then misses a cached
+    graph. The names run across the package's files (ops.py's launchers, launcher.py's arguments): each gate/up op
+    finds the fused kernels its traced body can launch, and down_proj the small-M one. Skipped where this torch's
+    finder does not follow a helper's call (checked here on two functions of the test's own)."""
+    triton_lib = torch._library.triton
+    find, found_for = (getattr(triton_lib, n, None) for n in ("get_inner_triton_kernels", "get_triton_kernels_for_op"))
+    kernel = fused_geglu.kernels.geglu_pointwise_kernel
+
+    def helper():
+        return kernel
+
+    def body():
+        return helper()
+
+    if find is None or found_for is None or kernel not in find(body):
+        pytest.skip("this torch's triton_op does not follow the functions an op calls")
+    names = {op: {getattr(k, "fn", k).__name__ for k in found_for(f"fused_geglu::{op}")}
+             for op in ("geglu", "geglu_saving_gu", "down_proj")}
+    for op in ("geglu", "geglu_saving_gu"):
+        assert {"_geglu_small_m_kernel", "_geglu_tma_kernel", "_geglu_pointer_kernel"} <= names[op], names
+    assert "_linear_small_m_kernel" in names["down_proj"], names
 
 
 @pytest.mark.parametrize("training", [False, True])
@@ -1510,7 +1537,7 @@ def test_the_compiled_graph_holds_torch_where_faster(monkeypatch, training):
     module = fused_geglu.FusedGeGLUMLP(16, 32)
     x = torch.randn(5, 16, requires_grad=training)
     for flag in (True, False):
-        monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", flag)
+        monkeypatch.setattr(fused_geglu.table, "TORCH_WHERE_FASTER", flag)
         torch._dynamo.reset()
         with torch.set_grad_enabled(training):
             torch.compile(module, backend=record)(x)
@@ -1525,8 +1552,8 @@ def test_the_tuned_table_can_send_the_module_to_cublas_and_04_past_it(monkeypatc
     from torch._subclasses.fake_tensor import FakeTensorMode
     rows = [(64, None, "small", None), (256, 200, "pointer", None), (256, None, "torch", None),
             (None, None, "pointer", None)]  # 65..256 tokens: cuBLAS only for inputs wider than 200
-    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
-    monkeypatch.setattr(fused_geglu, "_tuned_rows", lambda device, which: rows if which == "geglu" else None)
+    monkeypatch.setattr(fused_geglu.machine, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu.table, "tuned_rows", lambda device, which: rows if which == "geglu" else None)
     with FakeTensorMode():
         w = torch.empty(512, 256, device="cuda", dtype=torch.bfloat16)
         by_m = {M: torch.empty(M, 256, device="cuda", dtype=torch.bfloat16) for M in (64, 65, 256, 257)}
@@ -1535,7 +1562,7 @@ def test_the_tuned_table_can_send_the_module_to_cublas_and_04_past_it(monkeypatc
         narrow_w, narrow_x = torch.empty(512, 200, device="cuda"), torch.empty(100, 200, device="cuda")
         assert fused_geglu.plan(narrow_x, narrow_w, narrow_w)[0] == "pointer"
         assert not fused_geglu.tuned_to_torch("cuda", 100, 200) and fused_geglu.tuned_to_torch("cuda", 100, 201)
-        monkeypatch.setattr(fused_geglu, "TORCH_WHERE_FASTER", True)  # undone after the test
+        monkeypatch.setattr(fused_geglu.table, "TORCH_WHERE_FASTER", True)  # undone after the test
         fused_geglu.show_the_kernel("cuda", 64, 256)
         assert capsys.readouterr().out == "" and not fused_geglu.TORCH_WHERE_FASTER
         fused_geglu.show_the_kernel("cuda", 200, 256)
@@ -1546,7 +1573,7 @@ def test_the_tuned_table_can_send_the_module_to_cublas_and_04_past_it(monkeypatc
 
 @pytest.mark.parametrize("pack", [True, False])
 def test_the_mlp_plan_asks_the_packing_rows_with_tokens_and_width(monkeypatch, pack):
-    """Where cuBLAS runs gate and up and the weights are packed, _mlp_plan makes the packed plan only where
+    """Where cuBLAS runs gate and up and the weights are packed, ops.make_mlp_plan makes the packed plan only where
     packs_gate_up (the table's packing rows) says so, asked with the input's device, its tokens (all leading dims)
     and its width; the GPU test above runs both plans. Here the plans themselves are stand-ins (no GPU)."""
     asked, made = [], []
@@ -1554,14 +1581,17 @@ def test_the_mlp_plan_asks_the_packing_rows_with_tokens_and_width(monkeypatch, p
     def gate_up(x, w_gate, w_up):
         return (F.linear(x, w_gate),)
     gate_up.any_leading_shape = True  # as cuBLAS's plan is
-    monkeypatch.setattr(fused_geglu, "_geglu_plan", lambda *a: gate_up)
-    monkeypatch.setattr(fused_geglu, "packs_gate_up", lambda device, M, K: asked.append((device.type, M, K)) or pack)
-    monkeypatch.setattr(fused_geglu, "_packed_mlp_plan", lambda x2d, w_gate, run: made.append(x2d.shape) or "packed")
+    monkeypatch.setattr(fused_geglu.ops, "make_geglu_plan", lambda *a: gate_up)
+    monkeypatch.setattr(fused_geglu.table, "packs_gate_up",
+                        lambda device, M, K: asked.append((device.type, M, K)) or pack)
+    monkeypatch.setattr(fused_geglu.ops, "make_packed_mlp_plan",
+                        lambda x2d, w_gate, run: made.append(x2d.shape) or "packed")
     x, wg, wu, wd = torch.randn(2, 150, 16), torch.randn(32, 16), torch.randn(32, 16), torch.randn(16, 32)
-    run = fused_geglu._mlp_plan(x, wg, wu, wd, both_packed=True)
+    run = fused_geglu.ops.make_mlp_plan(x, wg, wu, wd, both_packed=True)
     assert asked == [("cpu", 300, 16)]
     assert (run == "packed") is pack and made == ([(300, 16)] if pack else [])
     if not pack:  # the two-GEMM plan: gate, then down_proj, over any leading shape
         assert torch.allclose(run(x, wg, wu, wd), F.linear(F.linear(x, wg), wd))
     asked.clear()
-    assert fused_geglu._mlp_plan(x, wg, wu, wd, both_packed=False) != "packed" and made == ([(300, 16)] if pack else [])
+    assert fused_geglu.ops.make_mlp_plan(x, wg, wu, wd, both_packed=False) != "packed"
+    assert made == ([(300, 16)] if pack else [])

@@ -109,14 +109,14 @@ emit("pointwise-extreme", err_g=rel(grad_g, ref_g), err_u=rel(grad_u, ref_u),
 for dt, (M, N) in [("fp32", (37, 57)), ("bf16", (3, 5)), ("fp32", (1, 2500))]:
     g, u = (torch.randn(M, N).mul(3).to(DTYPES[dt]) for _ in "gu")
     m = torch.full_like(g, float("nan"))
-    fg._launch(fg._geglu_pointwise_kernel, (-(-g.numel() // fg.POINTWISE_BLOCK),), (g, u, m, g.numel()),
-               FAST_TANH=False, BLOCK=fg.POINTWISE_BLOCK, num_warps=4, num_stages=1)
+    fg.launcher.launch(fg.kernels.geglu_pointwise_kernel, (-(-g.numel() // fg.POINTWISE_BLOCK),),
+                       (g, u, m, g.numel()), FAST_TANH=False, BLOCK=fg.POINTWISE_BLOCK, num_warps=4, num_stages=1)
     ref = F.gelu(g.double(), approximate="tanh") * u.double()
     emit(f"forward-pointwise-{dt}-{M}x{N}", err=rel(m, ref), finite=bool(torch.isfinite(m).all()))
 g = torch.tensor([-60.0, -10.0, -3.0, 0.0, 3.0, 10.0, 60.0, 1e4, -1e4])
 m = torch.empty_like(g)
-fg._launch(fg._geglu_pointwise_kernel, (1,), (g, torch.full_like(g, 2.0), m, 9), FAST_TANH=False,
-           BLOCK=fg.POINTWISE_BLOCK, num_warps=4, num_stages=1)
+fg.launcher.launch(fg.kernels.geglu_pointwise_kernel, (1,), (g, torch.full_like(g, 2.0), m, 9), FAST_TANH=False,
+                   BLOCK=fg.POINTWISE_BLOCK, num_warps=4, num_stages=1)
 emit("forward-pointwise-extreme", got=m.tolist(), want=(F.gelu(g.double(), approximate="tanh") * 2).tolist())
 if sys.argv[1] == "modules":  # the forward kernels loop over K: not where the interpreter cannot loop
     for dt in ("fp32", "bf16"):  # 45 tokens: the tiled kernel (storing g and u, or not), no tile divides them
@@ -263,8 +263,9 @@ def test_eager_training_goes_around_the_dispatcher(recompute, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a custom op was called in eager training")
 
-    for name in ("geglu_op", "geglu_saving_gu_op", "geglu_backward_", "geglu_backward_op"):
-        monkeypatch.setattr(fused_geglu, name, refuse)
+    for holder, name in ((fused_geglu.ops, "geglu_op"), (fused_geglu.ops, "geglu_saving_gu_op"),
+                         (fused_geglu.training, "geglu_backward_"), (fused_geglu.training, "geglu_backward_op")):
+        monkeypatch.setattr(holder, name, refuse)  # where they live: every file reads them there
     fused = fused_geglu.FusedGeGLUMLP(8, 16, recompute=recompute)
     x = torch.randn(5, 8, requires_grad=True)
     y = fused(x)
@@ -452,14 +453,14 @@ def test_gpu_the_kept_backward_launch_runs_on_each_calls_own_tensors(monkeypatch
 
     check((300, 512))  # plans
     launched = []
-    launch_ = fused_geglu._launch
-    monkeypatch.setattr(fused_geglu, "_launch", lambda *a, **k: launched.append(a) or launch_(*a, **k))
+    launch_ = fused_geglu.launcher.launch
+    monkeypatch.setattr(fused_geglu.launcher, "launch", lambda *a, **k: launched.append(a) or launch_(*a, **k))
     check((300, 512))
     check((300, 512))
     assert launched == [], "a kept backward launch was worked out again"
-    check((7, 1000))  # a new shape: planned once (its first call), through _launch no more than that
+    check((7, 1000))  # a new shape: planned once (its first call), through launcher.launch no more than that
     with torch.cuda.stream(torch.cuda.Stream()):
         check((300, 512))
         torch.cuda.current_stream().synchronize()
-    assert launched == []  # plans bind through _compiled_for, never _launch: the count says nothing was unplanned
-    assert len([k for k in fused_geglu._plans if k[0] == "backward" and k[1] == (300, 512)]) >= 2  # two streams
+    assert launched == []  # plans bind through launcher.bind, never launch: the count says nothing was unplanned
+    assert len([k for k in fused_geglu.launcher.plans if k[0] == "backward" and k[1] == (300, 512)]) >= 2  # 2 streams

@@ -468,7 +468,7 @@ def test_kept_plans_prose():
     assert all(min(v, key=lambda k: v[k]["median_us"]) == "fused" for v in variants)
     lead = [v["eager"]["median_us"] / v["fused"]["median_us"] for v in variants]
     assert quoted(r"at all three \((\d\.\d\d)× to (\d\.\d\d)× eager\)") == [round(min(lead), 2), round(max(lead), 2)]
-    doc = (ROOT / "fused_geglu.py").read_text()  # its docstring quotes them rounded
+    doc = (ROOT / "fused_geglu/launcher.py").read_text()  # its docstring quotes them rounded
     assert [float(g) for g in one(r"(\d+)-(\d+) µs against eager's (\d+)-(\d+) at\s+three decode shapes", doc).groups()] == \
         [round(x) for x in span("fused") + span("eager")]
 
@@ -838,8 +838,8 @@ def test_down_rows_tuned_again_prose():
 def _h200_table(monkeypatch):
     """fused_geglu with the committed table read as it is on the H200 (compute capability 9), on this machine."""
     fused_geglu = pytest.importorskip("fused_geglu", reason="needs Triton (Linux wheels only)")
-    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
-    monkeypatch.setattr(fused_geglu, "_capability", lambda device: (9, 0))
+    monkeypatch.setattr(fused_geglu.machine, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu.machine, "capability", lambda device: (9, 0))
     return fused_geglu
 
 
@@ -862,9 +862,9 @@ def test_packing_rows_prose(monkeypatch):
     fused_geglu = _h200_table(monkeypatch)
     default = json.loads((ROOT / "results/bench_h200.json").read_text())
     assert default["date"] > table["date"]
-    gpu = fused_geglu.torch.device("cuda", 0)
+    gpu = tune_fused.torch.device("cuda", 0)
     # the record says per row what ran, and it is what the committed table runs now
-    assert [fused_geglu._by_m(gpu, s["M"], "geglu", s["dim"])[0] for s in default["shapes"]] == [
+    assert [fused_geglu.table.by_m(gpu, s["M"], "geglu", s["dim"])[0] for s in default["shapes"]] == [
         s["fused_path"] for s in default["shapes"]]
     assert [s["fused_gate_up_gemms"] for s in default["shapes"]] == [
         (1 if fused_geglu.packs_gate_up(gpu, s["M"], s["dim"]) else 2) if s["fused_path"] == "torch" else None

@@ -129,17 +129,17 @@ def test_the_written_table_is_what_fused_geglu_reads(monkeypatch, tmp_path):
     monkeypatch.setattr(tune_fused.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(tune_fused.torch.cuda, "get_device_capability", lambda: (9, 0))
     monkeypatch.setattr(tune_fused.bench, "versions", lambda device: {"device": "a made-up GPU"})
-    monkeypatch.setattr(fused_geglu, "_tuned", {})
+    monkeypatch.setattr(fused_geglu.table, "tuned", {})
     out = tmp_path / "tuned.json"
     assert tune_fused.main(["--out", str(out)]) == 0
-    monkeypatch.setattr(fused_geglu, "_tuned", fused_geglu._load_tuned(out))
-    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
-    monkeypatch.setattr(fused_geglu, "_capability", lambda device: (9, 0))
-    gpu = fused_geglu.torch.device("cuda", 0)
+    monkeypatch.setattr(fused_geglu.table, "tuned", fused_geglu.table.load_tuned(out))
+    monkeypatch.setattr(fused_geglu.machine, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu.machine, "capability", lambda device: (9, 0))
+    gpu = tune_fused.torch.device("cuda", 0)
     for M, K, want in [(1, 768, "small"), (8, 4096, "small"), (9, 768, "torch"), (256, 4096, "torch"),
                        (257, 768, "tma"), (257, 4096, "tma"), (2048, 5120, "tma"), (2049, 3072, "tma"),
                        (2049, 3073, "torch"), (20000, 768, "tma"), (20000, 8192, "torch")]:
-        kernel, cfg = fused_geglu._by_m(gpu, M, "geglu", K)
+        kernel, cfg = fused_geglu.table.by_m(gpu, M, "geglu", K)
         assert kernel == want, (M, K)
         if want != "torch":
             bucket = next(b for b in tune_fused.BUCKETS if M <= b) if M <= tune_fused.BUCKETS[-1] else 16384
@@ -169,7 +169,7 @@ def _check_down(fused_geglu, gpu, record):
     small = [c for k, c in tune_fused.down_candidates(8) if k == "small"][0]
     for M, K, want in [(1, 3072, "small"), (8, 11008, "small"), (8, 12335, "small"), (8, 12336, "torch"),
                        (1, 14336, "torch"), (1, 29568, "torch"), (9, 3072, "torch"), (300, 3072, "torch")]:
-        kernel, cfg = fused_geglu._by_m(gpu, M, "down", K)
+        kernel, cfg = fused_geglu.table.by_m(gpu, M, "down", K)
         assert kernel == want, (M, K)
         assert cfg == (small if want == "small" else None)
     n_classes = len(tune_fused.DOWN_WIDTHS)  # one hidden each
@@ -233,7 +233,7 @@ def test_packing_only_keeps_the_kernel_rows(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(tune_fused.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(tune_fused.bench, "versions", lambda device: {"device": "a made-up GPU"})
     monkeypatch.setattr(tune_fused, "measure_packing", _made_up_packing)
-    monkeypatch.setattr(fused_geglu, "_tuned", {})
+    monkeypatch.setattr(fused_geglu.table, "tuned", {})
     out = tmp_path / "tuned.json"
     assert tune_fused.main(["--packing-only", "--out", str(out)]) == 2
     err = capsys.readouterr().err
@@ -247,10 +247,10 @@ def test_packing_only_keeps_the_kernel_rows(monkeypatch, tmp_path, capsys):
     assert {k: new[k] for k in ("capability", "device", "geglu", "down", "measured")} == {
         k: old[k] for k in ("capability", "device", "geglu", "down", "measured")}
     assert new["packing"] != old["packing"] and new["date"]
-    monkeypatch.setattr(fused_geglu, "_tuned", fused_geglu._load_tuned(out))
-    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
-    monkeypatch.setattr(fused_geglu, "_capability", lambda device: (9, 0))
-    _check_packing(fused_geglu, fused_geglu.torch.device("cuda", 0), new)
+    monkeypatch.setattr(fused_geglu.table, "tuned", fused_geglu.table.load_tuned(out))
+    monkeypatch.setattr(fused_geglu.machine, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu.machine, "capability", lambda device: (9, 0))
+    _check_packing(fused_geglu, tune_fused.torch.device("cuda", 0), new)
 
 
 def test_down_only_keeps_the_other_rows(monkeypatch, tmp_path, capsys):
@@ -262,7 +262,7 @@ def test_down_only_keeps_the_other_rows(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(tune_fused.bench, "versions", lambda device: {"device": "a made-up GPU"})
     monkeypatch.setattr(tune_fused, "time_down", _made_up_down)
     monkeypatch.setattr(tune_fused, "measure_packing", lambda *a: pytest.fail("--down-only measured the packing"))
-    monkeypatch.setattr(fused_geglu, "_tuned", {})
+    monkeypatch.setattr(fused_geglu.table, "tuned", {})
     out = tmp_path / "tuned.json"
     assert tune_fused.main(["--down-only", "--out", str(out)]) == 2
     err = capsys.readouterr().err
@@ -274,9 +274,9 @@ def test_down_only_keeps_the_other_rows(monkeypatch, tmp_path, capsys):
     new = json.loads(out.read_text())
     assert {k: new[k] for k in kept} == kept and "class of K (hidden)" in new["rule"]
     assert new["down_date"] and "date" not in new  # the table's own date stays its other rows
-    monkeypatch.setattr(fused_geglu, "_tuned", fused_geglu._load_tuned(out))
-    monkeypatch.setattr(fused_geglu, "INTERPRET", False)
-    monkeypatch.setattr(fused_geglu, "_capability", lambda device: (9, 0))
-    _check_down(fused_geglu, fused_geglu.torch.device("cuda", 0), new)
+    monkeypatch.setattr(fused_geglu.table, "tuned", fused_geglu.table.load_tuned(out))
+    monkeypatch.setattr(fused_geglu.machine, "INTERPRET", False)
+    monkeypatch.setattr(fused_geglu.machine, "capability", lambda device: (9, 0))
+    _check_down(fused_geglu, tune_fused.torch.device("cuda", 0), new)
     with pytest.raises(SystemExit):
         tune_fused.parse_args(["--down-only", "--packing-only"])

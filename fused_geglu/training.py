@@ -1,0 +1,149 @@
+"""Training: the backward kernel's launches, the backward ops, the autograd of ops.py's ops, and eager training's own
+autograd.Function.
+
+With SAVE_GU the tiled kernels' epilogue also stores g and u (in x's dtype) from the accumulators that made m, and
+backward uses them; FusedGeGLUMLP(recompute=True) saves only x and recomputes them with two cuBLAS GEMMs instead (less
+memory, two more GEMMs). Either way one Triton kernel, `_geglu_backward_kernel`, reads grad_m, g and u once and writes
+grad_g and grad_u over g and u (fp32 math), where PyTorch ops would take several passes over [M, hidden]. Eager training
+calls the launchers from a plain autograd.Function (torch.library's dispatch costs more host time than the launches);
+torch.compile sees the ops (and, for saved g and u, an out-of-place backward op). `bench_train.py` times both modes
+against eager, compile and Liger.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from . import kernels, launcher, machine, ops, table
+
+
+def _torch_backward(grad_m, g, u):
+    """(grad_g, grad_u) in fp32 PyTorch ops: for a CPU without the interpreter."""
+    dm, gf, uf = grad_m.float(), g.float(), u.float()  # fp32 g and u are g and u themselves: both read first
+    return torch.ops.aten.gelu_backward(dm * uf, gf, approximate="tanh"), dm * F.gelu(gf, approximate="tanh")
+
+
+def _launch_backward(grad_m, g, u, grad_g, grad_u):
+    """The kernel over contiguous g and u, into grad_g and grad_u (which may be g and u themselves); planned once per
+    shape as the forward's launches are (a training step at the post's shape waits on the host too)."""
+    if g.numel():
+        tensors = (grad_m.contiguous(), g, u, grad_g, grad_u)
+        key = launcher.plan_key("backward", g, tensors)
+        launcher.planned(key, lambda: launcher.pointwise_launch(kernels.geglu_backward_kernel, g.numel(), tensors, {},
+                                                                key is not None))(*tensors)
+
+
+def backward_in_place(grad_m, g, u):
+    """Of m = gelu_tanh(g) * u, in place: g becomes grad_g and u grad_u. One Triton kernel (fp32 math; each element
+    read before its gradient is written over it); on a CPU without the interpreter the same in fp32 PyTorch ops."""
+    if g.device.type != "cuda" and not machine.INTERPRET:
+        grad_g, grad_u = _torch_backward(grad_m, g, u)
+        g.copy_(grad_g)
+        u.copy_(grad_u)
+        return
+    if not (g.is_contiguous() and u.is_contiguous()):
+        raise ValueError("geglu_backward_ writes the gradients over g and u: both must be contiguous")
+    _launch_backward(grad_m, g, u, g, u)
+    # A kernel's writes bump no version counter: autograd must see g and u as changed (saved ones are re-read by a
+    # second backward through the same graph, which the check then refuses)
+    torch.autograd.graph.increment_version(g)
+    torch.autograd.graph.increment_version(u)
+
+
+@torch.library.custom_op("fused_geglu::geglu_backward_", mutates_args=("g", "u"))
+def geglu_backward_(grad_m: torch.Tensor, g: torch.Tensor, u: torch.Tensor) -> None:
+    """backward_in_place as a custom op, so torch.compile can trace the backward (AOTAutograd functionalizes the
+    mutation; where g and u are made inside the backward graph, Inductor writes over them)."""
+    backward_in_place(grad_m, g, u)
+
+
+@geglu_backward_.register_fake
+def _(grad_m, g, u):
+    return None
+
+
+@torch.library.triton_op("fused_geglu::geglu_backward", mutates_args=())
+def geglu_backward_op(grad_m: torch.Tensor, g: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(grad_g, grad_u) as new tensors, for a compiled graph whose g and u were saved by forward: those are inputs of
+    the backward graph, which Inductor may not write over, so the in-place op would cost it a copy of both first."""
+    if g.device.type != "cuda" and (not machine.INTERPRET or machine.tracing(g)):
+        return tuple(t.to(g.dtype) for t in _torch_backward(grad_m, g, u))
+    g, u = g.contiguous(), u.contiguous()
+    grad_g, grad_u = torch.empty_like(g), torch.empty_like(u)
+    _launch_backward(grad_m, g, u, grad_g, grad_u)
+    return grad_g, grad_u
+
+
+def _gradients(needs, x2d, w_gate, w_up, grad_g, grad_u):
+    """(grad_x, grad_w_gate, grad_w_up) from g's and u's gradients, each None where `needs` says no: the gradients'
+    GEMMs, x's two summed in one addmm."""
+    need_x, need_wg, need_wu = needs
+    return (torch.addmm(grad_g @ w_gate, grad_u, w_up) if need_x else None,
+            grad_g.T @ x2d if need_wg else None,
+            grad_u.T @ x2d if need_wu else None)
+
+
+def _recompute_gu(x2d, w_gate, w_up):
+    # Two cuBLAS GEMMs: with recompute=True forward kept no [M, hidden] tensor of its own, at the cost of these.
+    return x2d @ w_gate.T, x2d @ w_up.T
+
+
+# Under torch.compile: the two ops' autograd, recompute=True on geglu_op, recompute=False on geglu_saving_gu_op.
+def _geglu_setup_context(ctx, inputs, output):
+    ctx.save_for_backward(*inputs[:3])  # x2d, w_gate, w_up (not where_faster)
+
+
+def _geglu_backward(ctx, grad_m):
+    x2d, w_gate, w_up = ctx.saved_tensors
+    g, u = _recompute_gu(x2d, w_gate, w_up)
+    geglu_backward_(grad_m, g, u)  # in place: g and u are the graph's own, two [M, hidden] buffers fewer at the peak
+    return *_gradients(ctx.needs_input_grad[:3], x2d, w_gate, w_up, g, u), None
+
+
+ops.geglu_op.register_autograd(_geglu_backward, setup_context=_geglu_setup_context)
+
+
+def _saving_setup_context(ctx, inputs, output):
+    _, g, u = output
+    ctx.mark_non_differentiable(g, u)
+    ctx.set_materialize_grads(False)  # g's and u's gradients stay None, not two [M, hidden] zeros
+    ctx.save_for_backward(*inputs[:3], g, u)
+
+
+def _saving_backward(ctx, grad_m, _grad_g, _grad_u):
+    x2d, w_gate, w_up, g, u = ctx.saved_tensors
+    return *_gradients(ctx.needs_input_grad[:3], x2d, w_gate, w_up, *geglu_backward_op(grad_m, g, u)), None
+
+
+ops.geglu_saving_gu_op.register_autograd(_saving_backward, setup_context=_saving_setup_context)
+
+
+class _TrainingGeGLU(torch.autograd.Function):
+    """Eager training (not traced): the launchers and backward_in_place called directly. Through the ops (these and
+    ops.py's), torch.library's dispatch cost more host time than the launches: on the H200 machine about 280 µs for the
+    forward's autograd node and 160 µs for geglu_backward_ per call at the post's shape."""
+
+    @staticmethod
+    def forward(ctx, x2d, w_gate, w_up, recompute):
+        if recompute:
+            m = ops.geglu(x2d, w_gate, w_up)
+            ctx.save_for_backward(x2d, w_gate, w_up)
+        else:
+            m, g, u = ops.geglu_saving_gu(x2d, w_gate, w_up)
+            ctx.save_for_backward(x2d, w_gate, w_up, g, u)
+        return m
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable  # backward writes over g and u: no graph of it to differentiate
+    def backward(ctx, grad_m):
+        x2d, w_gate, w_up, *gu = ctx.saved_tensors
+        g, u = gu or _recompute_gu(x2d, w_gate, w_up)
+        backward_in_place(grad_m, g, u)  # eager: saved or not, g and u are written over (no new [M, hidden] buffers)
+        return *_gradients(ctx.needs_input_grad[:3], x2d, w_gate, w_up, g, u), None
+
+
+def training_geglu(x2d, w_gate, w_up, recompute):
+    """m, with what the backward needs saved: x and the weights, and with recompute=False g and u."""
+    if torch.compiler.is_compiling() or machine.tracing(x2d):  # the graph gets the ops, whose bodies it can trace
+        return (ops.geglu_op(x2d, w_gate, w_up, table.TORCH_WHERE_FASTER) if recompute
+                else ops.geglu_saving_gu_op(x2d, w_gate, w_up, table.TORCH_WHERE_FASTER)[0])
+    return _TrainingGeGLU.apply(x2d, w_gate, w_up, recompute)
