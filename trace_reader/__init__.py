@@ -48,4 +48,6 @@ Which file answers which question:
                  intersection, gaps.
     modules.py   Where does a model's time go? Annotations named by module path (model.layers.3.mlp) per
                  module type and per decoder layer: GPU time, kernels, CPU time (06_model.py).
+    schema.py    What does --json promise? The JSON Schemas of its three forms (report, comparison, ranks) in
+                 schemas/, SCHEMA_VERSION and schema_path() (docs/json.md).
 """
