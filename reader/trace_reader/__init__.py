@@ -20,7 +20,7 @@ The rooms, lowest first: a file imports only from its own room or the rooms belo
                   trace is untrusted input), fast_json.py (msgspec's decoding), tree.py (call tree, steps, launches)
     facts/        what a kernel or op is and does (kernels.py: GEMM or pointwise, FLOPs, bytes, dtype, the CPU's
                   kernels), what the device could do (peaks.py), interval arithmetic (intervals.py), numbers and
-                  tables as text (format.py)
+                  tables as text (format.py), the JSON schemas' version and files (schema.py; schemas/)
     expectation.py  Expect, NotApplicable, check(), print_expectations(): a guess and its verdict
     analyzers/    one question each: steps.py (each step's verdict, why the GPU idles), annotations.py, lag.py,
                   compiled.py (torch.compile's regions), memory.py and memory_timeline.py, passes.py and
@@ -33,7 +33,7 @@ The rooms, lowest first: a file imports only from its own room or the rooms belo
     render/       text and pictures: report_text.py, compare_text.py, training_text.py, plot.py (roofline,
                   benchmark bars), memory_picture.py
     top           scripts.py (the suite's scripts' guesses for a saved trace), declared.py (your own, from a TOML
-                  file), schema.py, serve.py (the Perfetto UI, local only), cli.py, this file
+                  file), serve.py (the Perfetto UI, local only), cli.py, this file
 """
 
 from .analyzers.ranks import analyze as ranks_data
@@ -42,11 +42,12 @@ from .analyzers.ranks import text as ranks_text
 from .analyzers.report import report_data
 from .comparison.compare import comparison_data
 from .expectation import Expect, NotApplicable, check, print_expectations
+from .facts.schema import SCHEMA_VERSION, schema_path
 from .reading.events import Trace, TraceError
 from .reading.files import load_trace
 from .reading.tree import parse_trace
 from .render.compare_text import compare
 from .render.report_text import report
 
-__all__ = ["Expect", "NotApplicable", "Trace", "TraceError", "check", "compare", "comparison_data", "load_run",
-           "load_trace", "parse_trace", "print_expectations", "ranks_data", "ranks_text", "report", "report_data"]
+__all__ = ["SCHEMA_VERSION", "Expect", "NotApplicable", "Trace", "TraceError", "check", "compare", "comparison_data", "load_run",
+           "load_trace", "parse_trace", "print_expectations", "ranks_data", "ranks_text", "report", "report_data", "schema_path"]

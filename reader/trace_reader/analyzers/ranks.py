@@ -35,6 +35,7 @@ from pathlib import Path
 from ..expectation import Expect, NotApplicable, need_steps
 from ..facts import intervals
 from ..facts.kernels import is_gemm, splitk_reduces
+from ..facts.schema import SCHEMA_VERSION
 from ..reading.events import Trace, TraceError
 from ..reading.files import MAX_JSON_BYTES, load_trace
 from .collectives import (
@@ -320,8 +321,8 @@ def analyze(traces: list[Trace]) -> dict:
             colls.append(cs)
         per_rank.append({"rank": r, "trace": t.path, "steps": rows})
         colls_by_rank.append(colls)
-    return {"world_size": world, "backend": info.get("backend"), "device": traces[0].device,
-            "device_name": traces[0].device_name, "ranks": per_rank,
+    return {"schema_version": SCHEMA_VERSION, "world_size": world, "backend": info.get("backend"),
+            "device": traces[0].device, "device_name": traces[0].device_name, "ranks": per_rank,
             "collectives": _collectives(traces, colls_by_rank, world)}
 
 

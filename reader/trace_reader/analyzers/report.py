@@ -19,6 +19,7 @@ from ..facts.kernels import (
     view_cuda_time,
 )
 from ..facts.peaks import device_peak
+from ..facts.schema import SCHEMA_VERSION
 from ..reading.events import DUR, Trace, TraceError
 from . import memory, training
 from .annotations import cpu_time_by_annotation, gpu_time_by_annotation
@@ -113,7 +114,7 @@ def _memory(trace: Trace) -> dict[int, float] | None:
 def report_data(trace: Trace) -> dict:
     """The whole one-trace report as plain data (str, int, float, None, lists, dicts): what --json writes.
 
-    Keys: trace, whole_trace (no ProfilerStep#N spans: one step spans the whole trace), device, device_name,
+    Keys: schema_version (the --json schema's, facts/schema.py), trace, whole_trace (no ProfilerStep#N spans: one step spans the whole trace), device, device_name,
     versions, skipped_events, shapes_recorded, peak, steps (one dict per step: kernels, cpu_us, gpu_busy_us,
     wall_us, busy_fraction, host_wait_fraction, bound, lag_us, idle_us), typical_step (the median step's
     number, bound, busy_fraction, host_wait_fraction and idle_us), kernels (GPU: one dict per kernel and
@@ -157,7 +158,7 @@ def report_data(trace: Trace) -> dict:
         [tuple(k.name for k in st.kernels) for st in trace.steps]
     cpu_work, cpu_work_steps = _cpu_work(lanes, most_common(seqs)) if lanes is not None else ([], 0)
     return {
-        "trace": trace.path, "whole_trace": trace.whole, "device": trace.device, "device_name": trace.device_name,
+        "schema_version": SCHEMA_VERSION, "trace": trace.path, "whole_trace": trace.whole, "device": trace.device, "device_name": trace.device_name,
         "versions": _versions(trace), "skipped_events": trace.skipped, "shapes_recorded": shapes_recorded(trace),
         "peak": None if peak is None else {"source": peak.source, "tflops": peak.tflops, "gbs": peak.gbs},
         "steps": steps, "typical_step": typical, "kernels": kernels, **_orders(trace, seqs),

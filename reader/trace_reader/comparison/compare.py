@@ -8,6 +8,7 @@ from collections import Counter
 
 from ..analyzers import ranks, training
 from ..facts import intervals
+from ..facts.schema import SCHEMA_VERSION
 from ..reading.events import Trace
 from .pairing import match
 from .units import Tally
@@ -42,7 +43,7 @@ def comparison_data(a: Trace, b: Trace) -> dict:
     for side, lone in (("a", m.lone_a), ("b", m.lone_b)):
         elsewhere[side].update({n: t.calls for n, t in lone.items()})
     return {
-        "a": trace_info(a), "b": trace_info(b),
+        "schema_version": SCHEMA_VERSION, "a": trace_info(a), "b": trace_info(b),
         "units": "GPU kernels" if a.device == "cuda" and b.device == "cuda" else "units of work (CPU kernels)",
         "launch_order_steps": {"a": m.steps_used[0], "b": m.steps_used[1]},
         "kernel_us": {"a": m.total_us[0], "b": m.total_us[1]},
