@@ -9,7 +9,7 @@ This file only holds what every script does the same way:
 - `export()`        the Chrome trace (.json / .json.gz) and the profiler table (.txt), written atomically
 - `show()`          print the paths, how to open them, the trace read back and the post's expectations
 - `record()`        profile + export + show: the last line of every script
-- `main()`          turns bad input into one clear line and a non-zero exit
+- `main()`          turns bad input into one clear line and a non-zero exit (safe_output.py's, with `Fail`)
 
 and, for the scripts torchrun starts once per rank (08, 09): `torchrun_rank()` (the launch checked before any
 rank waits for another), `whole_lines()`, `start_ranks()` and `rank_report()`.
@@ -17,45 +17,23 @@ rank waits for another), `whole_lines()`, `start_ranks()` and `rank_report()`.
 
 from __future__ import annotations
 
+import safe_output  # first: its Ctrl-C handler must be in place before torch's slow import
+
+import argparse
+import contextlib
+import errno
+import gzip
+import logging
 import os
-import signal
+import re
+import shlex
+import shutil
 import sys
+import tempfile
+import threading
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
-
-
-def _interrupted_while_starting(signum, frame):
-    # Ctrl-C while Python imports torch (the first seconds): nothing has been written yet. Exit at once, so
-    # no library's import machinery can turn the KeyboardInterrupt into a traceback or swallow it.
-    _say(f"{Path(sys.argv[0]).name}: interrupted before writing; earlier traces are untouched")
-    os._exit(130)
-
-
-def _say(line: str) -> None:
-    """One line on standard error in one write: print() writes the text and its newline apart, and under torchrun
-    two ranks failing at once then interleave into 'error: ...error: ...' on one line."""
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
-
-
-# Scripts import common before torch, so this handler is in place before the slow imports start; main()
-# swaps it for the usual KeyboardInterrupt. Only when one of this suite's scripts is the program and torch
-# is not loaded yet: an importer (pytest, a notebook, bench.py) keeps its own Ctrl-C.
-_main_file = getattr(sys.modules.get("__main__"), "__file__", None)
-if _main_file and Path(_main_file).resolve().parent == Path(__file__).resolve().parent and "torch" not in sys.modules:
-    signal.signal(signal.SIGINT, _interrupted_while_starting)
-
-import argparse  # noqa: E402 - after the Ctrl-C handler on purpose
-import contextlib  # noqa: E402
-import errno  # noqa: E402
-import gzip  # noqa: E402
-import logging  # noqa: E402
-import re  # noqa: E402
-import shlex  # noqa: E402
-import shutil  # noqa: E402
-import tempfile  # noqa: E402
-import threading  # noqa: E402
-import warnings  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
 
 
 class _DropMessage(logging.Filter):
@@ -79,6 +57,10 @@ from torch.profiler import ProfilerActivity, profile, record_function, schedule 
 import inspect_trace  # noqa: E402
 from trace_reader.plot import CPU_HAS_NO_ROOFLINE, plot_next_to  # noqa: E402 - imports matplotlib only when it draws
 from trace_reader.read import plural  # noqa: E402,F401 - the scripts' "1 layer", "2 layers"
+
+# Re-exported: the scripts call these as common.<name>. Fail and main() live in safe_output.py (output kept whole,
+# failures in one line).
+from safe_output import Fail, main  # noqa: E402,F401
 
 
 class _profile(profile):
@@ -105,10 +87,6 @@ MAX_DIM = 1 << 20  # a single size above a million is a typo, not an experiment
 MAX_ACTIVE = 1000
 SCHEDULE = {"wait": 1, "profiler_warmup": 1, "active": 3}  # the post's schedule(wait=1, warmup=1, active=3)
 WARMUP_CALLS = 3  # a bare --warmup: enough calls for cuBLAS heuristics, lazy loading and compilation to be done
-
-
-class Fail(Exception):
-    """Bad input or an impossible run: reported as one line, exit code 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -271,7 +249,8 @@ def setup(script_file: str, args: argparse.Namespace, elements: int = 0, compile
                        f"{free / 2**30:.1f} GiB free; try smaller sizes")
     out = args.out / Path(script_file).stem
     try:
-        _made_folders.extend(p for p in reversed([out, *out.parents]) if not p.exists())  # removed if the run fails
+        # removed again if the run fails
+        safe_output.made_folders.extend(p for p in reversed([out, *out.parents]) if not p.exists())
         out.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=out).close()  # fail now, not after the run
     except OSError as e:
@@ -416,7 +395,6 @@ def export(run: Run, prof: _profile, shape: str, flags: str = "") -> tuple[Path,
     Both are written into a temporary folder beside them, then moved into place; if the second move fails
     the old table is put back. Any failure is one line (Fail), with the previous pair untouched.
     """
-    global _written
     stem = run.stem(shape, flags)
     out = run.args.out
     trace = out / (stem + (".json.gz" if run.args.gzip else ".json"))
@@ -425,13 +403,13 @@ def export(run: Run, prof: _profile, shape: str, flags: str = "") -> tuple[Path,
     tmp = None
     try:
         # Made again if gone: another run into the same folder that failed removes the folder it made, if empty
-        # (_remove_made_folders), even while this run still profiles
+        # (safe_output's main()), even while this run still profiles
         out.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=out))
         raw = tmp / "trace.json"
         with _quiet_kineto(_KINETO_WRITE_FAILED):
             prof.export_chrome_trace(str(raw))
-        if not _looks_complete(raw):  # the profiler logs a write error (a full disk) instead of raising
+        if not safe_output.looks_complete(raw):  # the profiler logs a write error (a full disk) instead of raising
             raise OSError(errno.EIO, "the profiler could not write the trace (is the disk full?)")
         if run.args.gzip:
             with open(raw, "rb") as src, gzip.open(tmp / "trace.json.gz", "wb", compresslevel=6) as dst:
@@ -439,9 +417,7 @@ def export(run: Run, prof: _profile, shape: str, flags: str = "") -> tuple[Path,
             raw.unlink()
             raw = tmp / "trace.json.gz"
         (tmp / "table.txt").write_text(prof.key_averages().table(sort_by=sort_by, row_limit=40) + "\n")
-        with _ctrl_c_deferred():  # a Ctrl-C between the two moves would split the pair
-            _replace_pair(tmp, tmp / "table.txt", table, raw, trace)
-            _written = trace
+        safe_output.land_pair(tmp, tmp / "table.txt", table, raw, trace)  # both or neither; a Ctrl-C waits
     except OSError as e:
         detail = e.strerror or str(e)
         if trace.is_dir() or table.is_dir():  # os.replace onto a folder: IsADirectoryError, PermissionError on Windows
@@ -452,55 +428,6 @@ def export(run: Run, prof: _profile, shape: str, flags: str = "") -> tuple[Path,
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     return trace, table
-
-
-def _looks_complete(path: Path) -> bool:
-    """A Chrome trace is one JSON object: a missing, empty or cut-off file does not end with '}'."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - 64))
-            return f.read().rstrip().endswith(b"}")
-    except FileNotFoundError:
-        return False
-
-
-def _replace_pair(tmp: Path, new_table: Path, table: Path, new_trace: Path, trace: Path) -> None:
-    """Move both new files into place; if the trace cannot follow the table, put the old table back."""
-    old_table = tmp / "old.txt"
-    if table.is_file():
-        try:
-            os.link(table, old_table)  # a second name for the old bytes, to restore them
-        except OSError:
-            shutil.copy2(table, old_table)
-    os.replace(new_table, table)  # os.replace is atomic: the old file or the new one, never half of one
-    try:
-        os.replace(new_trace, trace)
-    except OSError:
-        if old_table.exists():
-            os.replace(old_table, table)
-        else:
-            table.unlink(missing_ok=True)
-        raise
-
-
-@contextlib.contextmanager
-def _ctrl_c_deferred():
-    """Hold a Ctrl-C until the block is done, then raise it (Python runs signal handlers in the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught:
-            raise KeyboardInterrupt
-
-
-_written: Path | None = None  # the trace export() wrote in this process: what a later Ctrl-C must not deny
-_made_folders: list[Path] = []  # output folders setup() created: removed again if the run fails and they are empty
 
 
 def rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -630,6 +557,7 @@ def start_ranks(cuda: bool, seconds: float) -> None:
     dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=seconds))
 
 
+
 def rank_report(run: Run, trace: Path, table: Path, expectations, world: int) -> None:
     """Every rank checks its own trace; rank 0 also prints its report and the merged report of all ranks (call it
     once every rank's trace is on disk: after a barrier)."""
@@ -671,82 +599,3 @@ def call_with_timeout(fn, seconds: float):
     if "error" in box:
         raise box["error"]
     return box["value"]
-
-
-def main(fn) -> None:
-    """Run a script's main(); bad input and known failures become one line on stderr, never a traceback."""
-    prog = Path(sys.argv[0]).name
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on Ctrl-C is a KeyboardInterrupt
-    stdout, sys.stdout = sys.stdout, _GuardedStdout(sys.stdout)
-    try:
-        code = fn()
-        sys.stdout.flush()  # a full disk or a closed pipe on stdout shows here, not at exit
-    except Fail as e:
-        code = _fail(prog, str(e))
-    except torch.OutOfMemoryError:
-        code = _fail(prog, "out of memory at this shape; try smaller sizes" + _wrote_or_not())
-    except RuntimeError as e:  # a failed allocation on the CPU
-        if "allocate" not in str(e) and "out of memory" not in str(e):
-            raise
-        code = _fail(prog, "out of memory at this shape; try smaller sizes" + _wrote_or_not())
-    except KeyboardInterrupt:
-        _remove_made_folders()
-        where = f"after writing {_written}" if _written else "before writing; earlier traces are untouched"
-        _say(f"{prog}: interrupted {where}")
-        code = 130
-    except _StdoutError as e:
-        try:  # what is still buffered goes nowhere, also when Python flushes stdout at exit
-            os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
-        except (OSError, ValueError):
-            pass
-        code = _fail(prog, f"cannot write the report to standard output: {e.args[0].strerror or e.args[0]}" +
-                     (f" (the trace was written: {_written})" if _written else ""))
-    finally:
-        sys.stdout = stdout
-    sys.exit(code or 0)
-
-
-class _StdoutError(Exception):
-    """Writing to standard output failed (a full disk, a closed pipe): args[0] is the OSError."""
-
-
-class _GuardedStdout:
-    """sys.stdout whose failed writes raise _StdoutError, so main() can tell them from other OSErrors."""
-
-    def __init__(self, stream):
-        self._stream = stream
-
-    def write(self, text):
-        try:
-            return self._stream.write(text)
-        except OSError as e:
-            raise _StdoutError(e) from None
-
-    def flush(self):
-        try:
-            self._stream.flush()
-        except OSError as e:
-            raise _StdoutError(e) from None
-
-    def __getattr__(self, name):  # isatty, fileno, encoding, ...: the real stream's
-        return getattr(self._stream, name)
-
-
-def _wrote_or_not() -> str:
-    return f" (the trace was written: {_written})" if _written else " (nothing was written)"
-
-
-def _fail(prog: str, message: str) -> int:
-    _remove_made_folders()
-    _say(f"{prog}: error: {message}")
-    return 2
-
-
-def _remove_made_folders() -> None:
-    """A failed run leaves no empty output folders behind (folders with files in them stay)."""
-    for folder in reversed(_made_folders):
-        try:
-            folder.rmdir()
-        except OSError:
-            pass

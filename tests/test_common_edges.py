@@ -12,6 +12,7 @@ import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 
 import common
+import safe_output
 
 N, W, R, S = ProfilerAction.NONE, ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE
 
@@ -192,7 +193,7 @@ def test_a_script_that_always_compiles_runs_as_compiled(tmp_path, monkeypatch):
 def test_a_trace_ending_in_a_brace_looks_complete_however_short(tmp_path):
     for text, complete in ((b"}", True), (b"{}\n", True), (b"", False), (b'{"a": [1', False)):
         (tmp_path / "t.json").write_bytes(text)
-        assert common._looks_complete(tmp_path / "t.json") is complete, text
+        assert safe_output.looks_complete(tmp_path / "t.json") is complete, text
 
 
 def test_the_cuda_runtime_warning_alone_is_dropped_from_the_log():

@@ -1,7 +1,8 @@
 """common.export and common.main: the trace/table pair lands whole or not at all, and every failure is one line.
 
 In-process and fast (mutmut runs these): a stand-in profiler writes the trace, so each failure of the export
-itself can be made to happen. The real profiler on a real full disk is in test_full_disk_*.
+itself can be made to happen. The real profiler on a real full disk is in test_full_disk_*. main() and the pair's
+move into place are safe_output.py's (common re-exports main): its state is patched there.
 """
 
 import argparse
@@ -20,6 +21,7 @@ import pytest
 import torch
 
 import common
+import safe_output
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = {"traceEvents": [{"name": "ProfilerStep#2", "ph": "X", "ts": 0, "dur": 5, "pid": 1, "tid": 1}]}
@@ -56,8 +58,8 @@ def make_run(out, gzip_=False, cuda=False):
 
 @pytest.fixture(autouse=True)
 def fresh_state(monkeypatch):
-    monkeypatch.setattr(common, "_written", None)
-    monkeypatch.setattr(common, "_made_folders", [])
+    monkeypatch.setattr(safe_output, "written", None)
+    monkeypatch.setattr(safe_output, "made_folders", [])
 
 
 @pytest.fixture
@@ -86,7 +88,7 @@ def test_writes_the_pair_and_nothing_else(tmp_path):
     assert (trace, table) == (tmp_path / f"{STEM}.json", tmp_path / f"{STEM}.txt")
     assert json.loads(trace.read_text()) == TRACE and table.read_text() == "NEW TABLE\n"
     assert sorted(tmp_path.iterdir()) == [trace, table]
-    assert (prof.sort_by, prof.row_limit) == ("cpu_time_total", 40) and common._written == trace
+    assert (prof.sort_by, prof.row_limit) == ("cpu_time_total", 40) and safe_output.written == trace
     # Written in a hidden temporary folder inside the output folder: the same file system, so os.replace is
     # atomic (a folder in /tmp may be another file system), and .gitignore's *.tmp* pattern covers it.
     (written,) = prof.paths
@@ -149,7 +151,7 @@ def test_trace_export_failing_leaves_the_old_pair(tmp_path, old_pair, write, say
         common.export(make_run(tmp_path, gzip_=gz), FakeProfile(write=write), "16x8x12")
     assert one_line(e.value) == f"could not write {STEM}.json{'.gz' if gz else ''} and {STEM}.txt in {tmp_path}: " \
         f"{says}; the previous files are untouched"
-    assert unchanged(tmp_path, old_pair) and common._written is None
+    assert unchanged(tmp_path, old_pair) and safe_output.written is None
 
 
 def test_kineto_failed_write_is_said_once_in_our_line(tmp_path, old_pair, capfd):
@@ -194,7 +196,7 @@ def test_second_replace_failing_puts_the_old_table_back(tmp_path, old_pair, monk
     with pytest.raises(common.Fail, match="Input/output error"):
         common.export(make_run(tmp_path), FakeProfile(), "16x8x12")
     assert calls[:2] == [f"{STEM}.txt", f"{STEM}.json"]
-    assert unchanged(tmp_path, old_pair) and common._written is None
+    assert unchanged(tmp_path, old_pair) and safe_output.written is None
 
 
 def test_second_replace_failing_without_an_earlier_pair_leaves_nothing(tmp_path, monkeypatch):
@@ -282,7 +284,7 @@ def test_ctrl_c_between_the_two_replaces_waits_for_the_pair(tmp_path, old_pair, 
         common.export(make_run(tmp_path), FakeProfile(), "16x8x12")
     assert json.loads((tmp_path / f"{STEM}.json").read_text()) == TRACE  # both moved: a whole new pair
     assert (tmp_path / f"{STEM}.txt").read_text() == "NEW TABLE\n"
-    assert common._written == tmp_path / f"{STEM}.json"  # so main() says "interrupted after writing"
+    assert safe_output.written == tmp_path / f"{STEM}.json"  # so main() says "interrupted after writing"
 
 
 # --- main(): one line, the right exit code, the truth about what was written ---------------------------------
@@ -319,7 +321,7 @@ def test_main_turns_ctrl_c_back_into_a_keyboard_interrupt():
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signal handlers are set in the main thread only")
     seen = []
-    previous = signal.signal(signal.SIGINT, common._interrupted_while_starting)  # as when a script starts
+    previous = signal.signal(signal.SIGINT, safe_output.interrupted_while_starting)  # as when a script starts
     try:
         with pytest.raises(SystemExit):
             common.main(lambda: seen.append(signal.getsignal(signal.SIGINT)))
