@@ -11,8 +11,9 @@ This file only holds what every script does the same way:
 - `record()`        profile + export + show: the last line of every script
 - `main()`          turns bad input into one clear line and a non-zero exit (safe_output.py's, with `Fail`)
 
-and, for the scripts torchrun starts once per rank (08, 09): `torchrun_rank()` (the launch checked before any
-rank waits for another), `whole_lines()`, `start_ranks()` and `rank_report()`.
+and, for the scripts torchrun starts once per rank (08, 09): `rank_report()` here, and from torchrun_harness.py
+`torchrun_rank()` (the launch checked before any rank waits for another), `whole_lines()` and `start_ranks()`.
+The scripts call every one of them as common.<name>.
 """
 
 from __future__ import annotations
@@ -59,8 +60,9 @@ from trace_reader.plot import CPU_HAS_NO_ROOFLINE, plot_next_to  # noqa: E402 - 
 from trace_reader.read import plural  # noqa: E402,F401 - the scripts' "1 layer", "2 layers"
 
 # Re-exported: the scripts call these as common.<name>. Fail and main() live in safe_output.py (output kept whole,
-# failures in one line).
+# failures in one line); the plumbing of a process torchrun started, in torchrun_harness.py.
 from safe_output import Fail, main  # noqa: E402,F401
+from torchrun_harness import TORCHRUN_ENV, start_ranks, torchrun_rank, whole_lines  # noqa: E402,F401
 
 
 class _profile(profile):
@@ -509,54 +511,7 @@ def record(run: Run, step, annotation: str, shape: str, expectations=(),
     return trace, table
 
 
-# ------------------------------------------------------------------------- one process per rank (torchrun)
-
-TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-
-
-def torchrun_rank(args: argparse.Namespace, launch: str) -> tuple[int, int, bool]:
-    """(rank, world size, CUDA?) of a process torchrun started, checked before any rank waits on another, so a bad
-    launch fails on every rank in one line instead of hanging in init_process_group. `launch`: the command to
-    suggest to someone who ran the script without torchrun. On a GPU, the rank's own GPU becomes the current one
-    (before setup(), which sizes its free memory)."""
-    missing = [k for k in TORCHRUN_ENV if k not in os.environ]
-    if missing:
-        raise Fail(f"not started by torchrun (no {', '.join(missing)} in the environment); run: {launch}")
-    try:
-        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        local, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
-    except ValueError:
-        raise Fail("RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE must be whole numbers; start the script "
-                   f"with torchrun: {launch}") from None
-    cuda = args.device != "cpu" and torch.cuda.is_available()
-    if cuda and local_world > torch.cuda.device_count():
-        raise Fail(f"{local_world} ranks on this machine but {torch.cuda.device_count()} GPU(s): one rank "
-                   f"per GPU; use --nproc-per-node {torch.cuda.device_count()} (or --device cpu for gloo)")
-    if cuda:
-        torch.cuda.set_device(local)
-    return rank, world, cuda
-
-
-def whole_lines(stream) -> None:
-    """Every rank prints to the same terminal or file, so each line must leave in one write, or two ranks' lines run
-    together ("check: rank 0's ...check: rank 1's ..."): unbuffered (PYTHONUNBUFFERED=1, python -u) print() writes
-    a line and its newline apart, and block-buffered (a pipe, a file) a flush can fall mid-line. Line buffering
-    writes each printed line whole."""
-    reconfigure = getattr(stream, "reconfigure", None)  # a StringIO (a test's captured stdout) has none
-    if reconfigure is not None:
-        reconfigure(line_buffering=True, write_through=False)
-
-
-def start_ranks(cuda: bool, seconds: float) -> None:
-    """NCCL between GPUs, gloo between CPU processes; a rank that stops answering fails the others after `seconds`
-    instead of hanging them."""
-    import datetime
-
-    import torch.distributed as dist
-
-    dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=seconds))
-
-
+# ------------------------------------ one process per rank (torchrun): the rest of its plumbing is torchrun_harness.py
 
 def rank_report(run: Run, trace: Path, table: Path, expectations, world: int) -> None:
     """Every rank checks its own trace; rank 0 also prints its report and the merged report of all ranks (call it
