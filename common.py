@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-class _DropMessage(logging.Filter):
+class DropMessage(logging.Filter):
     """Drop one known, harmless log message; every other record passes."""
 
     def __init__(self, pattern: str):
@@ -50,7 +50,7 @@ class _DropMessage(logging.Filter):
 
 # A CUDA build of torch on a machine without a GPU warns at Inductor's first compile that it found a CUDA
 # toolkit but no runtime. Nothing here needs one; the filter must be in place before torch imports the module.
-logging.getLogger("torch.utils.cpp_extension").addFilter(_DropMessage(r"^No CUDA runtime is found"))
+logging.getLogger("torch.utils.cpp_extension").addFilter(DropMessage(r"^No CUDA runtime is found"))
 
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function, schedule  # noqa: E402
@@ -65,7 +65,7 @@ from safe_output import Fail, main  # noqa: E402,F401
 from torchrun_harness import TORCHRUN_ENV, start_ranks, torchrun_rank, whole_lines  # noqa: E402,F401
 
 
-class _profile(profile):
+class Profiler(profile):
     """torch.profiler.profile, without importing Inductor into a process that never compiled. Each time the schedule
     starts a cycle, torch's profile asks `hasattr(torch, "_inductor")` to read Inductor's CUDA-graphs setting, and
     that lookup imports Inductor (and Dynamo): about 2 s of CPU for an eager run. Where Inductor is not imported yet,
@@ -91,7 +91,7 @@ SCHEDULE = {"wait": 1, "profiler_warmup": 1, "active": 3}  # the post's schedule
 WARMUP_CALLS = 3  # a bare --warmup: enough calls for cuBLAS heuristics, lazy loading and compilation to be done
 
 
-class _Parser(argparse.ArgumentParser):
+class FlagParser(argparse.ArgumentParser):
     def error(self, message):  # argparse prints usage + error; one line is enough
         raise Fail(message)
 
@@ -166,7 +166,7 @@ def parser(doc: str, on_cpu: str | None = None, post_sizes: bool = True, **sizes
     `post_sizes` (05's and 06's are not: the posts have no attention block or whole model).
 
     `on_cpu`: what a run on a machine without a CUDA GPU does, shown at the end of --help."""
-    p = _Parser(description=doc.strip().splitlines()[0], epilog=on_cpu and f"On a CPU: {on_cpu}",
+    p = FlagParser(description=doc.strip().splitlines()[0], epilog=on_cpu and f"On a CPU: {on_cpu}",
                 formatter_class=_HelpFormatter)
     for name, default in sizes.items():
         p.add_argument(f"--{name}", type=size_arg, default=default,
@@ -245,7 +245,7 @@ def setup(script_file: str, args: argparse.Namespace, elements: int = 0, compile
         raise Fail(f"--plot on the CPU: {CPU_HAS_NO_ROOFLINE}; run without --plot")
     need_bytes = elements * DTYPES[args.dtype].itemsize
     if need_bytes:
-        free = _free_bytes(device)
+        free = free_bytes(device)
         if free is not None and need_bytes > 0.9 * free:
             raise Fail(f"this shape needs about {need_bytes / 2**30:.1f} GiB but the {device.type} has "
                        f"{free / 2**30:.1f} GiB free; try smaller sizes")
@@ -266,7 +266,7 @@ def setup(script_file: str, args: argparse.Namespace, elements: int = 0, compile
         except serve_trace.ServeError as e:
             raise Fail(str(e)) from None
     if (args.compile or compiled) and device.type == "cpu":
-        _check_cpp_compiler()
+        check_cpp_compiler()
         # Name each C++ kernel Inductor generates in the trace: the CPU twin of the post's Triton kernel.
         import torch._inductor.config as inductor_config
 
@@ -274,7 +274,7 @@ def setup(script_file: str, args: argparse.Namespace, elements: int = 0, compile
     return Run(Path(script_file).stem, args, device, DTYPES[args.dtype], compiled)
 
 
-def _check_cpp_compiler() -> None:
+def check_cpp_compiler() -> None:
     """torch.compile on the CPU builds C++ kernels: without a compiler it fails deep inside Inductor, after the model is built."""
     try:
         from torch._inductor.cpp_builder import get_cpp_compiler
@@ -292,7 +292,7 @@ def _check_cpp_compiler() -> None:
                    f"({how}; or set CXX to a working compiler) or run without --compile") from None
 
 
-def _free_bytes(device: torch.device) -> int | None:
+def free_bytes(device: torch.device) -> int | None:
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
     try:
@@ -345,7 +345,7 @@ def _quiet_kineto(*also: re.Pattern):
         held.close()
 
 
-def profile(run: Run, step, annotation: str, profile_memory: bool = False, with_stack: bool = False) -> _profile:
+def profile(run: Run, step, annotation: str, profile_memory: bool = False, with_stack: bool = False) -> Profiler:
     """Part 1's harness: optional warm-up calls, then the post's loop under schedule(wait, warmup, active).
 
     The loop is the post's: `step(); prof.step()`, no synchronize in between, so the CPU may run ahead of the
@@ -367,7 +367,7 @@ def profile(run: Run, step, annotation: str, profile_memory: bool = False, with_
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.cuda else [])
     interrupted = False
     try:
-        with _quiet_kineto(), _profile(
+        with _quiet_kineto(), Profiler(
             activities=activities,
             schedule=schedule(wait=a.wait, warmup=a.profiler_warmup, active=a.active, repeat=1),  # the post's
             record_shapes=True,  # input shapes let the trace reader compute FLOP/s and bytes
@@ -391,7 +391,7 @@ def profile(run: Run, step, annotation: str, profile_memory: bool = False, with_
     return prof
 
 
-def export(run: Run, prof: _profile, shape: str, flags: str = "") -> tuple[Path, Path]:
+def export(run: Run, prof: Profiler, shape: str, flags: str = "") -> tuple[Path, Path]:
     """Write <out>/<stem>.json[.gz] and <stem>.txt as a pair (Run.stem), both new files landing or neither.
 
     Both are written into a temporary folder beside them, then moved into place; if the second move fails

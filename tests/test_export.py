@@ -625,7 +625,7 @@ def test_free_memory_is_unknown_where_os_has_no_sysconf(monkeypatch):
     import torch
 
     monkeypatch.delattr(common.os, "sysconf")
-    assert common._free_bytes(torch.device("cpu")) is None
+    assert common.free_bytes(torch.device("cpu")) is None
 
 
 # --- setup(): the device, the memory check, the output folder, before any work --------------------------------
@@ -657,7 +657,7 @@ def test_setup_refuses_a_shape_that_cannot_fit(tmp_path, monkeypatch):
         return free
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(common, "_free_bytes", free_bytes)
+    monkeypatch.setattr(common, "free_bytes", free_bytes)
     fits = int(0.9 * free) // 4  # fp32: 4 bytes an element; up to 90% of what is free is allowed
     assert common.setup("02_linear.py", setup_args(tmp_path, dtype="fp32"), elements=fits).device.type == "cpu"
     assert asked == [torch.device("cpu")]
@@ -686,7 +686,7 @@ def test_setup_compile_on_the_cpu_names_its_cpp_kernels(tmp_path, monkeypatch, g
 
     checked = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
-    monkeypatch.setattr(common, "_check_cpp_compiler", lambda: checked.append(True))
+    monkeypatch.setattr(common, "check_cpp_compiler", lambda: checked.append(True))
     with inductor_config.patch({"cpp.enable_kernel_profile": False}):  # put back as it was afterwards
         common.setup("02_linear.py", setup_args(tmp_path))
         assert checked == [] and inductor_config.cpp.enable_kernel_profile is False
@@ -696,7 +696,7 @@ def test_setup_compile_on_the_cpu_names_its_cpp_kernels(tmp_path, monkeypatch, g
 
 def test_free_memory_of_each_device(monkeypatch):
     monkeypatch.setattr(common.os, "sysconf", lambda name: {"SC_AVPHYS_PAGES": 1000, "SC_PAGE_SIZE": 4096}[name])
-    assert common._free_bytes(torch.device("cpu")) == 4096 * 1000
+    assert common.free_bytes(torch.device("cpu")) == 4096 * 1000
     asked = []
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: asked.append(device) or (123, 456))  # (free, total)
-    assert common._free_bytes(torch.device("cuda", 1)) == 123 and asked == [torch.device("cuda", 1)]
+    assert common.free_bytes(torch.device("cuda", 1)) == 123 and asked == [torch.device("cuda", 1)]
