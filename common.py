@@ -9,56 +9,35 @@ This file only holds what every script does the same way:
 - `export()`        the Chrome trace (.json / .json.gz) and the profiler table (.txt), written atomically
 - `show()`          print the paths, how to open them, the trace read back and the post's expectations
 - `record()`        profile + export + show: the last line of every script
-- `main()`          turns bad input into one clear line and a non-zero exit
+- `main()`          turns bad input into one clear line and a non-zero exit (safe_output.py's, with `Fail`)
 
-and, for the scripts torchrun starts once per rank (08, 09): `torchrun_rank()` (the launch checked before any
-rank waits for another), `whole_lines()`, `start_ranks()` and `rank_report()`.
+and, for the scripts torchrun starts once per rank (08, 09): `rank_report()` here, and from torchrun_harness.py
+`torchrun_rank()` (the launch checked before any rank waits for another), `whole_lines()` and `start_ranks()`.
+The scripts call every one of them as common.<name>.
 """
 
 from __future__ import annotations
 
+import safe_output  # first: its Ctrl-C handler must be in place before torch's slow import
+
+import argparse
+import contextlib
+import errno
+import gzip
+import logging
 import os
-import signal
+import re
+import shlex
+import shutil
 import sys
+import tempfile
+import threading
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 
-def _interrupted_while_starting(signum, frame):
-    # Ctrl-C while Python imports torch (the first seconds): nothing has been written yet. Exit at once, so
-    # no library's import machinery can turn the KeyboardInterrupt into a traceback or swallow it.
-    _say(f"{Path(sys.argv[0]).name}: interrupted before writing; earlier traces are untouched")
-    os._exit(130)
-
-
-def _say(line: str) -> None:
-    """One line on standard error in one write: print() writes the text and its newline apart, and under torchrun
-    two ranks failing at once then interleave into 'error: ...error: ...' on one line."""
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
-
-
-# Scripts import common before torch, so this handler is in place before the slow imports start; main()
-# swaps it for the usual KeyboardInterrupt. Only when one of this suite's scripts is the program and torch
-# is not loaded yet: an importer (pytest, a notebook, bench.py) keeps its own Ctrl-C.
-_main_file = getattr(sys.modules.get("__main__"), "__file__", None)
-if _main_file and Path(_main_file).resolve().parent == Path(__file__).resolve().parent and "torch" not in sys.modules:
-    signal.signal(signal.SIGINT, _interrupted_while_starting)
-
-import argparse  # noqa: E402 - after the Ctrl-C handler on purpose
-import contextlib  # noqa: E402
-import errno  # noqa: E402
-import gzip  # noqa: E402
-import logging  # noqa: E402
-import re  # noqa: E402
-import shlex  # noqa: E402
-import shutil  # noqa: E402
-import tempfile  # noqa: E402
-import threading  # noqa: E402
-import warnings  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-
-
-class _DropMessage(logging.Filter):
+class DropMessage(logging.Filter):
     """Drop one known, harmless log message; every other record passes."""
 
     def __init__(self, pattern: str):
@@ -71,7 +50,7 @@ class _DropMessage(logging.Filter):
 
 # A CUDA build of torch on a machine without a GPU warns at Inductor's first compile that it found a CUDA
 # toolkit but no runtime. Nothing here needs one; the filter must be in place before torch imports the module.
-logging.getLogger("torch.utils.cpp_extension").addFilter(_DropMessage(r"^No CUDA runtime is found"))
+logging.getLogger("torch.utils.cpp_extension").addFilter(DropMessage(r"^No CUDA runtime is found"))
 
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function, schedule  # noqa: E402
@@ -80,8 +59,13 @@ import inspect_trace  # noqa: E402
 from trace_reader.render.plot import CPU_HAS_NO_ROOFLINE, plot_next_to  # noqa: E402 - imports matplotlib only when it draws
 from trace_reader.reading.events import plural  # noqa: E402,F401 - the scripts' "1 layer", "2 layers"
 
+# Re-exported: the scripts call these as common.<name>. Fail and main() live in safe_output.py (output kept whole,
+# failures in one line); the plumbing of a process torchrun started, in torchrun_harness.py.
+from safe_output import Fail, main  # noqa: E402,F401
+from torchrun_harness import TORCHRUN_ENV, start_ranks, torchrun_rank, whole_lines  # noqa: E402,F401
 
-class _profile(profile):
+
+class Profiler(profile):
     """torch.profiler.profile, without importing Inductor into a process that never compiled. Each time the schedule
     starts a cycle, torch's profile asks `hasattr(torch, "_inductor")` to read Inductor's CUDA-graphs setting, and
     that lookup imports Inductor (and Dynamo): about 2 s of CPU for an eager run. Where Inductor is not imported yet,
@@ -107,11 +91,7 @@ SCHEDULE = {"wait": 1, "profiler_warmup": 1, "active": 3}  # the post's schedule
 WARMUP_CALLS = 3  # a bare --warmup: enough calls for cuBLAS heuristics, lazy loading and compilation to be done
 
 
-class Fail(Exception):
-    """Bad input or an impossible run: reported as one line, exit code 2."""
-
-
-class _Parser(argparse.ArgumentParser):
+class FlagParser(argparse.ArgumentParser):
     def error(self, message):  # argparse prints usage + error; one line is enough
         raise Fail(message)
 
@@ -186,7 +166,7 @@ def parser(doc: str, on_cpu: str | None = None, post_sizes: bool = True, **sizes
     `post_sizes` (05's and 06's are not: the posts have no attention block or whole model).
 
     `on_cpu`: what a run on a machine without a CUDA GPU does, shown at the end of --help."""
-    p = _Parser(description=doc.strip().splitlines()[0], epilog=on_cpu and f"On a CPU: {on_cpu}",
+    p = FlagParser(description=doc.strip().splitlines()[0], epilog=on_cpu and f"On a CPU: {on_cpu}",
                 formatter_class=_HelpFormatter)
     for name, default in sizes.items():
         p.add_argument(f"--{name}", type=size_arg, default=default,
@@ -265,13 +245,14 @@ def setup(script_file: str, args: argparse.Namespace, elements: int = 0, compile
         raise Fail(f"--plot on the CPU: {CPU_HAS_NO_ROOFLINE}; run without --plot")
     need_bytes = elements * DTYPES[args.dtype].itemsize
     if need_bytes:
-        free = _free_bytes(device)
+        free = free_bytes(device)
         if free is not None and need_bytes > 0.9 * free:
             raise Fail(f"this shape needs about {need_bytes / 2**30:.1f} GiB but the {device.type} has "
                        f"{free / 2**30:.1f} GiB free; try smaller sizes")
     out = args.out / Path(script_file).stem
     try:
-        _made_folders.extend(p for p in reversed([out, *out.parents]) if not p.exists())  # removed if the run fails
+        # removed again if the run fails
+        safe_output.made_folders.extend(p for p in reversed([out, *out.parents]) if not p.exists())
         out.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=out).close()  # fail now, not after the run
     except OSError as e:
@@ -285,7 +266,7 @@ def setup(script_file: str, args: argparse.Namespace, elements: int = 0, compile
         except serve_trace.ServeError as e:
             raise Fail(str(e)) from None
     if (args.compile or compiled) and device.type == "cpu":
-        _check_cpp_compiler()
+        check_cpp_compiler()
         # Name each C++ kernel Inductor generates in the trace: the CPU twin of the post's Triton kernel.
         import torch._inductor.config as inductor_config
 
@@ -293,7 +274,7 @@ def setup(script_file: str, args: argparse.Namespace, elements: int = 0, compile
     return Run(Path(script_file).stem, args, device, DTYPES[args.dtype], compiled)
 
 
-def _check_cpp_compiler() -> None:
+def check_cpp_compiler() -> None:
     """torch.compile on the CPU builds C++ kernels: without a compiler it fails deep inside Inductor, after the model is built."""
     try:
         from torch._inductor.cpp_builder import get_cpp_compiler
@@ -311,7 +292,7 @@ def _check_cpp_compiler() -> None:
                    f"({how}; or set CXX to a working compiler) or run without --compile") from None
 
 
-def _free_bytes(device: torch.device) -> int | None:
+def free_bytes(device: torch.device) -> int | None:
     if device.type == "cuda":
         return torch.cuda.mem_get_info(device)[0]
     try:
@@ -364,7 +345,7 @@ def _quiet_kineto(*also: re.Pattern):
         held.close()
 
 
-def profile(run: Run, step, annotation: str, profile_memory: bool = False, with_stack: bool = False) -> _profile:
+def profile(run: Run, step, annotation: str, profile_memory: bool = False, with_stack: bool = False) -> Profiler:
     """Part 1's harness: optional warm-up calls, then the post's loop under schedule(wait, warmup, active).
 
     The loop is the post's: `step(); prof.step()`, no synchronize in between, so the CPU may run ahead of the
@@ -386,7 +367,7 @@ def profile(run: Run, step, annotation: str, profile_memory: bool = False, with_
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if run.cuda else [])
     interrupted = False
     try:
-        with _quiet_kineto(), _profile(
+        with _quiet_kineto(), Profiler(
             activities=activities,
             schedule=schedule(wait=a.wait, warmup=a.profiler_warmup, active=a.active, repeat=1),  # the post's
             record_shapes=True,  # input shapes let the trace reader compute FLOP/s and bytes
@@ -410,13 +391,12 @@ def profile(run: Run, step, annotation: str, profile_memory: bool = False, with_
     return prof
 
 
-def export(run: Run, prof: _profile, shape: str, flags: str = "") -> tuple[Path, Path]:
+def export(run: Run, prof: Profiler, shape: str, flags: str = "") -> tuple[Path, Path]:
     """Write <out>/<stem>.json[.gz] and <stem>.txt as a pair (Run.stem), both new files landing or neither.
 
     Both are written into a temporary folder beside them, then moved into place; if the second move fails
     the old table is put back. Any failure is one line (Fail), with the previous pair untouched.
     """
-    global _written
     stem = run.stem(shape, flags)
     out = run.args.out
     trace = out / (stem + (".json.gz" if run.args.gzip else ".json"))
@@ -425,13 +405,13 @@ def export(run: Run, prof: _profile, shape: str, flags: str = "") -> tuple[Path,
     tmp = None
     try:
         # Made again if gone: another run into the same folder that failed removes the folder it made, if empty
-        # (_remove_made_folders), even while this run still profiles
+        # (safe_output's main()), even while this run still profiles
         out.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=out))
         raw = tmp / "trace.json"
         with _quiet_kineto(_KINETO_WRITE_FAILED):
             prof.export_chrome_trace(str(raw))
-        if not _looks_complete(raw):  # the profiler logs a write error (a full disk) instead of raising
+        if not safe_output.looks_complete(raw):  # the profiler logs a write error (a full disk) instead of raising
             raise OSError(errno.EIO, "the profiler could not write the trace (is the disk full?)")
         if run.args.gzip:
             with open(raw, "rb") as src, gzip.open(tmp / "trace.json.gz", "wb", compresslevel=6) as dst:
@@ -439,9 +419,7 @@ def export(run: Run, prof: _profile, shape: str, flags: str = "") -> tuple[Path,
             raw.unlink()
             raw = tmp / "trace.json.gz"
         (tmp / "table.txt").write_text(prof.key_averages().table(sort_by=sort_by, row_limit=40) + "\n")
-        with _ctrl_c_deferred():  # a Ctrl-C between the two moves would split the pair
-            _replace_pair(tmp, tmp / "table.txt", table, raw, trace)
-            _written = trace
+        safe_output.land_pair(tmp, tmp / "table.txt", table, raw, trace)  # both or neither; a Ctrl-C waits
     except OSError as e:
         detail = e.strerror or str(e)
         if trace.is_dir() or table.is_dir():  # os.replace onto a folder: IsADirectoryError, PermissionError on Windows
@@ -452,55 +430,6 @@ def export(run: Run, prof: _profile, shape: str, flags: str = "") -> tuple[Path,
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     return trace, table
-
-
-def _looks_complete(path: Path) -> bool:
-    """A Chrome trace is one JSON object: a missing, empty or cut-off file does not end with '}'."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - 64))
-            return f.read().rstrip().endswith(b"}")
-    except FileNotFoundError:
-        return False
-
-
-def _replace_pair(tmp: Path, new_table: Path, table: Path, new_trace: Path, trace: Path) -> None:
-    """Move both new files into place; if the trace cannot follow the table, put the old table back."""
-    old_table = tmp / "old.txt"
-    if table.is_file():
-        try:
-            os.link(table, old_table)  # a second name for the old bytes, to restore them
-        except OSError:
-            shutil.copy2(table, old_table)
-    os.replace(new_table, table)  # os.replace is atomic: the old file or the new one, never half of one
-    try:
-        os.replace(new_trace, trace)
-    except OSError:
-        if old_table.exists():
-            os.replace(old_table, table)
-        else:
-            table.unlink(missing_ok=True)
-        raise
-
-
-@contextlib.contextmanager
-def _ctrl_c_deferred():
-    """Hold a Ctrl-C until the block is done, then raise it (Python runs signal handlers in the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught:
-            raise KeyboardInterrupt
-
-
-_written: Path | None = None  # the trace export() wrote in this process: what a later Ctrl-C must not deny
-_made_folders: list[Path] = []  # output folders setup() created: removed again if the run fails and they are empty
 
 
 def rel_error(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -582,53 +511,7 @@ def record(run: Run, step, annotation: str, shape: str, expectations=(),
     return trace, table
 
 
-# ------------------------------------------------------------------------- one process per rank (torchrun)
-
-TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
-
-
-def torchrun_rank(args: argparse.Namespace, launch: str) -> tuple[int, int, bool]:
-    """(rank, world size, CUDA?) of a process torchrun started, checked before any rank waits on another, so a bad
-    launch fails on every rank in one line instead of hanging in init_process_group. `launch`: the command to
-    suggest to someone who ran the script without torchrun. On a GPU, the rank's own GPU becomes the current one
-    (before setup(), which sizes its free memory)."""
-    missing = [k for k in TORCHRUN_ENV if k not in os.environ]
-    if missing:
-        raise Fail(f"not started by torchrun (no {', '.join(missing)} in the environment); run: {launch}")
-    try:
-        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-        local, local_world = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
-    except ValueError:
-        raise Fail("RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE must be whole numbers; start the script "
-                   f"with torchrun: {launch}") from None
-    cuda = args.device != "cpu" and torch.cuda.is_available()
-    if cuda and local_world > torch.cuda.device_count():
-        raise Fail(f"{local_world} ranks on this machine but {torch.cuda.device_count()} GPU(s): one rank "
-                   f"per GPU; use --nproc-per-node {torch.cuda.device_count()} (or --device cpu for gloo)")
-    if cuda:
-        torch.cuda.set_device(local)
-    return rank, world, cuda
-
-
-def whole_lines(stream) -> None:
-    """Every rank prints to the same terminal or file, so each line must leave in one write, or two ranks' lines run
-    together ("check: rank 0's ...check: rank 1's ..."): unbuffered (PYTHONUNBUFFERED=1, python -u) print() writes
-    a line and its newline apart, and block-buffered (a pipe, a file) a flush can fall mid-line. Line buffering
-    writes each printed line whole."""
-    reconfigure = getattr(stream, "reconfigure", None)  # a StringIO (a test's captured stdout) has none
-    if reconfigure is not None:
-        reconfigure(line_buffering=True, write_through=False)
-
-
-def start_ranks(cuda: bool, seconds: float) -> None:
-    """NCCL between GPUs, gloo between CPU processes; a rank that stops answering fails the others after `seconds`
-    instead of hanging them."""
-    import datetime
-
-    import torch.distributed as dist
-
-    dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=seconds))
-
+# ------------------------------------ one process per rank (torchrun): the rest of its plumbing is torchrun_harness.py
 
 def rank_report(run: Run, trace: Path, table: Path, expectations, world: int) -> None:
     """Every rank checks its own trace; rank 0 also prints its report and the merged report of all ranks (call it
@@ -671,82 +554,3 @@ def call_with_timeout(fn, seconds: float):
     if "error" in box:
         raise box["error"]
     return box["value"]
-
-
-def main(fn) -> None:
-    """Run a script's main(); bad input and known failures become one line on stderr, never a traceback."""
-    prog = Path(sys.argv[0]).name
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # from here on Ctrl-C is a KeyboardInterrupt
-    stdout, sys.stdout = sys.stdout, _GuardedStdout(sys.stdout)
-    try:
-        code = fn()
-        sys.stdout.flush()  # a full disk or a closed pipe on stdout shows here, not at exit
-    except Fail as e:
-        code = _fail(prog, str(e))
-    except torch.OutOfMemoryError:
-        code = _fail(prog, "out of memory at this shape; try smaller sizes" + _wrote_or_not())
-    except RuntimeError as e:  # a failed allocation on the CPU
-        if "allocate" not in str(e) and "out of memory" not in str(e):
-            raise
-        code = _fail(prog, "out of memory at this shape; try smaller sizes" + _wrote_or_not())
-    except KeyboardInterrupt:
-        _remove_made_folders()
-        where = f"after writing {_written}" if _written else "before writing; earlier traces are untouched"
-        _say(f"{prog}: interrupted {where}")
-        code = 130
-    except _StdoutError as e:
-        try:  # what is still buffered goes nowhere, also when Python flushes stdout at exit
-            os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
-        except (OSError, ValueError):
-            pass
-        code = _fail(prog, f"cannot write the report to standard output: {e.args[0].strerror or e.args[0]}" +
-                     (f" (the trace was written: {_written})" if _written else ""))
-    finally:
-        sys.stdout = stdout
-    sys.exit(code or 0)
-
-
-class _StdoutError(Exception):
-    """Writing to standard output failed (a full disk, a closed pipe): args[0] is the OSError."""
-
-
-class _GuardedStdout:
-    """sys.stdout whose failed writes raise _StdoutError, so main() can tell them from other OSErrors."""
-
-    def __init__(self, stream):
-        self._stream = stream
-
-    def write(self, text):
-        try:
-            return self._stream.write(text)
-        except OSError as e:
-            raise _StdoutError(e) from None
-
-    def flush(self):
-        try:
-            self._stream.flush()
-        except OSError as e:
-            raise _StdoutError(e) from None
-
-    def __getattr__(self, name):  # isatty, fileno, encoding, ...: the real stream's
-        return getattr(self._stream, name)
-
-
-def _wrote_or_not() -> str:
-    return f" (the trace was written: {_written})" if _written else " (nothing was written)"
-
-
-def _fail(prog: str, message: str) -> int:
-    _remove_made_folders()
-    _say(f"{prog}: error: {message}")
-    return 2
-
-
-def _remove_made_folders() -> None:
-    """A failed run leaves no empty output folders behind (folders with files in them stay)."""
-    for folder in reversed(_made_folders):
-        try:
-            folder.rmdir()
-        except OSError:
-            pass

@@ -12,6 +12,7 @@ import torch
 from torch.profiler import ProfilerAction, ProfilerActivity
 
 import common
+import safe_output
 
 N, W, R, S = ProfilerAction.NONE, ProfilerAction.WARMUP, ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE
 
@@ -47,7 +48,7 @@ def run(device="cpu", **kw):
 def stand(monkeypatch):
     """common.profile with the stand-in profiler and a sync that notes its argument (a "cuda" run on any machine)."""
     synced = []
-    monkeypatch.setattr(common, "_profile", Stand)
+    monkeypatch.setattr(common, "Profiler", Stand)
     monkeypatch.setattr(common, "sync", synced.append)
     return synced
 
@@ -106,10 +107,10 @@ def test_an_error_in_a_step_stays_itself_and_a_ctrl_c_stays_a_ctrl_c(monkeypatch
             raise exc
         return step
 
-    monkeypatch.setattr(common, "_profile", Stand)
+    monkeypatch.setattr(common, "Profiler", Stand)
     with pytest.raises(ValueError):
         common.profile(run(), boom(ValueError("a step's own error")), "step")
-    monkeypatch.setattr(common, "_profile", lambda **kw: Stand(fail_to_stop=True, **kw))
+    monkeypatch.setattr(common, "Profiler", lambda **kw: Stand(fail_to_stop=True, **kw))
     with pytest.raises(KeyboardInterrupt):
         common.profile(run(), boom(KeyboardInterrupt()), "step")
     with pytest.raises(RuntimeError):  # no Ctrl-C: the profiler's own error is what happened
@@ -179,7 +180,7 @@ def test_a_script_that_always_compiles_runs_as_compiled(tmp_path, monkeypatch):
     Inductor's setting, made on a CPU, are stood in for)."""
     import torch._inductor.config as inductor_config
 
-    monkeypatch.setattr(common, "_check_cpp_compiler", lambda: None)
+    monkeypatch.setattr(common, "check_cpp_compiler", lambda: None)
     # Inductor's own patch, not monkeypatch: monkeypatch's undo deletes a config entry, which torch then hides,
     # and every later compile in this worker fails ("cpp.enable_kernel_profile does not exist").
     with inductor_config.patch({"cpp.enable_kernel_profile": False}):
@@ -192,7 +193,7 @@ def test_a_script_that_always_compiles_runs_as_compiled(tmp_path, monkeypatch):
 def test_a_trace_ending_in_a_brace_looks_complete_however_short(tmp_path):
     for text, complete in ((b"}", True), (b"{}\n", True), (b"", False), (b'{"a": [1', False)):
         (tmp_path / "t.json").write_bytes(text)
-        assert common._looks_complete(tmp_path / "t.json") is complete, text
+        assert safe_output.looks_complete(tmp_path / "t.json") is complete, text
 
 
 def test_the_cuda_runtime_warning_alone_is_dropped_from_the_log():
@@ -200,7 +201,7 @@ def test_the_cuda_runtime_warning_alone_is_dropped_from_the_log():
         return logging.LogRecord("torch.utils.cpp_extension", logging.WARNING, "x.py", 1, message, None, None)
 
     (drop,) = [f for f in logging.getLogger("torch.utils.cpp_extension").filters
-               if isinstance(f, common._DropMessage)]
+               if isinstance(f, common.DropMessage)]
     assert drop.filter(record("No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'")) is False
     assert drop.filter(record("Something else: No CUDA runtime is found")) is True
 
@@ -226,7 +227,7 @@ def test_an_error_exactly_at_the_tolerance_passes(monkeypatch, capsys):
 
 def test_an_eager_profile_does_not_import_inductor():
     """torch's profile asks hasattr(torch, "_inductor") as each cycle starts, which imports Inductor and Dynamo (about
-    2 s of an eager script's start); common._profile hides the lazy module for that question only. In a fresh process:
+    2 s of an eager script's start); common.Profiler hides the lazy module for that question only. In a fresh process:
     an eager profile leaves Inductor unimported, and torch's lazy import works again after it."""
     import subprocess
     import sys
@@ -263,7 +264,7 @@ def test_inductor_is_hidden_only_while_the_profile_prepares_and_only_if_not_impo
 
     monkeypatch.setattr(torch.profiler.profile, "prepare_trace", prepare)
     with pytest.raises(RuntimeError, match="kineto failed"):
-        common._profile.prepare_trace(object.__new__(common._profile))
+        common.Profiler.prepare_trace(object.__new__(common.Profiler))
     assert seen == [{"_dynamo", "_inductor"} if imported else {"_dynamo"}]
     assert lazy == {"_dynamo", "_inductor"}
 

@@ -1,7 +1,8 @@
 """common.export and common.main: the trace/table pair lands whole or not at all, and every failure is one line.
 
 In-process and fast (mutmut runs these): a stand-in profiler writes the trace, so each failure of the export
-itself can be made to happen. The real profiler on a real full disk is in test_full_disk_*.
+itself can be made to happen. The real profiler on a real full disk is in test_full_disk_*. main() and the pair's
+move into place are safe_output.py's (common re-exports main): its state is patched there.
 """
 
 import argparse
@@ -20,6 +21,7 @@ import pytest
 import torch
 
 import common
+import safe_output
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = {"traceEvents": [{"name": "ProfilerStep#2", "ph": "X", "ts": 0, "dur": 5, "pid": 1, "tid": 1}]}
@@ -56,8 +58,8 @@ def make_run(out, gzip_=False, cuda=False):
 
 @pytest.fixture(autouse=True)
 def fresh_state(monkeypatch):
-    monkeypatch.setattr(common, "_written", None)
-    monkeypatch.setattr(common, "_made_folders", [])
+    monkeypatch.setattr(safe_output, "written", None)
+    monkeypatch.setattr(safe_output, "made_folders", [])
 
 
 @pytest.fixture
@@ -86,7 +88,7 @@ def test_writes_the_pair_and_nothing_else(tmp_path):
     assert (trace, table) == (tmp_path / f"{STEM}.json", tmp_path / f"{STEM}.txt")
     assert json.loads(trace.read_text()) == TRACE and table.read_text() == "NEW TABLE\n"
     assert sorted(tmp_path.iterdir()) == [trace, table]
-    assert (prof.sort_by, prof.row_limit) == ("cpu_time_total", 40) and common._written == trace
+    assert (prof.sort_by, prof.row_limit) == ("cpu_time_total", 40) and safe_output.written == trace
     # Written in a hidden temporary folder inside the output folder: the same file system, so os.replace is
     # atomic (a folder in /tmp may be another file system), and .gitignore's *.tmp* pattern covers it.
     (written,) = prof.paths
@@ -149,7 +151,7 @@ def test_trace_export_failing_leaves_the_old_pair(tmp_path, old_pair, write, say
         common.export(make_run(tmp_path, gzip_=gz), FakeProfile(write=write), "16x8x12")
     assert one_line(e.value) == f"could not write {STEM}.json{'.gz' if gz else ''} and {STEM}.txt in {tmp_path}: " \
         f"{says}; the previous files are untouched"
-    assert unchanged(tmp_path, old_pair) and common._written is None
+    assert unchanged(tmp_path, old_pair) and safe_output.written is None
 
 
 def test_kineto_failed_write_is_said_once_in_our_line(tmp_path, old_pair, capfd):
@@ -194,7 +196,7 @@ def test_second_replace_failing_puts_the_old_table_back(tmp_path, old_pair, monk
     with pytest.raises(common.Fail, match="Input/output error"):
         common.export(make_run(tmp_path), FakeProfile(), "16x8x12")
     assert calls[:2] == [f"{STEM}.txt", f"{STEM}.json"]
-    assert unchanged(tmp_path, old_pair) and common._written is None
+    assert unchanged(tmp_path, old_pair) and safe_output.written is None
 
 
 def test_second_replace_failing_without_an_earlier_pair_leaves_nothing(tmp_path, monkeypatch):
@@ -282,7 +284,7 @@ def test_ctrl_c_between_the_two_replaces_waits_for_the_pair(tmp_path, old_pair, 
         common.export(make_run(tmp_path), FakeProfile(), "16x8x12")
     assert json.loads((tmp_path / f"{STEM}.json").read_text()) == TRACE  # both moved: a whole new pair
     assert (tmp_path / f"{STEM}.txt").read_text() == "NEW TABLE\n"
-    assert common._written == tmp_path / f"{STEM}.json"  # so main() says "interrupted after writing"
+    assert safe_output.written == tmp_path / f"{STEM}.json"  # so main() says "interrupted after writing"
 
 
 # --- main(): one line, the right exit code, the truth about what was written ---------------------------------
@@ -319,7 +321,7 @@ def test_main_turns_ctrl_c_back_into_a_keyboard_interrupt():
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("signal handlers are set in the main thread only")
     seen = []
-    previous = signal.signal(signal.SIGINT, common._interrupted_while_starting)  # as when a script starts
+    previous = signal.signal(signal.SIGINT, safe_output.interrupted_while_starting)  # as when a script starts
     try:
         with pytest.raises(SystemExit):
             common.main(lambda: seen.append(signal.getsignal(signal.SIGINT)))
@@ -623,7 +625,7 @@ def test_free_memory_is_unknown_where_os_has_no_sysconf(monkeypatch):
     import torch
 
     monkeypatch.delattr(common.os, "sysconf")
-    assert common._free_bytes(torch.device("cpu")) is None
+    assert common.free_bytes(torch.device("cpu")) is None
 
 
 # --- setup(): the device, the memory check, the output folder, before any work --------------------------------
@@ -655,7 +657,7 @@ def test_setup_refuses_a_shape_that_cannot_fit(tmp_path, monkeypatch):
         return free
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(common, "_free_bytes", free_bytes)
+    monkeypatch.setattr(common, "free_bytes", free_bytes)
     fits = int(0.9 * free) // 4  # fp32: 4 bytes an element; up to 90% of what is free is allowed
     assert common.setup("02_linear.py", setup_args(tmp_path, dtype="fp32"), elements=fits).device.type == "cpu"
     assert asked == [torch.device("cpu")]
@@ -684,7 +686,7 @@ def test_setup_compile_on_the_cpu_names_its_cpp_kernels(tmp_path, monkeypatch, g
 
     checked = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
-    monkeypatch.setattr(common, "_check_cpp_compiler", lambda: checked.append(True))
+    monkeypatch.setattr(common, "check_cpp_compiler", lambda: checked.append(True))
     with inductor_config.patch({"cpp.enable_kernel_profile": False}):  # put back as it was afterwards
         common.setup("02_linear.py", setup_args(tmp_path))
         assert checked == [] and inductor_config.cpp.enable_kernel_profile is False
@@ -694,7 +696,7 @@ def test_setup_compile_on_the_cpu_names_its_cpp_kernels(tmp_path, monkeypatch, g
 
 def test_free_memory_of_each_device(monkeypatch):
     monkeypatch.setattr(common.os, "sysconf", lambda name: {"SC_AVPHYS_PAGES": 1000, "SC_PAGE_SIZE": 4096}[name])
-    assert common._free_bytes(torch.device("cpu")) == 4096 * 1000
+    assert common.free_bytes(torch.device("cpu")) == 4096 * 1000
     asked = []
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: asked.append(device) or (123, 456))  # (free, total)
-    assert common._free_bytes(torch.device("cuda", 1)) == 123 and asked == [torch.device("cuda", 1)]
+    assert common.free_bytes(torch.device("cuda", 1)) == 123 and asked == [torch.device("cuda", 1)]

@@ -76,7 +76,7 @@ def script_parser(name):
     import importlib
 
     module = importlib.import_module(name)
-    with mock.patch.object(common._Parser, "parse_args", lambda self, *a, **k: (_ for _ in ()).throw(_Parsed(self))), \
+    with mock.patch.object(common.FlagParser, "parse_args", lambda self, *a, **k: (_ for _ in ()).throw(_Parsed(self))), \
             mock.patch.object(sys, "argv", [f"{name}.py"]), pytest.raises(_Parsed) as e:
         module.main()
     return e.value.args[0]

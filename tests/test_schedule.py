@@ -154,7 +154,7 @@ N, W, R, S = ProfilerAction.NONE, ProfilerAction.WARMUP, ProfilerAction.RECORD, 
 ], ids=["post", "wait2-warmup0-active1", "wait0-warmup2-active3", "wait0-warmup0-active3", "wait3-warmup1-active2"])
 def test_profiler_waits_then_warms_up_then_records(monkeypatch, wait, warmup, active, actions):
     """--wait, --profiler-warmup and --active, step by step: what the profiler does in each step of the loop."""
-    monkeypatch.setattr(common, "_profile", ActionsSeen)
+    monkeypatch.setattr(common, "Profiler", ActionsSeen)
     args = argparse.Namespace(compile=False, warmup=0, wait=wait, profiler_warmup=warmup, active=active,
                               sync_each_step=False)
     calls = []
