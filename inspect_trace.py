@@ -6,6 +6,7 @@
     uv run inspect_trace.py --json EAGER.json COMPILED.json   # the same, as data for your own scripts
     uv run inspect_trace.py --open TRACE                # serve it to the Perfetto UI (local only)
     uv run inspect_trace.py --expect 03_simple_mlp TRACE  # check a saved trace against a script's guesses
+    uv run inspect_trace.py --expect my_guesses.toml TRACE  # ... or your own (docs/expect_file.md)
     uv run inspect_trace.py --json TRACE > report.json  # the whole report as data, for your own scripts
     uv run inspect_trace.py RUN_rank0.json RUN_rank1.json  # the ranks of one distributed run, merged
     uv run inspect_trace.py --ranks FOLDER              # a folder holding one distributed run's rank traces
@@ -51,7 +52,7 @@ import os
 import sys
 
 # Re-exported: the scripts, common.py, bench_inspect.py and the tests use them as inspect_trace.<name>.
-from trace_reader import ranks
+from trace_reader import declared, ranks
 from trace_reader.compare import compare, comparison_data, match
 from trace_reader.expect import (SCRIPTS, Expect, NotApplicable, _need_steps, bound, check, cpu_event, cpu_op,
                                  expectations_for, kernel, kernels_per_step, occupancy_before_gemms,
@@ -77,9 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--all-steps", action="store_true", help="list every step (default: a long trace shows its "
                    "first and last steps and quantiles)")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of text (two traces: the comparison)")
-    p.add_argument("--expect", metavar="SCRIPT",
+    p.add_argument("--expect", metavar="SCRIPT|FILE",
                    help=f"check the trace against a script's expectations ({', '.join(SCRIPTS)}); "
-                   "its mode and steps are read from the trace")
+                   "its mode and steps are read from the trace; or against your own, a TOML file (a .toml, or any "
+                   "file but a .py; docs/expect_file.md)")
     p.add_argument("--kernel-files", action="store_true", help="read the Inductor kernel sources the trace names "
                    "(regular files under 1 MiB on this machine, 2 s in all) for exact bytes moved; off: a trace "
                    "never makes the reader open another file")
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plot", metavar="FILE.png", help="also draw the roofline (two traces: both, with arrows)")
     try:
         args = p.parse_args(argv)
-        _check_expect(args.expect)
+        own = declared.read(args.expect) if declared.names_file(args.expect) else _check_expect(args.expect)
         if args.ranks or len(args.traces) > 2 or any(os.path.isdir(t) for t in args.traces):
             return _merged(args, ranks.load_run(args.traces))
         if len(args.traces) == 2 and args.expect:
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         if len(traces) == 1:
             results = None
             if args.expect:
-                exps, said = expectations_for(args.expect, traces[0])
+                exps, said = own.expectations(traces[0]) if own else expectations_for(args.expect, traces[0])
                 results = check(traces[0], exps)
                 broken = sum(v == "broken" for _, v, _ in results)
             if args.json:

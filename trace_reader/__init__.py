@@ -25,6 +25,8 @@ Which file answers which question:
                  floor (matplotlib, imported only when drawing).
     expect.py    Was the guess right? Expect and its builders (steps(), kernel(), ...), check(),
                  print_expectations(); expectations_for(): a script's guesses for a saved trace (--expect).
+    declared.py  Were your own guesses right? Expectations declared in a TOML file (--expect FILE), each one built
+                 on the builders and analyzers here; one line naming the file and the table for any mistake in it.
     memory.py    What did a step allocate, how fast did it stream memory? Per-step peak allocation from
                  the "[memory]" events (profile_memory=True); allocates() and streams() expectations.
     training.py  Where does a training step's time go? Forward, backward, optimizer per step (07's annotations,

@@ -40,6 +40,9 @@ def _need_steps(trace: Trace) -> str | None:
             if trace.whole else "no active steps in the trace")
 
 
+need_steps = _need_steps  # its public name, for the files outside this one (declared.py)
+
+
 # record_function spans torch writes by itself, in any harness: torch.optim's step and zero_grad, Inductor's around
 # a compiled graph's call, Dynamo's compile steps, DDP's forward, FSDP's hooks, gloo's and NCCL's collectives.
 TORCH_SPAN_RE = re.compile(r"^(?:Optimizer\.(step|zero_grad)#|## Call CompiledFxGraph |\w+_data: compile_id=|"
