@@ -6,6 +6,7 @@
     uv run inspect_trace.py --json EAGER.json COMPILED.json   # the same, as data for your own scripts
     uv run inspect_trace.py --open TRACE                # serve it to the Perfetto UI (local only)
     uv run inspect_trace.py --expect 03_simple_mlp TRACE  # check a saved trace against a script's guesses
+    uv run inspect_trace.py --expect my_guesses.toml TRACE  # ... or your own (docs/expect_file.md)
     uv run inspect_trace.py --json TRACE > report.json  # the whole report as data, for your own scripts
     uv run inspect_trace.py RUN_rank0.json RUN_rank1.json  # the ranks of one distributed run, merged
     uv run inspect_trace.py --ranks FOLDER              # a folder holding one distributed run's rank traces

@@ -6,6 +6,7 @@
     torch-trace --json EAGER.json COMPILED.json   # the same, as data for your own scripts
     torch-trace --open TRACE                # serve it to the Perfetto UI (local only)
     torch-trace --expect 03_simple_mlp TRACE  # check a saved trace against a script's guesses
+    torch-trace --expect my_guesses.toml TRACE  # ... or your own (docs/expect_file.md)
     torch-trace --json TRACE > report.json  # the whole report as data, for your own scripts
     torch-trace RUN_rank0.json RUN_rank1.json  # the ranks of one distributed run, merged
     torch-trace --ranks FOLDER              # a folder holding one distributed run's rank traces
@@ -51,6 +52,7 @@ import os
 import sys
 from typing import Callable
 
+from . import declared
 from . import serve as serve_trace
 from .analyzers import ranks
 from .analyzers.report import report_data
@@ -81,9 +83,10 @@ def main(argv: list[str] | None = None, prog: str = "torch-trace", load_script: 
     p.add_argument("--all-steps", action="store_true", help="list every step (default: a long trace shows its "
                    "first and last steps and quantiles)")
     p.add_argument("--json", action="store_true", help="print the report as JSON instead of text (two traces: the comparison)")
-    p.add_argument("--expect", metavar="SCRIPT",
+    p.add_argument("--expect", metavar="SCRIPT|FILE",
                    help=f"check the trace against a script's expectations ({', '.join(SCRIPTS)}); "
-                   "its mode and steps are read from the trace")
+                   "its mode and steps are read from the trace; or against your own, a TOML file (a .toml, or any "
+                   "file but a .py; docs/expect_file.md)")
     p.add_argument("--kernel-files", action="store_true", help="read the Inductor kernel sources the trace names "
                    "(regular files under 1 MiB on this machine, 2 s in all) for exact bytes moved; off: a trace "
                    "never makes the reader open another file")
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None, prog: str = "torch-trace", load_script: 
     p.add_argument("--plot", metavar="FILE.png", help="also draw the roofline (two traces: both, with arrows)")
     try:
         args = p.parse_args(argv)
-        _check_expect(args.expect)
+        own = declared.read(args.expect) if declared.names_file(args.expect) else _check_expect(args.expect)
         if args.ranks or len(args.traces) > 2 or any(os.path.isdir(t) for t in args.traces):
             return _merged(args, ranks.load_run(args.traces))
         if len(args.traces) == 2 and args.expect:
@@ -116,7 +119,8 @@ def main(argv: list[str] | None = None, prog: str = "torch-trace", load_script: 
         if len(traces) == 1:
             results = None
             if args.expect:
-                exps, said = expectations_for(args.expect, traces[0], load_script)
+                exps, said = (own.expectations(traces[0]) if own else
+                              expectations_for(args.expect, traces[0], load_script))
                 results = check(traces[0], exps)
                 broken = sum(v == "broken" for _, v, _ in results)
             if args.json:
