@@ -101,7 +101,7 @@ class Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def _shapes(text):
+def shape_list(text):
     shapes = []
     for item in text.split(","):
         parts = item.strip().lower().split("x")
@@ -117,13 +117,13 @@ def parse_args(argv=None):
     p.add_argument("--sweep", choices=sorted(SWEEPS), default="models",
                    help="named list of shapes: models (decode and prefill at model sizes, default), middle "
                         "(M = 128..768 and odd M at three model widths) or post")
-    p.add_argument("--shapes", type=_shapes, help="comma-separated MxDIMxHIDDEN, M = tokens (instead of --sweep)")
+    p.add_argument("--shapes", type=shape_list, help="comma-separated MxDIMxHIDDEN, M = tokens (instead of --sweep)")
     p.add_argument("--max-autotune", choices=["some", "all", "none"], default="some",
                    help="where to run the max-autotune-no-cudagraphs peer (default some: MAX_AUTOTUNE_SHAPES)")
     p.add_argument("--out", type=Path, default=Path("bench_results/bench.json"), help="JSON record to write")
     args = p.parse_args(argv)
     if args.shapes is None:
-        args.shapes = _shapes(SWEEPS[args.sweep])
+        args.shapes = shape_list(SWEEPS[args.sweep])
     return args
 
 

@@ -51,12 +51,12 @@ def parse_args(argv=None):
     p = bench.Parser(prog="bench_tp.py", description=__doc__.split("\n")[0])
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: gloo, 2 processes, tiny shapes")
     p.add_argument("--dtype", choices=sorted(bench.DTYPES), default="bf16", help="weights and activations (GPU)")
-    p.add_argument("--shapes", type=bench._shapes, default=None, metavar="SHAPES",
+    p.add_argument("--shapes", type=bench.shape_list, default=None, metavar="SHAPES",
                    help=f"comma-separated MxDIMxHIDDEN (default: bench.py's post sweep; on the CPU {CPU_SHAPES})")
     p.add_argument("--out", type=Path, default=Path("bench_results/bench_tp.json"), help="JSON record to write")
     args = p.parse_args(argv)
     if args.shapes is None:
-        args.shapes = bench._shapes(CPU_SHAPES if args.device == "cpu" else bench.SWEEPS["post"])
+        args.shapes = bench.shape_list(CPU_SHAPES if args.device == "cpu" else bench.SWEEPS["post"])
     return args
 
 

@@ -85,7 +85,7 @@ def parse_args(argv=None):
         if getattr(args, key) is None:
             setattr(args, key, value)
     try:
-        args.shapes = bench._shapes(args.shapes)
+        args.shapes = bench.shape_list(args.shapes)
     except argparse.ArgumentTypeError as e:
         p.error(f"--shapes: {e}")
     args.variants = list(dict.fromkeys(v.strip() for v in args.variants.split(",") if v.strip()))

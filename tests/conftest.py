@@ -35,6 +35,8 @@ def _keep_bytecode() -> None:
 _keep_bytecode()
 
 if "mutmut" in sys.modules:
+    # mutmut's copy of the reader (mutants/reader/trace_reader), not the checkout's that `uv run` installed editable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "reader"))
     # mutmut forks one child per mutant from this process: a child whose first torch op starts OpenMP's thread pool
     # after the fork can hang for good (the pool's state is copied, its threads are not). One thread needs no pool.
     os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -8,6 +8,8 @@ set -u
 out=${1:?usage: gpu_suite.sh OUTDIR [pytest args]}; shift
 mkdir -p "$out"
 export OMP_NUM_THREADS=2 PYTHONUNBUFFERED=1
+# The reader (reader/trace_reader) is a workspace member that `uv run` installs; the image has no uv: on the path.
+export PYTHONPATH="$PWD/reader${PYTHONPATH:+:$PYTHONPATH}"
 python3 -c "import sys, torch, triton, numpy, transformers; print(sys.version.split()[0], torch.__version__, triton.__version__, numpy.__version__, transformers.__version__, torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')"
 # SIGINT at the limit: pytest still prints its summary of what failed so far.
 run() {  # run OUTFILE PYTEST_ARGS...

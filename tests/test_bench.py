@@ -263,7 +263,7 @@ def test_models_sweep_covers_how_models_run():
     assert {16, 64} <= {m for m, _, _ in shapes}
     assert any(m & (m - 1) for m, _, _ in shapes)  # an M that is not a power of two
     assert bench.MAX_AUTOTUNE_SHAPES <= set(shapes)
-    assert bench.parse_args(["--sweep", "post"]).shapes == bench._shapes(bench.SWEEPS["post"])
+    assert bench.parse_args(["--sweep", "post"]).shapes == bench.shape_list(bench.SWEEPS["post"])
 
 
 def test_middle_sweep_is_between_decode_and_prefill():

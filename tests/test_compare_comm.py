@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from trace_reader.analyzers import collectives
 from trace_reader.render import compare_text
 import inspect_trace as it
 from trace_reader.analyzers import ranks
@@ -159,7 +160,7 @@ def test_the_text_and_json_carry_every_kind(ddp_fsdp2, capsys):
     assert printed == json.loads(json.dumps(ddp_fsdp2["communication"]))
 
 
-@pytest.mark.xfail(not hasattr(ranks, "step_calls"), strict=True,
+@pytest.mark.xfail(not hasattr(collectives, "step_calls"), strict=True,
                    reason="ranks.step_work still reads a collective as its gloo span, end and all (issue 55, items "
                           "3-4: the ranks branch)")
 def test_time_is_cut_to_the_step_and_exposed_is_what_no_other_thread_hid(ddp_fsdp2):

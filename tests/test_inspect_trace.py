@@ -568,9 +568,10 @@ def test_load_trace_raises_trace_error(cpu, tmp_path, decoder):
 def test_datasheet_read_from_source_matches_torch_module():
     """The table is read with ast (no torch import); it must say what torch's own module says."""
     device_info = pytest.importorskip("torch._inductor.analysis.device_info")
+    from trace_reader.facts import peaks
     from trace_reader.facts.peaks import _SPARSE_IN_TORCH
 
-    table = it._read_torch_table()
+    table = peaks._read_torch_table()
     assert table and set(table) == set(device_info._device_mapping)
     for name, info in device_info._device_mapping.items():
         # torch's factor where it gives one, else ours for the entries listed with sparse figures
@@ -580,6 +581,22 @@ def test_datasheet_read_from_source_matches_torch_module():
         for dtype, tops in info.tops.items():
             key = str(dtype).removeprefix("torch.")
             assert table[name].tflops[key] == pytest.approx(tops / factor), (name, key)
+
+
+def test_the_reader_s_snapshot_is_this_torch_s_table():
+    """The reader keeps torch's table as a snapshot (facts/torch_peaks.json), so that it needs no torch; on the torch
+    it was taken from, it is that torch's table, entry for entry (another torch: its table may differ; the report
+    reads the snapshot either way)."""
+    import json
+
+    import torch
+
+    from trace_reader.facts import peaks
+
+    made_with = json.loads(peaks.SNAPSHOT.read_text())["torch"]
+    if torch.__version__.split("+")[0] != made_with:
+        pytest.skip(f"the snapshot is torch {made_with}'s table; this is torch {torch.__version__}: not compared")
+    assert peaks._load_snapshot() == peaks._read_torch_table(), "peaks.write_snapshot() writes it anew"
 
 
 def test_bench_replicates_a_step_faithfully(cpu, tmp_path):

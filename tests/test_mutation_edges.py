@@ -21,13 +21,13 @@ from trace_reader.analyzers import guesses
     (" 4X5x6 , 7x8x9", [(4, 5, 6), (7, 8, 9)]),  # spaces and an upper-case X are read
 ])
 def test_shapes_accepted_up_to_the_limit(text, shapes):
-    assert bench._shapes(text) == shapes
+    assert bench.shape_list(text) == shapes
 
 
 @pytest.mark.parametrize("text", [f"{(1 << 20) + 1}x2x3", "0x2x3", "1x2", "1x2x3x4", "1x-2x3", "1x2.5x3"])
 def test_shapes_refused_beyond_the_limit(text):
     with pytest.raises(argparse.ArgumentTypeError) as e:
-        bench._shapes(text)
+        bench.shape_list(text)
     assert str(e.value) == f"expected MxDIMxHIDDEN with sizes 1..1048576, got {text!r}"
 
 
@@ -346,7 +346,7 @@ def test_device_peak_longest_prefix_then_the_supplement(monkeypatch):
     assert peaks.device_peak("NVIDIA H200 141GB").source == "NVIDIA H200 datasheet (not in torch's table)"
     assert peaks.device_peak("") is None and peaks.device_peak(None) is None
     monkeypatch.setattr(peaks, "_torch_table", None)
-    monkeypatch.setattr(peaks, "_read_torch_table", lambda: 1 / 0)  # a private file moved: peaks unknown
+    monkeypatch.setattr(peaks, "_load_snapshot", lambda: 1 / 0)  # a damaged snapshot: peaks unknown
     assert peaks.device_peak("NVIDIA H100") is None and peaks._torch_table == {}
     assert peaks.device_peak("NVIDIA H200").gbs == 4800.0
 

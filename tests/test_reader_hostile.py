@@ -514,6 +514,7 @@ def test_msgspec_decodes_only_where_it_refuses_deep_nesting(monkeypatch):
     import types
 
     import trace_reader.reading as reading_room
+    from trace_reader.reading import fast_json  # the real one; its decoder is stood in for below
 
     class Refused(ValueError):
         pass
@@ -533,7 +534,9 @@ def test_msgspec_decodes_only_where_it_refuses_deep_nesting(monkeypatch):
     monkeypatch.delitem(sys.modules, "trace_reader.reading.fast_json", raising=False)
     monkeypatch.setitem(sys.modules, "msgspec", None)  # not installed
     assert probe() is None
-    monkeypatch.setattr(read, "_fast", lambda: stopping)
+    monkeypatch.setattr(fast_json, "decode", stops)
+    monkeypatch.setattr(fast_json, "refused", Refused)
+    monkeypatch.setattr(read, "_fast", lambda: fast_json)
     assert read._loads(b"[1]") == "fast"
     assert repr(read._loads(b"[NaN]")) == "[nan]"  # refused by the fast one: the stdlib's answer
 

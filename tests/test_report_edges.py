@@ -447,7 +447,7 @@ def test_the_kernel_tables_number_columns_align_right():
 def test_report_data_keys_and_a_gpu_traces_cpu_work():
     """The keys report_data's docstring promises, and no CPU work on a GPU trace (0 steps of it)."""
     d = it.report_data(parse(steps_of([(2, ["a"])])))
-    assert set(d) == {"trace", "whole_trace", "device", "device_name", "versions", "skipped_events",
+    assert set(d) == {"schema_version", "trace", "whole_trace", "device", "device_name", "versions", "skipped_events",
                       "shapes_recorded", "peak", "steps", "typical_step", "kernels", "same_order", "step_orders",
                       "cpu_work", "cpu_work_steps", "cpu_ops", "annotations", "annotations_cpu", "compiled", "views",
                       "occupancy", "memory_peak_bytes", "training"}

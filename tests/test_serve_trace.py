@@ -295,7 +295,7 @@ def test_unreadable_file(trace, monkeypatch):
 
 
 def test_cli_ctrl_c_while_serving_exits_130(trace):
-    root = Path(serve_trace.__file__).parent
+    root = Path(__file__).resolve().parents[1]  # the suite's serve_trace.py, the command over trace_reader/serve.py
     proc = subprocess.Popen([sys.executable, str(root / "serve_trace.py"), str(trace), "--no-browser", "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -310,7 +310,7 @@ def test_cli_ctrl_c_while_serving_exits_130(trace):
 
 
 def test_cli_bad_input_is_one_line(tmp_path):
-    root = Path(serve_trace.__file__).parent
+    root = Path(__file__).resolve().parents[1]  # the suite's serve_trace.py, the command over trace_reader/serve.py
     r = subprocess.run([sys.executable, str(root / "serve_trace.py"), str(tmp_path / "nope.json"), "--no-browser"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from trace_reader.render import training_text
 from trace_reader.render import memory_picture
 from trace_reader.render import compare_text
 from trace_reader.analyzers import training_expect
@@ -471,18 +472,18 @@ def test_the_training_section_word_for_word(tmp_path):
     """hand_trace's section, worked out by hand: GPU µs 30 / 85 (40 + 45) / 20 (12 + 8) of 135, shares 22%, 63%,
     15%; one GEMM of 2 x 8 x 16 x 32 = 8192 FLOP (8.19e-06 GFLOP) forward, two backward; CPU windows 190, 490, 280
     µs (of 960: 20%, 51%, 29%); MmBackward0's own span 65 µs. The first column is left-aligned, the rest right."""
-    gpu = "\n".join(training.text(training.analyze(load_hand(tmp_path))))
-    cpu = "\n".join(training.text(training.analyze(_load(tmp_path, _cpu_only(hand_trace())))))
+    gpu = "\n".join(training_text.text(training.analyze(load_hand(tmp_path))))
+    cpu = "\n".join(training_text.text(training.analyze(_load(tmp_path, _cpu_only(hand_trace())))))
     assert gpu == GOLDEN_GPU and cpu == GOLDEN_CPU
     no_links = hand_trace()
     no_links["traceEvents"] = [e for e in no_links["traceEvents"] if e.get("cat") != "fwdbwd"]
-    assert training.text(training.analyze(_load(tmp_path, no_links)))[-1] == (
+    assert training_text.text(training.analyze(_load(tmp_path, no_links)))[-1] == (
         "Backward ops with their forward op: no fwdbwd flow links in this trace")
     no_shapes = hand_trace()
     for e in no_shapes["traceEvents"]:
         e.get("args", {}).pop("Input Dims", None)
     t = _load(tmp_path, no_shapes)
-    lines = "\n".join(training.text(training.analyze(t))).splitlines()
+    lines = "\n".join(training_text.text(training.analyze(t))).splitlines()
     assert lines[4].split()[-2:] == ["-", "190.0"]  # forward's GEMM GFLOP unknown
     assert lines[7] == ("=> backward's GEMMs do ? x forward's FLOPs (no GEMM shapes: record_shapes=True, or forward "
                         "has no aten GEMM)")
@@ -520,7 +521,7 @@ def test_a_backward_row_names_its_module_and_keeps_three_shapes(tmp_path):
                          "forward_shapes": "[1, 4, 8, 16] x [1, 4, 8, 16] x [1, 4, 8, 16]", "calls_per_step": 1,
                          "us_per_step": 25, "us_per_call": 25}
     assert next(r for r in data["slowest_backward"] if r["backward_op"] == "MmBackward0")["forward_in"] is None
-    row = next(ln for ln in "\n".join(training.text(data)).splitlines() if ln.startswith("ScaledDot"))
+    row = next(ln for ln in "\n".join(training_text.text(data)).splitlines() if ln.startswith("ScaledDot"))
     cells = ["ScaledDotProductEfficientAttentionBackw…", "25.0", "1", "aten::_scaled_dot_product_effic…",
              "model.layers.0.self_attn.attent…", "[1, 4, 8, 16] x [1, 4, 8, 16] x [1, 4, 8, 16]"]
     assert [len(c) for c in cells[:1] + cells[3:5]] == [40, 32, 32]
@@ -696,7 +697,8 @@ def test_the_memory_picture_lines_up_with_the_phases(tmp_path, monkeypatch):
 
     figs = []
     real_save = plot.save_png
-    monkeypatch.setattr(plot, "_save", lambda fig, path, data: (figs.append(fig), real_save(fig, path, data))[1])
+    monkeypatch.setattr(memory_picture, "save_png",
+                        lambda fig, path, data: (figs.append(fig), real_save(fig, path, data))[1])
     times = [10.0, 200.0, 210.0, 700.0, 710.0, 990.0]  # at the phases' edges, on the trace's clock (µs)
     tl = {"device": "cpu", "times_us": times, "bytes": {"activation": [2**20, 2 * 2**20, 0, 2**20, 0, 0]}}
     out = memory_picture.draw(tl, tmp_path / "m.png", load_hand(tmp_path))

@@ -6,6 +6,7 @@ import types
 from pathlib import Path
 
 from test_train_step import _load
+from trace_reader.render import training_text
 from trace_reader.facts import format
 from trace_reader.analyzers import training_expect
 from trace_reader.analyzers import training
@@ -143,7 +144,7 @@ def test_the_optimizer_line_per_gradient_and_without_a_class(tmp_path):
     """2 kernels over 2 gradients: 1.0 per gradient; an unnamed optimizer class reads "?"."""
     a = _hand(tmp_path)
     a["optimizer"].update(gradients=2, parameters=None, **{"class": None})
-    line = next(x for x in training.text(a) if x.startswith("optimizer:"))
+    line = next(x for x in training_text.text(a) if x.startswith("optimizer:"))
     assert line.startswith("optimizer: ?, looks foreach: 2 ops (2 foreach, 0 fused, 0 others), 2 kernels "
                            "(2 multi-tensor, 1.0 per gradient) per step")
 
@@ -153,11 +154,11 @@ def test_an_input_wanting_a_gradient_is_not_a_parameter(tmp_path):
     parameter, and the line says both counts; as many parameters as gradients: the line as before."""
     a = _hand(tmp_path)
     a["optimizer"].update(gradients=3, parameters=2)
-    line = next(x for x in training.text(a) if x.startswith("optimizer:"))
+    line = next(x for x in training_text.text(a) if x.startswith("optimizer:"))
     assert line.endswith("2 kernels (2 multi-tensor, 1.0 per parameter) per step, for 2 parameters (3 gradients "
                          "accumulated in backward)")
     a["optimizer"].update(gradients=2, parameters=2)
-    line = next(x for x in training.text(a) if x.startswith("optimizer:"))
+    line = next(x for x in training_text.text(a) if x.startswith("optimizer:"))
     assert line.endswith("(2 multi-tensor, 1.0 per gradient) per step, for 2 gradients accumulated in backward")
 
 
@@ -184,7 +185,7 @@ def test_a_phase_without_time_has_no_share_and_the_others_share_their_own_total(
     """forward's GPU time unknown: "-" for it, and backward 85 / (85 + 20) = 81%, optimizer 19%."""
     a = _hand(tmp_path)
     a["phases"]["forward"]["gpu_us"] = None
-    table = training.text(a)[2].splitlines()
+    table = training_text.text(a)[2].splitlines()
     assert [row.split()[:3] for row in table[2:]] == [["forward", "-", "-"], ["backward", "85.0", "81%"],
                                                        ["optimizer", "20.0", "19%"]]
 
@@ -198,7 +199,7 @@ def test_no_gradient_no_per_gradient_figure(tmp_path):
     """No AccumulateGrad in backward (0 gradients): the kernels are not divided by anything."""
     a = _hand(tmp_path)
     a["optimizer"]["gradients"] = 0
-    line = next(x for x in training.text(a) if x.startswith("optimizer:"))
+    line = next(x for x in training_text.text(a) if x.startswith("optimizer:"))
     assert "2 kernels (2 multi-tensor) per step" in line
 
 
@@ -398,7 +399,7 @@ def test_a_forward_ops_scalar_input_is_no_shape_in_its_backward_row(tmp_path):
     a = training.analyze(_hand_trace(tmp_path, scalar_mul))
     assert [(r["backward_op"], r["forward_shapes"]) for r in a["slowest_backward"]] == [
         ("MmBackward0", "[8, 16] x [16, 32]"), ("MulBackward0", "[8, 32]")]
-    assert _row(training.text(a)[-1].splitlines(), "MulBackward0") == [
+    assert _row(training_text.text(a)[-1].splitlines(), "MulBackward0") == [
         "MulBackward0", "30.0", "1", "aten::mul", "-", "[8, 32]"]
 
 
@@ -414,7 +415,7 @@ def test_a_backward_row_without_forward_shapes_reads_a_dash(tmp_path):
 
     a = training.analyze(_hand_trace(tmp_path, no_shapes))
     assert a["slowest_backward"][0]["forward_shapes"] == ""
-    assert _row(training.text(a)[-1].splitlines(), "MmBackward0") == [
+    assert _row(training_text.text(a)[-1].splitlines(), "MmBackward0") == [
         "MmBackward0", "65.0", "1", "aten::mm", "-", "-"]
 
 
@@ -471,7 +472,7 @@ def test_a_split_k_gemm_on_a_gpu_counts_its_two_kernels(tmp_path):
             {"ph": "X", "cat": "kernel", "name": "void cublasLt::splitKreduce_kernel<32, 16, int, float, float, float, "
              "float, true, false, false>", "pid": 0, "tid": 7, "ts": 152, "dur": 5, "args": {"correlation": 50}}]
 
-    lines = training.text(training.analyze(_hand_trace(tmp_path, split_k)))[2].splitlines()
+    lines = training_text.text(training.analyze(_hand_trace(tmp_path, split_k)))[2].splitlines()
     assert [_row(lines, p) for p in ("forward", "backward", "optimizer")] == [
         ["forward", "35.0", "25%", "2", "2", "8.19e-06", "190.0"],
         ["backward", "85.0", "61%", "2", "2", "1.64e-05", "490.0"],
@@ -489,7 +490,7 @@ def test_the_optimizer_implementation_is_the_middle_steps(tmp_path):
     a = training.analyze(_load(tmp_path, data))
     assert [training.implementation(s["optimizer"]) for s in a["steps"]] == ["for-loop"] * 2 + ["foreach"] * 3
     assert a["optimizer"]["implementation"] == "foreach"
-    assert next(ln for ln in training.text(a) if ln.startswith("optimizer:")) == (
+    assert next(ln for ln in training_text.text(a) if ln.startswith("optimizer:")) == (
         "optimizer: AdamW, looks foreach: 2 ops (2 foreach, 0 fused, 0 others) per step, for 1 gradients accumulated "
         "in backward")
 
@@ -504,6 +505,6 @@ def test_a_step_of_forward_and_backward_alone_has_its_flops_ratio(tmp_path):
     a = training.analyze(_hand_trace(tmp_path, no_optimizer))
     assert [sorted(s["phases"]) for s in a["steps"]] == [["backward", "forward"]] and a["optimizer"] is None
     assert a["backward_over_forward_flops"] == 2.0
-    lines = training.text(a)
+    lines = training_text.text(a)
     assert lines[3].startswith("=> backward's GEMMs do 2.00x forward's FLOPs (about 2x")
     assert not any(ln.startswith("optimizer:") for ln in lines)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import inspect_trace as it
+from trace_reader.render import training_text
 from trace_reader.analyzers import compiled, training
 
 DATA = Path(__file__).resolve().parent / "data" / "train_foreign"
@@ -135,7 +136,7 @@ def test_the_fixtures_are_what_they_say():
 def test_accumulation_text_and_no_checkpoint_read():
     """The text says the passes; --expect 07_train_step does not read the second forward as a checkpoint's."""
     t = load("accum")
-    text = "\n".join(training.text(training.analyze(t)))
+    text = "\n".join(training_text.text(training.analyze(t)))
     assert "=> 2 forward and backward passes a step (gradient accumulation" in text
     assert "for 21 gradients accumulated in backward" in text and "5.00x" not in text
     assert training.recomputes_forward(t) is False
@@ -189,7 +190,7 @@ def test_communication_wait_is_inside_backward(name):
     waits = comm_wait_truth(raw(name))
     assert [s["phases"]["backward"]["comm_wait_us"] for s in data["steps"]] == pytest.approx(waits, abs=0.01)
     assert all(w > 0 for w in waits)
-    text = "\n".join(training.text(data))
+    text = "\n".join(training_text.text(data))
     median = (data["steps"][0]["phases"]["backward"]["comm_wait_us"] + data["steps"][1]["phases"]["backward"]["comm_wait_us"]) / 2
     assert f"=> backward waits {median:,.1f} µs" in text  # the median of two steps
 
@@ -197,7 +198,7 @@ def test_communication_wait_is_inside_backward(name):
 def test_no_wait_is_said_without_collectives():
     data = training.analyze(load("accum"))
     assert "comm_wait_us" not in data["phases"]["backward"]
-    assert "backward waits" not in "\n".join(training.text(data))
+    assert "backward waits" not in "\n".join(training_text.text(data))
 
 
 def test_graph_break_at_backward_is_said():

@@ -70,7 +70,8 @@ class _Parser(argparse.ArgumentParser):
         raise TraceError(message)
 
 
-def main(argv: list[str] | None = None, prog: str = "torch-trace", load_script: Callable[[str], object] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "torch-trace",
+         load_script: Callable[[str], object] | None = None) -> int:
     """The command: report one trace, compare two, merge one run's ranks, check guesses. prog names it in its lines;
     load_script(name) imports one of the suite's scripts for --expect SCRIPT (the suite's inspect_trace.py passes
     importlib.import_module; the reader installed alone has none: --expect FILE.toml)."""

@@ -41,12 +41,7 @@ from .analyzers.guesses import (
 from .analyzers.memory import step_peaks
 from .analyzers.steps import bound_of
 from .analyzers.training import has_backward, parameters, phases_summary
-from .analyzers.training_expect import (
-    backward_flops,
-    optimizer_kind,
-    peak_after_forward,
-    phases_present,
-)
+from .analyzers.training_expect import backward_flops, optimizer_kind, peak_after_forward, phases_present
 from .expectation import Expect, NotApplicable, need_steps
 from .facts.kernels import splitk_reduces
 from .reading.events import Trace, TraceError, plural, real_steps

@@ -11,7 +11,7 @@ from ..facts.kernels import VIEW_OPS, is_gemm, short, splitk_reduces, view_cuda_
 from ..reading.events import OCCUPANCY, Trace
 from ..reading.files import read_json
 from .annotations import has_annotations
-from .lag import dispatch_gap, launch_lag
+from . import lag  # through the module: tests stand in for its functions
 from .steps import bound_of
 
 
@@ -168,7 +168,7 @@ def cold_start_gap(annotation: str, cold: bool, ratio: float = 3.0) -> Expect:
     """Cold: the first active step waits > ratio x (median of the later steps) between entering
     record_function(annotation) and its first aten op; warm: it does not."""
     def run(t: Trace):
-        gaps = [dispatch_gap(st, annotation) for st in t.steps]
+        gaps = [lag.dispatch_gap(st, annotation) for st in t.steps]
         if len(gaps) < 2 or None in gaps:
             return f"'{annotation}' -> first aten op per step (µs): {gaps}; needs 2+ steps with both"
         later = sorted(gaps[1:])[(len(gaps) - 2) // 2]
@@ -185,7 +185,7 @@ def gpu_lag_grows(grows: bool) -> Expect:
     work later after its launch than the step before (launch_lag), from the step where it lagged least on;
     with a sync per step it does not."""
     def run(t: Trace):
-        lags = [launch_lag(st) for st in t.steps]
+        lags = [lag.launch_lag(st) for st in t.steps]
         if len(lags) < 3 or None in lags:
             return f"launch -> GPU start per step (µs): {lags}; needs 3+ steps with linked launches"
         # from its lowest on: a cold first step's slow CPU lets the GPU catch up once, before it falls behind

@@ -16,11 +16,7 @@ import statistics
 from ..expectation import Expect, NotApplicable, need_steps
 from ..facts.format import text_table
 from ..reading.events import STEP_RE, Trace
-from .annotations import (
-    annotations_around,
-    cpu_time_by_annotation,
-    gpu_time_by_annotation,
-)
+from .annotations import annotations_around, cpu_time_by_annotation, gpu_time_by_annotation
 
 # A decoder layer is an item of a module list: model.layers.3 (Gemma, Llama), transformer.h.3 (GPT-2); its parts
 # are its children: model.layers.3.mlp.

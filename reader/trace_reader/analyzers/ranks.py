@@ -38,16 +38,7 @@ from ..facts.kernels import is_gemm, splitk_reduces
 from ..facts.schema import SCHEMA_VERSION
 from ..reading.events import Trace, TraceError
 from ..reading.files import MAX_JSON_BYTES, load_trace
-from .collectives import (
-    Collective,
-    blocked,
-    collectives,
-    kind_of,
-    overlapped,
-    step_work,
-    window,
-    work,
-)
+from .collectives import Collective, blocked, collectives, kind_of, overlapped, step_work, window, work
 
 MAX_RANKS = 1024  # files in one run: more is not a run this reader was made for
 MAX_RUN_BYTES = 4 << 30  # JSON text of all the ranks together: each rank's own cap is its share of this

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 
@@ -27,6 +28,10 @@ _SUPPLEMENT = {"NVIDIA H200": Peak(
 # Where torch gives no factor, ours applies, so the peak is the dense figure on every torch.
 _SPARSE_IN_TORCH = {"NVIDIA H100": 2, "NVIDIA L4": 2}
 _torch_table: dict[str, Peak] | None = None
+# torch's table as read from the torch named inside: the reader never needs torch, and its answer does not depend on
+# which torch is installed. write_snapshot() takes it again from the installed torch:
+#   uv run python -c "from trace_reader.facts import peaks; print(peaks.write_snapshot())"
+SNAPSHOT = Path(__file__).with_name("torch_peaks.json")
 
 
 def _read_torch_table() -> dict[str, Peak]:
@@ -81,6 +86,22 @@ def parse_device_info(source: str) -> dict[str, Peak]:
     return table
 
 
+def _load_snapshot() -> dict[str, Peak]:
+    """torch's table as SNAPSHOT keeps it."""
+    data = json.loads(SNAPSHOT.read_text())
+    return {name: Peak(**p) for name, p in data["devices"].items()}
+
+
+def write_snapshot() -> str:
+    """SNAPSHOT, written again from the installed torch's table; returns what it says."""
+    import torch  # only here: this one command is the reader's only use of torch
+
+    table = _read_torch_table()
+    SNAPSHOT.write_text(json.dumps({"torch": torch.__version__.split("+")[0],
+                                    "devices": {k: asdict(v) for k, v in sorted(table.items())}}, indent=1) + "\n")
+    return f"wrote {SNAPSHOT.name}: {len(table)} devices from torch {torch.__version__}"
+
+
 def device_peak(name: str | None) -> Peak | None:
     """Datasheet peak for a device name: torch's table first (longest matching prefix), then ours."""
     global _torch_table
@@ -88,8 +109,8 @@ def device_peak(name: str | None) -> Peak | None:
         return None
     if _torch_table is None:
         try:
-            _torch_table = _read_torch_table()
-        except Exception:  # noqa: BLE001 - a private file moved or changed: peaks become unknown
+            _torch_table = _load_snapshot()
+        except Exception:  # noqa: BLE001 - a damaged installation: peaks become unknown, the report goes on
             _torch_table = {}
     upper = name.upper()
     # Device names carry suffixes ("NVIDIA H100 80GB HBM3"); the table is keyed by the family name.

@@ -27,14 +27,7 @@ from pathlib import Path
 from ..analyzers.report import kernel_groups
 from ..comparison.pairing import match
 from ..facts.format import fmt_num
-from ..facts.kernels import (
-    gemm_bytes,
-    gemm_flops,
-    op_dtype,
-    operand_index,
-    pointwise_bytes,
-    short,
-)
+from ..facts.kernels import gemm_bytes, gemm_flops, op_dtype, operand_index, pointwise_bytes, short
 from ..facts.peaks import device_peak
 from ..reading.events import Trace, TraceError
 from ..reading.files import no_gc

@@ -9,14 +9,7 @@ from collections import Counter
 from ..analyzers.compiled import describe
 from ..analyzers.report import report_data
 from ..analyzers.steps import EDGE, STEP_ROWS, step_numbers_shown
-from ..facts.format import (
-    fmt_num,
-    fmt_pct,
-    fmt_spread,
-    fmt_us,
-    nearest_rank,
-    text_table,
-)
+from ..facts.format import fmt_num, fmt_pct, fmt_spread, fmt_us, nearest_rank, text_table
 from ..facts.kernels import CPP_KERNEL_RE, short
 from ..reading.events import MAX_US, OCCUPANCY, Trace, plural
 from ..reading.files import no_gc
