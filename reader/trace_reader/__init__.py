@@ -9,8 +9,12 @@ The API (the command, `torch-trace`, is cli.py; the JSON it prints is described 
     print(tr.compare(a, b))                   # what changed between two traces; tr.comparison_data(a, b): as data
     run = tr.load_run(["r_rank0.json", "r_rank1.json"])   # or a folder: one distributed run's ranks
     print(tr.ranks_text(tr.ranks_data(run)))  # merged by rank; tr.ranks_data(run): as data
+    guesses, said = tr.read_expectations("mine.toml").expectations(t)   # your own guesses (docs/expect_file.md)
     results = tr.check(t, guesses)            # (Expect, "confirmed" | "broken" | "not applicable", what was seen)
-    tr.print_expectations(results)            # the ok / BROKEN / n/a lines
+    tr.print_expectations(results)            # the ok / BROKEN / n/a lines; returns how many are broken
+
+The JSON of report_data, comparison_data and ranks_data begins with schema_version (SCHEMA_VERSION); its schema is
+the file schema_path("report" | "comparison" | "ranks").
 
 Bad input raises TraceError, whose message is one line meant for the user.
 
@@ -41,6 +45,7 @@ from .analyzers.ranks import load_run
 from .analyzers.ranks import text as ranks_text
 from .analyzers.report import report_data
 from .comparison.compare import comparison_data
+from .declared import read as read_expectations
 from .expectation import Expect, NotApplicable, check, print_expectations
 from .facts.schema import SCHEMA_VERSION, schema_path
 from .reading.events import Trace, TraceError
@@ -49,5 +54,6 @@ from .reading.tree import parse_trace
 from .render.compare_text import compare
 from .render.report_text import report
 
-__all__ = ["SCHEMA_VERSION", "Expect", "NotApplicable", "Trace", "TraceError", "check", "compare", "comparison_data", "load_run",
-           "load_trace", "parse_trace", "print_expectations", "ranks_data", "ranks_text", "report", "report_data", "schema_path"]
+__all__ = ["SCHEMA_VERSION", "Expect", "NotApplicable", "Trace", "TraceError", "check", "compare", "comparison_data",
+           "load_run", "load_trace", "parse_trace", "print_expectations", "ranks_data", "ranks_text", "read_expectations",
+           "report", "report_data", "schema_path"]
