@@ -11,36 +11,10 @@
     uv run inspect_trace.py RUN_rank0.json RUN_rank1.json  # the ranks of one distributed run, merged
     uv run inspect_trace.py --ranks FOLDER              # a folder holding one distributed run's rank traces
 
-One trace: device and versions; per active ProfilerStep, the GPU kernels in launch order with the CPU op
-that launched each (via the "External id" / "correlation" links), calls per step, duration over the steps,
-share of GPU time, achieved TFLOP/s (GEMMs, 2*M*K*N from the op's "Input Dims") or GB/s (pointwise, bytes
-of inputs and outputs), against the device's datasheet peak; GPU busy vs step time (overhead-, partly overhead-
-or compute-bound), judged per step, with the typical (median) step's verdict; how far the GPU lags the CPU
-(launch to kernel start) and why it idles (waiting on the host, or after the launch); GPU and CPU time per
-record_function annotation; compiled regions (graph breaks, recompiles); CPU self time of the top ops and runtime calls; the view ops and their (zero)
-CUDA time; the occupancy queries before launches. A long trace shows its first and last steps and quantiles
-(--all-steps: every step). A CPU-only trace gets the CPU side instead: ops by self time, the CPU's kernels in
-order, thread by thread (Inductor's fused C++ kernels, GEMMs, computing aten ops).
-
-A trace is untrusted input: reading it is capped (1 GiB of JSON, after gzip), and the files it names (an
-Inductor kernel's source, for exact bytes of its in/out buffers) are read only with --kernel-files.
-Bad input is one line on stderr and exit code 2; a broken expectation under --expect, exit code 1.
-
-Two traces: kernels with byte-for-byte the same name (calls per step, time per call), kernels only in one of
-them, which kernels replaced which (paired by what they do: the launching op, Inductor's kernel name, the
-annotation around the launch, tensor sizes; never by position alone), CPU ops that disappeared or appeared,
-per-step GPU and CPU time side by side.
-
-The traces of one distributed run (every rank's file, or a folder holding them; 08_tensor_parallel.py): merged by
-the rank in each trace's distributedInfo: per rank and step, busy, compute and communication time, how much of
-the communication overlapped compute and how much was exposed; per collective, the skew between ranks, the
-straggler, its size, algorithm and bus bandwidth (trace_reader/ranks.py).
-
-The scripts declare what the post says their trace should show (`Expect`, built with `steps()`,
-`kernel()`, ...); `check()` reads the trace and says confirmed, broken or not applicable.
-
-The reader itself is the package in reader/ (trace_reader: one file per question, docs/layout.md), installable
-alone as `torch-trace`; this file is its command in the suite, which also knows the suite's scripts (--expect SCRIPT).
+The reader is the package in reader/ (trace_reader: one room per kind of question, docs/layout.md; what the
+report holds: reader/trace_reader/cli.py and docs/reading_traces.md), installable alone as `torch-trace`. This
+file is its command in the suite, which also knows the suite's scripts (--expect SCRIPT), and the names the scripts
+build their guesses from.
 """
 
 from __future__ import annotations
