@@ -347,3 +347,26 @@ def every_description_says_what(s: dict, where: str = "") -> list[str]:
 @pytest.mark.parametrize("form", FORMS)
 def test_every_property_has_a_description(form):
     assert every_description_says_what(schema(form)) == []
+
+
+def test_a_crafted_distributed_info_still_follows_the_schema(tmp_path):
+    """distributedInfo is the trace's word: a backend that is an object and a rank that is a word are no backend and
+    no rank (null) in the comparison and the merged ranks, not copied through."""
+    import gzip
+
+    def crafted(name, **info):
+        data = json.loads(gzip.decompress(Path(trace(name)).read_bytes()))
+        data["distributedInfo"] = {**data["distributedInfo"], **info}
+        path = tmp_path / (Path(name).name + ".json")
+        path.write_text(json.dumps(data))
+        return str(path)
+
+    a = crafted("dist_compare/cpu_ddp_rank0", backend={"x": [1]}, rank="zero")
+    comparison = run_json([a, trace("dist_compare/cpu_single")])
+    assert problems("comparison", comparison) == []
+    side = comparison["communication"]["a"]
+    assert side["backend"] is None and side["rank"] is None and side["world_size"] == 2
+    r0 = crafted("dist/cpu_ddp_rank0", backend=["gloo"])
+    r1 = crafted("dist/cpu_ddp_rank1", backend=["gloo"])
+    merged = run_json(["--ranks", r0, r1])
+    assert merged["backend"] is None and problems("ranks", merged) == []

@@ -402,3 +402,10 @@ def step_work(st: Step, gpu: bool, offset: float, world: int) -> tuple[list, lis
     w = work(st, gpu)
     return ([(a, b) for _, a, b in w.compute], [(a, b) for _, a, b in w.comm],
             collectives(w, gpu, offset, world, st))
+
+
+def backend_of(info) -> str | None:
+    """distributedInfo's process-group backend ("nccl", "gloo", "cpu:gloo,cuda:nccl"), a short string or None: the
+    trace's word, untrusted (a list or an object there is no backend)."""
+    backend = info.get("backend") if isinstance(info, dict) else None
+    return backend[:64] if isinstance(backend, str) else None

@@ -10,8 +10,8 @@ from ..expectation import Expect, NotApplicable, need_steps
 from ..facts.kernels import VIEW_OPS, is_gemm, short, splitk_reduces, view_cuda_time
 from ..reading.events import OCCUPANCY, Trace
 from ..reading.files import read_json
-from .annotations import has_annotations
 from . import lag  # through the module: tests stand in for its functions
+from .annotations import has_annotations
 from .steps import bound_of
 
 

@@ -38,7 +38,7 @@ from ..facts.kernels import is_gemm, splitk_reduces
 from ..facts.schema import SCHEMA_VERSION
 from ..reading.events import Trace, TraceError
 from ..reading.files import MAX_JSON_BYTES, load_trace
-from .collectives import Collective, blocked, collectives, kind_of, overlapped, step_work, window, work
+from .collectives import Collective, backend_of, blocked, collectives, kind_of, overlapped, step_work, window, work
 
 MAX_RANKS = 1024  # files in one run: more is not a run this reader was made for
 MAX_RUN_BYTES = 4 << 30  # JSON text of all the ranks together: each rank's own cap is its share of this
@@ -312,7 +312,7 @@ def analyze(traces: list[Trace]) -> dict:
             colls.append(cs)
         per_rank.append({"rank": r, "trace": t.path, "steps": rows})
         colls_by_rank.append(colls)
-    return {"schema_version": SCHEMA_VERSION, "world_size": world, "backend": info.get("backend"),
+    return {"schema_version": SCHEMA_VERSION, "world_size": world, "backend": backend_of(info),
             "device": traces[0].device, "device_name": traces[0].device_name, "ranks": per_rank,
             "collectives": _collectives(traces, colls_by_rank, world)}
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ..analyzers import ranks, training
+from ..analyzers.collectives import backend_of
 from ..facts import intervals
 from ..facts.schema import SCHEMA_VERSION
 from ..reading.events import Trace
@@ -108,8 +109,9 @@ def _comm_side(t: Trace) -> dict:
         total["us"] += intervals.length(comm)
         total["exposed_us"] += intervals.length(comm) - intervals.common(comm, compute)
     per_step = lambda d: {key: (v / n if v is not None else None) for key, v in d.items()}  # noqa: E731
-    return {"world_size": world, "rank": info.get("rank") if ok else None,
-            "backend": info.get("backend") if ok else None, "steps": len(t.steps),
+    rank = info.get("rank") if ok else None
+    return {"world_size": world, "rank": rank if type(rank) is int else None,
+            "backend": backend_of(info) if ok else None, "steps": len(t.steps),
             "kinds": {kind: per_step(v) for kind, v in kinds.items()}, "total": per_step(total)}
 
 
