@@ -141,5 +141,10 @@ def test_the_readers_readme_commands(tmp_path):
     got = subprocess.run([str(tmp_path / "bin" / "torch-trace"), trace], capture_output=True, text=True, timeout=120,
                          cwd=ROOT, env=env)
     assert (got.returncode, got.stdout) == (0, suite.stdout)
+    if (ROOT / ".git").exists():  # a git URL with the subdirectory, as from a fork: here the checkout's own commit
+        url = f"git+{ROOT.as_uri()}#subdirectory=reader"
+        git = subprocess.run([uv(), "tool", "run", "--from", url, "torch-trace", str(ROOT / trace)], capture_output=True, text=True,
+                             timeout=300, cwd=tmp_path, env=env)
+        assert (git.returncode, git.stdout) == (0, suite.stdout.replace(trace, str(ROOT / trace))), git.stderr[-2000:]
     readme = (ROOT / "reader/README.md").read_text()
     assert "uvx --from ./reader torch-trace TRACE" in readme and "uv tool install ./reader" in readme
