@@ -136,6 +136,18 @@ def build_mlp(args, run):
     return MLPStack(blocks, args.checkpoint).to(run.device, run.dtype).train()
 
 
+def eager_mlp(d, h, act="gelu_tanh"):
+    """The eager gated MLP: the post's SimpleGeGLUMLP, or for SwiGLU (act="silu") transformers' LlamaMLP (Qwen's and
+    Mistral's are the same module). Same parameter names (gate_proj, up_proj, down_proj): the benchmarks' eager peer."""
+    if act != "silu":
+        return SimpleGeGLUMLP(d, h)
+    from transformers import LlamaConfig  # slow to import: only when asked
+    from transformers.models.llama.modeling_llama import LlamaMLP
+    # one attention head: a config's check that heads divide the width, which the MLP does not read
+    return LlamaMLP(LlamaConfig(hidden_size=d, intermediate_size=h, hidden_act="silu", num_attention_heads=1,
+                                num_key_value_heads=1))
+
+
 def swapped(kind, block, d, h, act="gelu_tanh"):
     """Liger's LigerGEGLUMLP (LigerSwiGLUMLP with act="silu") or this suite's FusedGatedMLP with `block`'s weights
     (same parameter names)."""

@@ -168,8 +168,9 @@ def test_main_writes_the_record_and_its_table_together(tmp_path, monkeypatch):
     fake_gpu(monkeypatch, bench)
     asked = []
 
-    def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune):
+    def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune, act):
         asked.append((M, dim, hidden, dtype, ceiling, bandwidth, max_autotune))
+        assert act == "gelu_tanh"  # the default; --activation silu: SwiGLU (test_swiglu_sweep_and_flag)
         return _record(M, dim, hidden)
     monkeypatch.setattr(bench, "bench_shape", bench_shape)
     monkeypatch.setattr(bench, "bench_chart_next_to", lambda record, out, title: "")
