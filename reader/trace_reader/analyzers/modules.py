@@ -268,7 +268,7 @@ def model_flags(a, trace: Trace, words: list[str]) -> None:
     seen = [kind for kind, pattern in MLP_KERNELS.items() if any(pattern.search(n) for n in names)]
     if len(seen) == 1 or told in ("eager", "liger", "fused"):
         a.mlp = seen[0] if len(seen) == 1 else told
-    elif not seen and "aten::gelu" in names:  # transformers' own MLP calls the GeLU op; the others do not
+    elif not seen and names & TORCH_ACTIVATIONS.keys():  # transformers' own MLP calls the GeLU (SiLU) op; no other
         a.mlp = "eager"
     graphs = any(c.name == "cudaGraphLaunch" for st in trace.steps for o in [st.span, *st.spans] for c in o.calls)
     # --cuda-graphs is compile(mode="reduce-overhead"): a replay shows as cudaGraphLaunch, and never on a CPU
