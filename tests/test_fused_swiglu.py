@@ -463,3 +463,25 @@ def test_gpu_two_modules_one_shape_keep_their_own_plans(M):
     mlp_keys = [k for k in fused_geglu.launcher.plans if k[0] in (("mlp", "gelu_tanh"), ("mlp", "silu"))
                 and k[1] == x.shape]
     assert {k[0] for k in mlp_keys} == {("mlp", "gelu_tanh"), ("mlp", "silu")}
+
+
+@cuda
+@pytest.mark.parametrize("M, use_tma", [(16, None), (4096, False), (4096, True)])
+@pytest.mark.parametrize("dt", [torch.bfloat16, torch.float16])
+def test_gpu_epilogue_is_silu_over_its_whole_range(M, use_tma, dt):
+    """m = silu(g) * 1 for g from -30 to 30, elementwise, on each path (bf16 takes the hardware tanh: sigmoid(g) =
+    (1 + tanh(g / 2)) / 2): within the output's rounding where silu is large, and far below it where it is near zero
+    (the bound of tests/test_fused_geglu.py's GeLU twin)."""
+    if use_tma and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("TMA needs compute capability 9.0+")
+    K, N = 16, 64
+    x = torch.zeros(M, K, device="cuda")
+    x[:, 0], x[:, 1] = torch.linspace(-30, 30, M, device="cuda"), 1.0
+    w_gate, w_up = torch.zeros(N, K, device="cuda"), torch.zeros(N, K, device="cuda")
+    w_gate[:, 0], w_up[:, 1] = 1.0, 1.0  # every column: g = x[:, 0], u = 1
+    x, w_gate, w_up = x.to(dt), w_gate.to(dt), w_up.to(dt)
+    g = x[:, 0].float()[:, None]  # g as the kernel sees it
+    m = fused_geglu.geglu(x, w_gate, w_up, use_tma=use_tma, activation="silu").float()
+    ref = F.silu(g).expand(M, N)
+    unit = 2.0 ** -8 if dt == torch.bfloat16 else 2.0 ** -11
+    assert ((m - ref).abs() <= unit * ref.abs() + 2.0 ** -11 * g.abs()).all(), (m - ref).abs().max()
