@@ -4,11 +4,13 @@
     uv run 06_model.py --preset tiny --phase decode
     uv run 06_model.py --preset gemma-2b --layers 4 --batch 1 --seq 512 --phase decode [--compile | --cuda-graphs]
     uv run 06_model.py --preset gemma-2b --layers 4 --phase prefill --mlp fused      # or --mlp liger
+    uv run 06_model.py --preset tiny-llama --phase prefill                           # a SwiGLU model (Llama's)
     uv run 06_model.py --config path/to/config.json                                  # your own model's shape
 
 A transformers decoder with random weights built from a config: nothing is downloaded. The default is
 Gemma-shaped, whose MLP is the post's GeGLU MLP (hidden_act="gelu_pytorch_tanh"): gate_proj, up_proj,
-gelu_tanh(gate) * up, down_proj. `--config` takes any causal-LM config: a local config.json, or a Hub id
+gelu_tanh(gate) * up, down_proj. Llama, Qwen and Mistral run the same MLP with SiLU (SwiGLU, hidden_act="silu": the
+tiny-llama and llama-1b presets). `--config` takes any causal-LM config: a local config.json, or a Hub id
 when the Hub is reachable (offline, one line says so and the preset is used).
 
 What to look for in the trace (Perfetto, or the report printed below):
@@ -20,7 +22,8 @@ What to look for in the trace (Perfetto, or the report printed below):
   --compile fuses the pointwise work into far fewer kernels; --cuda-graphs (mode="reduce-overhead") replays
   the whole token as one cudaGraphLaunch.
 - prefill: batch x seq tokens in one forward; compute-bound, and the MLP's GEMMs take the largest share.
-- --mlp fused: each MLP is two kernels (the GEMM with the GeGLU epilogue + down_proj): no GeLU, no mul.
+- --mlp fused: each MLP is two kernels (the GEMM with the GeGLU or SwiGLU epilogue + down_proj): no GeLU (SiLU), no
+  mul. --mlp fused and --mlp liger replace a GeGLU or a SwiGLU MLP; a model with another MLP is refused in one line.
 - under --compile the module spans are left out: a record_function in a module hook breaks Dynamo's graph
   into pieces, which would change what is measured. The compiled trace shows the whole forward.
 """
@@ -41,16 +44,34 @@ import inspect_trace as it
 from trace_reader.analyzers import modules
 
 HUB_TIMEOUT = float(os.environ.get("HUB_TIMEOUT", "20"))  # seconds; a firewall can otherwise hang for minutes
-PRESETS = {  # Gemma's architecture, vocab 32000 (Gemma's own 256000 would put 1 GB in the embedding alone)
-    "tiny": dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=1, head_dim=16, vocab_size=512, max_position_embeddings=2048),
-    "gemma-2b": dict(hidden_size=2048, intermediate_size=16384, num_hidden_layers=18, num_attention_heads=8,
-                     num_key_value_heads=1, head_dim=256, vocab_size=32000, max_position_embeddings=8192),
+# Gemma's architecture (a GeGLU MLP) and Llama's (SwiGLU), vocab 32000 (Gemma's own 256000 would put 1 GB in the
+# embedding alone; Llama 3's 128256 half that). llama-1b is Llama-3.2-1B's shape.
+PRESETS = {
+    "tiny": dict(model_type="gemma", hidden_act="gelu_pytorch_tanh", hidden_size=64, intermediate_size=256,
+                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1, head_dim=16, vocab_size=512,
+                 max_position_embeddings=2048),
+    "gemma-2b": dict(model_type="gemma", hidden_act="gelu_pytorch_tanh", hidden_size=2048, intermediate_size=16384,
+                     num_hidden_layers=18, num_attention_heads=8, num_key_value_heads=1, head_dim=256, vocab_size=32000,
+                     max_position_embeddings=8192),
+    "tiny-llama": dict(model_type="llama", hidden_act="silu", hidden_size=64, intermediate_size=176,
+                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=512,
+                       max_position_embeddings=2048),
+    "llama-1b": dict(model_type="llama", hidden_act="silu", hidden_size=2048, intermediate_size=8192,
+                     num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8, head_dim=64, vocab_size=32000,
+                     max_position_embeddings=8192),
+}
+# The gated MLPs --mlp fused and --mlp liger replace: transformers' activation name -> the fused kernels' (GeGLU's
+# gelu_tanh, SwiGLU's silu; transformers' "swish" is SiLU too).
+GATED = {"gelu_pytorch_tanh": "gelu_tanh", "silu": "silu", "swish": "silu"}
+WHAT_IT_LAUNCHES = {  # per activation: transformers' op, its name, the MLP's, the pattern of Liger's kernel
+    "gelu_tanh": (r"^aten::gelu$", "GeLU", "GeGLU", "geglu"),
+    "silu": (r"^aten::silu$", "SiLU", "SwiGLU", "swiglu"),
 }
 
 
-def expectations(args, layers, geglu=True):
-    """Guess first, then look: checked against the trace after the run."""
+def expectations(args, layers, act="gelu_tanh"):
+    """Guess first, then look: checked against the trace after the run. act: the gated MLP's activation (GATED's
+    values), None for another MLP (nothing guessed about it)."""
     step = args.phase
     out = [it.steps(args.active, step)]
     if args.compile:
@@ -71,12 +92,14 @@ def expectations(args, layers, geglu=True):
     else:
         out.append(it.bound("compute"))
         out.append(modules.largest_module("mlp", step))
-    if geglu and not args.compile:  # what one annotated MLP launches besides its GEMMs
-        pointwise = (r"^aten::gelu$", r"^aten::mul$")
-        out.append({"eager": modules.module_launches("mlp", "a GeLU and a mul kernel between its GEMMs", has=pointwise),
-                    "liger": modules.module_launches("mlp", "Liger's one GeGLU kernel: no GeLU, no mul", ("geglu",),
+    if act in WHAT_IT_LAUNCHES and not args.compile:  # what one annotated MLP launches besides its GEMMs
+        op, fn, glu, liger = WHAT_IT_LAUNCHES[act]
+        pointwise = (op, r"^aten::mul$")
+        out.append({"eager": modules.module_launches("mlp", f"a {fn} and a mul kernel between its GEMMs", has=pointwise),
+                    "liger": modules.module_launches("mlp", f"Liger's one {glu} kernel: no {fn}, no mul", (liger,),
                                                      pointwise),
-                    "fused": modules.module_launches("mlp", "the GEMM with the GeGLU epilogue: no GeLU, no mul",
+                    # the fused kernels keep their _geglu_ names for both activations
+                    "fused": modules.module_launches("mlp", f"the GEMM with the {glu} epilogue: no {fn}, no mul",
                                                      ("geglu",), pointwise)}[args.mlp])
     return out
 
@@ -119,41 +142,54 @@ def load_config(args):
 
 
 def preset_config(preset):
-    return transformers.GemmaConfig(**PRESETS[preset], hidden_act="gelu_pytorch_tanh")
+    fields = dict(PRESETS[preset])
+    return transformers.AutoConfig.for_model(fields.pop("model_type"), **fields)
 
 
 def first_line(e):
     return (str(e).strip().splitlines() or ["no details"])[0][:160]
 
 
-def is_geglu(config):
-    """Gemma's MLP is the post's: gelu_tanh(gate_proj(x)) * up_proj(x), then down_proj."""
-    return "gelu_pytorch_tanh" in (getattr(config, "hidden_act", None), getattr(config, "hidden_activation", None))
+def activation_name(config):
+    """transformers' name for the MLP's activation (Gemma 2 and 3 call the field hidden_activation, GPT-2
+    activation_function), or None."""
+    return next((a for a in (getattr(config, f, None) for f in ("hidden_activation", "hidden_act",
+                                                                "activation_function")) if a), None)
+
+
+def gated_activation(config):
+    """The fused kernels' activation for this config's gated MLP, act(gate_proj(x)) * up_proj(x) then down_proj:
+    gelu_tanh (GeGLU: Gemma's MLP is the post's) or silu (SwiGLU: Llama's, Qwen's, Mistral's); None for another."""
+    return GATED.get(activation_name(config))
 
 
 def mlp_maker(kind, config, run):
     """make(config) -> --mlp KIND's MLP module; one line (Fail) when it cannot run here: checked before the model
     is built, so a refusal costs nothing."""
-    if not is_geglu(config):
-        raise common.Fail(f"--mlp {kind} replaces a GeGLU MLP (gelu_pytorch_tanh); this config's is "
-                          f"{getattr(config, 'hidden_act', '?')}")
+    act = gated_activation(config)
+    if act is None:
+        raise common.Fail(f"--mlp {kind} replaces a GeGLU MLP (gelu_pytorch_tanh) or a SwiGLU MLP (silu); this "
+                          f"config's is {activation_name(config) or 'not named'}")
     if not run.cuda and not (kind in ("fused", "fused-recompute") and os.environ.get("TRITON_INTERPRET") == "1"):
         raise common.Fail(f"--mlp {kind} runs a Triton kernel, which needs a CUDA GPU; on this machine use --mlp eager")
     try:
-        if kind == "liger":
+        if kind == "liger" and act == "silu":
+            from liger_kernel.transformers.swiglu import LigerSwiGLUMLP as make
+        elif kind == "liger":
             from liger_kernel.transformers.geglu import LigerGEGLUMLP as make
         else:
-            from fused_geglu import FusedGeGLUMLP
+            from fused_geglu import FusedGatedMLP
 
             def make(c):  # fused-recompute: 07_train_step.py's other training mode
-                return FusedGeGLUMLP(c.hidden_size, c.intermediate_size, recompute=kind == "fused-recompute")
+                return FusedGatedMLP(c.hidden_size, c.intermediate_size, act, recompute=kind == "fused-recompute")
     except ImportError as e:
         raise common.Fail(f"--mlp {kind} needs the {e.name or '?'} package, which is not installed here") from None
     return make
 
 
 def swap_mlps(model, kind, run):
-    """Replace every decoder layer's MLP by Liger's LigerGEGLUMLP or this suite's FusedGeGLUMLP, weights copied."""
+    """Replace every decoder layer's MLP by Liger's (LigerGEGLUMLP, LigerSwiGLUMLP) or this suite's FusedGatedMLP,
+    weights copied."""
     make = mlp_maker(kind, model.config, run)
     for layer in decoder_layers(model)[1]:
         with run.device:  # built where it runs: no CPU initialisation of 100M parameters per layer
@@ -233,7 +269,8 @@ def main():
                    "of --seq entries")
     p.add_argument("--cuda-graphs", action="store_true", help="decode with torch.compile(mode='reduce-overhead')")
     p.add_argument("--mlp", choices=["eager", "liger", "fused"], default="eager",
-                   help="each layer's MLP: transformers' own, Liger's LigerGEGLUMLP or fused_geglu.FusedGeGLUMLP")
+                   help="each layer's MLP: transformers' own, Liger's LigerGEGLUMLP (LigerSwiGLUMLP for a SwiGLU "
+                   "model) or fused_geglu.FusedGatedMLP")
     args = p.parse_args()
     if args.cuda_graphs and args.phase != "decode":
         raise common.Fail("--cuda-graphs replays a decode step; use it with --phase decode")
@@ -299,7 +336,7 @@ def main():
     else:
         example = next((n for n in annotated if n.endswith(".mlp")), annotated[0])  # this model's names
         print(f"module spans: {len(annotated)} modules annotated by path ({example}, ...)")
-    trace, _ = common.record(run, step, args.phase, shape, expectations(args, L, is_geglu(config)), flags=vocab)
+    trace, _ = common.record(run, step, args.phase, shape, expectations(args, L, gated_activation(config)), flags=vocab)
     if not args.compile:
         print()
         print(modules.breakdown_text(modules.breakdown(it.load_trace(trace), args.phase)))

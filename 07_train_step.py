@@ -3,17 +3,19 @@
     uv run 07_train_step.py                                      # the post's MLP, 64x128 tokens, 768 -> 3072, AdamW
     uv run 07_train_step.py --optim-impl for-loop                # or foreach (the default), or fused
     uv run 07_train_step.py --model gemma-2b --layers 2 --batch 4 --seq 512 --memory
+    uv run 07_train_step.py --model llama-1b --layers 2 --batch 4 --seq 512 --mlp fused   # a SwiGLU model
     uv run 07_train_step.py --layers 4 --memory [--checkpoint]  # four MLPs in a row: compare the two peaks
 
 On a CPU, shapes that take seconds:
     uv run 07_train_step.py --batch 2 --seq 64 --dim 64 --hidden 256 --dtype fp32 --layers 2 [--memory]
-    uv run 07_train_step.py --model tiny --batch 2 --seq 32 --dtype fp32
+    uv run 07_train_step.py --model tiny --batch 2 --seq 32 --dtype fp32      # or --model tiny-llama
 
 One profiler step is one training step: zero_grad(set_to_none=True), then record_function("forward") around
 the forward and its loss (MSE against a fixed random target for the MLP, the language-model loss for a model),
 "backward" around loss.backward(), "optimizer" around opt.step(); all of it inside "train_step".
---model tiny | gemma-2b is 06_model.py's decoder (random weights, nothing downloaded), its modules annotated
-by path as there.
+--model tiny | gemma-2b (Gemma's GeGLU MLP) | tiny-llama | llama-1b (Llama's SwiGLU MLP) is 06_model.py's decoder at
+that preset (random weights, nothing downloaded), its modules annotated by path as there; --mlp liger and fused swap
+its MLPs for Liger's or this suite's GeGLU or SwiGLU, as 06_model.py --mlp does.
 
 What to look for (guess first, then look; all but the last are checked after the run):
 - the three phases in every step, each with its own GPU time (CPU time on a CPU).
@@ -70,8 +72,10 @@ IMPLEMENTATIONS = {"for-loop": {"foreach": False}, "foreach": {"foreach": True},
 # momentum buffer and update.
 OPS_PER_PARAMETER = {"adamw": 3, "sgd": 2}
 SNAPSHOT_ENTRIES = 200_000  # allocation events the CUDA memory snapshot keeps (the last ones)
-# fused_geglu.FusedGeGLUMLP's two training modes: g and u saved by the forward kernel, or recomputed in backward
+# fused_geglu.FusedGatedMLP's two training modes: g and u saved by the forward kernel, or recomputed in backward
 FUSED = {"fused": False, "fused-recompute": True}  # --mlp -> its recompute=
+# --model: the post's MLP, or one of 06_model.py's PRESETS (not imported here: it imports transformers, slow to load)
+MODELS = ("mlp", "tiny", "gemma-2b", "tiny-llama", "llama-1b")
 
 
 class MLPStack(nn.Module):
@@ -132,17 +136,34 @@ def build_mlp(args, run):
     return MLPStack(blocks, args.checkpoint).to(run.device, run.dtype).train()
 
 
-def swapped(kind, block, d, h):
-    """Liger's LigerGEGLUMLP or this suite's FusedGeGLUMLP with `block`'s weights (same parameter names)."""
+def eager_mlp(d, h, act="gelu_tanh"):
+    """The eager gated MLP: the post's SimpleGeGLUMLP, or for SwiGLU (act="silu") transformers' LlamaMLP (Qwen's and
+    Mistral's are the same module). Same parameter names (gate_proj, up_proj, down_proj): the benchmarks' eager peer."""
+    if act != "silu":
+        return SimpleGeGLUMLP(d, h)
+    from transformers import LlamaConfig  # slow to import: only when asked
+    from transformers.models.llama.modeling_llama import LlamaMLP
+    # one attention head: a config's check that heads divide the width, which the MLP does not read
+    return LlamaMLP(LlamaConfig(hidden_size=d, intermediate_size=h, hidden_act="silu", num_attention_heads=1,
+                                num_key_value_heads=1))
+
+
+def swapped(kind, block, d, h, act="gelu_tanh"):
+    """Liger's LigerGEGLUMLP (LigerSwiGLUMLP with act="silu") or this suite's FusedGatedMLP with `block`'s weights
+    (same parameter names)."""
     try:
-        if kind == "liger":
+        if kind == "liger" and act == "silu":
+            from liger_kernel.transformers.swiglu import LigerSwiGLUMLP
+
+            new = LigerSwiGLUMLP(importlib.import_module("03_kernels_mlp").Config(d, h, hidden_act="silu"))
+        elif kind == "liger":
             from liger_kernel.transformers.geglu import LigerGEGLUMLP
 
             new = LigerGEGLUMLP(importlib.import_module("03_kernels_mlp").Config(d, h))
         else:
-            from fused_geglu import FusedGeGLUMLP
+            from fused_geglu import FusedGatedMLP
 
-            new = FusedGeGLUMLP(d, h, recompute=FUSED[kind])
+            new = FusedGatedMLP(d, h, act, recompute=FUSED[kind])
     except ImportError as e:
         raise common.Fail(f"--mlp {kind} needs the {e.name or '?'} package, which is not installed here") from None
     new.load_state_dict(block.state_dict())
@@ -178,13 +199,15 @@ def build_lm(args, run, model06):
 
 def main():
     p = common.parser(__doc__, batch=64, seq=128, dim=768, hidden=3072)
-    p.add_argument("--model", choices=["mlp", "tiny", "gemma-2b"], default="mlp",
-                   help="the post's MLP, or 06_model.py's decoder at a preset (--dim/--hidden then come from it)")
+    p.add_argument("--model", choices=MODELS, default="mlp",
+                   help="the post's MLP, or 06_model.py's decoder at a preset: Gemma's (tiny, gemma-2b) or Llama's "
+                   "(tiny-llama, llama-1b; a SwiGLU MLP); --dim/--hidden then come from it")
     p.add_argument("--layers", type=common.int_arg(1, 1000), default=None,
                    help="MLPs in a row, or decoder layers (default: 1 MLP; the preset's layers)")
     p.add_argument("--mlp", choices=["eager", "liger", *FUSED], default="eager",
-                   help="the MLP: PyTorch ops, Liger's LigerGEGLUMLP or fused_geglu.FusedGeGLUMLP (CUDA only; fused "
-                   "saves g and u for backward, fused-recompute rebuilds them there)")
+                   help="the MLP: PyTorch ops, Liger's LigerGEGLUMLP (LigerSwiGLUMLP for a SwiGLU model) or "
+                   "fused_geglu.FusedGatedMLP (CUDA only; fused saves g and u for backward, fused-recompute rebuilds "
+                   "them there)")
     p.add_argument("--optimizer", choices=list(OPTIMIZERS), default="adamw",
                    help="torch.optim.AdamW (lr 1e-4) or SGD with momentum 0.9 (lr 1e-3)")
     p.add_argument("--optim-impl", choices=list(IMPLEMENTATIONS), default="foreach",

@@ -1,8 +1,9 @@
-"""Eager, torch.compile, max-autotune, Liger and the epilogue-fused GeGLU MLP forward, side by side on one GPU.
+"""Eager, torch.compile, max-autotune, Liger and the epilogue-fused GeGLU (or SwiGLU) MLP forward, side by side.
 
     python3 bench.py                                   # on the GPU machine: the "models" sweep (~5 min)
     uv run bench.py --sweep post --out bench_results/bench.json
     uv run bench.py --shapes 1x4096x11008,8192x768x3072
+    uv run bench.py --sweep swiglu --out bench_results/bench_swiglu.json   # SiLU: Llama/Qwen widths
 
 A shape is tokens x dim x hidden; 8192 x 768 x 3072 is the post's (batch 64 x seq 128). The default sweep
 ("models") is how models run an MLP: the post's shape and a quarter of it; decode (M = 1, 16, 64 tokens)
@@ -10,7 +11,9 @@ and prefill (M = 4096..16384) at Llama-2-7B (4096 -> 11008), Gemma-2B (2048 -> 1
 (4096 -> 14336) sizes; and an odd M. For each shape the variants read the same weights (one copy in memory:
 share_weights) and are checked against an fp32 reference before anything is timed (correct before fast). Each
 forward is then timed in ROUNDS interleaved rounds (time_interleaved: one call of each variant in turn, the first one
-rotated each round); the table shows the median of the rounds.
+rotated each round); the table shows the median of the rounds. --activation silu (the swiglu sweep's default) times
+the SwiGLU MLP instead: transformers' LlamaMLP eager and compiled, Liger's LigerSwiGLUMLP, FusedGatedMLP("silu")
+(07_train_step.py's eager_mlp and swapped make the variants).
 
 The timer: CUDA events around each call, median over ~100 ms of calls, L2 evicted before every call by
 *reading* 256 MB. (triton.testing.do_bench evicts by writing zeros: the dirty lines it leaves are written
@@ -43,7 +46,6 @@ import platform
 import statistics
 import sys
 import time
-import types
 from pathlib import Path
 
 import torch
@@ -62,6 +64,10 @@ SWEEPS = {
         "1x4096x14336", "8192x4096x14336",  # Llama-3-8B
     ]),
     "post": "8192x768x3072,2048x768x3072,8192x4096x14336",
+    # SwiGLU (--activation silu) at Llama-3-8B, Qwen2-7B and Qwen2-0.5B widths: decode, an odd M, prefill (not
+    # 1x896x4864: a held-out width of results/bench_unlisted_h200.json)
+    "swiglu": "1x4096x14336,64x4096x14336,4096x4096x14336,1x3584x18944,1000x3584x18944,4096x3584x18944,16x896x4864,"
+              "4096x896x4864",
     # Between decode and prefill (chunked prefill, batched decode) at Gemma-2-2B, Llama-2-7B and Llama-3-8B
     # widths, plus odd M: as many shapes as "models" again, so a sweep of its own (~5 min on the H200).
     "middle": ",".join([f"{M}x{width}" for width in ("2304x9216", "4096x11008", "4096x14336")
@@ -69,6 +75,7 @@ SWEEPS = {
 }
 # max-autotune compiles for ~20 s a shape (H200): by default only here, a decode, a prefill and the post's.
 MAX_AUTOTUNE_SHAPES = {(8192, 768, 3072), (1, 4096, 11008), (64, 4096, 11008), (4096, 4096, 11008)}
+MLP_NAMES = {"gelu_tanh": "GeGLU", "silu": "SwiGLU"}  # by fused_geglu.ACTIVATIONS (imported on a GPU: needs Triton)
 GRAPH_MAX_M = 128  # CUDA-graph replays where host time matters: few tokens, short kernels
 # The GPU's clock follows its power draw and heat: on the H200 the same eager forward took 4.39 and
 # 4.84 ms minutes apart at the large shape. Rounds with a rotating order keep any variant from always
@@ -116,7 +123,9 @@ def parse_args(argv=None):
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16", help="weights and activations (default bf16)")
     p.add_argument("--sweep", choices=sorted(SWEEPS), default="models",
                    help="named list of shapes: models (decode and prefill at model sizes, default), middle "
-                        "(M = 128..768 and odd M at three model widths) or post")
+                        "(M = 128..768 and odd M at three model widths), post, or swiglu (Llama/Qwen widths)")
+    p.add_argument("--activation", choices=list(MLP_NAMES), help="the gated MLP's: gelu_tanh (GeGLU, the default) or "
+                   "silu (SwiGLU, the swiglu sweep's default)")
     p.add_argument("--shapes", type=shape_list, help="comma-separated MxDIMxHIDDEN, M = tokens (instead of --sweep)")
     p.add_argument("--max-autotune", choices=["some", "all", "none"], default="some",
                    help="where to run the max-autotune-no-cudagraphs peer (default some: MAX_AUTOTUNE_SHAPES)")
@@ -124,6 +133,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.shapes is None:
         args.shapes = shape_list(SWEEPS[args.sweep])
+    args.activation = args.activation or ("silu" if args.sweep == "swiglu" else "gelu_tanh")
     return args
 
 
@@ -337,13 +347,11 @@ def share_weights(source, *modules):
             getattr(module, name).weight = getattr(source, name).weight
 
 
-def build_variants(M, dim, hidden, dtype, max_autotune):
-    SimpleGeGLUMLP = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP
-    from fused_geglu import FusedGeGLUMLP
-
-    eager = SimpleGeGLUMLP(dim, hidden).cuda().to(dtype).eval()
-    fused = FusedGeGLUMLP(dim, hidden).cuda().to(dtype).eval()
-    fused.load_state_dict(eager.state_dict())  # same parameter names; gate and up end in one storage (packed)
+def build_variants(M, dim, hidden, dtype, max_autotune, act="gelu_tanh"):
+    mlps = importlib.import_module("07_train_step")  # the eager MLP, Liger's and the fused one, for this activation
+    eager = mlps.eager_mlp(dim, hidden, act).cuda().to(dtype).eval()
+    # same parameter names; gate and up end in one storage (packed)
+    fused = mlps.swapped("fused", eager, dim, hidden, act).cuda().to(dtype).eval()
     share_weights(fused, eager)  # the old copy is freed: one copy of the weights in memory, read by every variant
     variants = {"eager": eager, "compile": torch.compile(eager, dynamic=False)}
     if max_autotune:  # its own module: two compiled wrappers never share Dynamo's cache entry; the same weights
@@ -351,24 +359,21 @@ def build_variants(M, dim, hidden, dtype, max_autotune):
         share_weights(fused, own)
         variants["max-autotune"] = torch.compile(own, mode="max-autotune-no-cudagraphs", dynamic=False)
     try:
-        from liger_kernel.transformers.geglu import LigerGEGLUMLP
-    except ImportError:
-        LigerGEGLUMLP = None  # reported as a skipped variant, never as a time
-    if LigerGEGLUMLP is not None:
-        config = types.SimpleNamespace(hidden_size=dim, intermediate_size=hidden, hidden_act="gelu_pytorch_tanh")
-        variants["liger"] = LigerGEGLUMLP(config).cuda().to(dtype).eval()
+        variants["liger"] = mlps.swapped("liger", eager, dim, hidden, act).cuda().to(dtype).eval()
         share_weights(fused, variants["liger"])
+    except common.Fail:  # liger-kernel not installed: reported as a skipped variant, never as a time
+        pass
     variants["fused"] = fused
-    reference = SimpleGeGLUMLP(dim, hidden).cuda().float().eval()
+    reference = mlps.eager_mlp(dim, hidden, act).cuda().float().eval()
     reference.load_state_dict(eager.state_dict())
     return variants, reference
 
 
-def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune):
+def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune, act="gelu_tanh"):
     from fused_geglu import down_proj, geglu, kernel_path, packs_gate_up, small_m_config
 
     torch._dynamo.reset()  # a fresh cache per shape: no recompile limit across a long sweep
-    variants, reference = build_variants(M, dim, hidden, dtype, max_autotune)
+    variants, reference = build_variants(M, dim, hidden, dtype, max_autotune, act)
     x = torch.randn(M, dim, device="cuda", dtype=dtype)
     with torch.inference_mode():
         ref = reference(x.float())
@@ -383,7 +388,7 @@ def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune):
             # Correct before fast: a wrong variant stops the run before any number is printed.
             if not (math.isfinite(errors[name]) and errors[name] <= tol):
                 raise AssertionError(f"{name} at {M}x{dim}x{hidden}: relative error {errors[name]:.2e} > {tol:.0e}")
-    result = {"M": M, "dim": dim, "hidden": hidden,
+    result = {"M": M, "dim": dim, "hidden": hidden, "activation": act,
               **roofline(M, dim, hidden, x.element_size(), ceiling, bandwidth), "variants": {}, "parts": {}}
     # model=model binds each variant now, not the loop's last value.
     calls = {name: (lambda model=model: model(x)) for name, model in variants.items()}
@@ -405,13 +410,13 @@ def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune):
     fused = variants["fused"]
     w_gate, w_up = fused.gate_proj.weight.detach(), fused.up_proj.weight.detach()
     w_cat = torch.cat([w_gate, w_up])  # cuBLAS's best case, one GEMM: made here for the comparison only
-    m = geglu(x, w_gate, w_up)
+    m = geglu(x, w_gate, w_up, activation=act)
     w_down = fused.down_proj.weight.detach()
     result["fused_path"] = kernel_path(x, w_gate, w_up)
     # cuBLAS: gate and up as one GEMM over the packed weights, or as two (fused_geglu.packs_gate_up); None: a kernel
     result["fused_gate_up_gemms"] = (1 if packs_gate_up(x.device, M, dim) else 2) if result["fused_path"] == "torch" \
         else None
-    parts = {"fused geglu kernel": graph_replay(lambda: geglu(x, w_gate, w_up)),
+    parts = {"fused geglu kernel": graph_replay(lambda: geglu(x, w_gate, w_up, activation=act)),
              "cuBLAS gate+up GEMM": graph_replay(lambda: F.linear(x, w_cat)),
              "cuBLAS down_proj GEMM": graph_replay(lambda: F.linear(m, w_down))}
     if small_m_config(M, "down") is not None:
@@ -436,7 +441,8 @@ def fused_vs_best(r):
 
 def shape_lines(r, ceiling, bandwidth):
     """One shape's table: every variant's time, spread, fraction of the floor and error; host time; the parts."""
-    lines = [f"\nM={r['M']} dim={r['dim']} hidden={r['hidden']}: {r['flops'] / 1e9:.1f} GFLOP, "
+    swiglu = " SwiGLU" if r.get("activation") == "silu" else ""  # records before SwiGLU: GeGLU, and no word
+    lines = [f"\nM={r['M']} dim={r['dim']} hidden={r['hidden']}{swiglu}: {r['flops'] / 1e9:.1f} GFLOP, "
              f"{r['bytes'] / 1e6:.0f} MB; floor {r['floor_us']:.1f} µs, {r['bound']}-bound (compute "
              f"{r['floor_compute_us']:.1f} µs at {ceiling:.0f} TFLOP/s, memory {r['floor_memory_us']:.1f} µs at "
              f"{bandwidth:.2f} TB/s)",
@@ -502,7 +508,8 @@ def markdown_table(record, path="results/bench_h200.json"):
     agree)."""
     names = ["eager", "compile", "max-autotune", "liger"]
     lines = [f"Measured on {record['date'][:10]} on an {record['device']} (torch {record['torch']}, triton "
-             f"{record['triton']}, CUDA {record['cuda']}, liger-kernel {record['liger_kernel']}, {record['dtype']}); "
+             f"{record['triton']}, CUDA {record['cuda']}, liger-kernel {record['liger_kernel']}, {record['dtype']}"
+             f"{', the ' + MLP_NAMES['silu'] + ' MLP' if record.get('activation') == 'silu' else ''}); "
              f"ceilings {record['ceiling_tflops']:.0f} TFLOP/s (GEMM) and {record['copy_tbps']:.2f} TB/s (copy). "
              f"µs, median of {len(record['shapes'][0]['variants']['eager']['rounds_us'])} rounds; full record: `{path}` and `.txt`.", "",
              "| M×dim→hidden | floor (bound) | eager | compile | max-autotune | Liger | fused (of floor) "
@@ -552,7 +559,7 @@ def main(argv=None):
     results = []
     record = {
         **versions("cuda"), "liger_kernel": liger_version,
-        "dtype": args.dtype,
+        "dtype": args.dtype, "activation": args.activation,
         "timer": f"CUDA events, median over ~100 ms of calls, L2 evicted by a 256 MB read before each call; "
                  f"middle of {ROUNDS} {INTERLEAVED}",
         "weights": WEIGHTS,
@@ -572,7 +579,8 @@ def main(argv=None):
     try:
         for M, dim, hidden in args.shapes:
             tuned = {"all": True, "none": False, "some": (M, dim, hidden) in MAX_AUTOTUNE_SHAPES}[args.max_autotune]
-            results.append(bench_shape(M, dim, hidden, dtype, common.TOLERANCE[dtype], ceiling, bandwidth, tuned))
+            results.append(bench_shape(M, dim, hidden, dtype, common.TOLERANCE[dtype], ceiling, bandwidth, tuned,
+                                       args.activation))
             print("\n".join(shape_lines(results[-1], ceiling, bandwidth)))
             partial.write_text(json.dumps(record, indent=2) + "\n")
     except AssertionError as e:
@@ -582,7 +590,7 @@ def main(argv=None):
     print("\n".join(summary_lines(results)))
     print(write_record(args.out, record, table_text(record).splitlines()))
     partial.unlink(missing_ok=True)
-    print(bench_chart_next_to(record, args.out, "GeGLU MLP forward"))  # the same numbers, as bars
+    print(bench_chart_next_to(record, args.out, f"{MLP_NAMES[args.activation]} MLP forward"))  # the numbers, as bars
     return 0
 
 

@@ -1,6 +1,7 @@
 """Training, benchmarked: the GeGLU MLP's forward + backward, then a model's whole training step, against a floor.
 
     python3 bench_train.py                       # on the GPU machine: 3 MLP shapes, then Gemma-2B at 2 layers (~4 min)
+    python3 bench_train.py --activation silu     # SwiGLU: 3 Llama/Qwen MLP shapes, then Llama-3.2-1B's shape at 2 layers
     uv run bench_train.py --device cpu           # tiny shapes on the CPU: the same code path, no numbers to quote
 
 MLP (forward + backward): the post's SimpleGeGLUMLP (eager), torch.compile of it, Liger's LigerGEGLUMLP (its own
@@ -8,7 +9,8 @@ fused backward) and this suite's FusedGeGLUMLP (gate, up and GeGLU in one Triton
 backward in one more) in its two training modes: "fused" saves g and u from the forward kernel, "fused-recompute"
 saves neither and recomputes them with two GEMMs in backward; "compile-fused" is torch.compile of the fused module
 (its ops in Inductor's graph). All with the same weights, at the post's shape (8192 tokens, 768 -> 3072) and two
-model sizes. One timed call: the gradients set to None, y = mlp(x), y.backward(dy) with a fixed dy; x wants a
+model sizes. --activation silu: the SwiGLU MLP (transformers' LlamaMLP, Liger's LigerSwiGLUMLP, FusedGatedMLP("silu"):
+07_train_step.py's eager_mlp and swapped) at Llama-3-8B, Qwen2-7B and Qwen2-0.5B widths, and a Llama-shaped model. One timed call: the gradients set to None, y = mlp(x), y.backward(dy) with a fixed dy; x wants a
 gradient too (it stands for the previous layer's output, as in 07_train_step.py). Then the model's training step as
 07_train_step.py builds it (06_model.py's decoder, the MLP swapped by --mlp, weights copied; compile: torch.compile
 of the eager one, compile-fused of the one with the fused MLP): zero_grad(set_to_none=True), the language-model
@@ -65,6 +67,9 @@ DEFAULTS = {"cuda": {"shapes": "8192x768x3072,4096x2048x16384,4096x4096x11008", 
 # whole model's gradients gather that over its layers.
 GRAD_TOLERANCE = {torch.bfloat16: 5e-2, torch.float16: 1e-2, torch.float32: 1e-4}
 NEEDS_CUDA = "runs Triton kernels, which need a CUDA GPU"
+# --activation silu: Llama-3-8B's, Qwen2-7B's and Qwen2-0.5B's MLP at 4096 tokens; a Llama preset for the step
+SWIGLU_DEFAULTS = {"cuda": {"shapes": "4096x4096x14336,4096x3584x18944,4096x896x4864", "model": "llama-1b"},
+                   "cpu": {"model": "tiny-llama"}}
 
 
 def parse_args(argv=None):
@@ -73,15 +78,19 @@ def parse_args(argv=None):
     p.add_argument("--dtype", choices=sorted(DTYPES), help="weights and activations (default bf16; CPU fp32)")
     p.add_argument("--shapes", help="the MLP's shapes, comma-separated TOKENSxDIMxHIDDEN (default: the post's and two "
                    "model sizes; CPU tiny)")
-    p.add_argument("--model", choices=["gemma-2b", "tiny", "none"], help="06_model.py's preset for the training step "
-                   "(default gemma-2b; CPU tiny; none: the MLP only)")
+    p.add_argument("--model", choices=["gemma-2b", "tiny", "llama-1b", "tiny-llama", "none"],
+                   help="06_model.py's preset for the training step (default gemma-2b, with --activation silu "
+                   "llama-1b; CPU tiny, tiny-llama; none: the MLP only)")
+    p.add_argument("--activation", choices=["gelu_tanh", "silu"], default="gelu_tanh",
+                   help="the MLP's: gelu_tanh (GeGLU, default) or silu (SwiGLU)")
     p.add_argument("--layers", type=common.int_arg(1, 1000), help="decoder layers (default 2)")
     p.add_argument("--batch", type=common.int_arg(1, 1 << 16), help="sequences (default 4; CPU 2)")
     p.add_argument("--seq", type=common.int_arg(2, 1 << 20), help="tokens per sequence (default 512; CPU 32)")
     p.add_argument("--variants", metavar="LIST", help=f"among {','.join(VARIANTS)} (default all; CPU eager,compile)")
     p.add_argument("--out", type=Path, default=Path("bench_results/bench_train.json"), help="JSON record to write")
     args = p.parse_args(argv)
-    for key, value in DEFAULTS[args.device].items():
+    for key, value in {**DEFAULTS[args.device], **(SWIGLU_DEFAULTS[args.device] if args.activation == "silu" else {})
+                       }.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     try:
@@ -150,9 +159,9 @@ def timed(calls, checks, skipped, floor_us, tol, cuda, what):
 
 # ------------------------------------------------------------------------------------------------ the MLP
 
-def mlp_variants(dim, hidden, run, names, skipped):
+def mlp_variants(dim, hidden, run, names, skipped, act="gelu_tanh"):
     """{name: module} with the eager MLP's weights, and the fp32 reference; what cannot run here goes to skipped."""
-    eager = train07.SimpleGeGLUMLP(dim, hidden).to(run.device, run.dtype)
+    eager = train07.eager_mlp(dim, hidden, act).to(run.device, run.dtype)
     modules = {}
     for name in names:
         if name == "eager":
@@ -163,7 +172,8 @@ def mlp_variants(dim, hidden, run, names, skipped):
             skipped[name] = NEEDS_CUDA
         else:
             try:
-                module = train07.swapped(name.removeprefix("compile-"), eager, dim, hidden).to(run.device, run.dtype)
+                module = train07.swapped(name.removeprefix("compile-"), eager, dim, hidden, act).to(run.device,
+                                                                                                    run.dtype)
             except common.Fail as e:  # liger-kernel not installed
                 skipped[name] = str(e)
                 continue
@@ -171,9 +181,9 @@ def mlp_variants(dim, hidden, run, names, skipped):
     return modules, copy.deepcopy(eager).float()
 
 
-def mlp_case(M, dim, hidden, run, names, ceiling, tol):
+def mlp_case(M, dim, hidden, run, names, ceiling, tol, act="gelu_tanh"):
     skipped = {}
-    modules, reference = mlp_variants(dim, hidden, run, names, skipped)
+    modules, reference = mlp_variants(dim, hidden, run, names, skipped, act)
     x = torch.randn(M, dim, device=run.device, dtype=run.dtype, requires_grad=True)
     dy = torch.randn(M, dim, device=run.device, dtype=run.dtype)
 
@@ -202,7 +212,9 @@ def mlp_case(M, dim, hidden, run, names, ceiling, tol):
     forward = 6 * M * dim * hidden
     floor_us = 3 * forward / ceiling / 1e6
     variants = timed(calls, checks, skipped, floor_us, tol, run.cuda, f"MLP {M}x{dim}x{hidden}")
-    return {"label": f"MLP fwd+bwd {M}x{dim}x{hidden}", "kind": "mlp", "M": M, "dim": dim, "hidden": hidden,
+    swiglu = "SwiGLU " if act == "silu" else ""  # records before SwiGLU: GeGLU, and no word
+    return {"label": f"{swiglu}MLP fwd+bwd {M}x{dim}x{hidden}", "kind": "mlp", "M": M, "dim": dim, "hidden": hidden,
+            "activation": act,
             "forward_flops": forward, "flops": 3 * forward, "floor_us": floor_us, "bound": "compute",
             "variants": variants, "skipped": skipped}
 
@@ -351,7 +363,7 @@ def main(argv=None):
               "floor": "3 x forward GEMM FLOPs / ceiling_tflops (backward's GEMMs do twice forward's)",
               "timed": {"mlp": "grads to None, y = mlp(x), y.backward(dy); x wants a gradient",
                         "model": "07_train_step.py's step: zero_grad, LM loss, backward, AdamW foreach step"},
-              "grad_tolerance": GRAD_TOLERANCE[dtype], "shapes": []}
+              "grad_tolerance": GRAD_TOLERANCE[dtype], "activation": args.activation, "shapes": []}
     table = [f"{record['device']}: {args.dtype} GEMM ceiling {flop_rate(ceiling)} (measured now"
              f"{'' if cuda else ': ' + bench.CPU_CEILINGS})"]
     print(table[0])
@@ -359,7 +371,7 @@ def main(argv=None):
     try:
         for M, dim, hidden in args.shapes:
             torch._dynamo.reset()  # a fresh cache per shape: no recompile limit across the sweep
-            record["shapes"].append(mlp_case(M, dim, hidden, run, args.variants, ceiling, tol))
+            record["shapes"].append(mlp_case(M, dim, hidden, run, args.variants, ceiling, tol, args.activation))
             table += case_lines(record["shapes"][-1])
             print("\n".join(case_lines(record["shapes"][-1])))
         if args.model != "none":

@@ -1,4 +1,5 @@
-"""The GeGLU MLP with its gate and up projections fused into one Triton kernel.
+"""The GeGLU MLP (and the SwiGLU one: the same kernels, the activation a compile-time choice) with its gate and up
+projections fused into one Triton kernel.
 
 The post ends with `torch.compile` and Liger fusing GeLU * mul into one kernel. That kernel still
 has to read the gate and up projections back from HBM: cuBLAS writes g = x @ Wg^T and u = x @ Wu^T
@@ -14,13 +15,15 @@ beyond its parameters but a split-K workspace under 1 MB.
 The files, each importing only the ones listed before it:
     machine.py   where a call runs: Triton's interpreter or a GPU (its compute capability and SM count, Triton's
                  driver), the current device and stream, TMA descriptors where this Triton has them, a compile trace
-    kernels.py   the @triton.jit kernels (TMA, pointer, small-M, pointwise, backward) and their tile configs
+    kernels.py   the @triton.jit kernels (TMA, pointer, small-M, pointwise, backward), GeGLU's or SwiGLU's epilogue
+                 by their constexpr ACT (ACTIVATIONS), and their tile configs
     table.py     the tuned table (fused_geglu_tuned.json, beside this package) and `plan`: which kernel and tile run
     launcher.py  launching with little host time: the compiled kernel's own launcher, plans kept per shape, the
                  split-K workspace, each kernel's arguments (TMA descriptors included)
     ops.py       geglu, down_proj and mlp (the eager launchers) and their torch.library ops for torch.compile
     training.py  the backward: its kernel's launches, the backward ops, the ops' autograd, eager training's Function
-    module.py    FusedGeGLUMLP, the nn.Module, with the parameter names of SimpleGeGLUMLP in 03_simple_mlp.py
+    module.py    FusedGatedMLP (activation="gelu_tanh" or "silu"), FusedGeGLUMLP and FusedSwiGLUMLP, the nn.Modules,
+                 with the parameter names of SimpleGeGLUMLP in 03_simple_mlp.py and of transformers' gated MLPs
 
 A file reads what a test or a script may change at run time through the module that holds it (machine.INTERPRET,
 table.TORCH_WHERE_FASTER, table.plan, launcher.launch, launcher.plans, ...), never a copy of its own: a test patches
@@ -32,17 +35,17 @@ import types
 
 # Triton: Linux wheels only (pyproject.toml); the scripts import this package once they know it is there.
 from . import kernels, launcher, machine, module, ops, table, training  # noqa: F401 - the files, for tests
-from .kernels import (HOPPER_CONFIG, INTERPRETER_CONFIG, INTERPRETER_SMALL_M_CONFIGS, PORTABLE_CONFIG,
+from .kernels import (ACTIVATIONS, HOPPER_CONFIG, INTERPRETER_CONFIG, INTERPRETER_SMALL_M_CONFIGS, PORTABLE_CONFIG,
                       POINTWISE_BLOCK, SMALL_M_CONFIGS)
 from .launcher import KEPT_PARTIALS
 from .machine import INTERPRET, TensorDescriptor
-from .module import FusedGeGLUMLP
+from .module import FusedGatedMLP, FusedGeGLUMLP, FusedSwiGLUMLP
 from .ops import down_proj, down_proj_op, geglu, geglu_op, geglu_saving_gu, geglu_saving_gu_op, mlp, mlp_plan
 from .table import (KERNELS, TUNED_TABLE, default_config, kernel_path, packed, packs_gate_up, plan, show_the_kernel,
                     small_m_config, table_rows, tuned_to_torch)
 from .training import backward_in_place, geglu_backward_, geglu_backward_op
 
-__all__ = ["FusedGeGLUMLP", "geglu", "geglu_saving_gu", "down_proj", "mlp", "mlp_plan", "geglu_op",
+__all__ = ["FusedGatedMLP", "FusedGeGLUMLP", "FusedSwiGLUMLP", "ACTIVATIONS", "geglu", "geglu_saving_gu", "down_proj", "mlp", "mlp_plan", "geglu_op",
            "geglu_saving_gu_op", "down_proj_op", "backward_in_place", "geglu_backward_", "geglu_backward_op", "plan",
            "kernel_path", "default_config", "small_m_config", "packed", "packs_gate_up", "tuned_to_torch",
            "show_the_kernel", "table_rows", "TUNED_TABLE", "KERNELS", "HOPPER_CONFIG", "PORTABLE_CONFIG",

@@ -3,7 +3,11 @@
 One kernel computes each output tile of m from a tile of x and the matching rows of Wg and Wu,
 
     g = x_tile @ Wg_tile^T,  u = x_tile @ Wu_tile^T   (two fp32 accumulators in registers, one x tile)
-    m_tile = gelu_tanh(g) * u                        (the "epilogue"), stored once as bf16
+    m_tile = act(g) * u                              (the "epilogue"), stored once as bf16
+
+with act = gelu_tanh (GeGLU: Gemma) or silu (SwiGLU: Llama, Qwen, Mistral), a compile-time choice (the constexpr ACT,
+last in each kernel's parameters, GeGLU by default): the same kernels, and their names in a trace, for both. The
+names say "geglu" for both activations: traces and the trace reader know them by these names.
 
 so g and u never exist in HBM: 2 x 50 MB written and 2 x 50 MB read back are gone at the post's shape, and only m
 (50 MB) is stored. The kernels read both weights where they are (two pointers, or two TMA descriptors).
@@ -33,15 +37,30 @@ import triton  # Linux wheels only (pyproject.toml): scripts import this package
 import triton.language as tl
 
 
+# The activation of the gated MLP, a compile-time choice of every kernel below (ACT, a constexpr: one compiled kernel
+# per activation, no branch at run time): "gelu_tanh" (GeGLU: Gemma) or "silu" (SwiGLU: Llama, Qwen, Mistral).
+ACTIVATIONS = ("gelu_tanh", "silu")
+
+
 @triton.jit
-def _geglu_epilogue(g, u, FAST_TANH: tl.constexpr):
+def _hardware_tanh(y):
+    # bf16 output on a GPU: the hardware's tanh, one instruction (relative error about 2^-11, below bf16's rounding,
+    # 2^-9), where the exact forms below take an exp and a division.
+    return tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f", [y], dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _glu_epilogue(g, u, FAST_TANH: tl.constexpr, ACT: tl.constexpr):
+    """act(g) * u in fp32: act = gelu_tanh (GeGLU) or silu (SwiGLU)."""
+    if ACT == "silu":
+        if FAST_TANH:  # sigmoid(g) = 0.5 * (1 + tanh(g / 2)): one hardware tanh, as GeLU's fast form below
+            return 0.5 * g * (1.0 + _hardware_tanh(0.5 * g)) * u
+        # silu(g) = g * sigmoid(g) = g / (1 + exp(-g)); very negative g: exp(-g) -> inf, g/inf = -0, no NaN.
+        return g / (1.0 + tl.exp(-g)) * u
     if FAST_TANH:
-        # bf16 output on a GPU: the hardware's tanh, one instruction (relative error about 2^-11, below bf16's
-        # rounding, 2^-9). At K = 768 the epilogue is a tenth of a tile's time and this halves it: 8% faster
-        # gate/up at the post's shape on the H200.
-        t = tl.inline_asm_elementwise("tanh.approx.f32 $0, $1;", "=f,f",
-                                      [0.7978845608028654 * (g + 0.044715 * g * g * g)],  # sqrt(2/pi) * (...)
-                                      dtype=tl.float32, is_pure=True, pack=1)
+        # At K = 768 the epilogue is a tenth of a tile's time and the hardware tanh halves it: 8% faster gate/up at
+        # the post's shape on the H200.
+        t = _hardware_tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))  # sqrt(2/pi) * (...)
         return 0.5 * g * (1.0 + t) * u
     # gelu_tanh(g) = 0.5 * g * (1 + tanh(y)) with y = sqrt(2/pi) * (g + 0.044715 g^3),
     # and 0.5 * (1 + tanh(y)) = 1 / (1 + exp(-2y)): one exp and no libdevice tanh, which the CPU
@@ -51,27 +70,29 @@ def _geglu_epilogue(g, u, FAST_TANH: tl.constexpr):
 
 
 @triton.jit
-def _geglu_pointwise_kernel(g_ptr, u_ptr, m_ptr, n, FAST_TANH: tl.constexpr, BLOCK: tl.constexpr):
-    # m = gelu_tanh(g) * u over contiguous g, u and m, in fp32: the "torch" path's GeGLU on a GPU, one pass over
-    # g and u where PyTorch's GeLU and mul make two (the same epilogue as the fused kernels).
+def _geglu_pointwise_kernel(g_ptr, u_ptr, m_ptr, n, FAST_TANH: tl.constexpr, BLOCK: tl.constexpr,
+                            ACT: tl.constexpr = "gelu_tanh"):
+    # m = act(g) * u over contiguous g, u and m, in fp32: the "torch" path's GeGLU (or SwiGLU) on a GPU, one pass over
+    # g and u where PyTorch's activation and mul make two (the same epilogue as the fused kernels).
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # int64: M * N can pass 2^31
     mask = offs < n
     g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(m_ptr + offs, _geglu_epilogue(g, u, FAST_TANH).to(m_ptr.dtype.element_ty), mask=mask)
+    tl.store(m_ptr + offs, _glu_epilogue(g, u, FAST_TANH, ACT).to(m_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _geglu_packed_kernel(gu_ptr, n, row_stride, FAST_TANH: tl.constexpr, BLOCK: tl.constexpr):
+def _geglu_packed_kernel(gu_ptr, n, row_stride, FAST_TANH: tl.constexpr, BLOCK: tl.constexpr,
+                         ACT: tl.constexpr = "gelu_tanh"):
     # The same GeGLU over rows of [g | u], one [tokens, 2 * hidden] output of one cuBLAS GEMM over the packed gate and
-    # up weights: m = gelu_tanh(g) * u written over g (row r's m is row r's first n elements; each element is read
+    # up weights: m = act(g) * u written over g (row r's m is row r's first n elements; each element is read
     # before it is written). Grid: (rows, column blocks).
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     row = gu_ptr + tl.program_id(0).to(tl.int64) * row_stride  # int64: rows * 2 * hidden can pass 2^31
     g = tl.load(row + offs, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(row + n + offs, mask=mask, other=0.0).to(tl.float32)
-    tl.store(row + offs, _geglu_epilogue(g, u, FAST_TANH).to(gu_ptr.dtype.element_ty), mask=mask)
+    tl.store(row + offs, _glu_epilogue(g, u, FAST_TANH, ACT).to(gu_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -99,8 +120,10 @@ def _upcast(t, UPCAST: tl.constexpr):
 def _geglu_tma_kernel(x_desc, wg_desc, wu_desc, m_desc, g_desc, u_desc, M, N, K,
                       BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
                       NUM_SMS: tl.constexpr, FLATTEN: tl.constexpr, UPCAST: tl.constexpr,
-                      FAST_TANH: tl.constexpr, ONE_DOT: tl.constexpr, SAVE_GU: tl.constexpr):
-    """m[M, N] = gelu_tanh(x @ Wg^T) * (x @ Wu^T), x [M, K], Wg and Wu [N, K]; persistent, TMA loads and stores.
+                      FAST_TANH: tl.constexpr, ONE_DOT: tl.constexpr, SAVE_GU: tl.constexpr,
+                      ACT: tl.constexpr = "gelu_tanh"):
+    """m[M, N] = act(x @ Wg^T) * (x @ Wu^T), x [M, K], Wg and Wu [N, K], act = gelu_tanh or silu (ACT); persistent,
+    TMA loads and stores.
 
     Two accumulators, or with ONE_DOT the gate and up tiles interleaved on chip (rows g0, u0, g1, u1...) into
     one [2 BN, BK] operand and one [BM, 2 BN] accumulator, split again in the epilogue: with FLATTEN, Triton
@@ -131,7 +154,7 @@ def _geglu_tma_kernel(x_desc, wg_desc, wu_desc, m_desc, g_desc, u_desc, M, N, K,
                 acc_u = tl.dot(x, wu.T, acc_u)
         if ONE_DOT:
             acc_g, acc_u = tl.split(tl.reshape(acc, (BM, BN, 2)))
-        m = _geglu_epilogue(acc_g, acc_u, FAST_TANH)
+        m = _glu_epilogue(acc_g, acc_u, FAST_TANH, ACT)
         # The TMA store clips the tile at the tensor's edges.
         m_desc.store([pid_m * BM, pid_n * BN], m.to(m_desc.dtype))
         if SAVE_GU:  # rounded to x's dtype, as cuBLAS would write g and u
@@ -167,9 +190,10 @@ def _dot_main_loop(x_ptr, wg_ptr, wu_ptr, offs_m, offs_n, offs_k, M, N, K, k_ste
 
 
 @triton.jit
-def _store_out(out_ptr, acc_g, acc_u, offs_m, offs_n, M, N, stride_om, GEGLU: tl.constexpr, FAST_TANH: tl.constexpr):
+def _store_out(out_ptr, acc_g, acc_u, offs_m, offs_n, M, N, stride_om, GEGLU: tl.constexpr, FAST_TANH: tl.constexpr,
+               ACT: tl.constexpr):
     if GEGLU:
-        tile = _geglu_epilogue(acc_g, acc_u, FAST_TANH)
+        tile = _glu_epilogue(acc_g, acc_u, FAST_TANH, ACT)
     else:
         tile = acc_g
     out_ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :]
@@ -180,7 +204,7 @@ def _store_out(out_ptr, acc_g, acc_u, offs_m, offs_n, M, N, stride_om, GEGLU: tl
 def _geglu_pointer_kernel(x_ptr, wg_ptr, wu_ptr, m_ptr, g_ptr, u_ptr, M, N, K, stride_xm, stride_wg, stride_wu,
                           stride_mm, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
                           DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, FAST_TANH: tl.constexpr,
-                          SAVE_GU: tl.constexpr):
+                          SAVE_GU: tl.constexpr, ACT: tl.constexpr = "gelu_tanh"):
     """Same computation as _geglu_tma_kernel with masked pointer loads: one program per tile. With SAVE_GU, g and u
     ([M, N] with m's strides) are stored too."""
     pid_m, pid_n = _tile_coords(tl.program_id(0), tl.cdiv(M, BM), tl.cdiv(N, BN), GROUP_M)
@@ -188,17 +212,18 @@ def _geglu_pointer_kernel(x_ptr, wg_ptr, wu_ptr, m_ptr, g_ptr, u_ptr, M, N, K, s
     offs_n = pid_n * BN + tl.arange(0, BN)
     acc_g, acc_u = _dot_main_loop(x_ptr, wg_ptr, wu_ptr, offs_m, offs_n, tl.arange(0, BK), M, N, K, tl.cdiv(K, BK),
                                   stride_xm, stride_wg, stride_wu, BM, BN, BK, True, UPCAST, DOT_PRECISION)
-    _store_out(m_ptr, acc_g, acc_u, offs_m, offs_n, M, N, stride_mm, True, FAST_TANH)
+    _store_out(m_ptr, acc_g, acc_u, offs_m, offs_n, M, N, stride_mm, True, FAST_TANH, ACT)
     if SAVE_GU:
-        _store_out(g_ptr, acc_g, acc_g, offs_m, offs_n, M, N, stride_mm, False, FAST_TANH)
-        _store_out(u_ptr, acc_u, acc_u, offs_m, offs_n, M, N, stride_mm, False, FAST_TANH)
+        _store_out(g_ptr, acc_g, acc_g, offs_m, offs_n, M, N, stride_mm, False, FAST_TANH, ACT)
+        _store_out(u_ptr, acc_u, acc_u, offs_m, offs_n, M, N, stride_mm, False, FAST_TANH, ACT)
 
 
 @triton.jit
 def _small_m_body(x_ptr, wg_ptr, wu_ptr, out_ptr, part_ptr, count_ptr, M, N, K, stride_xm, stride_wg, stride_wu,
                   stride_om, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
-                  GEGLU: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, FAST_TANH: tl.constexpr):
-    """Few tokens: gelu_tanh(x @ Wg^T) * (x @ Wu^T) (GEGLU), or x @ Wg^T alone (down_proj); x [M, K], W [N, K].
+                  GEGLU: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr, FAST_TANH: tl.constexpr,
+                  ACT: tl.constexpr):
+    """Few tokens: act(x @ Wg^T) * (x @ Wu^T) (GEGLU, act by ACT), or x @ Wg^T alone (down_proj); x [M, K], W [N, K].
 
     The weights dominate the bytes, so many small programs stream them: grid (M tiles, N tiles, SPLIT_K),
     the programs next to each other share a weight tile (L2 hits). Even at M = 1 a 16-row tensor-core tile
@@ -215,7 +240,7 @@ def _small_m_body(x_ptr, wg_ptr, wu_ptr, out_ptr, part_ptr, count_ptr, M, N, K, 
     acc_g, acc_u = _dot_main_loop(x_ptr, wg_ptr, wu_ptr, offs_m, offs_n, offs_k, M, N, K, k_steps, stride_xm,
                                   stride_wg, stride_wu, BM, BN, BK, GEGLU, UPCAST, DOT_PRECISION)
     if SPLIT_K == 1:
-        _store_out(out_ptr, acc_g, acc_u, offs_m, offs_n, M, N, stride_om, GEGLU, FAST_TANH)
+        _store_out(out_ptr, acc_g, acc_u, offs_m, offs_n, M, N, stride_om, GEGLU, FAST_TANH, ACT)
     else:
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
         # part is [SPLIT_K, M, N] fp32 per accumulator: the gate's (or the only one), then the up's.
@@ -235,7 +260,7 @@ def _small_m_body(x_ptr, wg_ptr, wu_ptr, out_ptr, part_ptr, count_ptr, M, N, K, 
                 total_g += tl.load(g_ptrs + s * M * N, mask=mask, other=0.0, cache_modifier=".cg")
                 if GEGLU:
                     total_u += tl.load(u_ptrs + s * M * N, mask=mask, other=0.0, cache_modifier=".cg")
-            _store_out(out_ptr, total_g, total_u, offs_m, offs_n, M, N, stride_om, GEGLU, FAST_TANH)
+            _store_out(out_ptr, total_g, total_u, offs_m, offs_n, M, N, stride_om, GEGLU, FAST_TANH, ACT)
             tl.store(count_ptr + tile, 0)
 
 
@@ -244,9 +269,9 @@ def _small_m_body(x_ptr, wg_ptr, wu_ptr, out_ptr, part_ptr, count_ptr, M, N, K, 
 def _geglu_small_m_kernel(x_ptr, wg_ptr, wu_ptr, out_ptr, part_ptr, count_ptr, M, N, K, stride_xm, stride_wg,
                           stride_wu, stride_om, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                           SPLIT_K: tl.constexpr, UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr,
-                          FAST_TANH: tl.constexpr):
+                          FAST_TANH: tl.constexpr, ACT: tl.constexpr = "gelu_tanh"):
     _small_m_body(x_ptr, wg_ptr, wu_ptr, out_ptr, part_ptr, count_ptr, M, N, K, stride_xm, stride_wg, stride_wu,
-                  stride_om, BM, BN, BK, SPLIT_K, True, UPCAST, DOT_PRECISION, FAST_TANH)
+                  stride_om, BM, BN, BK, SPLIT_K, True, UPCAST, DOT_PRECISION, FAST_TANH, ACT)
 
 
 @triton.jit(do_not_specialize=["M"])
@@ -254,23 +279,34 @@ def _linear_small_m_kernel(x_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, K, 
                            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
                            UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
     _small_m_body(x_ptr, w_ptr, w_ptr, out_ptr, part_ptr, count_ptr, M, N, K, stride_xm, stride_wn, stride_wn,
-                  stride_om, BM, BN, BK, SPLIT_K, False, UPCAST, DOT_PRECISION, False)
+                  stride_om, BM, BN, BK, SPLIT_K, False, UPCAST, DOT_PRECISION, False, "gelu_tanh")
 
 
 @triton.jit
-def _geglu_backward_kernel(grad_m_ptr, g_ptr, u_ptr, grad_g_ptr, grad_u_ptr, n, BLOCK: tl.constexpr):
-    # m = gelu_tanh(g) * u, one pass over [M, N] in fp32: grad_u = grad_m * gelu_tanh(g) and
-    # grad_g = grad_m * u * gelu_tanh'(g). With s = sigmoid(2y), y = sqrt(2/pi) (g + 0.044715 g^3):
-    # gelu_tanh(g) = g s (0.5 (1 + tanh y) = s) and gelu_tanh'(g) = s + 2 g s (1 - s) sqrt(2/pi) (1 + 3 * 0.044715 g^2)
-    # (1 - tanh^2 y = 4 s (1 - s)). One exp, no libdevice tanh (the interpreter has none), as in the forward.
+def _glu_slope(g, ACT: tl.constexpr):
+    """(act(g), act'(g)) in fp32, one exp and no libdevice tanh (the interpreter has none), as in the forward.
+    silu: with s = sigmoid(g), silu(g) = g s and silu'(g) = s (1 + g (1 - s)).
+    gelu_tanh: with s = sigmoid(2y), y = sqrt(2/pi) (g + 0.044715 g^3): gelu_tanh(g) = g s (0.5 (1 + tanh y) = s) and
+    gelu_tanh'(g) = s + 2 g s (1 - s) sqrt(2/pi) (1 + 3 * 0.044715 g^2) (1 - tanh^2 y = 4 s (1 - s)).
+    Very negative g: exp -> inf, s = 0, both 0 (no NaN); very positive: s = 1."""
+    if ACT == "silu":
+        s = 1.0 / (1.0 + tl.exp(-g))
+        return g * s, s * (1.0 + g * (1.0 - s))
+    s = 1.0 / (1.0 + tl.exp(-1.5957691216057308 * (g + 0.044715 * g * g * g)))  # 2 * sqrt(2/pi) * (...)
+    return g * s, s + 2.0 * g * s * (1.0 - s) * 0.7978845608028654 * (1.0 + 0.134145 * g * g)
+
+
+@triton.jit
+def _geglu_backward_kernel(grad_m_ptr, g_ptr, u_ptr, grad_g_ptr, grad_u_ptr, n, BLOCK: tl.constexpr,
+                           ACT: tl.constexpr = "gelu_tanh"):
+    # m = act(g) * u, one pass over [M, N] in fp32: grad_u = grad_m * act(g) and grad_g = grad_m * u * act'(g).
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # int64: M * N can pass 2^31
     mask = offs < n
     dm = tl.load(grad_m_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     g = tl.load(g_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(u_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    s = 1.0 / (1.0 + tl.exp(-1.5957691216057308 * (g + 0.044715 * g * g * g)))  # 2 * sqrt(2/pi) * (...)
-    slope = s + 2.0 * g * s * (1.0 - s) * 0.7978845608028654 * (1.0 + 0.134145 * g * g)
-    tl.store(grad_u_ptr + offs, (dm * g * s).to(grad_u_ptr.dtype.element_ty), mask=mask)
+    act, slope = _glu_slope(g, ACT)
+    tl.store(grad_u_ptr + offs, (dm * act).to(grad_u_ptr.dtype.element_ty), mask=mask)
     tl.store(grad_g_ptr + offs, (dm * u * slope).to(grad_g_ptr.dtype.element_ty), mask=mask)
 
 

@@ -67,7 +67,10 @@ def _compiled_for(kernel, grid, args, meta, device):
         compiled, meta = _compile_to_fit(kernel, grid, args, meta, device)
         if len(compiled_kernels) > 4096:  # integer arguments (M) are part of the key: keep it bounded
             compiled_kernels.clear()
-        entry = compiled_kernels[key] = (compiled, tuple(meta[name] for name in kernel.arg_names[len(args):]))
+        names = kernel.arg_names[len(args):]
+        if not all(name in meta for name in names):  # a constexpr left out takes its default (ACT: GeGLU's)
+            meta = {**{p.name: p.default for p in kernel.params if p.has_default}, **meta}
+        entry = compiled_kernels[key] = (compiled, tuple(meta[name] for name in names))
     return entry
 
 
@@ -124,10 +127,13 @@ def _hook_set(hook):
 plans = {}
 
 
-def plan_key(kind, x, weights):
+def plan_key(kind, x, weights, with_packing=False):
     """What a call's plan depends on besides the module's globals, or None where every call is planned: a CPU
     tensor, one being traced, a tensor not contiguous or not 16-byte aligned (the kernels specialise on alignment).
-    One flat tuple: it is built, hashed and compared at every call, on the host's path of each forward."""
+    kind says which plan, and holds what else it depends on: the activation of the ones with an epilogue (("geglu",
+    save_gu, activation), ("mlp", activation), ("backward", activation)), so a SwiGLU call never takes a GeGLU plan.
+    with_packing: the MLP's plan also depends on whether gate and up are packed (see table.packed). One flat tuple: it
+    is built, hashed and compared at every call, on the host's path of each forward."""
     if type(x) is not torch.Tensor or not x.is_cuda or machine.INTERPRET:  # subclasses: traced ones, DTensor...
         return None
     ptrs, contiguous = x.data_ptr(), x.is_contiguous()
@@ -142,7 +148,7 @@ def plan_key(kind, x, weights):
     key = [kind, x.shape, x.dtype, x.get_device(), device, machine.current_stream(device), table.TORCH_WHERE_FASTER]
     for w in weights:
         key += (w.shape, w.dtype, w.get_device())
-    if kind == "mlp":  # the MLP's plan also depends on whether gate and up are packed (see packed)
+    if with_packing:
         key.append(table.packed(weights[0], weights[1]))
     return tuple(key)
 
@@ -234,9 +240,10 @@ def _upcast_needed(x2d):
     return machine.INTERPRET and x2d.dtype == torch.bfloat16
 
 
-def small_m_launch(x2d, weights, out, cfg):
-    """(kernel, grid, tensors, rest, meta) of the small-M kernel over weights = (w_gate, w_up) (GeGLU) or (w,)
-    (down_proj): out = x2d @ w^T and epilogue. Its arguments are tensors + rest (the integers); meta its constexprs."""
+def small_m_launch(x2d, weights, out, cfg, activation="gelu_tanh"):
+    """(kernel, grid, tensors, rest, meta) of the small-M kernel over weights = (w_gate, w_up) (GeGLU or SwiGLU, by
+    activation) or (w,) (down_proj): out = x2d @ w^T and epilogue. Its arguments are tensors + rest (the integers); meta
+    its constexprs."""
     M, K = x2d.shape
     N = weights[0].shape[0]
     BM, BN, BK = cfg["BM"], cfg["BN"], cfg["BK"]
@@ -257,16 +264,16 @@ def small_m_launch(x2d, weights, out, cfg):
             (x2d, *weights, out, part, counters),
             (M, N, K, x2d.stride(0), *(w.stride(0) for w in weights), out.stride(0)),
             dict(BM=BM, BN=BN, BK=BK, SPLIT_K=split_k, UPCAST=_upcast_needed(x2d), DOT_PRECISION=_precision(x2d),
-                 **({"FAST_TANH": fast_tanh(x2d)} if geglu else {}),
+                 **({"FAST_TANH": fast_tanh(x2d), "ACT": activation} if geglu else {}),
                  num_warps=cfg["num_warps"], num_stages=cfg["num_stages"]))
 
 
-def geglu_launch(path, cfg, save_gu, x2d, w_gate, w_up, m, g, u):
-    """(kernel, grid, tensors, rest, meta) of geglu's kernel on this path (see small_m_launch)."""
+def geglu_launch(path, cfg, save_gu, activation, x2d, w_gate, w_up, m, g, u):
+    """(kernel, grid, tensors, rest, meta) of geglu's kernel on this path with this activation (see small_m_launch)."""
     if path == "small":
-        return small_m_launch(x2d, (w_gate, w_up), m, cfg)
+        return small_m_launch(x2d, (w_gate, w_up), m, cfg, activation)
     (M, K), N = x2d.shape, w_gate.shape[0]
-    flags = dict(UPCAST=_upcast_needed(x2d), FAST_TANH=fast_tanh(x2d), SAVE_GU=save_gu)
+    flags = dict(UPCAST=_upcast_needed(x2d), FAST_TANH=fast_tanh(x2d), SAVE_GU=save_gu, ACT=activation)
     if path == "tma":
         cfg = {"ONE_DOT": False, **cfg}  # every constexpr named: launch passes them in order
         num_sms = machine.num_sms(x2d.device)

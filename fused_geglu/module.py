@@ -1,4 +1,6 @@
-"""FusedGeGLUMLP: the fused MLP as an nn.Module, with the parameter names of SimpleGeGLUMLP (03_simple_mlp.py).
+"""FusedGatedMLP: the fused MLP as an nn.Module, GeGLU or SwiGLU (activation="gelu_tanh" | "silu"), with the
+parameter names of SimpleGeGLUMLP (03_simple_mlp.py) and of transformers' gated MLPs (GemmaMLP, LlamaMLP, Qwen2MLP...);
+FusedGeGLUMLP and FusedSwiGLUMLP are it with the activation fixed (FusedGeGLUMLP(dim, hidden, recompute) as it was).
 
 Eager inference runs ops.mlp's plan for the call's shape; a call like the module's last one takes that plan without
 building its key (the hot path of a model's forward, written out in `forward`). Training goes to training.py's
@@ -17,13 +19,13 @@ from . import launcher, machine, ops, table, training
 # loop of its own). Each module keeps instead what its last planned call was like (_call_signature): the same key
 # follows from the same input shape, dtype and device, the same current device and stream, the same globals, and
 # weights at the same addresses with the same shapes (x and the weights were contiguous then, x 16-byte aligned:
-# every planned call's are; a weight re-strided or re-typed in place at the same address and shape is not noticed).
-# FusedGeGLUMLP.forward compares a call with it field by field, in this order.
-def _call_signature(x, w_gate, w_up, w_down, run):
+# every planned call's are; a weight re-strided or re-typed in place at the same address and shape is not noticed), and
+# the same activation. FusedGatedMLP.forward compares a call with it field by field, in this order.
+def _call_signature(x, w_gate, w_up, w_down, activation, run):
     device = machine.current_device()
     return (x.shape, x.dtype, x.get_device(), device, machine.current_stream(device), table.TORCH_WHERE_FASTER,
             launcher.plans, w_gate.data_ptr(), w_up.data_ptr(), w_down.data_ptr(), w_gate.shape, w_up.shape,
-            w_down.shape, run)
+            w_down.shape, activation, run)
 
 
 def _requires_grad(*tensors):
@@ -35,11 +37,12 @@ def _pack_after_load(module, incompatible_keys):
     module.pack_gate_up()  # load_state_dict(assign=True) gives the weights the state dict's own tensors
 
 
-class FusedGeGLUMLP(nn.Module):
-    """down_proj(gelu_tanh(gate_proj(x)) * up_proj(x)) with gate, up and GeGLU in one kernel.
+class FusedGatedMLP(nn.Module):
+    """down_proj(act(gate_proj(x)) * up_proj(x)) with gate, up and the activation in one kernel: act = gelu_tanh
+    (activation="gelu_tanh", GeGLU: Gemma's MLP) or silu (activation="silu", SwiGLU: Llama's, Qwen's, Mistral's).
 
-    Same parameter names as SimpleGeGLUMLP (gate_proj.weight, up_proj.weight, down_proj.weight), so
-    `load_state_dict` moves weights both ways. The kernels read the gate and up weights where they are, so
+    Same parameter names as SimpleGeGLUMLP and transformers' gated MLPs (gate_proj.weight, up_proj.weight,
+    down_proj.weight), so `load_state_dict` moves weights both ways. The kernels read the gate and up weights where they are, so
     the module holds nothing beyond its parameters (and a weight changed in place is read as it is now). The two
     share one storage, gate's rows then up's (pack_gate_up): eagerly, where cuBLAS runs gate and up and the tuned
     table's packing rows say so (packs_gate_up), both projections are one GEMM. Eagerly, each module also keeps what
@@ -50,8 +53,10 @@ class FusedGeGLUMLP(nn.Module):
     less memory, more time.
     """
 
-    def __init__(self, dim, hidden, recompute=False):
+    def __init__(self, dim, hidden, activation="gelu_tanh", recompute=False):
         super().__init__()
+        ops.check_activation(activation)
+        self.activation = activation  # the kernels' constexpr ACT; each call's plan is kept per activation too
         self.gate_proj = nn.Linear(dim, hidden, bias=False)
         self.up_proj = nn.Linear(dim, hidden, bias=False)
         self.down_proj = nn.Linear(hidden, dim, bias=False)
@@ -61,7 +66,7 @@ class FusedGeGLUMLP(nn.Module):
         self.pack_gate_up()
 
     def extra_repr(self):
-        return f"recompute={self.recompute}"
+        return f"activation={self.activation!r}, recompute={self.recompute}"
 
     def pack_gate_up(self):
         """Put gate_proj's and up_proj's weights in one storage, gate's rows then up's, each parameter a view of it
@@ -94,7 +99,8 @@ class FusedGeGLUMLP(nn.Module):
         return {**self.__dict__, "last_call": None}
 
     def __setstate__(self, state):
-        super().__setstate__({"last_call": None, **state})  # also a module pickled before there was one
+        # also a module pickled before there was a last call, or an activation (a FusedGeGLUMLP then)
+        super().__setstate__({"last_call": None, "activation": "gelu_tanh", **state})
         self.pack_gate_up()
 
     def forward(self, x):
@@ -116,13 +122,14 @@ class FusedGeGLUMLP(nn.Module):
         last = self.last_call
         if last is not None and (not torch.is_grad_enabled() or not _requires_grad(x, w_gate, w_up, w_down)):
             shape, dtype, x_device, device, stream, where_faster, plans, p_gate, p_up, p_down, s_gate, s_up, s_down, \
-                run = last
+                activation, run = last
             if (type(x) is torch.Tensor and x.shape == shape and x.dtype is dtype and x.get_device() == x_device
                     and x.is_contiguous() and not x.data_ptr() & 15 and machine.current_device() == device
                     and machine.current_stream(device) == stream and table.TORCH_WHERE_FASTER is where_faster
                     and launcher.plans is plans
                     and w_gate.data_ptr() == p_gate and w_up.data_ptr() == p_up and w_down.data_ptr() == p_down
-                    and w_gate.shape == s_gate and w_up.shape == s_up and w_down.shape == s_down):
+                    and w_gate.shape == s_gate and w_up.shape == s_up and w_down.shape == s_down
+                    and self.activation is activation):
                 return run(x, w_gate, w_up, w_down)
         return self._forward(x, w_gate, w_up, w_down)
 
@@ -132,22 +139,38 @@ class FusedGeGLUMLP(nn.Module):
         if torch.is_grad_enabled() and _requires_grad(x, w_gate, w_up, w_down):
             # Training: down_proj is autograd's GEMM.
             x2d = x.reshape(-1, x.shape[-1])
-            out = F.linear(training.training_geglu(x2d, w_gate, w_up, self.recompute), w_down)
+            out = F.linear(training.training_geglu(x2d, w_gate, w_up, self.recompute, self.activation), w_down)
             return out.reshape(*x.shape[:-1], w_down.shape[0])
         if torch.compiler.is_compiling():
             x2d = x.reshape(-1, x.shape[-1])
-            out = ops.down_proj_op(ops.geglu_op(x2d, w_gate, w_up, table.TORCH_WHERE_FASTER), w_down)
+            out = ops.down_proj_op(ops.geglu_op(x2d, w_gate, w_up, table.TORCH_WHERE_FASTER, self.activation), w_down)
             return out.reshape(*x.shape[:-1], w_down.shape[0])
         # Eager inference: the launchers themselves, planned once per shape (mlp), and down_proj rather than
         # self.down_proj(m): the same GEMM (the small-M kernel for few tokens) without nn.Module's call overhead.
-        run = ops.mlp_plan(x, w_gate, w_up, w_down)
+        run = ops.mlp_plan(x, w_gate, w_up, w_down, self.activation)
         if run is None:  # not planned (a CPU tensor, a strided x...): worked out at this call
-            return ops.unplanned_mlp(x, w_gate, w_up, w_down)
+            return ops.unplanned_mlp(x, w_gate, w_up, w_down, self.activation)
         # The packed plan's kept form runs over a view of gate and up made now and kept with the signature: a view of
         # the weights' own storage, no memory of its own (a weight replaced by hand leaves the old storage held until
         # this module's next call, or a .to() that repacks them).
         kept = run.kept(w_gate) if hasattr(run, "kept") else None
         run = run if kept is None else kept
         out = run(x, w_gate, w_up, w_down)
-        self.last_call = _call_signature(x, w_gate, w_up, w_down, run)  # a call that raised is not kept
+        self.last_call = _call_signature(x, w_gate, w_up, w_down, self.activation, run)  # one that raised: not kept
         return out
+
+
+class FusedGeGLUMLP(FusedGatedMLP):
+    """FusedGatedMLP with activation="gelu_tanh": down_proj(gelu_tanh(gate_proj(x)) * up_proj(x)), the post's GeGLU MLP
+    (and Gemma's), with the arguments it always had."""
+
+    def __init__(self, dim, hidden, recompute=False):
+        super().__init__(dim, hidden, "gelu_tanh", recompute)
+
+
+class FusedSwiGLUMLP(FusedGatedMLP):
+    """FusedGatedMLP with activation="silu": down_proj(silu(gate_proj(x)) * up_proj(x)), the SwiGLU MLP of Llama, Qwen
+    and Mistral."""
+
+    def __init__(self, dim, hidden, recompute=False):
+        super().__init__(dim, hidden, "silu", recompute)

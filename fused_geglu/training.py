@@ -3,46 +3,49 @@ autograd.Function.
 
 With SAVE_GU the tiled kernels' epilogue also stores g and u (in x's dtype) from the accumulators that made m, and
 backward uses them; FusedGeGLUMLP(recompute=True) saves only x and recomputes them with two cuBLAS GEMMs instead (less
-memory, two more GEMMs). Either way one Triton kernel, `_geglu_backward_kernel`, reads grad_m, g and u once and writes
-grad_g and grad_u over g and u (fp32 math), where PyTorch ops would take several passes over [M, hidden]. Eager training
+memory, two more GEMMs). Either way one Triton kernel, `_geglu_backward_kernel` (GeGLU's or SwiGLU's derivative, by
+its constexpr ACT), reads grad_m, g and u once and writes grad_g and grad_u over g and u (fp32 math), where PyTorch ops would take several passes over [M, hidden]. Eager training
 calls the launchers from a plain autograd.Function (torch.library's dispatch costs more host time than the launches);
 torch.compile sees the ops (and, for saved g and u, an out-of-place backward op). `bench_train.py` times both modes
 against eager, compile and Liger.
 """
 
 import torch
-import torch.nn.functional as F
 
 from . import kernels, launcher, machine, ops, table
 
 
-def _torch_backward(grad_m, g, u):
+def _torch_backward(grad_m, g, u, activation):
     """(grad_g, grad_u) in fp32 PyTorch ops: for a CPU without the interpreter."""
     dm, gf, uf = grad_m.float(), g.float(), u.float()  # fp32 g and u are g and u themselves: both read first
-    return torch.ops.aten.gelu_backward(dm * uf, gf, approximate="tanh"), dm * F.gelu(gf, approximate="tanh")
+    grad_g = (torch.ops.aten.silu_backward(dm * uf, gf) if activation == "silu"
+              else torch.ops.aten.gelu_backward(dm * uf, gf, approximate="tanh"))
+    return grad_g, dm * ops.torch_activation(gf, activation)
 
 
-def _launch_backward(grad_m, g, u, grad_g, grad_u):
+def _launch_backward(grad_m, g, u, grad_g, grad_u, activation):
     """The kernel over contiguous g and u, into grad_g and grad_u (which may be g and u themselves); planned once per
-    shape as the forward's launches are (a training step at the post's shape waits on the host too)."""
+    shape and activation as the forward's launches are (a training step at the post's shape waits on the host too)."""
     if g.numel():
         tensors = (grad_m.contiguous(), g, u, grad_g, grad_u)
-        key = launcher.plan_key("backward", g, tensors)
-        launcher.planned(key, lambda: launcher.pointwise_launch(kernels.geglu_backward_kernel, g.numel(), tensors, {},
-                                                                key is not None))(*tensors)
+        key = launcher.plan_key(("backward", activation), g, tensors)
+        launcher.planned(key, lambda: launcher.pointwise_launch(kernels.geglu_backward_kernel, g.numel(), tensors,
+                                                                {"ACT": activation}, key is not None))(*tensors)
 
 
-def backward_in_place(grad_m, g, u):
-    """Of m = gelu_tanh(g) * u, in place: g becomes grad_g and u grad_u. One Triton kernel (fp32 math; each element
-    read before its gradient is written over it); on a CPU without the interpreter the same in fp32 PyTorch ops."""
+def backward_in_place(grad_m, g, u, activation="gelu_tanh"):
+    """Of m = act(g) * u (act = gelu_tanh or silu), in place: g becomes grad_g and u grad_u. One Triton kernel (fp32
+    math; each element read before its gradient is written over it); on a CPU without the interpreter the same in fp32
+    PyTorch ops."""
+    ops.check_activation(activation)
     if g.device.type != "cuda" and not machine.INTERPRET:
-        grad_g, grad_u = _torch_backward(grad_m, g, u)
+        grad_g, grad_u = _torch_backward(grad_m, g, u, activation)
         g.copy_(grad_g)
         u.copy_(grad_u)
         return
     if not (g.is_contiguous() and u.is_contiguous()):
         raise ValueError("geglu_backward_ writes the gradients over g and u: both must be contiguous")
-    _launch_backward(grad_m, g, u, g, u)
+    _launch_backward(grad_m, g, u, g, u, activation)
     # A kernel's writes bump no version counter: autograd must see g and u as changed (saved ones are re-read by a
     # second backward through the same graph, which the check then refuses)
     torch.autograd.graph.increment_version(g)
@@ -50,26 +53,28 @@ def backward_in_place(grad_m, g, u):
 
 
 @torch.library.custom_op("fused_geglu::geglu_backward_", mutates_args=("g", "u"))
-def geglu_backward_(grad_m: torch.Tensor, g: torch.Tensor, u: torch.Tensor) -> None:
+def geglu_backward_(grad_m: torch.Tensor, g: torch.Tensor, u: torch.Tensor, activation: str = "gelu_tanh") -> None:
     """backward_in_place as a custom op, so torch.compile can trace the backward (AOTAutograd functionalizes the
     mutation; where g and u are made inside the backward graph, Inductor writes over them)."""
-    backward_in_place(grad_m, g, u)
+    backward_in_place(grad_m, g, u, activation)
 
 
 @geglu_backward_.register_fake
-def _(grad_m, g, u):
+def _(grad_m, g, u, activation="gelu_tanh"):
     return None
 
 
 @torch.library.triton_op("fused_geglu::geglu_backward", mutates_args=())
-def geglu_backward_op(grad_m: torch.Tensor, g: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def geglu_backward_op(grad_m: torch.Tensor, g: torch.Tensor, u: torch.Tensor,
+                      activation: str = "gelu_tanh") -> tuple[torch.Tensor, torch.Tensor]:
     """(grad_g, grad_u) as new tensors, for a compiled graph whose g and u were saved by forward: those are inputs of
     the backward graph, which Inductor may not write over, so the in-place op would cost it a copy of both first."""
+    ops.check_activation(activation)
     if g.device.type != "cuda" and (not machine.INTERPRET or machine.tracing(g)):
-        return tuple(t.to(g.dtype) for t in _torch_backward(grad_m, g, u))
+        return tuple(t.to(g.dtype) for t in _torch_backward(grad_m, g, u, activation))
     g, u = g.contiguous(), u.contiguous()
     grad_g, grad_u = torch.empty_like(g), torch.empty_like(u)
-    _launch_backward(grad_m, g, u, grad_g, grad_u)
+    _launch_backward(grad_m, g, u, grad_g, grad_u, activation)
     return grad_g, grad_u
 
 
@@ -89,14 +94,16 @@ def _recompute_gu(x2d, w_gate, w_up):
 
 # Under torch.compile: the two ops' autograd, recompute=True on geglu_op, recompute=False on geglu_saving_gu_op.
 def _geglu_setup_context(ctx, inputs, output):
-    ctx.save_for_backward(*inputs[:3])  # x2d, w_gate, w_up (not where_faster)
+    ctx.save_for_backward(*inputs[:3])  # x2d, w_gate, w_up (not where_faster, nor the activation: a str)
+    ctx.activation = inputs[4]  # the op's defaults filled in: x2d, w_gate, w_up, where_faster, activation
 
 
 def _geglu_backward(ctx, grad_m):
     x2d, w_gate, w_up = ctx.saved_tensors
     g, u = _recompute_gu(x2d, w_gate, w_up)
-    geglu_backward_(grad_m, g, u)  # in place: g and u are the graph's own, two [M, hidden] buffers fewer at the peak
-    return *_gradients(ctx.needs_input_grad[:3], x2d, w_gate, w_up, g, u), None
+    # in place: g and u are the graph's own, two [M, hidden] buffers fewer at the peak
+    geglu_backward_(grad_m, g, u, ctx.activation)
+    return *_gradients(ctx.needs_input_grad[:3], x2d, w_gate, w_up, g, u), None, None
 
 
 ops.geglu_op.register_autograd(_geglu_backward, setup_context=_geglu_setup_context)
@@ -107,11 +114,13 @@ def _saving_setup_context(ctx, inputs, output):
     ctx.mark_non_differentiable(g, u)
     ctx.set_materialize_grads(False)  # g's and u's gradients stay None, not two [M, hidden] zeros
     ctx.save_for_backward(*inputs[:3], g, u)
+    ctx.activation = inputs[4]
 
 
 def _saving_backward(ctx, grad_m, _grad_g, _grad_u):
     x2d, w_gate, w_up, g, u = ctx.saved_tensors
-    return *_gradients(ctx.needs_input_grad[:3], x2d, w_gate, w_up, *geglu_backward_op(grad_m, g, u)), None
+    grad_g, grad_u = geglu_backward_op(grad_m, g, u, ctx.activation)
+    return *_gradients(ctx.needs_input_grad[:3], x2d, w_gate, w_up, grad_g, grad_u), None, None
 
 
 ops.geglu_saving_gu_op.register_autograd(_saving_backward, setup_context=_saving_setup_context)
@@ -123,13 +132,14 @@ class _TrainingGeGLU(torch.autograd.Function):
     forward's autograd node and 160 µs for geglu_backward_ per call at the post's shape."""
 
     @staticmethod
-    def forward(ctx, x2d, w_gate, w_up, recompute):
+    def forward(ctx, x2d, w_gate, w_up, recompute, activation):
         if recompute:
-            m = ops.geglu(x2d, w_gate, w_up)
+            m = ops.geglu(x2d, w_gate, w_up, activation=activation)
             ctx.save_for_backward(x2d, w_gate, w_up)
         else:
-            m, g, u = ops.geglu_saving_gu(x2d, w_gate, w_up)
+            m, g, u = ops.geglu_saving_gu(x2d, w_gate, w_up, activation=activation)
             ctx.save_for_backward(x2d, w_gate, w_up, g, u)
+        ctx.activation = activation
         return m
 
     @staticmethod
@@ -137,13 +147,15 @@ class _TrainingGeGLU(torch.autograd.Function):
     def backward(ctx, grad_m):
         x2d, w_gate, w_up, *gu = ctx.saved_tensors
         g, u = gu or _recompute_gu(x2d, w_gate, w_up)
-        backward_in_place(grad_m, g, u)  # eager: saved or not, g and u are written over (no new [M, hidden] buffers)
-        return *_gradients(ctx.needs_input_grad[:3], x2d, w_gate, w_up, g, u), None
+        # eager: saved or not, g and u are written over (no new [M, hidden] buffers)
+        backward_in_place(grad_m, g, u, ctx.activation)
+        return *_gradients(ctx.needs_input_grad[:3], x2d, w_gate, w_up, g, u), None, None
 
 
-def training_geglu(x2d, w_gate, w_up, recompute):
-    """m, with what the backward needs saved: x and the weights, and with recompute=False g and u."""
+def training_geglu(x2d, w_gate, w_up, recompute, activation="gelu_tanh"):
+    """m = act(x2d @ w_gate^T) * (x2d @ w_up^T), with what the backward needs saved: x and the weights, and with
+    recompute=False g and u."""
     if torch.compiler.is_compiling() or machine.tracing(x2d):  # the graph gets the ops, whose bodies it can trace
-        return (ops.geglu_op(x2d, w_gate, w_up, table.TORCH_WHERE_FASTER) if recompute
-                else ops.geglu_saving_gu_op(x2d, w_gate, w_up, table.TORCH_WHERE_FASTER)[0])
-    return _TrainingGeGLU.apply(x2d, w_gate, w_up, recompute)
+        return (ops.geglu_op(x2d, w_gate, w_up, table.TORCH_WHERE_FASTER, activation) if recompute
+                else ops.geglu_saving_gu_op(x2d, w_gate, w_up, table.TORCH_WHERE_FASTER, activation)[0])
+    return _TrainingGeGLU.apply(x2d, w_gate, w_up, recompute, activation)

@@ -31,7 +31,7 @@ def test_no_gpu_one_line_exit_2(tmp_path):
 
 
 @pytest.mark.parametrize("flags", [["--shapes", "8192x768"], ["--shapes", "0x768x3072"], ["--dtype", "fp8"],
-                                   ["--sweep", "llama"], ["--max-autotune", "sometimes"]])
+                                   ["--sweep", "llama"], ["--max-autotune", "sometimes"], ["--activation", "relu"]])
 def test_bad_flags_one_line_exit_2(flags, capsys):
     import bench
     with pytest.raises(SystemExit) as exit_info:  # in-process: argparse runs before any GPU check
@@ -168,8 +168,9 @@ def test_main_writes_the_record_and_its_table_together(tmp_path, monkeypatch):
     fake_gpu(monkeypatch, bench)
     asked = []
 
-    def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune):
+    def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune, act):
         asked.append((M, dim, hidden, dtype, ceiling, bandwidth, max_autotune))
+        assert act == "gelu_tanh"  # the default; --activation silu: SwiGLU (test_swiglu_sweep_and_flag)
         return _record(M, dim, hidden)
     monkeypatch.setattr(bench, "bench_shape", bench_shape)
     monkeypatch.setattr(bench, "bench_chart_next_to", lambda record, out, title: "")
@@ -421,3 +422,55 @@ def test_round_robin_times_forwards_in_inference_mode_unless_told_not_to():
             assert sorted(times) == ["a", "b"] and all(len(v) == 2 and min(v) > 0 for v in times.values())
         assert seen[True] and set(seen[True]) == {True}, timer.__name__
         assert seen[False] and set(seen[False]) == {False}, timer.__name__
+
+
+def test_swiglu_sweep_and_flag():
+    """--sweep swiglu: Llama-3-8B, Qwen2-7B and Qwen2-0.5B widths, decode and prefill, with SiLU unless told otherwise;
+    --activation picks it for any shapes; the default stays GeGLU. The fused MLP's own list of activations is the
+    flag's."""
+    import bench
+    import fused_geglu
+
+    args = bench.parse_args(["--sweep", "swiglu"])
+    assert args.activation == "silu" and args.shapes == bench.shape_list(bench.SWEEPS["swiglu"])
+    for dim, hidden in [(4096, 14336), (3584, 18944), (896, 4864)]:
+        ms = {m for m, d, h in args.shapes if (d, h) == (dim, hidden)}
+        assert min(ms) <= 16 and max(ms) >= 4096, (dim, hidden, ms)
+    assert bench.parse_args(["--sweep", "swiglu", "--activation", "gelu_tanh"]).activation == "gelu_tanh"
+    assert bench.parse_args(["--shapes", "3x40x72", "--activation", "silu"]).activation == "silu"
+    assert bench.parse_args([]).activation == bench.parse_args(["--sweep", "post"]).activation == "gelu_tanh"
+    assert tuple(bench.MLP_NAMES) == fused_geglu.ACTIVATIONS
+
+
+def test_a_swiglu_record_says_so():
+    """A shape of a SwiGLU run says SwiGLU in its table's first line and the page table's caption; a GeGLU one (and
+    a record from before there was an activation) says nothing new."""
+    import bench
+    old, geglu, swiglu = _record(), dict(_record(), activation="gelu_tanh"), dict(_record(), activation="silu")
+    first = [bench.shape_lines(r, 680.0, 4.0)[0] for r in (old, geglu, swiglu)]
+    assert first[0] == first[1] and first[2] == first[0].replace("hidden=3072:", "hidden=3072 SwiGLU:")
+    record = json.loads((ROOT / "results/bench_h200.json").read_text())
+    caption = bench.markdown_table(record).splitlines()[0]
+    assert bench.markdown_table(dict(record, activation="gelu_tanh")).splitlines()[0] == caption
+    assert bench.markdown_table(dict(record, activation="silu")).splitlines()[0] == caption.replace(
+        f"{record['dtype']}); ceilings", f"{record['dtype']}, the SwiGLU MLP); ceilings")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_swiglu_variants_read_one_copy_of_the_weights():
+    """--activation silu: transformers' LlamaMLP (eager, compiled), Liger's LigerSwiGLUMLP and FusedGatedMLP("silu"),
+    one copy of the weights, each within bf16's tolerance of the fp32 LlamaMLP."""
+    import bench
+    from fused_geglu import FusedGatedMLP
+
+    variants, reference = bench.build_variants(8, 64, 256, torch.bfloat16, False, "silu")
+    assert type(reference).__name__ == "LlamaMLP" and type(variants["eager"]).__name__ == "LlamaMLP"
+    assert type(variants["liger"]).__name__ == "LigerSwiGLUMLP"
+    assert isinstance(variants["fused"], FusedGatedMLP) and variants["fused"].activation == "silu"
+    ptrs = {name: variants[name].gate_proj.weight.data_ptr() for name in ("eager", "liger", "fused")}
+    assert len(set(ptrs.values())) == 1, ptrs
+    x = torch.randn(8, 64, device="cuda", dtype=torch.bfloat16)
+    with torch.inference_mode():
+        ref = reference(x.float())
+        for name, model in variants.items():
+            assert bench.common.rel_error(model(x), ref) < 2e-2, name

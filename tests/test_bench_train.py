@@ -163,3 +163,38 @@ def test_gpu_every_variant_at_small_shapes(tmp_path):
     model = r["shapes"][-1]["variants"]
     assert (model["compile-fused"]["execution"], model["compile-fused"]["mlp"]) == ("compile", "fused")
     assert (model["compile"]["execution"], model["compile"]["mlp"]) == ("compile", "eager")
+
+
+def test_cpu_swiglu_run(tmp_path):
+    """--activation silu on the CPU: the SwiGLU MLP (transformers' LlamaMLP, eager and compiled) at the shapes asked
+    for, then the tiny-llama model's step; the record and its labels say SwiGLU; the gradients within fp32's
+    tolerance of fp32 autograd; the Triton variants skipped, with the reason. FLOPs as GeGLU's: the same GEMMs."""
+    out = tmp_path / "bt.json"
+    assert bench_train.main(["--device", "cpu", "--activation", "silu", "--shapes", "16x8x24", "--layers", "1",
+                             "--batch", "1", "--seq", "8", "--variants", "eager,compile,liger,fused",
+                             "--out", str(out)]) == 0
+    r = json.loads(out.read_text())
+    mlp, model = r["shapes"]
+    assert r["activation"] == mlp["activation"] == "silu"
+    assert mlp["label"] == "SwiGLU MLP fwd+bwd 16x8x24" and mlp["forward_flops"] == 6 * 16 * 8 * 24
+    assert model["label"] == "tiny-llama 1L train step 1x8" and model["preset"] == "tiny-llama"
+    for s in (mlp, model):
+        assert list(s["variants"]) == ["eager", "compile"], s["skipped"]
+        assert all(v["grad_rel_err"] <= r["grad_tolerance"] for v in s["variants"].values())
+        assert s["skipped"] == {"liger": bench_train.NEEDS_CUDA, "fused": bench_train.NEEDS_CUDA}
+    assert bench_train.parse_args(["--device", "cpu"]).model == "tiny"  # GeGLU by default, as before
+    assert bench_train.parse_args(["--activation", "silu"]).shapes == [(4096, 4096, 14336), (4096, 3584, 18944),
+                                                                        (4096, 896, 4864)]
+    assert bench_train.parse_args(["--activation", "silu"]).model == "llama-1b"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_every_swiglu_variant_at_small_shapes(tmp_path):
+    out = tmp_path / "bt.json"
+    assert bench_train.main(["--activation", "silu", "--shapes", "1000x256x520", "--model", "tiny-llama", "--batch",
+                             "2", "--seq", "64", "--out", str(out)]) == 0
+    r = json.loads(out.read_text())
+    for s in r["shapes"]:
+        assert {"eager", "liger", "fused", "fused-recompute", "compile-fused"} <= set(s["variants"]), s["skipped"]
+        for v in s["variants"].values():
+            assert v["peak_mib"] > 0 and v["grad_rel_err"] <= r["grad_tolerance"]

@@ -1542,7 +1542,7 @@ def test_the_compiled_graph_holds_torch_where_faster(monkeypatch, training):
         with torch.set_grad_enabled(training):
             torch.compile(module, backend=record)(x)
     op = "fused_geglu.geglu_saving_gu.default" if training else "fused_geglu.geglu.default"
-    assert graphs == [[(op, (True,))], [(op, (False,))]]
+    assert graphs == [[(op, (True, "gelu_tanh"))], [(op, (False, "gelu_tanh"))]]  # and the activation (a SwiGLU's: "silu")
     torch._dynamo.reset()
 
 
@@ -1585,7 +1585,7 @@ def test_the_mlp_plan_asks_the_packing_rows_with_tokens_and_width(monkeypatch, p
     monkeypatch.setattr(fused_geglu.table, "packs_gate_up",
                         lambda device, M, K: asked.append((device.type, M, K)) or pack)
     monkeypatch.setattr(fused_geglu.ops, "make_packed_mlp_plan",
-                        lambda x2d, w_gate, run: made.append(x2d.shape) or "packed")
+                        lambda x2d, w_gate, run, activation: made.append(x2d.shape) or "packed")
     x, wg, wu, wd = torch.randn(2, 150, 16), torch.randn(32, 16), torch.randn(32, 16), torch.randn(16, 32)
     run = fused_geglu.ops.make_mlp_plan(x, wg, wu, wd, both_packed=True)
     assert asked == [("cpu", 300, 16)]

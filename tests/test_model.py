@@ -25,6 +25,7 @@ from trace_reader.analyzers import modules
 model06 = importlib.import_module("06_model")
 DATA = Path(__file__).resolve().parent / "data"
 TINY = ["--preset", "tiny", "--seq", "32", "--dtype", "fp32"]
+TINY_LLAMA = ["--preset", "tiny-llama", "--seq", "32", "--dtype", "fp32"]  # a SwiGLU MLP (Llama's)
 GPT2 = {"model_type": "gpt2", "n_layer": 2, "n_embd": 32, "n_head": 2, "n_positions": 64, "vocab_size": 100,
         "bos_token_id": None, "eos_token_id": None}
 PARTS = ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")  # a Gemma decoder layer's children
@@ -156,11 +157,12 @@ def test_bad_input_is_one_line_exit_2(tmp_path, args, says):
     assert out == ""  # refused before the run: nothing described, no model built
 
 
+@pytest.mark.parametrize("preset", [TINY, TINY_LLAMA])
 @pytest.mark.parametrize("mlp", ["liger", "fused"])
-def test_triton_mlp_on_a_cpu_is_refused_before_the_model_is_built(tmp_path, monkeypatch, mlp):
+def test_triton_mlp_on_a_cpu_is_refused_before_the_model_is_built(tmp_path, monkeypatch, mlp, preset):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     monkeypatch.setattr(model06, "build_model", lambda *a: pytest.fail("built the model before refusing"))
-    code, out, err, trace = run(tmp_path, *TINY, "--mlp", mlp)
+    code, out, err, trace = run(tmp_path, *preset, "--mlp", mlp)
     assert (code, out, trace) == (2, "", None)
     assert err == f"06_model.py: error: --mlp {mlp} runs a Triton kernel, which needs a CUDA GPU; on this machine use --mlp eager\n"
 
@@ -459,3 +461,149 @@ def test_layers_annotated_without_a_count_wants_layers_0_to_the_highest_seen():
     assert check(parse_trace(raw)) is True
     raw["traceEvents"] = [e for e in raw["traceEvents"] if not str(e.get("name", "")).startswith("model.layers.2")]
     assert check(parse_trace(raw)) == "ProfilerStep#2: decoder layers annotated: [0, 1, 3]"
+
+
+# ---- SwiGLU models (Llama, Qwen, Mistral): the tiny-llama preset, and what its MLP launches ---------------------
+
+@pytest.fixture(scope="module")
+def llama_run(tmp_path_factory):
+    done = run(tmp_path_factory.mktemp("llama"), *TINY_LLAMA, "--phase", "prefill")
+    assert done[0] == 0, done[2]
+    return done
+
+
+def test_a_swiglu_model_runs_eagerly_on_the_cpu(llama_run):
+    """tiny-llama: a LlamaConfig; every decoder layer's MLP calls SiLU (aten::silu, inside its span in every step, by
+    the trace's plain json) and no GeLU; the guess about what it launches is the SwiGLU one (GPU-only: n/a here)."""
+    _, out, _, trace = llama_run
+    assert "model: tiny-llama (LlamaConfig), 2 layers, hidden 64, intermediate 176" in out and "0 broken" in out
+    assert "  n/a     every mlp launches a SiLU and a mul kernel between its GEMMs" in out
+    assert trace.name.startswith("tiny-llama-2L_prefill_1x32_mlp-eager")
+    for step, inner in annotation_spans(trace):
+        ops = [e for e in load(trace)["traceEvents"] if e.get("cat") == "cpu_op" and inside(e, step)]
+        for layer in (0, 1):
+            mlp, = [e for e in inner if e["name"] == f"model.layers.{layer}.mlp"]
+            assert [e["name"] for e in ops if inside(e, mlp) and e["name"] in ("aten::silu", "aten::gelu")] == [
+                "aten::silu"]
+
+
+def test_expect_reads_a_swiglu_run_back(llama_run, tmp_path, capsys):
+    """inspect_trace --expect 06_model: the activation from transformers' op in the trace (renamed: no preset in the
+    name), and for the fused MLP (its kernels have one name for both) from the file name's preset."""
+    _, printed, _, trace = llama_run
+    renamed = tmp_path / "trace.json"
+    renamed.write_bytes(trace.read_bytes())
+    code, out, _ = expect_cli(renamed, capsys)
+    assert code == 0 and verdicts(out) == verdicts(printed) and any("a SiLU and a mul" in v for v in verdicts(out))
+    name = "tiny-llama-2L_prefill_1x32_mlp-fused_fp32_cold_eager.json"
+    no_silu = rewritten(trace, tmp_path / name, lambda e: e.get("name") != "aten::silu")
+    code, out, _ = expect_cli(no_silu, capsys)
+    assert "MLP fused" in out and any("the GEMM with the SwiGLU epilogue: no SiLU, no mul" in v for v in verdicts(out))
+
+
+def test_a_config_with_another_mlp_is_refused_in_one_line(tmp_path):
+    """Neither GeGLU nor SwiGLU (a Llama with ReLU; GPT-2's gelu_new): --mlp fused and liger say which activation the
+    config has, before any model is built; --mlp eager runs it."""
+    relu = tmp_path / "relu.json"
+    relu.write_text(json.dumps({"model_type": "llama", "hidden_act": "relu", "hidden_size": 32,
+                                "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+                                "vocab_size": 100}))
+    gpt2 = tmp_path / "gpt2.json"
+    gpt2.write_text(json.dumps(GPT2))
+    for config, act in ((relu, "relu"), (gpt2, "gelu_new")):
+        for mlp in ("fused", "liger"):
+            code, out, err, trace = run(tmp_path, "--config", str(config), "--seq", "32", "--mlp", mlp)
+            assert (code, out, trace) == (2, "", None)
+            assert err == (f"06_model.py: error: --mlp {mlp} replaces a GeGLU MLP (gelu_pytorch_tanh) or a SwiGLU MLP "
+                           f"(silu); this config's is {act}\n")
+    code, out, err, _ = run(tmp_path, "--config", str(relu), "--seq", "32", "--dtype", "fp32", "--active", "2")
+    assert code == 0 and "mlp launches" not in out, err
+
+
+def test_gated_activation_of_transformers_configs():
+    import transformers
+
+    assert [model06.gated_activation(c) for c in (
+        transformers.GemmaConfig(), transformers.Gemma2Config(), transformers.LlamaConfig(), transformers.Qwen2Config(),
+        transformers.MistralConfig(), transformers.LlamaConfig(hidden_act="swish"), transformers.GPT2Config())] == [
+        "gelu_tanh", "gelu_tanh", "silu", "silu", "silu", "silu", None]
+    assert [type(model06.preset_config(p)).__name__ for p in model06.PRESETS] == [
+        "GemmaConfig", "GemmaConfig", "LlamaConfig", "LlamaConfig"]
+
+
+def _with_layer_spans(data):
+    """gpu_trace()'s MLP step as one decoder layer: its first GEMM under self_attn, the rest under mlp."""
+    evs = data["traceEvents"]
+    mms = [e for e in evs if e["name"] == "aten::mm"]
+    for s in [e for e in evs if e["name"] == "mlp_fwd"]:
+        first, *_ = [m for m in mms if inside(m, s)]
+        for name, ts, dur in (("model.layers.0", s["ts"] + 0.1, s["dur"] - 0.2),
+                              ("model.layers.0.self_attn", first["ts"] - 0.05, first["dur"] + 0.1),
+                              ("model.layers.0.mlp", first["ts"] + first["dur"] + 0.05,
+                               s["ts"] + s["dur"] - 0.2 - first["ts"] - first["dur"])):
+            evs.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+                        "args": {}})
+    return data
+
+
+def _renamed(data, names, drop=()):
+    """data with events renamed (old name -> new) and those named in drop (and their kernels) left out."""
+    gone = {e["args"]["External id"] for e in data["traceEvents"] if e["name"] in drop}
+    data["traceEvents"] = [dict(e, name=names.get(e["name"], e["name"])) for e in data["traceEvents"]
+                           if e["name"] not in drop and e.get("args", {}).get("External id") not in gone]
+    return data
+
+
+def test_what_the_mlp_launches_by_activation_on_a_gpu_trace():
+    """06's guess about each MLP's launches, per activation, on the hand-built GPU trace (the eager GeGLU MLP), on the
+    same with SiLU in GeLU's place (transformers' Llama MLP), and with Liger's SwiGLU in place of both pointwise ops:
+    confirmed for the MLP each trace holds, broken for the others; and the activation the reader tells from each."""
+    from test_inspect_trace import GELU
+
+    def guess(trace, mlp, act):
+        args = argparse.Namespace(phase="mlp_fwd", active=3, compile=False, cuda_graphs=False, mlp=mlp)
+        ex = model06.expectations(args, 1, act)[-1]
+        (_, verdict, _), = it.check(trace, [ex])
+        return ex.text, verdict
+
+    silu_kernel = "void at::native::vectorized_elementwise_kernel<4, at::native::silu_kernel_cuda>"
+    traces = {"geglu": parse(_with_layer_spans(gpu_trace())),
+              "swiglu": parse(_renamed(_with_layer_spans(gpu_trace()), {"aten::gelu": "aten::silu", GELU: silu_kernel})),
+              "liger-swiglu": parse(_renamed(_with_layer_spans(gpu_trace()), {"aten::gelu": "LigerSiLUMulFunction",
+                                                                              GELU: "_swiglu_forward_kernel"},
+                                             drop=("aten::mul",)))}
+    assert guess(traces["geglu"], "eager", "gelu_tanh") == (
+        "every mlp launches a GeLU and a mul kernel between its GEMMs", "confirmed")
+    assert guess(traces["geglu"], "eager", "silu")[1] == "broken"
+    assert guess(traces["swiglu"], "eager", "silu") == (
+        "every mlp launches a SiLU and a mul kernel between its GEMMs", "confirmed")
+    assert guess(traces["swiglu"], "eager", "gelu_tanh")[1] == "broken"
+    assert guess(traces["liger-swiglu"], "liger", "silu") == (
+        "every mlp launches Liger's one SwiGLU kernel: no SiLU, no mul", "confirmed")
+    assert guess(traces["liger-swiglu"], "liger", "gelu_tanh")[1] == "broken"
+    assert guess(traces["liger-swiglu"], "eager", "silu")[1] == "broken"
+    for name, (mlp, act) in {"geglu": ("eager", "gelu_tanh"), "swiglu": ("eager", "silu"),
+                             "liger-swiglu": ("liger", "silu")}.items():
+        read = argparse.Namespace(compile=False)
+        modules.model_flags(read, traces[name], [])
+        assert (read.mlp, read.act) == (mlp, act), name
+
+
+@pytest.mark.parametrize("names,preset,mlp,act", [
+    ({"aten::silu"}, None, "eager", "silu"), ({"aten::gelu"}, "tiny-llama", "eager", "gelu_tanh"),  # the trace first
+    ({"_swiglu_forward_kernel_tiled"}, None, "liger", "silu"), ({"_geglu_tanh_forward_kernel"}, None, "liger", "gelu_tanh"),
+    ({"_geglu_tma_kernel"}, "llama-1b", "fused", "silu"), ({"_geglu_tma_kernel"}, None, "fused", "gelu_tanh"),
+    ({"aten::gelu", "aten::silu"}, "tiny", "eager", "gelu_tanh"), (set(), None, "eager", None)])
+def test_the_readers_activation_from_names_then_the_preset(names, preset, mlp, act):
+    assert modules.mlp_activation(names, preset, mlp) == act
+
+
+@cuda
+@pytest.mark.parametrize("mlp,confirmed", [
+    ("eager", "every mlp launches a SiLU and a mul kernel"), ("liger", "every mlp launches Liger's one SwiGLU kernel"),
+    ("fused", "every mlp launches the GEMM with the SwiGLU epilogue")])
+def test_gpu_a_swiglu_model_with_each_mlp(tmp_path, mlp, confirmed):
+    code, out, err, _ = run(tmp_path, "--preset", "llama-1b", "--layers", "2", "--batch", "1", "--seq", "256",
+                            "--phase", "prefill", "--mlp", mlp, device="cuda")
+    assert code == 0, err
+    assert any(confirmed in line for line in out.splitlines() if line.startswith("  ok ")), out[-4000:]

@@ -773,7 +773,7 @@ def test_the_port_holder_is_named_with_its_command_line():
     assert serve_trace._port_holder(port) is None  # closed: nobody listens
 
 
-def fake_shape(M, dim, hidden, dtype, tol, c, b, tuned):
+def fake_shape(M, dim, hidden, dtype, tol, c, b, tuned, act="gelu_tanh"):
     """A shape's record as bench_shape makes it, its times _bench_record's decode shape's."""
     return {**_bench_record()["shapes"][1], "M": M, "dim": dim, "hidden": hidden, "tuned": tuned, "tol": tol,
             "skipped": [], "parts": {}, "rel_err": 0.0, "flops": 1.0, "bytes": 1.0, "floor_compute_us": 1.0,
@@ -802,7 +802,7 @@ def test_main_writes_what_the_record_says_it_measured(tmp_path, monkeypatch):
     assert bench.main(["--shapes", "1x4096x11008,2x4096x11008", "--dtype", "fp16", "--out", str(out)]) == 0
     record = json.loads(out.read_text())
     assert {k: v for k, v in record.items() if k not in ("shapes", "fused_config", "liger_kernel")} == {
-        "device": "a GPU", "date": "2026-11-30T00:00:00", "dtype": "fp16",
+        "device": "a GPU", "date": "2026-11-30T00:00:00", "dtype": "fp16", "activation": "gelu_tanh",
         "timer": "CUDA events, median over ~100 ms of calls, L2 evicted by a 256 MB read before each call; "
                  "middle of 5 interleaved rounds (one call of each variant in turn)",
         "weights": "one copy, read by every variant (share_weights)",

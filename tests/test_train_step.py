@@ -1122,3 +1122,68 @@ def test_expect_on_a_synthetic_trace_and_what_it_cannot_tell(tmp_path, capsys):
     code, out, err = expect_cli(path, capsys)
     assert code == 2 and err == ("inspect_trace.py: error: 07_train_step's expectations need --optimizer, which "
                                  "this trace does not say\n")
+
+
+# ---- SwiGLU: a Llama-shaped model, and the MLPs by activation -------------------------------------------------
+
+def test_a_swiglu_model_trains_on_the_cpu(tmp_path):
+    """--model tiny-llama (06_model.py's Llama preset, a SwiGLU MLP): every guess checkable on a CPU confirmed; its
+    MLPs call SiLU (aten::silu in every step's forward, by the trace's plain json), never GeLU."""
+    code, out, err, trace = run(tmp_path, "--model", "tiny-llama", "--batch", "2", "--seq", "32", "--dtype", "fp32")
+    assert code == 0, err
+    assert "model: tiny-llama, 2 layers" in out and "BROKEN" not in verdicts(out).values(), out[-3000:]
+    assert trace.name.startswith("tiny-llama-2L_2x32_adamw-foreach_mlp-eager")
+    events = [e for e in raw(trace) if e.get("ph") == "X"]
+    forwards = [e for e in events if e.get("cat") == "user_annotation" and e["name"] == "forward"]
+    for f in forwards:
+        inside = [e["name"] for e in events if e.get("cat") == "cpu_op" and f["ts"] <= e["ts"] <= f["ts"] + f["dur"]]
+        assert inside.count("aten::silu") == 2 and "aten::gelu" not in inside  # one per layer's MLP
+    assert len(forwards) == 3
+
+
+@pytest.mark.parametrize("mlp", ["fused", "fused-recompute", "liger"])
+def test_a_swiglu_model_with_a_triton_mlp_is_refused_on_a_cpu(tmp_path, mlp):
+    code, out, err, trace = run(tmp_path, "--model", "tiny-llama", "--mlp", mlp)
+    assert (code, out, trace) == (2, "", None)
+    assert err == f"07_train_step.py: error: --mlp {mlp} runs a Triton kernel, which needs a CUDA GPU; on this machine use --mlp eager\n"
+
+
+def test_the_models_are_the_post_mlp_and_06s_presets():
+    assert train07.MODELS == ("mlp", *importlib.import_module("06_model").PRESETS)
+
+
+def test_the_eager_and_swapped_mlps_by_activation():
+    """eager_mlp: the post's SimpleGeGLUMLP, or transformers' LlamaMLP for SiLU; swapped gives the fused module of the
+    same activation with the eager one's weights (the same output: here PyTorch's ops on the CPU), and Liger's own
+    class per activation (built, not run: its kernels need a GPU)."""
+    from transformers.models.llama.modeling_llama import LlamaMLP
+    from fused_geglu import FusedGatedMLP
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 24)
+    for act, eager_type, liger_type in (("gelu_tanh", train07.SimpleGeGLUMLP, "LigerGEGLUMLP"),
+                                        ("silu", LlamaMLP, "LigerSwiGLUMLP")):
+        eager = train07.eager_mlp(24, 40, act)
+        assert type(eager) is eager_type
+        for kind, recompute in (("fused", False), ("fused-recompute", True)):
+            fused = train07.swapped(kind, eager, 24, 40, act)
+            assert type(fused) is FusedGatedMLP and (fused.activation, fused.recompute) == (act, recompute)
+            with torch.no_grad():
+                torch.testing.assert_close(fused(x), eager(x))
+        liger = train07.swapped("liger", eager, 24, 40, act)
+        assert type(liger).__name__ == liger_type and torch.equal(liger.up_proj.weight, eager.up_proj.weight)
+    with torch.no_grad():  # the two eager MLPs differ only in the activation
+        silu, gelu = train07.eager_mlp(24, 40, "silu"), train07.eager_mlp(24, 40)
+        gelu.load_state_dict(silu.state_dict())
+        wg, wu, wd = silu.gate_proj.weight, silu.up_proj.weight, silu.down_proj.weight
+        torch.testing.assert_close(silu(x), (F.silu(x @ wg.T) * (x @ wu.T)) @ wd.T)
+        torch.testing.assert_close(gelu(x), (F.gelu(x @ wg.T, approximate="tanh") * (x @ wu.T)) @ wd.T)
+
+
+@cuda
+@pytest.mark.parametrize("mlp", ["eager", "liger", "fused", "fused-recompute"])
+def test_gpu_a_swiglu_model_trains_with_each_mlp(tmp_path, mlp):
+    code, out, err, _ = run(tmp_path, "--model", "tiny-llama", "--batch", "4", "--seq", "128", "--mlp", mlp,
+                            device="cuda")
+    assert code == 0, err
+    assert "BROKEN" not in verdicts(out).values() and "ok" in verdicts(out).values(), out[-3000:]

@@ -108,10 +108,10 @@ def expectations_for(script: str, trace: Trace, load: Callable[[str], object] | 
     args = args_from_trace(script, trace)
     mode = "compile" if args.compile else "eager"
     said = f"{script} {mode}, {args.active} steps (read from the trace)"
-    if script == "06_model":  # its expectations also take the layer count and whether the MLP is the post's
+    if script == "06_model":  # its expectations also take the layer count and the gated MLP's activation
         phase = args.phase  # needed; the layer count is not: the guesses that need it are then not applicable
         layers = args.__dict__.get("layers")
-        exps = module.expectations(args, layers, args.geglu)
+        exps = module.expectations(args, layers, args.act)
         mlp = f", MLP {args.mlp}" if not args.compile else ""
         told = plural(layers, "layer") if layers else "layers not told"
         return list(exps), (f"{script} {phase}, {'CUDA graphs' if args.cuda_graphs else mode}, {told}{mlp}, "

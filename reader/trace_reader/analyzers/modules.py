@@ -236,13 +236,20 @@ def runtime_calls(name: str, per_step: int, what: str = "") -> Expect:
 # ------------------------------------------------------------------- 06_model's flags, read back from its trace
 
 PHASES = ("prefill", "decode")  # 06_model.py's step annotation is the phase's name
-MLP_KERNELS = {"liger": re.compile(r"^_geglu_tanh_forward_kernel$|^LigerGELUMulFunction"),
-               "fused": re.compile(r"^_geglu_(tma|pointer|small_m)_kernel(_\d+)?$")}  # _0...: compiled by Inductor
+# Liger's GeGLU and SwiGLU kernels (the _tiled SwiGLU ones on Blackwell) and autograd Functions; the fused MLP's kernels
+# have one name for both activations (_0...: compiled by Inductor).
+LIGER_ACTIVATIONS = {"gelu_tanh": re.compile(r"^_geglu_tanh_forward_kernel$|^LigerGELUMulFunction"),
+                     "silu": re.compile(r"^_swiglu_forward_kernel(_tiled)?$|^LigerSiLUMulFunction")}
+MLP_KERNELS = {"liger": re.compile("|".join(p.pattern for p in LIGER_ACTIVATIONS.values())),
+               "fused": re.compile(r"^_geglu_(tma|pointer|small_m)_kernel(_\d+)?$")}
+# 06_model.py's presets by the activation of their gated MLP (Gemma's GeGLU, Llama's SwiGLU)
+PRESET_ACTIVATIONS = {"tiny": "gelu_tanh", "gemma-2b": "gelu_tanh", "tiny-llama": "silu", "llama-1b": "silu"}
+TORCH_ACTIVATIONS = {"aten::gelu": "gelu_tanh", "aten::silu": "silu"}  # transformers' own MLP calls these
 MODEL_FILE_RE = re.compile(r"^(?P<config>.+)-(?P<layers>\d+)L$")  # the file name's first word: gemma-2b-4L
 
 
 def model_flags(a, trace: Trace, words: list[str]) -> None:
-    """06_model.py's --phase, --layers, --mlp and --cuda-graphs (and whether its MLP is the post's GeGLU), set on
+    """06_model.py's --phase, --layers, --mlp and --cuda-graphs (and its gated MLP's activation, act), set on
     `a` where the trace tells them: its annotations and events first, then the name 06_model gives its files
     (gemma-2b-4L_decode_1x512_mlp-eager[_cudagraphs]_bf16_cold_eager). What neither tells stays unset, and the
     expectations that need it say so."""
@@ -261,11 +268,22 @@ def model_flags(a, trace: Trace, words: list[str]) -> None:
     seen = [kind for kind, pattern in MLP_KERNELS.items() if any(pattern.search(n) for n in names)]
     if len(seen) == 1 or told in ("eager", "liger", "fused"):
         a.mlp = seen[0] if len(seen) == 1 else told
-    elif not seen and "aten::gelu" in names:  # transformers' own MLP calls the GeLU op; the others do not
+    elif not seen and names & TORCH_ACTIVATIONS.keys():  # transformers' own MLP calls the GeLU (SiLU) op; no other
         a.mlp = "eager"
     graphs = any(c.name == "cudaGraphLaunch" for st in trace.steps for o in [st.span, *st.spans] for c in o.calls)
     # --cuda-graphs is compile(mode="reduce-overhead"): a replay shows as cudaGraphLaunch, and never on a CPU
     a.cuda_graphs = "cudagraphs" in words or (a.compile and graphs)
-    # The post's GeGLU MLP: a preset's (both are Gemma's), a swapped one, or transformers' calling aten::gelu
-    a.geglu = bool(file and file.group("config") in ("tiny", "gemma-2b")) or a.__dict__.get("mlp") in (
-        "liger", "fused") or "aten::gelu" in names
+    a.act = mlp_activation(names, file and file.group("config"), a.__dict__.get("mlp"))
+
+
+def mlp_activation(names: set[str], preset: str | None, mlp: str | None) -> str | None:
+    """The gated MLP's activation ("gelu_tanh": GeGLU, "silu": SwiGLU), or None: another MLP, or not told. The trace
+    first (transformers' own op, Liger's kernels), then the file name's preset; the fused kernels are named alike for
+    both, so a swapped MLP whose activation nothing tells is taken for the post's GeGLU."""
+    for told in ({act for op, act in TORCH_ACTIVATIONS.items() if op in names},
+                 {act for act, pattern in LIGER_ACTIVATIONS.items() if any(pattern.search(n) for n in names)}):
+        if len(told) == 1:
+            return next(iter(told))
+    if preset in PRESET_ACTIVATIONS:
+        return PRESET_ACTIVATIONS[preset]
+    return "gelu_tanh" if mlp in ("liger", "fused") else None
