@@ -256,10 +256,10 @@ layer  CPU µs  share
 
 @pytest.mark.parametrize("words, want", [
     # the trace tells: phase `decode`, layers 0 and 1, transformers' MLP (aten::gelu, no Liger or fused kernel)
-    ([], {"phase": "decode", "layers": 2, "mlp": "eager", "cuda_graphs": False, "geglu": True}),
+    ([], {"phase": "decode", "layers": 2, "mlp": "eager", "cuda_graphs": False, "act": "gelu_tanh"}),
     # what the trace tells wins over the file name; what it cannot tell (the fused MLP's name, graphs) comes from it
     (["gemma-2b-4L", "prefill", "mlp-fused", "cudagraphs"],
-     {"phase": "decode", "layers": 2, "mlp": "fused", "cuda_graphs": True, "geglu": True}),
+     {"phase": "decode", "layers": 2, "mlp": "fused", "cuda_graphs": True, "act": "gelu_tanh"}),
 ])
 def test_model_flags_read_from_the_trace_first(words, want):
     import argparse
@@ -273,12 +273,14 @@ def test_model_flags_read_from_the_trace_first(words, want):
 
 
 @pytest.mark.parametrize("words, want", [
-    (["tiny-4L", "decode"], {"phase": "decode", "layers": 4, "cuda_graphs": False, "geglu": True}),
-    (["llama-7b-12L", "mlp-liger"], {"layers": 12, "mlp": "liger", "cuda_graphs": False, "geglu": True}),
-    (["llama-7b-12L"], {"layers": 12, "cuda_graphs": False, "geglu": False}),
-    (["gemma", "mlp-other"], {"cuda_graphs": False, "geglu": False}),
-    (["gemma", "mlp-eager"], {"mlp": "eager", "cuda_graphs": False, "geglu": False}),
-    (["gemma", "mlp-fused"], {"mlp": "fused", "cuda_graphs": False, "geglu": True}),
+    (["tiny-4L", "decode"], {"phase": "decode", "layers": 4, "cuda_graphs": False, "act": "gelu_tanh"}),
+    # a config file's name tells no activation: Liger's and the fused MLP stand for the post's GeGLU, others for none
+    (["llama-7b-12L", "mlp-liger"], {"layers": 12, "mlp": "liger", "cuda_graphs": False, "act": "gelu_tanh"}),
+    (["tiny-llama-2L", "mlp-liger"], {"layers": 2, "mlp": "liger", "cuda_graphs": False, "act": "silu"}),  # its preset
+    (["llama-7b-12L"], {"layers": 12, "cuda_graphs": False, "act": None}),
+    (["gemma", "mlp-other"], {"cuda_graphs": False, "act": None}),
+    (["gemma", "mlp-eager"], {"mlp": "eager", "cuda_graphs": False, "act": None}),
+    (["gemma", "mlp-fused"], {"mlp": "fused", "cuda_graphs": False, "act": "gelu_tanh"}),
 ])
 def test_model_flags_from_the_file_name_where_the_trace_is_silent(words, want):
     import argparse
