@@ -23,6 +23,11 @@ import gc
 import importlib
 import sys
 
+try:
+    import trace_reader  # noqa: F401 - installed by `uv run` (a workspace member, editable)
+except ModuleNotFoundError:  # the checkout run by a Python of its own (python3 03_simple_mlp.py): the reader beside it
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().with_name("reader")))
+
 # Re-exported: the scripts, common.py, bench_inspect.py and the tests use them as inspect_trace.<name>.
 from trace_reader import cli, scripts
 from trace_reader.analyzers.annotations import gpu_time_by_annotation

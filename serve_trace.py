@@ -6,6 +6,7 @@ how it works) as the suite's command.
 
 import sys
 
+import inspect_trace  # noqa: F401 - first: it finds the reader where uv did not install it
 from trace_reader.serve import main
 
 if __name__ == "__main__":

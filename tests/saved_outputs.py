@@ -2,7 +2,10 @@
 
 The cases: every committed trace (tests/data/**/*.json.gz), plain and --json; a script's --expect on each trace of
 that script; the comparisons the tests and docs make; every distributed run's ranks merged. Each case's exit code,
-stdout and stderr are hashed together; tests/data/saved_outputs.json holds the hashes.
+stdout and stderr are hashed together; tests/data/saved_outputs.json holds the hashes, and the Python they were made
+with. Under another Python the JSON's last digits may differ (3.12's sum() of floats is compensated: 0.4868586892052196
+becomes 0.48685868920521946), so there a second hash is compared: of the same output, its JSON's floats rounded to 12
+significant digits.
 
     uv run python tests/saved_outputs.py --write   # after a change meant to alter what the reader prints
 
@@ -92,25 +95,48 @@ def cases() -> dict[str, list[str]]:
     return out
 
 
-def run(args: list[str]) -> str:
-    """The hash of one case: exit code, stdout and stderr."""
+def run(args: list[str]) -> tuple[str, str]:
+    """The hashes of one case: exit code, stdout and stderr, as printed and portable (see the docstring)."""
     sys.path.insert(0, str(ROOT))
     import inspect_trace
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = inspect_trace.main(args)
-    text = f"{code}\n{out.getvalue()}\n--stderr--\n{err.getvalue()}".replace(str(DATA), "DATA")
-    return hashlib.sha256(text.encode()).hexdigest()
+    text = out.getvalue()
+    try:
+        portable = json.dumps(rounded(json.loads(text)), indent=1) + "\n"
+    except ValueError:  # text, not JSON
+        portable = text
+    return tuple(hashlib.sha256(f"{code}\n{t}\n--stderr--\n{err.getvalue()}".replace(str(DATA), "DATA").encode()
+                                ).hexdigest() for t in (text, portable))
+
+
+def rounded(x):
+    """x with every float at 12 significant digits."""
+    if isinstance(x, float):
+        return float(f"{x:.12g}")
+    if isinstance(x, list):
+        return [rounded(v) for v in x]
+    if isinstance(x, dict):
+        return {k: rounded(v) for k, v in x.items()}
+    return x
+
+
+def python() -> str:
+    return "%d.%d" % sys.version_info[:2]
 
 
 @functools.cache
-def saved() -> dict[str, str]:
+def saved() -> dict:
+    """{"python": the version that made them, "printed": {case: hash}, "portable": {case: hash}}."""
     return json.loads(SAVED.read_text())
 
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["--write"]:
         sys.exit("usage: python tests/saved_outputs.py --write")
-    SAVED.write_text(json.dumps({name: run(args) for name, args in cases().items()}, indent=1, sort_keys=True) + "\n")
+    hashes = {name: run(args) for name, args in cases().items()}
+    SAVED.write_text(json.dumps({"python": python(), "printed": {n: h[0] for n, h in sorted(hashes.items())},
+                                 "portable": {n: h[1] for n, h in sorted(hashes.items())}}, indent=1) + "\n")
     print(f"wrote {SAVED.relative_to(ROOT)} ({len(cases())} cases)")

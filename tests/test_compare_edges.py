@@ -587,7 +587,7 @@ def test_the_grouping_is_the_same_whatever_the_hash_seed(tmp_path):
               ("d3", 2.0, "aten::alpha")])
     for name, s in (("a", a), ("b", b)):
         (tmp_path / f"{name}.json").write_text(json.dumps(kineto([s] * 2)))
-    code = ("import json, sys; sys.path.insert(0, sys.argv[1]);"
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1] + '/reader');"
             "from trace_reader.reading.files import load_trace; from trace_reader.comparison.compare import comparison_data;"
             "d = comparison_data(load_trace(sys.argv[2]), load_trace(sys.argv[3]));"
             "print(json.dumps(sorted((r['old'], r['new']) for r in d['replaced'])))")

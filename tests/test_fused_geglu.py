@@ -1103,7 +1103,7 @@ def test_gpu_a_call_like_the_modules_last_takes_its_plan_without_a_key(M, monkey
         y = fused(x)  # the training path: its GeGLU saves g and u, under a key of its own
     ref = (F.gelu(x.double() @ wg.detach().double().T, approximate="tanh") * (x.double() @ wu.detach().double().T)) \
         @ wd.detach().double().T
-    assert keys == [("geglu", True)] and y.grad_fn is not None
+    assert keys == [("geglu", True, "gelu_tanh")] and y.grad_fn is not None
     assert ((y.double() - ref).norm() / ref.norm()).item() < TOL["fp16"]
 
 

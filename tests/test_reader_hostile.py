@@ -514,7 +514,6 @@ def test_msgspec_decodes_only_where_it_refuses_deep_nesting(monkeypatch):
     import types
 
     import trace_reader.reading as reading_room
-    from trace_reader.reading import fast_json  # the real one; its decoder is stood in for below
 
     class Refused(ValueError):
         pass
@@ -534,6 +533,22 @@ def test_msgspec_decodes_only_where_it_refuses_deep_nesting(monkeypatch):
     monkeypatch.delitem(sys.modules, "trace_reader.reading.fast_json", raising=False)
     monkeypatch.setitem(sys.modules, "msgspec", None)  # not installed
     assert probe() is None
+
+
+def test_loads_takes_the_stdlibs_answer_where_msgspec_refuses(monkeypatch):
+    """files._loads through fast_json.loads: msgspec's decoder where it accepts, the stdlib's where it refuses."""
+    pytest.importorskip("msgspec", reason="fast_json is msgspec's decoding: without msgspec there is none to test")
+    from trace_reader.reading import fast_json
+    from trace_reader.reading import files as read
+
+    class Refused(ValueError):
+        pass
+
+    def stops(text):
+        if b"NaN" in text:
+            raise Refused(text[:8])
+        return "fast"
+
     monkeypatch.setattr(fast_json, "decode", stops)
     monkeypatch.setattr(fast_json, "refused", Refused)
     monkeypatch.setattr(read, "_fast", lambda: fast_json)
@@ -545,7 +560,7 @@ def test_msgspec_decodes_only_where_it_refuses_deep_nesting(monkeypatch):
 def test_the_child_without_msgspec_reads_with_the_stdlib(tmp_path):
     """python_for("stdlib") leaves msgspec out of the child (else the CLI tests above would test msgspec twice)."""
     script = tmp_path / "which.py"
-    script.write_text(f"import sys; sys.path.insert(0, {str(ROOT)!r}); from trace_reader.reading import files as read; "
+    script.write_text(f"import sys; sys.path.insert(0, {str(ROOT / 'reader')!r}); from trace_reader.reading import files as read; "
                       "print(read._fast() is not None)")
     said = {}
     for decoder in ("msgspec", "stdlib"):

@@ -51,13 +51,23 @@ def uv() -> str:
     return str(found)
 
 
+OFFLINE = ("Failed to fetch", "error sending request", "dns error", "Network is unreachable")
+
+
+def ran(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """proc; a skip where uv could not reach a package index (the GPU image: no network) for what it installs."""
+    if proc.returncode and any(word in proc.stderr for word in OFFLINE):
+        pytest.skip("no package index reachable here: uv cannot fetch uv_build, msgspec and rich for the reader alone")
+    return proc
+
+
 @pytest.fixture(scope="module")
 def alone(tmp_path_factory):
     """(the wheel, the fresh environment's python, its bin folder)."""
     tmp = tmp_path_factory.mktemp("reader_alone")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "UV_PROJECT", "PYTHONPATH"))}
-    built = subprocess.run([uv(), "build", "--wheel", "--out-dir", str(tmp / "dist"), str(ROOT / "reader")],
-                           capture_output=True, text=True, timeout=300, env=env)
+    built = ran(subprocess.run([uv(), "build", "--wheel", "--out-dir", str(tmp / "dist"), str(ROOT / "reader")],
+                               capture_output=True, text=True, timeout=300, env=env))
     assert built.returncode == 0, built.stderr[-3000:]
     wheel = next((tmp / "dist").glob("torch_trace-*.whl"))
     venv = tmp / "env"
@@ -65,8 +75,8 @@ def alone(tmp_path_factory):
                           timeout=120, env=env)
     assert made.returncode == 0, made.stderr[-3000:]
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-    put = subprocess.run([uv(), "pip", "install", "--python", str(python), str(wheel)], capture_output=True, text=True,
-                         timeout=300, env=env)
+    put = ran(subprocess.run([uv(), "pip", "install", "--python", str(python), str(wheel)], capture_output=True,
+                             text=True, timeout=300, env=env))
     assert put.returncode == 0, put.stderr[-3000:]
     return wheel, python, python.parent, env
 
@@ -89,7 +99,7 @@ def test_alone_it_prints_what_the_suite_prints_for_every_committed_trace(alone, 
     cases = {n: a for n, a in saved_outputs.cases().items() if not n.startswith(("expect ", "expect-json "))}
     assert len(cases) > 200
     spec = tmp_path / "cases.json"
-    spec.write_text(json.dumps([cases, saved_outputs.saved(), str(saved_outputs.DATA)]))
+    spec.write_text(json.dumps([cases, saved_outputs.saved()["printed"], str(saved_outputs.DATA)]))  # its Python is ours
     child = tmp_path / "child.py"
     child.write_text(CHILD)
     run = subprocess.run([str(python), str(child), str(spec)], capture_output=True, text=True, timeout=600,
@@ -132,8 +142,8 @@ def test_the_readers_readme_commands(tmp_path):
                            cwd=ROOT)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "UV_PROJECT", "PYTHONPATH"))}
     env |= {"UV_TOOL_DIR": str(tmp_path / "tools"), "UV_TOOL_BIN_DIR": str(tmp_path / "bin")}
-    once = subprocess.run([uv(), "tool", "run", "--from", "./reader", "torch-trace", trace], capture_output=True,
-                          text=True, timeout=300, cwd=ROOT, env=env)
+    once = ran(subprocess.run([uv(), "tool", "run", "--from", "./reader", "torch-trace", trace], capture_output=True,
+                              text=True, timeout=300, cwd=ROOT, env=env))
     assert (once.returncode, once.stdout) == (0, suite.stdout), once.stderr[-2000:]
     put = subprocess.run([uv(), "tool", "install", "./reader"], capture_output=True, text=True, timeout=300, cwd=ROOT,
                          env=env)
