@@ -65,6 +65,17 @@ def interpreter_cannot_loop() -> bool:
     return version(triton.__version__) < (3, 7) and version(numpy.__version__) >= (2, 5)
 
 
+def interpreted_cases(child: str, *args: str) -> dict:
+    """{case: result} of a child Python running `child` (one JSON line per case, each with its "case") under Triton's
+    CPU interpreter, from the checkout's root: the fused kernels' tests run their kernels so, once per module."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(root))
+    proc = subprocess.run([sys.executable, "-c", child, *args], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {r["case"]: r for r in map(json.loads, proc.stdout.splitlines())}
+
+
 def assert_ceilings_said(line, tflops, gbs):
     """The measured ceilings as printed, read back to within their three figures: a CPU's are no '0 TFLOP/s'."""
     m = re.search(r"GEMM ceiling ([\d.,]+) ([TG])FLOP/s, device copy ([\d.,]+) ([TG])B/s \(measured now", line)

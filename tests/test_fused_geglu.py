@@ -12,12 +12,11 @@ import json
 import os
 import re
 import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import pytest
-from conftest import interpreter_cannot_loop
+from conftest import interpreted_cases, interpreter_cannot_loop
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -168,11 +167,7 @@ emit("backward", err=max(errs))
 def interpreted():
     if interpreter_cannot_loop():
         pytest.skip("Triton < 3.7's interpreter cannot run kernel loops under NumPy >= 2.5")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return {r["case"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    return interpreted_cases(CHILD)
 
 
 KERNEL_CASES = [f"kernel-{dt}-{s}-{p}" for dt in ("bf16", "fp16", "fp32")

@@ -11,14 +11,10 @@ eager, compiled and training, and the kept plans of two modules that differ only
 """
 
 import copy
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import interpreter_cannot_loop
+from conftest import interpreted_cases, interpreter_cannot_loop
 import torch
 import torch.nn.functional as F
 
@@ -153,12 +149,8 @@ exec(HELPERS, namespace)  # the same references in this process, for the CPU fal
 
 @pytest.fixture(scope="module")
 def interpreted():
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
     mode = "pointwise" if interpreter_cannot_loop() else "kernels"
-    proc = subprocess.run([sys.executable, "-c", CHILD, mode], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return {r["case"]: r for r in map(json.loads, proc.stdout.splitlines())}, mode
+    return interpreted_cases(CHILD, mode), mode
 
 
 def _needs_loops(mode):

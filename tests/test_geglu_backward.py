@@ -9,14 +9,10 @@ this process. GPU (skipped without CUDA): the compiled kernel at the post's shap
 """
 
 import importlib
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import interpreter_cannot_loop
+from conftest import interpreted_cases, interpreter_cannot_loop
 import torch
 
 pytest.importorskip("triton", reason="needs Triton (Linux wheels only; tests/test_platforms.py runs without it)")
@@ -132,12 +128,7 @@ exec(HELPERS, namespace)  # the same references in this process, for the CPU fal
 
 @pytest.fixture(scope="module")
 def interpreted():
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
-    mode = "pointwise" if interpreter_cannot_loop() else "modules"
-    proc = subprocess.run([sys.executable, "-c", CHILD, mode], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return {r["case"]: r for r in map(json.loads, proc.stdout.splitlines())}
+    return interpreted_cases(CHILD, "pointwise" if interpreter_cannot_loop() else "modules")
 
 
 POINTWISE = [f"pointwise-{dt}-{s}" for dt in ("bf16", "fp32") for s in ("37x57", "3x5", "64x48")]
