@@ -30,7 +30,8 @@ The same body without the epilogue, `_linear_small_m_kernel`, does down_proj the
 the fp32 partials in a fixed order). Past the buckets, the tiled kernels above and cuBLAS take over.
 
 Where cuBLAS runs gate and up, `_geglu_pointwise_kernel` (two GEMMs' outputs) or `_geglu_packed_kernel` (one GEMM's,
-over the packed weights) makes m in one pass; `_geglu_backward_kernel` is training's (training.py).
+over the packed weights) makes m in one pass; `_geglu_backward_kernel` is training's (training.py): the gradients of g
+and u, and m again for down_proj's weight gradient.
 """
 
 import triton  # Linux wheels only (pyproject.toml): scripts import this package once they know it is there
@@ -297,9 +298,12 @@ def _glu_slope(g, ACT: tl.constexpr):
 
 
 @triton.jit
-def _geglu_backward_kernel(grad_m_ptr, g_ptr, u_ptr, grad_g_ptr, grad_u_ptr, n, BLOCK: tl.constexpr,
-                           ACT: tl.constexpr = "gelu_tanh"):
-    # m = act(g) * u, one pass over [M, N] in fp32: grad_u = grad_m * act(g) and grad_g = grad_m * u * act'(g).
+def _geglu_backward_kernel(grad_m_ptr, g_ptr, u_ptr, grad_g_ptr, grad_u_ptr, m_ptr, n, BLOCK: tl.constexpr,
+                           ACT: tl.constexpr = "gelu_tanh", STORE_M: tl.constexpr = False):
+    # m = act(g) * u, one pass over [M, N] in fp32: grad_u = grad_m * act(g) and grad_g = grad_m * u * act'(g). With
+    # STORE_M also m itself, for down_proj's weight gradient (eager training saves no m: it is made again here from
+    # the g and u read anyway). Any output may be an input's buffer (grad_g over g, grad_u over u, m over grad_m):
+    # each element is loaded before anything is stored. Without STORE_M, m_ptr is never written (a stand-in).
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # int64: M * N can pass 2^31
     mask = offs < n
     dm = tl.load(grad_m_ptr + offs, mask=mask, other=0.0).to(tl.float32)
@@ -308,6 +312,8 @@ def _geglu_backward_kernel(grad_m_ptr, g_ptr, u_ptr, grad_g_ptr, grad_u_ptr, n, 
     act, slope = _glu_slope(g, ACT)
     tl.store(grad_u_ptr + offs, (dm * act).to(grad_u_ptr.dtype.element_ty), mask=mask)
     tl.store(grad_g_ptr + offs, (dm * u * slope).to(grad_g_ptr.dtype.element_ty), mask=mask)
+    if STORE_M:
+        tl.store(m_ptr + offs, (act * u).to(m_ptr.dtype.element_ty), mask=mask)
 
 
 # The kernels keep the names above, which traces show (and the trace reader's MLP_KERNELS knows); the launchers in

@@ -131,9 +131,9 @@ def plan_key(kind, x, weights, with_packing=False):
     """What a call's plan depends on besides the module's globals, or None where every call is planned: a CPU
     tensor, one being traced, a tensor not contiguous or not 16-byte aligned (the kernels specialise on alignment).
     kind says which plan, and holds what else it depends on: the activation of the ones with an epilogue (("geglu",
-    save_gu, activation), ("mlp", activation), ("backward", activation)), so a SwiGLU call never takes a GeGLU plan.
-    with_packing: the MLP's plan also depends on whether gate and up are packed (see table.packed). One flat tuple: it
-    is built, hashed and compared at every call, on the host's path of each forward."""
+    save_gu, activation), ("mlp", activation), ("backward", activation, store_m)), so a SwiGLU call never takes a
+    GeGLU plan. with_packing: the MLP's plan also depends on whether gate and up are packed (see table.packed). One
+    flat tuple: it is built, hashed and compared at every call, on the host's path of each forward."""
     if type(x) is not torch.Tensor or not x.is_cuda or machine.INTERPRET:  # subclasses: traced ones, DTensor...
         return None
     ptrs, contiguous = x.data_ptr(), x.is_contiguous()

@@ -15,41 +15,50 @@ import torch
 from . import kernels, launcher, machine, ops, table
 
 
-def _torch_backward(grad_m, g, u, activation):
-    """(grad_g, grad_u) in fp32 PyTorch ops: for a CPU without the interpreter."""
-    dm, gf, uf = grad_m.float(), g.float(), u.float()  # fp32 g and u are g and u themselves: both read first
+def _torch_backward(grad_m, g, u, activation, store_m=False):
+    """(grad_g, grad_u, m or None) in fp32 PyTorch ops: for a CPU without the interpreter. m = act(g) * u with
+    store_m."""
+    dm, gf, uf = grad_m.float(), g.float(), u.float()  # fp32 g and u are g and u themselves: all read first
     grad_g = (torch.ops.aten.silu_backward(dm * uf, gf) if activation == "silu"
               else torch.ops.aten.gelu_backward(dm * uf, gf, approximate="tanh"))
-    return grad_g, dm * ops.torch_activation(gf, activation)
+    act = ops.torch_activation(gf, activation)
+    return grad_g, dm * act, act * uf if store_m else None
 
 
-def _launch_backward(grad_m, g, u, grad_g, grad_u, activation):
-    """The kernel over contiguous g and u, into grad_g and grad_u (which may be g and u themselves); planned once per
-    shape and activation as the forward's launches are (a training step at the post's shape waits on the host too)."""
+def _launch_backward(grad_m, g, u, grad_g, grad_u, activation, m=None):
+    """The kernel over contiguous g and u, into grad_g and grad_u (which may be g and u themselves), and with m also
+    act(g) * u into m (which may be grad_m itself, contiguous then); planned once per shape, activation and whether m
+    is stored, as the forward's launches are (a training step at the post's shape waits on the host too)."""
     if g.numel():
-        tensors = (grad_m.contiguous(), g, u, grad_g, grad_u)
-        key = launcher.plan_key(("backward", activation), g, tensors)
-        launcher.planned(key, lambda: launcher.pointwise_launch(kernels.geglu_backward_kernel, g.numel(), tensors,
-                                                                {"ACT": activation}, key is not None))(*tensors)
+        grad_m = grad_m.contiguous()
+        # Without m, grad_m stands in for m_ptr, which the kernel then never writes: a tensor the kernel only reads
+        # (not grad_g or grad_u), so that torch.compile's analysis of what it writes never sees one output under two
+        # names
+        tensors = (grad_m, g, u, grad_g, grad_u, grad_m if m is None else m)
+        key = launcher.plan_key(("backward", activation, m is not None), g, tensors)
+        launcher.planned(key, lambda: launcher.pointwise_launch(
+            kernels.geglu_backward_kernel, g.numel(), tensors, {"ACT": activation, "STORE_M": m is not None},
+            key is not None))(*tensors)
 
 
-def backward_in_place(grad_m, g, u, activation="gelu_tanh"):
-    """Of m = act(g) * u (act = gelu_tanh or silu), in place: g becomes grad_g and u grad_u. One Triton kernel (fp32
-    math; each element read before its gradient is written over it); on a CPU without the interpreter the same in fp32
-    PyTorch ops."""
+def backward_in_place(grad_m, g, u, activation="gelu_tanh", store_m=False):
+    """Of m = act(g) * u (act = gelu_tanh or silu), in place: g becomes grad_g and u grad_u, and with store_m grad_m
+    becomes m (for down_proj's weight gradient, where m was not saved). One Triton kernel (fp32 math; each element
+    read before anything is written over it); on a CPU without the interpreter the same in fp32 PyTorch ops."""
     ops.check_activation(activation)
+    written = (g, u, grad_m) if store_m else (g, u)
     if g.device.type != "cuda" and not machine.INTERPRET:
-        grad_g, grad_u = _torch_backward(grad_m, g, u, activation)
-        g.copy_(grad_g)
-        u.copy_(grad_u)
+        for t, new in zip(written, _torch_backward(grad_m, g, u, activation, store_m)):
+            t.copy_(new)
         return
-    if not (g.is_contiguous() and u.is_contiguous()):
-        raise ValueError("geglu_backward_ writes the gradients over g and u: both must be contiguous")
-    _launch_backward(grad_m, g, u, g, u, activation)
-    # A kernel's writes bump no version counter: autograd must see g and u as changed (saved ones are re-read by a
+    if not all(t.is_contiguous() for t in written):
+        raise ValueError("geglu_backward_ writes the gradients over g and u (and m over grad_m): they must be "
+                         "contiguous")
+    _launch_backward(grad_m, g, u, g, u, activation, grad_m if store_m else None)
+    # A kernel's writes bump no version counter: autograd must see them as changed (saved g and u are re-read by a
     # second backward through the same graph, which the check then refuses)
-    torch.autograd.graph.increment_version(g)
-    torch.autograd.graph.increment_version(u)
+    for t in written:
+        torch.autograd.graph.increment_version(t)
 
 
 @torch.library.custom_op("fused_geglu::geglu_backward_", mutates_args=("g", "u"))
@@ -71,7 +80,7 @@ def geglu_backward_op(grad_m: torch.Tensor, g: torch.Tensor, u: torch.Tensor,
     the backward graph, which Inductor may not write over, so the in-place op would cost it a copy of both first."""
     ops.check_activation(activation)
     if g.device.type != "cuda" and (not machine.INTERPRET or machine.tracing(g)):
-        return tuple(t.to(g.dtype) for t in _torch_backward(grad_m, g, u, activation))
+        return tuple(t.to(g.dtype) for t in _torch_backward(grad_m, g, u, activation)[:2])
     g, u = g.contiguous(), u.contiguous()
     grad_g, grad_u = torch.empty_like(g), torch.empty_like(u)
     _launch_backward(grad_m, g, u, grad_g, grad_u, activation)

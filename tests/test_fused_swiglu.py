@@ -368,7 +368,9 @@ def test_every_kernel_compiles_with_the_silu_epilogue():
         for kernel, args in ((k.geglu_pointwise_kernel, (t, t, t, 1000)), (k.geglu_packed_kernel, (t, 100, 200))):
             ptx = _compile_for_h100(kernel, args, dict(pointwise, FAST_TANH=fast))
             assert ("tanh.approx" in ptx, "ex2.approx" in ptx) == (fast, not fast), (kernel.fn.__name__, fast)
-    assert "ex2.approx" in _compile_for_h100(k.geglu_backward_kernel, (t,) * 5 + (1000,), pointwise)
+    for store_m in (False, True):  # m written or not: both compile, the exact form's exp in each
+        assert "ex2.approx" in _compile_for_h100(k.geglu_backward_kernel, (t,) * 6 + (1000,),
+                                                 dict(pointwise, STORE_M=store_m))
     flags = dict(UPCAST=False, FAST_TANH=True, ACT="silu")
     small = dict(fused_geglu.SMALL_M_CONFIGS["geglu"][0][1], SPLIT_K=2, DOT_PRECISION="tf32", **flags)
     assert "tanh.approx" in _compile_for_h100(k.geglu_small_m_kernel, (t,) * 6 + (16, 256, 256, 256, 256, 256, 256),
