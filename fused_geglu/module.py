@@ -9,7 +9,6 @@ autograd, torch.compile to ops.py's ops.
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from . import launcher, machine, ops, table, training
 
@@ -50,7 +49,8 @@ class FusedGatedMLP(nn.Module):
 
     Training: by default the forward kernel also stores g and u (two [tokens, hidden] tensors kept for backward,
     as Liger and eager PyTorch keep theirs); recompute=True keeps only x and runs the two GEMMs again in backward:
-    less memory, more time.
+    less memory, more time. Eagerly neither keeps m (down_proj's input): the backward kernel makes it again from g
+    and u for down_proj's weight gradient.
     """
 
     def __init__(self, dim, hidden, activation="gelu_tanh", recompute=False):
@@ -137,9 +137,9 @@ class FusedGatedMLP(nn.Module):
         # Any leading shape: the kernels see [tokens, dim]; the output's last size is named, not -1, so that
         # no tokens (M = 0) gives an empty output as nn.Linear does.
         if torch.is_grad_enabled() and _requires_grad(x, w_gate, w_up, w_down):
-            # Training: down_proj is autograd's GEMM.
+            # Training: one autograd node for the whole MLP, which saves no m (training.py).
             x2d = x.reshape(-1, x.shape[-1])
-            out = F.linear(training.training_geglu(x2d, w_gate, w_up, self.recompute, self.activation), w_down)
+            out = training.training_mlp(x2d, w_gate, w_up, w_down, self.recompute, self.activation)
             return out.reshape(*x.shape[:-1], w_down.shape[0])
         if torch.compiler.is_compiling():
             x2d = x.reshape(-1, x.shape[-1])

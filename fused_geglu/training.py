@@ -1,16 +1,21 @@
 """Training: the backward kernel's launches, the backward ops, the autograd of ops.py's ops, and eager training's own
-autograd.Function.
+autograd.Function for the whole MLP.
 
 With SAVE_GU the tiled kernels' epilogue also stores g and u (in x's dtype) from the accumulators that made m, and
 backward uses them; FusedGeGLUMLP(recompute=True) saves only x and recomputes them with two cuBLAS GEMMs instead (less
 memory, two more GEMMs). Either way one Triton kernel, `_geglu_backward_kernel` (GeGLU's or SwiGLU's derivative, by
-its constexpr ACT), reads grad_m, g and u once and writes grad_g and grad_u over g and u (fp32 math), where PyTorch ops would take several passes over [M, hidden]. Eager training
-calls the launchers from a plain autograd.Function (torch.library's dispatch costs more host time than the launches);
-torch.compile sees the ops (and, for saved g and u, an out-of-place backward op). `bench_train.py` times both modes
-against eager, compile and Liger.
+its constexpr ACT), reads grad_m, g and u once and writes grad_g and grad_u over g and u (fp32 math), where PyTorch ops
+would take several passes over [M, hidden]. Eager training is one plain autograd.Function over gate, up, the
+activation and down_proj (torch.library's dispatch costs more host time than the launches): besides x and the weights
+it saves g and u, or nothing with recompute=True, and never m, which down_proj's own autograd would save for its
+weight gradient; the backward kernel writes m = act(g) * u again over grad_m instead, from the g and u it reads
+anyway. So at most three [M, hidden] tensors are alive at once in backward: g, u and grad_m (then m). torch.compile
+sees the ops (and, for saved g and u, an out-of-place backward op) and down_proj as autograd's linear, and plans
+what its graph saves itself. `bench_train.py` times both modes against eager, compile and Liger.
 """
 
 import torch
+import torch.nn.functional as F
 
 from . import kernels, launcher, machine, ops, table
 
@@ -135,36 +140,49 @@ def _saving_backward(ctx, grad_m, _grad_g, _grad_u):
 ops.geglu_saving_gu_op.register_autograd(_saving_backward, setup_context=_saving_setup_context)
 
 
-class _TrainingGeGLU(torch.autograd.Function):
-    """Eager training (not traced): the launchers and backward_in_place called directly. Through the ops (these and
-    ops.py's), torch.library's dispatch cost more host time than the launches: on the H200 machine about 280 µs for the
-    forward's autograd node and 160 µs for geglu_backward_ per call at the post's shape."""
+class _TrainingMLP(torch.autograd.Function):
+    """Eager training (not traced): y = down_proj(act(gate_proj(x)) * up_proj(x)) as one node, the launchers and
+    backward_in_place called directly. Through the ops (these and ops.py's), torch.library's dispatch cost more host
+    time than the launches: on the H200 machine about 280 µs for the forward's autograd node and 160 µs for
+    geglu_backward_ per call at the post's shape. One node for down_proj too, so that m is not saved: autograd's
+    linear would keep it for down_proj's weight gradient, a third [M, hidden] tensor from forward to backward."""
 
     @staticmethod
-    def forward(ctx, x2d, w_gate, w_up, recompute, activation):
+    def forward(ctx, x2d, w_gate, w_up, w_down, recompute, activation):
         if recompute:
             m = ops.geglu(x2d, w_gate, w_up, activation=activation)
-            ctx.save_for_backward(x2d, w_gate, w_up)
+            ctx.save_for_backward(x2d, w_gate, w_up, w_down)
         else:
             m, g, u = ops.geglu_saving_gu(x2d, w_gate, w_up, activation=activation)
-            ctx.save_for_backward(x2d, w_gate, w_up, g, u)
+            ctx.save_for_backward(x2d, w_gate, w_up, w_down, g, u)
         ctx.activation = activation
-        return m
+        return F.linear(m, w_down)  # aten::linear as before, in a trace; m is freed on return
 
     @staticmethod
     @torch.autograd.function.once_differentiable  # backward writes over g and u: no graph of it to differentiate
-    def backward(ctx, grad_m):
-        x2d, w_gate, w_up, *gu = ctx.saved_tensors
+    def backward(ctx, grad_y):
+        x2d, w_gate, w_up, w_down, *gu = ctx.saved_tensors
+        need_x, need_wg, need_wu, need_wd = ctx.needs_input_grad[:4]
         g, u = gu or _recompute_gu(x2d, w_gate, w_up)
-        # eager: saved or not, g and u are written over (no new [M, hidden] buffers)
-        backward_in_place(grad_m, g, u, ctx.activation)
-        return *_gradients(ctx.needs_input_grad[:3], x2d, w_gate, w_up, g, u), None, None
+        # In this order at most three [M, hidden] tensors are alive: g, u and grad_m, which the kernel turns into m
+        # (where down_proj's weight needs its gradient) while it writes grad_g and grad_u over g and u
+        grad_m = grad_y @ w_down
+        backward_in_place(grad_m, g, u, ctx.activation, store_m=need_wd)  # now grad_g, grad_u and m
+        grad_w_down = grad_y.T @ grad_m if need_wd else None
+        del grad_m  # m: freed before x's gradient is made
+        grad_g, grad_u = g, u
+        grad_x = None
+        if need_x:  # x's two gradients summed in its output itself: no [M, dim] temporary
+            grad_x = torch.mm(grad_g, w_gate).addmm_(grad_u, w_up)
+        return (grad_x, grad_g.T @ x2d if need_wg else None, grad_u.T @ x2d if need_wu else None, grad_w_down,
+                None, None)
 
 
-def training_geglu(x2d, w_gate, w_up, recompute, activation="gelu_tanh"):
-    """m = act(x2d @ w_gate^T) * (x2d @ w_up^T), with what the backward needs saved: x and the weights, and with
-    recompute=False g and u."""
+def training_mlp(x2d, w_gate, w_up, w_down, recompute, activation="gelu_tanh"):
+    """y = down_proj(act(x2d @ w_gate^T) * (x2d @ w_up^T)), with what the backward needs saved: x and the weights, and
+    with recompute=False g and u."""
     if torch.compiler.is_compiling() or machine.tracing(x2d):  # the graph gets the ops, whose bodies it can trace
-        return (ops.geglu_op(x2d, w_gate, w_up, table.TORCH_WHERE_FASTER, activation) if recompute
-                else ops.geglu_saving_gu_op(x2d, w_gate, w_up, table.TORCH_WHERE_FASTER, activation)[0])
-    return _TrainingGeGLU.apply(x2d, w_gate, w_up, recompute, activation)
+        m = (ops.geglu_op(x2d, w_gate, w_up, table.TORCH_WHERE_FASTER, activation) if recompute
+             else ops.geglu_saving_gu_op(x2d, w_gate, w_up, table.TORCH_WHERE_FASTER, activation)[0])
+        return F.linear(m, w_down)  # down_proj: autograd's GEMM
+    return _TrainingMLP.apply(x2d, w_gate, w_up, w_down, recompute, activation)

@@ -387,12 +387,12 @@ def test_weights_not_packable_are_left_as_they_are():
 @pytest.mark.parametrize("needs", ["x", "gate", "up", "down"])
 def test_the_training_path_whenever_one_input_needs_a_gradient(needs, monkeypatch):
     """Grad mode on and any one of x and the three weights requiring grad: the forward takes autograd's path
-    (training_geglu, whose kernels save what the backward needs); none of them, or grad mode off: it does not."""
+    (training_mlp, whose kernels save what the backward needs); none of them, or grad mode off: it does not."""
     fused = fused_geglu.FusedGeGLUMLP(8, 16).requires_grad_(False)
     x = torch.randn(3, 8)
     tensor = {"x": x, "gate": fused.gate_proj.weight, "up": fused.up_proj.weight, "down": fused.down_proj.weight}[needs]
-    calls, training = [], fused_geglu.training.training_geglu
-    monkeypatch.setattr(fused_geglu.training, "training_geglu", lambda *a: calls.append(needs) or training(*a))
+    calls, training = [], fused_geglu.training.training_mlp
+    monkeypatch.setattr(fused_geglu.training, "training_mlp", lambda *a: calls.append(needs) or training(*a))
     tensor.requires_grad_(True)
     assert fused(x).requires_grad and calls == [needs]
     with torch.no_grad():

@@ -260,7 +260,7 @@ def test_eager_training_goes_around_the_dispatcher(recompute, monkeypatch):
     fused = fused_geglu.FusedGeGLUMLP(8, 16, recompute=recompute)
     x = torch.randn(5, 8, requires_grad=True)
     y = fused(x)
-    assert type(y.grad_fn.next_functions[0][0].next_functions[0][0]).__name__ == "_TrainingGeGLUBackward"
+    assert type(y.grad_fn.next_functions[0][0]).__name__ == "_TrainingMLPBackward"  # below the output's reshape
     y.sum().backward()
     assert x.grad.shape == x.shape and fused.gate_proj.weight.grad is not None
 
@@ -282,18 +282,17 @@ def saved_for_backward(module, x):
     not torch.cuda.is_available(), reason="needs a CUDA GPU"))])
 @pytest.mark.parametrize("recompute", [False, True])
 def test_what_forward_saves(device, recompute):
-    """recompute=True saves x and the gate and up weights (what the two F.linear would) and no [tokens, hidden]
-    tensor of its own; the default saves exactly g and u besides. down_proj's F.linear saves m and its weight
-    (transposed) in both. bf16: 2 bytes an element."""
+    """recompute=True saves x and the three weights and no [tokens, hidden] tensor; the default saves exactly g and
+    u besides. Neither saves m, which down_proj's own F.linear would (eager training is one node for the whole MLP:
+    its backward makes m again). bf16: 2 bytes an element."""
     M, d, h = 45, 24, 40
     fused = fused_geglu.FusedGeGLUMLP(d, h, recompute=recompute).to(device, torch.bfloat16)
     shapes, nbytes = saved_for_backward(fused, torch.randn(M, d, device=device, dtype=torch.bfloat16,
                                                             requires_grad=True))
-    linear = [(M, d), (h, d), (h, d)]  # gate and up: x and each weight
-    down = [(M, h), (h, d)]  # m, and down_proj.weight [d, h] transposed
+    inputs = [(M, d), (h, d), (h, d), (d, h)]  # x, the gate, up and down weights
     gu = [] if recompute else [(M, h), (M, h)]
-    assert shapes == sorted(linear + down + gu)
-    assert nbytes == 2 * (M * d + 2 * h * d + M * h + h * d + (0 if recompute else 2 * M * h))
+    assert shapes == sorted(inputs + gu)
+    assert nbytes == 2 * (M * d + 3 * h * d + (0 if recompute else 2 * M * h))
 
 
 @pytest.mark.parametrize("recompute", [False, True])
