@@ -19,21 +19,30 @@ The timer: CUDA events around each call, median over ~100 ms of calls, L2 evicte
 *reading* 256 MB. (triton.testing.do_bench evicts by writing zeros: the dirty lines it leaves are written
 back while the timed kernel runs, ~7 µs extra on a 50 µs decode kernel on the H200.)
 
+What is timed where, at every shape: (1) each forward called from Python, as above ("µs"); (2) the same forward
+captured once in a CUDA graph and replayed (graph_replay), timed the same way ("graph µs"): the GPU's time alone;
+where it is much lower than "µs" the forward waits on the host (Python, Dynamo guards, launches); (3) "host µs per
+call": how long the host takes to enqueue one forward when it does not wait for the GPU (host_bursts_us: 5 bursts of
+100 calls, fewer where 100 would be more than HOST_BURST_MS of GPU work, at least 20). "fused vs best of the others"
+is then set by the graph replays (the best other by graph time; "SLOWER" only beyond both variants' spread over the
+graph rounds), and beside it the same from Python and fused's host µs per call against eager's (eager / fused:
+>= 1.00 where fused enqueues no slower; the spread of the bursts). The graph rounds take about as long as the rounds
+from Python, the bursts at most a few seconds a prefill shape. Records made before every row had graphs (no
+"graph_every_row") have them at M <= 128 only; their tables print as they did, compared from Python
+(bench_tables.py).
+
 The yardstick is measured in the same run: an 8192^3 matmul gives the GEMM ceiling (TFLOP/s), a 1 GiB
 device copy the memory ceiling (TB/s, bytes read + written). The floor of a shape is the larger of
 FLOPs / GEMM ceiling (6 * M * dim * hidden) and bytes / copy bandwidth, where the bytes are what no
 forward can avoid moving: the three weights once, x in and y out. Large M is compute-bound; decode is
-memory-bound (the weights). "of floor" = floor / time (1.00 = at the ceiling). "graph µs" (M <= 128,
-where the host matters) replays the same forward from a CUDA graph: the GPU's time alone; where it is
-much lower than "µs" the forward waits on the host (Python, Dynamo guards, launches); "host µs per call"
-(same shapes) says how long the host takes to enqueue one forward when it does not wait for the GPU. max-autotune
+memory-bound (the weights). "of floor" = floor / time (1.00 = at the ceiling). max-autotune
 (`mode="max-autotune-no-cudagraphs"`, what a user tries next) compiles for ~20 s a shape, so by default
 it runs at MAX_AUTOTUNE_SHAPES only (--max-autotune all|none). "parts" times (graph replays) the fused
 kernels alone against what they replace: cuBLAS on x @ [Wg; Wu]^T, one GEMM of N = 2 * hidden; and
 the down_proj GEMM.
 
-Prints a table per shape and a summary; writes a JSON record (device, versions, date, ceilings, per-shape
-floors and per-variant median µs) to --out.
+Prints a table per shape and a summary (bench_tables.py makes them from the record); writes a JSON record (device,
+versions, date, ceilings, per-shape floors, per-variant median µs, graph µs and host µs with their rounds) to --out.
 """
 
 import argparse
@@ -59,6 +68,7 @@ from bench_tables import (  # noqa: F401
     MLP_NAMES,
     ceilings_line,
     fused_vs_best,
+    host_vs_eager,
     markdown_table,
     shape_lines,
     spread,
@@ -87,7 +97,9 @@ SWEEPS = {
 }
 # max-autotune compiles for ~20 s a shape (H200): by default only here, a decode, a prefill and the post's.
 MAX_AUTOTUNE_SHAPES = {(8192, 768, 3072), (1, 4096, 11008), (64, 4096, 11008), (4096, 4096, 11008)}
-GRAPH_MAX_M = 128  # CUDA-graph replays where host time matters: few tokens, short kernels
+# A host-time burst enqueues 100 calls, fewer where they would keep the GPU busy for more than this (at least 20):
+# at prefill sizes a call is milliseconds of GPU work, and 100 of them would only be waited for.
+HOST_BURST_MS = 50
 # The GPU's clock follows its power draw and heat: on the H200 the same eager forward took 4.39 and
 # 4.84 ms minutes apart at the large shape. Rounds with a rotating order keep any variant from always
 # running last, on the hottest GPU. Five, not three: on the lent H200 a busy host slowed two consecutive rounds
@@ -221,9 +233,10 @@ def time_interleaved(fns, inference=True, rounds=ROUNDS, rep_ms=100):
     return times
 
 
-def host_us(fn, calls=100, bursts=5):
-    """The host's µs per call of fn: bursts of calls enqueued without waiting for the GPU (their launches fit in
-    its queue), median over bursts. Where it exceeds the GPU's time, the forward waits on Python and launches."""
+def host_bursts_us(fn, calls=100, bursts=5):
+    """The host's µs per call of fn in each of `bursts` bursts of calls enqueued without waiting for the GPU (their
+    launches fit in its queue: a forward launches a few kernels, 100 calls a few hundred). Where it exceeds the GPU's
+    time, the forward waits on Python and launches."""
     times = []
     with torch.inference_mode():
         fn()
@@ -234,7 +247,17 @@ def host_us(fn, calls=100, bursts=5):
                 fn()
             times.append((time.perf_counter() - t0) / calls * 1e6)
         torch.cuda.synchronize()
-    return statistics.median(times)
+    return times
+
+
+def host_us(fn, calls=100, bursts=5):
+    """The host's µs per call of fn: the median over bursts (host_bursts_us)."""
+    return statistics.median(host_bursts_us(fn, calls, bursts))
+
+
+def host_calls(gpu_us):
+    """Calls per host burst for a call of gpu_us on the GPU: 100, or as many as fill HOST_BURST_MS (at least 20)."""
+    return max(20, min(100, int(HOST_BURST_MS * 1e3 / gpu_us)))
 
 
 def cpu_median_us(fn, reps=5, inference=True):
@@ -312,13 +335,16 @@ def middle(values):
     return sorted(values)[len(values) // 2]
 
 
-def graph_replay(fn):
-    """fn captured once in a CUDA graph; replays time the GPU work alone, without Python or launch cost."""
-    with torch.inference_mode():
+def graph_replay(fn, inference=True, warm_ups=1):
+    """fn captured once in a CUDA graph; replays time the GPU work alone, without Python or launch cost. Warmed up
+    first on a side stream, as capture wants (PyTorch's CUDA-graph notes): warm_ups calls, under inference mode
+    unless inference=False (a fn that runs a backward)."""
+    with torch.inference_mode(inference):
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm up off the default stream, as capture wants
-            fn()
+            for _ in range(warm_ups):
+                fn()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
@@ -404,16 +430,17 @@ def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune, ac
     # model=model binds each variant now, not the loop's last value.
     calls = {name: (lambda model=model: model(x)) for name, model in variants.items()}
     rounds = time_interleaved(calls)
-    # The same forwards replayed from CUDA graphs: GPU time only. Where the two columns differ, the
-    # forward waits on the host (Python, guards, launches), not on the GPU. Only where that can matter.
-    graph_rounds = (time_interleaved({name: graph_replay(fn) for name, fn in calls.items()})
-                    if M <= GRAPH_MAX_M else {})
+    # The same forwards replayed from CUDA graphs, at every M: GPU time only, what fused is set against the others
+    # by. Where the two columns differ, the forward waits on the host (Python, guards, launches), not on the GPU.
+    # (The graphs, and the memory their pools hold, are freed when the call returns.)
+    graph_rounds = time_interleaved({name: graph_replay(fn) for name, fn in calls.items()})
     for name in variants:
+        graph_us = middle(graph_rounds[name])
+        bursts = host_bursts_us(calls[name], calls=host_calls(graph_us))
         result["variants"][name] = {"median_us": middle(rounds[name]), "rounds_us": rounds[name],
+                                    "graph_median_us": graph_us, "graph_rounds_us": graph_rounds[name],
+                                    "host_us": statistics.median(bursts), "host_bursts_us": bursts,
                                     "rel_err": errors[name], "held_bytes": held[name]}
-        if name in graph_rounds:
-            result["variants"][name].update(graph_median_us=middle(graph_rounds[name]),
-                                            graph_rounds_us=graph_rounds[name], host_us=host_us(calls[name]))
     result["skipped"] = ([] if "liger" in variants else ["liger (liger-kernel is not installed)"]) + \
         ([] if max_autotune else ["max-autotune (not at this shape: --max-autotune all)"])
 
@@ -467,6 +494,14 @@ def main(argv=None):
         "timer": f"CUDA events, median over ~100 ms of calls, L2 evicted by a 256 MB read before each call; "
                  f"middle of {ROUNDS} {INTERLEAVED}",
         "weights": WEIGHTS,
+        # every shape's variants also replayed from CUDA graphs, and their host µs per call: the tables compare
+        # those (records without the field have them at M <= 128 only, and compare the times from Python)
+        "graph_every_row": True,
+        "graph_timer": f"the same forward captured in a CUDA graph and replayed, timed as above ({ROUNDS} "
+                       f"{INTERLEAVED})",
+        "host_timer": f"bench.host_bursts_us: µs per call over a burst of calls enqueued without waiting for the GPU, "
+                      f"100 a burst or as many as fill ~{HOST_BURST_MS} ms of the GPU's time (at least 20); the median "
+                      f"of 5 bursts",
         "ceiling_tflops": ceiling, "ceiling_gemm": "8192x8192x8192",
         "copy_tbps": bandwidth, "copy": "1 GiB device-to-device, bytes read + written",
         "floor": "max(6*M*dim*hidden / ceiling, bytes / copy) with bytes = the 3 weights + x + y",
@@ -485,13 +520,13 @@ def main(argv=None):
             tuned = {"all": True, "none": False, "some": (M, dim, hidden) in MAX_AUTOTUNE_SHAPES}[args.max_autotune]
             results.append(bench_shape(M, dim, hidden, dtype, common.TOLERANCE[dtype], ceiling, bandwidth, tuned,
                                        args.activation))
-            print("\n".join(shape_lines(results[-1], ceiling, bandwidth)))
+            print("\n".join(shape_lines(results[-1], ceiling, bandwidth, graphs=True)))
             partial.write_text(json.dumps(record, indent=2) + "\n")
     except AssertionError as e:
         partial.unlink(missing_ok=True)
         print(f"bench.py: wrong result, nothing timed for this shape: {e}", file=sys.stderr)
         return 1
-    print("\n".join(summary_lines(results)))
+    print("\n".join(summary_lines(results, graphs=True)))
     print(write_record(args.out, record, table_text(record).splitlines()))
     partial.unlink(missing_ok=True)
     print(bench_chart_next_to(record, args.out, f"{MLP_NAMES[args.activation]} MLP forward"))  # the numbers, as bars
