@@ -199,6 +199,13 @@ def test_graph_comparison_takes_the_best_other_by_graph_time_and_the_graph_sprea
     assert bench.spread(r["variants"]["fused"], "graph_median_us") == pytest.approx(0.1)
 
 
+def test_host_bursts_hold_100_calls_or_50_ms_of_gpu_work_at_least_20():
+    """100 calls where they take the GPU up to 50 ms (500 µs a call); fewer above (600 µs: 83), never below 20 (a
+    5 ms prefill call: 10 would fill 50 ms)."""
+    import bench
+    assert [bench.host_calls(us) for us in (10.0, 500.0, 600.0, 2500.0, 5000.0)] == [100, 100, 83, 20, 20]
+
+
 def test_the_page_table_of_a_record_with_graphs_in_every_row():
     """The markdown table of a record with "graph_every_row": the cells are graph µs, fused vs best other by them,
     then from Python (fused 82 against compile 85) and the host (fused 40 against eager 110)."""
