@@ -19,21 +19,30 @@ The timer: CUDA events around each call, median over ~100 ms of calls, L2 evicte
 *reading* 256 MB. (triton.testing.do_bench evicts by writing zeros: the dirty lines it leaves are written
 back while the timed kernel runs, ~7 µs extra on a 50 µs decode kernel on the H200.)
 
+What is timed where, at every shape: (1) each forward called from Python, as above ("µs"); (2) the same forward
+captured once in a CUDA graph and replayed (graph_replay), timed the same way ("graph µs"): the GPU's time alone;
+where it is much lower than "µs" the forward waits on the host (Python, Dynamo guards, launches); (3) "host µs per
+call": how long the host takes to enqueue one forward when it does not wait for the GPU (host_bursts_us: 5 bursts of
+100 calls, fewer where 100 would be more than HOST_BURST_MS of GPU work, at least 20). "fused vs best of the others"
+is then set by the graph replays (the best other by graph time; "SLOWER" only beyond both variants' spread over the
+graph rounds), and beside it the same from Python and fused's host µs per call against eager's (eager / fused:
+>= 1.00 where fused enqueues no slower; the spread of the bursts). The graph rounds take about as long as the rounds
+from Python, the bursts at most a few seconds a prefill shape. Records made before every row had graphs (no
+"graph_every_row") have them at M <= 128 only; their tables print as they did, compared from Python
+(bench_tables.py).
+
 The yardstick is measured in the same run: an 8192^3 matmul gives the GEMM ceiling (TFLOP/s), a 1 GiB
 device copy the memory ceiling (TB/s, bytes read + written). The floor of a shape is the larger of
 FLOPs / GEMM ceiling (6 * M * dim * hidden) and bytes / copy bandwidth, where the bytes are what no
 forward can avoid moving: the three weights once, x in and y out. Large M is compute-bound; decode is
-memory-bound (the weights). "of floor" = floor / time (1.00 = at the ceiling). "graph µs" (M <= 128,
-where the host matters) replays the same forward from a CUDA graph: the GPU's time alone; where it is
-much lower than "µs" the forward waits on the host (Python, Dynamo guards, launches); "host µs per call"
-(same shapes) says how long the host takes to enqueue one forward when it does not wait for the GPU. max-autotune
+memory-bound (the weights). "of floor" = floor / time (1.00 = at the ceiling). max-autotune
 (`mode="max-autotune-no-cudagraphs"`, what a user tries next) compiles for ~20 s a shape, so by default
 it runs at MAX_AUTOTUNE_SHAPES only (--max-autotune all|none). "parts" times (graph replays) the fused
 kernels alone against what they replace: cuBLAS on x @ [Wg; Wu]^T, one GEMM of N = 2 * hidden; and
 the down_proj GEMM.
 
-Prints a table per shape and a summary; writes a JSON record (device, versions, date, ceilings, per-shape
-floors and per-variant median µs) to --out.
+Prints a table per shape and a summary (bench_tables.py makes them from the record); writes a JSON record (device,
+versions, date, ceilings, per-shape floors, per-variant median µs, graph µs and host µs with their rounds) to --out.
 """
 
 import argparse
@@ -50,9 +59,22 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from trace_reader.render.plot import bench_chart_next_to
 
 import common
-from trace_reader.render.plot import bench_chart_next_to
+
+# The tables (bench_tables.py), re-exported: bench_train.py, the tests and the pages' checks call them as bench.NAME
+from bench_tables import (  # noqa: F401
+    MLP_NAMES,
+    ceilings_line,
+    fused_vs_best,
+    host_vs_eager,
+    markdown_table,
+    shape_lines,
+    spread,
+    summary_lines,
+    table_text,
+)
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SWEEPS = {
@@ -75,8 +97,9 @@ SWEEPS = {
 }
 # max-autotune compiles for ~20 s a shape (H200): by default only here, a decode, a prefill and the post's.
 MAX_AUTOTUNE_SHAPES = {(8192, 768, 3072), (1, 4096, 11008), (64, 4096, 11008), (4096, 4096, 11008)}
-MLP_NAMES = {"gelu_tanh": "GeGLU", "silu": "SwiGLU"}  # by fused_geglu.ACTIVATIONS (imported on a GPU: needs Triton)
-GRAPH_MAX_M = 128  # CUDA-graph replays where host time matters: few tokens, short kernels
+# A host-time burst enqueues 100 calls, fewer where they would keep the GPU busy for more than this (at least 20):
+# at prefill sizes a call is milliseconds of GPU work, and 100 of them would only be waited for.
+HOST_BURST_MS = 50
 # The GPU's clock follows its power draw and heat: on the H200 the same eager forward took 4.39 and
 # 4.84 ms minutes apart at the large shape. Rounds with a rotating order keep any variant from always
 # running last, on the hottest GPU. Five, not three: on the lent H200 a busy host slowed two consecutive rounds
@@ -210,9 +233,10 @@ def time_interleaved(fns, inference=True, rounds=ROUNDS, rep_ms=100):
     return times
 
 
-def host_us(fn, calls=100, bursts=5):
-    """The host's µs per call of fn: bursts of calls enqueued without waiting for the GPU (their launches fit in
-    its queue), median over bursts. Where it exceeds the GPU's time, the forward waits on Python and launches."""
+def host_bursts_us(fn, calls=100, bursts=5):
+    """The host's µs per call of fn in each of `bursts` bursts of calls enqueued without waiting for the GPU (their
+    launches fit in its queue: a forward launches a few kernels, 100 calls a few hundred). Where it exceeds the GPU's
+    time, the forward waits on Python and launches."""
     times = []
     with torch.inference_mode():
         fn()
@@ -223,7 +247,17 @@ def host_us(fn, calls=100, bursts=5):
                 fn()
             times.append((time.perf_counter() - t0) / calls * 1e6)
         torch.cuda.synchronize()
-    return statistics.median(times)
+    return times
+
+
+def host_us(fn, calls=100, bursts=5):
+    """The host's µs per call of fn: the median over bursts (host_bursts_us)."""
+    return statistics.median(host_bursts_us(fn, calls, bursts))
+
+
+def host_calls(gpu_us):
+    """Calls per host burst for a call of gpu_us on the GPU: 100, or as many as fill HOST_BURST_MS (at least 20)."""
+    return max(20, min(100, int(HOST_BURST_MS * 1e3 / gpu_us)))
 
 
 def cpu_median_us(fn, reps=5, inference=True):
@@ -301,13 +335,16 @@ def middle(values):
     return sorted(values)[len(values) // 2]
 
 
-def graph_replay(fn):
-    """fn captured once in a CUDA graph; replays time the GPU work alone, without Python or launch cost."""
-    with torch.inference_mode():
+def graph_replay(fn, inference=True, warm_ups=1):
+    """fn captured once in a CUDA graph; replays time the GPU work alone, without Python or launch cost. Warmed up
+    first on a side stream, as capture wants (PyTorch's CUDA-graph notes): warm_ups calls, under inference mode
+    unless inference=False (a fn that runs a backward)."""
+    with torch.inference_mode(inference):
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm up off the default stream, as capture wants
-            fn()
+            for _ in range(warm_ups):
+                fn()
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
@@ -393,16 +430,17 @@ def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune, ac
     # model=model binds each variant now, not the loop's last value.
     calls = {name: (lambda model=model: model(x)) for name, model in variants.items()}
     rounds = time_interleaved(calls)
-    # The same forwards replayed from CUDA graphs: GPU time only. Where the two columns differ, the
-    # forward waits on the host (Python, guards, launches), not on the GPU. Only where that can matter.
-    graph_rounds = (time_interleaved({name: graph_replay(fn) for name, fn in calls.items()})
-                    if M <= GRAPH_MAX_M else {})
+    # The same forwards replayed from CUDA graphs, at every M: GPU time only, what fused is set against the others
+    # by. Where the two columns differ, the forward waits on the host (Python, guards, launches), not on the GPU.
+    # (The graphs, and the memory their pools hold, are freed when the call returns.)
+    graph_rounds = time_interleaved({name: graph_replay(fn) for name, fn in calls.items()})
     for name in variants:
+        graph_us = middle(graph_rounds[name])
+        bursts = host_bursts_us(calls[name], calls=host_calls(graph_us))
         result["variants"][name] = {"median_us": middle(rounds[name]), "rounds_us": rounds[name],
+                                    "graph_median_us": graph_us, "graph_rounds_us": graph_rounds[name],
+                                    "host_us": statistics.median(bursts), "host_bursts_us": bursts,
                                     "rel_err": errors[name], "held_bytes": held[name]}
-        if name in graph_rounds:
-            result["variants"][name].update(graph_median_us=middle(graph_rounds[name]),
-                                            graph_rounds_us=graph_rounds[name], host_us=host_us(calls[name]))
     result["skipped"] = ([] if "liger" in variants else ["liger (liger-kernel is not installed)"]) + \
         ([] if max_autotune else ["max-autotune (not at this shape: --max-autotune all)"])
 
@@ -423,113 +461,6 @@ def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune, ac
         parts["fused down_proj kernel"] = graph_replay(lambda: down_proj(m, w_down))
     result["parts"] = {name: middle(r) for name, r in time_interleaved(parts).items()}
     return result
-
-
-def spread(v):
-    """(slowest - fastest round) / median: the noise a difference has to beat."""
-    return (max(v["rounds_us"]) - min(v["rounds_us"])) / v["median_us"]
-
-
-def fused_vs_best(r):
-    """(best other variant's name, its µs / fused µs, True when fused is slower beyond both spreads)."""
-    others = {k: v for k, v in r["variants"].items() if k != "fused"}
-    best = min(others, key=lambda k: others[k]["median_us"])
-    fused = r["variants"]["fused"]
-    ratio = others[best]["median_us"] / fused["median_us"]
-    return best, ratio, ratio < 1 - max(spread(fused), spread(others[best]))
-
-
-def shape_lines(r, ceiling, bandwidth):
-    """One shape's table: every variant's time, spread, fraction of the floor and error; host time; the parts."""
-    swiglu = " SwiGLU" if r.get("activation") == "silu" else ""  # records before SwiGLU: GeGLU, and no word
-    lines = [f"\nM={r['M']} dim={r['dim']} hidden={r['hidden']}{swiglu}: {r['flops'] / 1e9:.1f} GFLOP, "
-             f"{r['bytes'] / 1e6:.0f} MB; floor {r['floor_us']:.1f} µs, {r['bound']}-bound (compute "
-             f"{r['floor_compute_us']:.1f} µs at {ceiling:.0f} TFLOP/s, memory {r['floor_memory_us']:.1f} µs at "
-             f"{bandwidth:.2f} TB/s)",
-             f"  {'variant':<14}{'µs':>9}{'spread':>8}{'TFLOP/s':>9}{'of floor':>10}{'vs eager':>10}"
-             f"{'graph µs':>10}{'of floor':>10}{'rel err':>10}"]
-    eager_us = r["variants"]["eager"]["median_us"]
-    for name, v in r["variants"].items():
-        us = v["median_us"]
-        graph = (f"{v['graph_median_us']:10.1f}{r['floor_us'] / v['graph_median_us']:10.2f}"
-                 if "graph_median_us" in v else f"{'-':>10}{'-':>10}")
-        lines.append(f"  {name:<14}{us:9.1f}{spread(v):8.1%}{r['flops'] / us / 1e6:9.0f}{r['floor_us'] / us:10.2f}"
-                     f"{eager_us / us:9.2f}x{graph}{v['rel_err']:10.1e}")
-    if "host_us" in r["variants"]["fused"]:
-        lines.append("  host µs per call (enqueued, not waited for): "
-                     + ", ".join(f"{name} {v['host_us']:.1f}" for name, v in r["variants"].items()))
-    if all("held_bytes" in v for v in r["variants"].values()):
-        lines.append("  MB held after the first call, beyond the parameters: "
-                     + ", ".join(f"{name} {v['held_bytes'] / 1e6:.2f}" for name, v in r["variants"].items()))
-    lines += [f"  skipped: {note}" for note in r["skipped"]]
-    if "fused_gate_up_gemms" in r:  # records before the packing rows have no such line
-        lines.append(f"  fused path: {r['fused_path']}" + {None: "", 1: " (gate and up: one GEMM over the packed weights)",
-                                                            2: " (gate and up: two GEMMs)"}[r["fused_gate_up_gemms"]])
-    best, ratio, slower = fused_vs_best(r)
-    lines.append(f"  fused vs best of the others ({best}): {ratio:.2f}x{' SLOWER beyond the spread' if slower else ''}")
-    gemm_flops = 2 * r["M"] * r["dim"] * r["hidden"]
-    for name, us in r["parts"].items():
-        n_gemms = 1 if "down" in name else 2
-        lines.append(f"  part (graph): {name:<24}{us:9.1f} µs{n_gemms * gemm_flops / us / 1e6:8.0f} TFLOP/s")
-    return lines
-
-
-def summary_lines(results):
-    """One line per shape: the floor, every variant's µs, and how the fused MLP stands against the best other."""
-    names = ["eager", "compile", "max-autotune", "liger", "fused"]
-    lines = [f"\n{'shape':<18}{'bound':>8}{'floor':>9}" + "".join(f"{n:>14}" for n in names)
-             + f"{'fused vs best':>15}{'of floor':>10}"]
-    for r in results:
-        cells = "".join(f"{r['variants'][n]['median_us']:14.1f}" if n in r["variants"] else f"{'-':>14}"
-                        for n in names)
-        best, ratio, slower = fused_vs_best(r)
-        shape = f"{r['M']}x{r['dim']}x{r['hidden']}"
-        lines.append(f"{shape:<18}{r['bound']:>8}{r['floor_us']:9.1f}{cells}"
-                     f"{ratio:14.2f}x{r['floor_us'] / r['variants']['fused']['median_us']:10.2f}"
-                     f"{'  SLOWER than ' + best if slower else ''}")
-    return lines
-
-
-def ceilings_line(record):
-    return (f"{record['device']}: {record['dtype']} 8192^3 matmul {record['ceiling_tflops']:.0f} TFLOP/s, "
-            f"1 GiB copy {record['copy_tbps']:.2f} TB/s (the ceilings)")
-
-
-def table_text(record):
-    """The whole printed table of a record (what bench.py writes next to it as .txt)."""
-    lines = [ceilings_line(record)]
-    for r in record["shapes"]:
-        lines += shape_lines(r, record["ceiling_tflops"], record["copy_tbps"])
-    return "\n".join(lines + summary_lines(record["shapes"])) + "\n"
-
-
-def markdown_table(record, path="results/bench_h200.json"):
-    """A page's benchmark table, from the record this script wrote at path (tests/test_readme.py checks they
-    agree)."""
-    names = ["eager", "compile", "max-autotune", "liger"]
-    lines = [f"Measured on {record['date'][:10]} on an {record['device']} (torch {record['torch']}, triton "
-             f"{record['triton']}, CUDA {record['cuda']}, liger-kernel {record['liger_kernel']}, {record['dtype']}"
-             f"{', the ' + MLP_NAMES['silu'] + ' MLP' if record.get('activation') == 'silu' else ''}); "
-             f"ceilings {record['ceiling_tflops']:.0f} TFLOP/s (GEMM) and {record['copy_tbps']:.2f} TB/s (copy). "
-             f"µs, median of {len(record['shapes'][0]['variants']['eager']['rounds_us'])} rounds; full record: `{path}` and `.txt`.", "",
-             "| M×dim→hidden | floor (bound) | eager | compile | max-autotune | Liger | fused (of floor) "
-             "| fused vs best other | GPU time alone (graph): fused vs best other (fused of floor) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in record["shapes"]:
-        v = r["variants"]
-        fused = v["fused"]["median_us"]
-        best, ratio, slower = fused_vs_best(r)
-        graph = "-"
-        if "graph_median_us" in v["fused"]:
-            g = v["fused"]["graph_median_us"]
-            g_best = min(o["graph_median_us"] for k, o in v.items() if k != "fused" and "graph_median_us" in o)
-            graph = f"{g:.1f} vs {g_best:.1f} ({r['floor_us'] / g:.2f})"
-        post = " (the post's)" if (r["M"], r["dim"], r["hidden"]) == (8192, 768, 3072) else ""
-        cells = " | ".join(f"{v[n]['median_us']:.1f}" if n in v else "-" for n in names)
-        lines.append(f"| {r['M']}×{r['dim']}→{r['hidden']}{post} | {r['floor_us']:.1f} µs ({r['bound']}) | {cells} "
-                     f"| **{fused:.1f}** ({r['floor_us'] / fused:.2f}) "
-                     f"| {ratio:.2f}×{' (slower: ' + best + ')' if slower else ''} | {graph} |")
-    return "\n".join(lines) + "\n"
 
 
 def _tuned_rows(path):
@@ -563,6 +494,14 @@ def main(argv=None):
         "timer": f"CUDA events, median over ~100 ms of calls, L2 evicted by a 256 MB read before each call; "
                  f"middle of {ROUNDS} {INTERLEAVED}",
         "weights": WEIGHTS,
+        # every shape's variants also replayed from CUDA graphs, and their host µs per call: the tables compare
+        # those (records without the field have them at M <= 128 only, and compare the times from Python)
+        "graph_every_row": True,
+        "graph_timer": f"the same forward captured in a CUDA graph and replayed, timed as above ({ROUNDS} "
+                       f"{INTERLEAVED})",
+        "host_timer": f"bench.host_bursts_us: µs per call over a burst of calls enqueued without waiting for the GPU, "
+                      f"100 a burst or as many as fill ~{HOST_BURST_MS} ms of the GPU's time (at least 20); the median "
+                      f"of 5 bursts",
         "ceiling_tflops": ceiling, "ceiling_gemm": "8192x8192x8192",
         "copy_tbps": bandwidth, "copy": "1 GiB device-to-device, bytes read + written",
         "floor": "max(6*M*dim*hidden / ceiling, bytes / copy) with bytes = the 3 weights + x + y",
@@ -581,13 +520,13 @@ def main(argv=None):
             tuned = {"all": True, "none": False, "some": (M, dim, hidden) in MAX_AUTOTUNE_SHAPES}[args.max_autotune]
             results.append(bench_shape(M, dim, hidden, dtype, common.TOLERANCE[dtype], ceiling, bandwidth, tuned,
                                        args.activation))
-            print("\n".join(shape_lines(results[-1], ceiling, bandwidth)))
+            print("\n".join(shape_lines(results[-1], ceiling, bandwidth, graphs=True)))
             partial.write_text(json.dumps(record, indent=2) + "\n")
     except AssertionError as e:
         partial.unlink(missing_ok=True)
         print(f"bench.py: wrong result, nothing timed for this shape: {e}", file=sys.stderr)
         return 1
-    print("\n".join(summary_lines(results)))
+    print("\n".join(summary_lines(results, graphs=True)))
     print(write_record(args.out, record, table_text(record).splitlines()))
     partial.unlink(missing_ok=True)
     print(bench_chart_next_to(record, args.out, f"{MLP_NAMES[args.activation]} MLP forward"))  # the numbers, as bars

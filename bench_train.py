@@ -15,7 +15,8 @@ gradient too (it stands for the previous layer's output, as in 07_train_step.py)
 07_train_step.py builds it (06_model.py's decoder, the MLP swapped by --mlp, weights copied; compile: torch.compile
 of the eager one, compile-fused of the one with the fused MLP): zero_grad(set_to_none=True), the language-model
 loss, backward, AdamW (foreach) step. "fused vs best peer": the faster fused form (fused, compile-fused) against
-the fastest peer (eager, compile, Liger), each in the execution mode a user would pick.
+the fastest peer (eager, compile, Liger), each in the execution mode a user would pick; by the CUDA-graph replays
+where every variant compared has one (the MLP cases on a GPU), and from Python beside it.
 
 Correct before fast: each variant's gradients (the MLP's weights and x; every parameter of the model, as one
 vector) are checked against fp32 autograd of the same weights and inputs before anything is timed; a wrong one
@@ -23,9 +24,14 @@ stops the run (exit 1, nothing written). A variant that cannot run here (liger-k
 kernel on a CPU, a failed compile) is listed as skipped, with the reason.
 
 Timer: bench.py's (CUDA events, L2 evicted before each call; ROUNDS round-robin rounds, the middle one reported;
-on a CPU, bench.cpu_median_us). Peak memory (CUDA only): the most the caching allocator held during one step above
-what it held before it, with the gradients freed (activations, gradients, temporaries; optimizer state is made in
-the first step, before).
+on a CPU, bench.cpu_median_us). On a GPU each MLP variant's call is timed twice: from Python ("µs", what a training
+loop in eager Python pays, host time included where the GPU waits on it) and as a CUDA graph ("graph µs": the call
+captured once with torch.cuda.graph after 3 warm-up calls on a side stream, then replayed; the GPU's time alone).
+A variant whose capture fails is timed from Python alone, the reason in its record ("graph_failed") and its table.
+The model's training step is timed from Python only: capturing AdamW needs capturable=True, another optimizer than
+the one timed. Peak memory (CUDA only): the most the caching allocator held during one step above what it held
+before it, with the gradients freed (activations, gradients, temporaries; optimizer state is made in the first
+step, before), measured from Python before any capture.
 
 Floor: backward's GEMMs do twice forward's FLOPs, so a step does at least 3 x the forward's GEMM FLOPs; floor =
 3 x forward FLOPs / GEMM ceiling, the ceiling measured in the same run (bench.gemm_ceiling_tflops; on a CPU
@@ -33,7 +39,7 @@ bench.cpu_ceilings). Forward FLOPs: the MLP's 6 * tokens * dim * hidden; the mod
 LM head at every position. The pointwise work and the optimizer are not in it. "of floor" = floor / time.
 
 Prints a table per shape, writes a JSON record (device, versions, date, ceiling, floors, per-variant median µs,
-peak memory and gradient error) to --out, the table beside it (.txt), a markdown table (.md) and bench.py's
+graph µs, peak memory and gradient error) to --out, the table beside it (.txt), a markdown table (.md) and bench.py's
 chart (.png).
 """
 
@@ -46,10 +52,10 @@ import types
 from pathlib import Path
 
 import torch
+from trace_reader.render.plot import bench_chart_next_to, flop_rate
 
 import bench
 import common
-from trace_reader.render.plot import bench_chart_next_to, flop_rate
 
 train07 = importlib.import_module("07_train_step")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -68,6 +74,10 @@ DEFAULTS = {"cuda": {"shapes": "8192x768x3072,4096x2048x16384,4096x4096x11008", 
 GRAD_TOLERANCE = {torch.bfloat16: 5e-2, torch.float16: 1e-2, torch.float32: 1e-4}
 NEEDS_CUDA = "runs Triton kernels, which need a CUDA GPU"
 # --activation silu: Llama-3-8B's, Qwen2-7B's and Qwen2-0.5B's MLP at 4096 tokens; a Llama preset for the step
+# What a CUDA record's "graph_median_us" timed (the MLP cases; the model's step is timed from Python alone)
+GRAPH_TIMER = ("the MLP's timed call captured once in a CUDA graph after 3 warm-up calls on a side stream, its replays "
+               "timed as above; where a capture failed, the variant's graph_failed says why. The model's step is not "
+               "captured: its AdamW would have to be capturable=True, another optimizer than the one timed")
 SWIGLU_DEFAULTS = {"cuda": {"shapes": "4096x4096x14336,4096x3584x18944,4096x896x4864", "model": "llama-1b"},
                    "cpu": {"model": "tiny-llama"}}
 
@@ -128,10 +138,33 @@ def grad_error(grads, reference):
                             torch.cat([reference[n].float().flatten() for n in names]))
 
 
-def timed(calls, checks, skipped, floor_us, tol, cuda, what):
+def failure(e):
+    """An exception in one line, for the record: its type and the first line of its message."""
+    return f"failed: {type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
+
+
+def graph_step(step):
+    """step captured once in a CUDA graph, its replay (bench.graph_replay: 3 warm-up calls on a side stream first, as
+    PyTorch's CUDA-graph notes warm up a whole-network capture; a compiled variant has been compiled and run before,
+    by the gradient check). Each replay writes the gradients anew in the graph's own memory: at capture they were
+    set to None, so the backward captured assigns them rather than adding to them. A failed capture leaves
+    torch.cuda.graph's side stream current (its exit stops at capture_end): set back before the error goes on."""
+    stream = torch.cuda.current_stream()
+    try:
+        return bench.graph_replay(step, inference=False, warm_ups=3)
+    except Exception:
+        torch.cuda.set_stream(stream)
+        torch.cuda.synchronize()
+        raise
+
+
+def timed(calls, checks, skipped, floor_us, tol, cuda, what, graphs=False):
     """Check every call's gradients (a failing one moves to skipped, a wrong one raises), then time them.
     checks: {name: (clear, grads)}, grads() running one forward and backward (no optimizer step) and returning
-    its error against fp32. Returns {name: the variant's record}."""
+    its error against fp32. graphs (on CUDA): each call also captured in a CUDA graph (graph_step) and its replays
+    timed the same way, after the calls from Python; a variant whose capture fails keeps its time from Python, the
+    reason in "graph_failed". Peak memory is measured before any capture, from Python. Returns {name: the variant's
+    record}."""
     errors, peaks = {}, {}
     for name in list(calls):
         clear, grads = checks[name]
@@ -139,7 +172,7 @@ def timed(calls, checks, skipped, floor_us, tol, cuda, what):
             found = grads()
             calls[name]()  # the whole call once: a compile, or an optimizer that cannot run, fails here
         except Exception as e:  # noqa: BLE001 - a compiler or kernel that cannot run here: say so, go on
-            skipped[name] = f"failed: {type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
+            skipped[name] = failure(e)
             del calls[name]
             continue
         errors[name] = found
@@ -149,11 +182,25 @@ def timed(calls, checks, skipped, floor_us, tol, cuda, what):
         peaks[name] = peak_bytes(clear, calls[name], cuda)
     rounds = (bench.time_round_robin(calls, inference=False) if cuda else
               {n: [bench.cpu_median_us(c, inference=False)] for n, c in calls.items()})
+    replays, graph_failed = {}, {}
+    for name in calls if graphs and cuda else ():
+        try:
+            replays[name] = graph_step(calls[name])
+        except Exception as e:  # noqa: BLE001 - a kernel or compiled graph that cannot be captured: say so, go on
+            graph_failed[name] = failure(e)
+    graph_rounds = bench.time_round_robin(replays, inference=False) if replays else {}
+    del replays  # the graphs and their memory
     out = {}
     for name in calls:
         us = bench.middle(rounds[name])
         out[name] = {"median_us": us, "rounds_us": rounds[name], "of_floor": floor_us / us,
                      "grad_rel_err": errors[name], "peak_mib": None if peaks[name] is None else peaks[name] / 2**20}
+        if name in graph_rounds:
+            graph_us = bench.middle(graph_rounds[name])
+            out[name].update(graph_median_us=graph_us, graph_rounds_us=graph_rounds[name],
+                             graph_of_floor=floor_us / graph_us)
+        elif name in graph_failed:
+            out[name]["graph_failed"] = graph_failed[name]
     return out
 
 
@@ -211,7 +258,7 @@ def mlp_case(M, dim, hidden, run, names, ceiling, tol, act="gelu_tanh"):
         calls[name], checks[name] = step, (clear, grads)
     forward = 6 * M * dim * hidden
     floor_us = 3 * forward / ceiling / 1e6
-    variants = timed(calls, checks, skipped, floor_us, tol, run.cuda, f"MLP {M}x{dim}x{hidden}")
+    variants = timed(calls, checks, skipped, floor_us, tol, run.cuda, f"MLP {M}x{dim}x{hidden}", graphs=True)
     swiglu = "SwiGLU " if act == "silu" else ""  # records before SwiGLU: GeGLU, and no word
     return {"label": f"{swiglu}MLP fwd+bwd {M}x{dim}x{hidden}", "kind": "mlp", "M": M, "dim": dim, "hidden": hidden,
             "activation": act,
@@ -289,40 +336,67 @@ def model_case(args, run, ceiling, tol):
 
 # ------------------------------------------------------------------------------------------------ the record
 
+def graphed(r):
+    """True where the case's variants were also timed as CUDA graphs (each has a graph time or says why not): the
+    MLP cases of a CUDA record made since; not the model's step, a CPU run or a record made before."""
+    return any("graph_median_us" in v or "graph_failed" in v for v in r["variants"].values())
+
+
 def case_lines(r):
+    """One case's table: each variant's time from Python, its spread, fraction of the floor, peak memory and
+    gradient error; where graphed, its graph replays' time, spread and fraction beside them, and fused against the
+    best peer by graph time first (where every variant compared has one), then from Python."""
+    graphs = graphed(r)
     lines = [f"\n{r['label']}: forward {r['forward_flops'] / 1e9:.3g} GFLOP, x3 = {r['flops'] / 1e9:.3g} GFLOP; "
              f"floor {r['floor_us']:.1f} µs (3 x forward FLOPs / GEMM ceiling)",
-             f"  {'variant':<16}{'µs':>11}{'spread':>8}{'of floor':>10}{'vs eager':>10}{'peak MiB':>10}{'grad err':>10}"]
+             f"  {'variant':<16}{'µs':>11}{'spread':>8}{'of floor':>10}{'vs eager':>10}{'peak MiB':>10}{'grad err':>10}"
+             + (f"{'graph µs':>11}{'spread':>8}{'of floor':>10}" if graphs else "")]
     eager = r["variants"].get("eager", {}).get("median_us")
     for name, v in r["variants"].items():
         peak = f"{v['peak_mib']:10.1f}" if v["peak_mib"] is not None else f"{'-':>10}"
         vs = f"{eager / v['median_us']:9.2f}x" if eager else f"{'-':>10}"
+        graph = ""
+        if graphs:
+            graph = (f"{v['graph_median_us']:11.1f}{bench.spread(v, 'graph_median_us'):8.1%}{v['graph_of_floor']:10.2f}"
+                     if "graph_median_us" in v else f"{'-':>11}{'-':>8}{'-':>10}")
         lines.append(f"  {name:<16}{v['median_us']:11.1f}{bench.spread(v):8.1%}{v['of_floor']:10.2f}{vs}{peak}"
-                     f"{v['grad_rel_err']:10.1e}")
+                     f"{v['grad_rel_err']:10.1e}{graph}")
     lines += [f"  skipped: {name}: {why}" for name, why in r["skipped"].items()]
+    lines += [f"  not as a CUDA graph (timed from Python alone): {name}: {v['graph_failed']}"
+              for name, v in r["variants"].items() if "graph_failed" in v]
+    if graphs:
+        versus = fused_vs_peers(r, "graph_median_us")
+        if versus is not None:
+            best, ratio, slower, form = versus
+            lines.append(f"  fused vs best peer as CUDA graphs: {form} against {best}, {ratio:.2f}x"
+                         f"{' SLOWER beyond the spread' if slower else ''}")
+        elif fused_vs_peers(r) is not None:
+            lines.append("  fused vs best peer as CUDA graphs: - (not every variant compared was captured)")
     if (versus := fused_vs_peers(r)) is not None:
         best, ratio, slower, form = versus
-        lines.append(f"  fused vs best peer: {form} against {best}, {ratio:.2f}x"
+        lines.append(f"  fused vs best peer{' as called' if graphs else ''}: {form} against {best}, {ratio:.2f}x"
                      f"{' SLOWER beyond the spread' if slower else ''}")
     return lines
 
 
-def fused_vs_peers(r):
+def fused_vs_peers(r, key="median_us"):
     """(best peer, its µs / the fused form's µs, True when slower beyond both spreads, the fused form): the faster of
     fused (eager) and compile-fused against the fastest of eager, compile and Liger (bench.fused_vs_best), or None
-    where no fused form or no peer ran. fused-recompute is the memory mode, not a contender."""
+    where no fused form or no peer ran. fused-recompute is the memory mode, not a contender. key "graph_median_us":
+    by the graph replays (their rounds' spreads), and None unless every form and peer that ran has one."""
     forms = [name for name in FUSED_FORMS if name in r["variants"]]
     peers = {name: v for name, v in r["variants"].items() if name in PEERS}
-    if not forms or not peers:
+    if not forms or not peers or any(key not in r["variants"][name] for name in [*forms, *peers]):
         return None
-    form = min(forms, key=lambda name: r["variants"][name]["median_us"])
-    return (*bench.fused_vs_best({"variants": {**peers, "fused": r["variants"][form]}}), form)
+    form = min(forms, key=lambda name: r["variants"][name][key])
+    return (*bench.fused_vs_best({"variants": {**peers, "fused": r["variants"][form]}}, key), form)
 
 
 def markdown(record):
     """The record as a markdown table (written beside it as .md): per case, each variant's µs, its fraction of the
-    floor and its peak memory; "—" where a variant did not run. A column per variant the run asked for (timed or
-    skipped somewhere), so a record made before a variant existed reads as it did."""
+    floor and its peak memory, and where graphed its graph replays' µs and fraction; "—" where a variant did not run.
+    A column per variant the run asked for (timed or skipped somewhere), so a record made before a variant existed
+    reads as it did. "fused vs best peer" by graph time where every variant compared has one."""
     asked = [name for name in VARIANTS if any(name in r["variants"] or name in r["skipped"] for r in record["shapes"])]
     rows = ["| case | floor | " + " | ".join(asked) + " | fused vs best peer |", "| --- " * (len(asked) + 3) + "|"]
     for r in record["shapes"]:
@@ -330,14 +404,19 @@ def markdown(record):
         for name in asked:
             v = r["variants"].get(name)
             peak = "" if v is None or v["peak_mib"] is None else f", {v['peak_mib']:,.0f} MiB"
-            cells.append("—" if v is None else f"{v['median_us']:,.1f} µs ({v['of_floor']:.2f}{peak})")
+            graph = (f"; graph {v['graph_median_us']:,.1f} µs ({v['graph_of_floor']:.2f})"
+                     if v is not None and "graph_median_us" in v else "")
+            cells.append("—" if v is None else f"{v['median_us']:,.1f} µs ({v['of_floor']:.2f}{peak}){graph}")
         best = "—"
-        if (versus := fused_vs_peers(r)) is not None:
+        by_graph = fused_vs_peers(r, "graph_median_us")
+        if (versus := by_graph or fused_vs_peers(r)) is not None:
             other, ratio, slower, form = versus
-            best = f"{ratio:.2f}× ({form} / {other}{', slower' if slower else ''})"
+            best = f"{ratio:.2f}× ({form} / {other}{', graphs' if by_graph else ''}{', slower' if slower else ''})"
         rows.append(f"| {r['label']} | {r['floor_us']:,.1f} µs | " + " | ".join(cells) + f" | {best} |")
+    graphs = (f" Graph: {record['graph_timer']}; fused vs best peer by graph time where every variant compared has one."
+              if "graph_timer" in record else "")
     rows += ["", (f"µs per step ({record['timer']}); of floor = 3 x forward FLOPs / GEMM ceiling "
-                  f"{flop_rate(record['ceiling_tflops'])} over the time; peak memory above the step's start. "
+                  f"{flop_rate(record['ceiling_tflops'])} over the time; peak memory above the step's start.{graphs} "
                   f"{record['device']}, {record['dtype']}, torch {record['torch']}, triton {record['triton']}, "
                   f"liger-kernel {record['liger_kernel']}, {record['date'][:10]}.")]
     return "\n".join(rows) + "\n"
@@ -363,6 +442,7 @@ def main(argv=None):
               "floor": "3 x forward GEMM FLOPs / ceiling_tflops (backward's GEMMs do twice forward's)",
               "timed": {"mlp": "grads to None, y = mlp(x), y.backward(dy); x wants a gradient",
                         "model": "07_train_step.py's step: zero_grad, LM loss, backward, AdamW foreach step"},
+              **({"graph_timer": GRAPH_TIMER} if cuda else {}),
               "grad_tolerance": GRAD_TOLERANCE[dtype], "activation": args.activation, "shapes": []}
     table = [f"{record['device']}: {args.dtype} GEMM ceiling {flop_rate(ceiling)} (measured now"
              f"{'' if cuda else ': ' + bench.CPU_CEILINGS})"]

@@ -1,8 +1,8 @@
 """bench.py: one clear line and exit code 2 without a GPU or with bad flags; a real run on a GPU."""
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -59,7 +59,11 @@ def test_gpu_run_writes_record(tmp_path):
         assert any(note.startswith("max-autotune") for note in shape["skipped"])
         for v in shape["variants"].values():
             assert v["median_us"] > 0 and v["rel_err"] < 2e-2
-            assert ("graph_median_us" in v) == (shape["M"] <= 128)
+            # graph replays and host time at every M, the host's 5 bursts of 20..100 calls each
+            assert v["graph_median_us"] > 0 and len(v["graph_rounds_us"]) == 5
+            assert v["host_us"] > 0 and len(v["host_bursts_us"]) == 5
+    assert record["graph_every_row"] is True
+    assert "fused vs best of the others as CUDA graphs" in proc.stdout and "host vs eager" in proc.stdout
     assert str(out) in proc.stdout and not list(tmp_path.glob("*.partial"))
 
 
@@ -121,6 +125,112 @@ def _record(M=8192, dim=768, hidden=3072, fused_us=190.0, fused_rounds=(1.0, 1.0
             "parts": {"fused geglu kernel": 130.0, "cuBLAS down_proj GEMM": 55.0}}
 
 
+def _new_record(M=1, dim=4096, hidden=11008, fused=(82.0, 72.0, 40.0)):
+    """A shape of a record with "graph_every_row", numbers made up: (µs from Python, graph µs, host µs) per variant,
+    fused's given. By graph time the best other is liger (76), from Python compile (85); eager's host µs 110, its
+    bursts 108..112."""
+    import bench
+
+    def v(us, graph, host, host_bursts=None):
+        return {"median_us": us, "rounds_us": [us] * 3, "graph_median_us": graph, "graph_rounds_us": [graph] * 3,
+                "host_us": host, "host_bursts_us": host_bursts or [host] * 5, "rel_err": 1e-3, "held_bytes": 0}
+    variants = {"eager": v(90.0, 80.0, 110.0, [110.0, 112.0, 108.0, 111.0, 109.0]), "compile": v(85.0, 78.0, 150.0),
+                "liger": v(88.0, 76.0, 120.0), "fused": v(*fused)}
+    return {"M": M, "dim": dim, "hidden": hidden, **bench.roofline(M, dim, hidden, 2, 680.0, 4.0),
+            "variants": variants, "skipped": ["max-autotune (not at this shape: --max-autotune all)"], "parts": {}}
+
+
+def test_a_record_with_graphs_in_every_row_compares_graph_times_and_host_time():
+    """graphs=True: fused against the best other by graph time (liger 76 / fused 72 = 1.06x), from Python (compile
+    85 / fused 82 = 1.04x), and the host: eager's 110 / fused's 40 = 2.75x. The summary's cells are graph µs."""
+    import bench
+    r = _new_record()
+    lines = bench.shape_lines(r, 680.0, 4.0, graphs=True)
+    assert lines[-3:] == ["  fused vs best of the others as CUDA graphs (liger): 1.06x",
+                          "  fused vs best of the others as called (compile): 1.04x",
+                          "  fused vs eager, host µs per call (eager's / fused's): 2.75x"]
+    old = bench.shape_lines(r, 680.0, 4.0)  # the same shape as a record without graphs everywhere prints it
+    assert lines[0] == old[0] and lines[6:-3] == old[6:-1]  # the title; host µs, MB held, skipped: as before
+    assert lines[1].split() == old[1].split()[:10] + ["spread"] + old[1].split()[10:]  # the graph rounds' spread
+    assert lines[5].split() == ["fused", "82.0", "0.0%", "3", f"{r['floor_us'] / 82:.2f}", "1.10x", "72.0", "0.0%",
+                                f"{r['floor_us'] / 72:.2f}", "1.0e-03"]
+    caption, header, row = bench.summary_lines([r], graphs=True)
+    assert caption == "\nµs of CUDA-graph replays (the GPU's time alone); host vs eager: eager's host µs per call / fused's"
+    assert header.endswith("fused vs best  of floor  host vs eager")
+    assert row.split() == ["1x4096x11008", "memory", f"{r['floor_us']:.1f}", "80.0", "78.0", "-", "76.0", "72.0",
+                           "1.06x", f"{r['floor_us'] / 72.0:.2f}", "2.75x"]
+    # slower on both: graph 80 against liger's 76 (0.95, no spread); host 120 against eager's 110 (0.92, beyond
+    # eager's bursts' spread, 4 / 110 = 3.6%); from Python 85 / 86 = 0.99, no spread either
+    slow = _new_record(fused=(86.0, 80.0, 120.0))
+    assert bench.shape_lines(slow, 680.0, 4.0, graphs=True)[-3:] == [
+        "  fused vs best of the others as CUDA graphs (liger): 0.95x SLOWER beyond the spread",
+        "  fused vs best of the others as called (compile): 0.99x SLOWER beyond the spread",
+        "  fused vs eager, host µs per call (eager's / fused's): 0.92x SLOWER beyond the spread"]
+    assert bench.summary_lines([slow], graphs=True)[2].endswith("0.92x  SLOWER than liger  host SLOWER than eager")
+
+
+def _host(us, top):
+    """Host µs in five bursts: four at us, one at top (spread (top - us) / us)."""
+    return {"host_us": us, "host_bursts_us": [us] * 4 + [top]}
+
+
+@pytest.mark.parametrize("fused, slower", [
+    (_host(100.0, 100.0), False),  # eager / fused = 75 / 100 = 0.75 = 1 - 0.25 (eager's spread): the edge
+    (_host(101.0, 101.0), True),  # 0.743: beyond both spreads
+    (_host(90.0, 91.0), False),  # 0.833: beyond fused's own spread, within eager's
+    (_host(50.0, 60.0), False),  # fused enqueues faster
+], ids=["at the edge", "beyond both", "within the larger", "faster"])
+def test_host_is_slower_only_beyond_the_larger_spread(fused, slower):
+    import bench
+    r = {"variants": {"eager": _host(75.0, 93.75), "fused": fused}}
+    assert bench.host_vs_eager(r) == (pytest.approx(75.0 / fused["host_us"]), slower)
+
+
+def test_graph_comparison_takes_the_best_other_by_graph_time_and_the_graph_spreads():
+    """By graph time the best other is liger (76 µs) though compile is the faster from Python; the spreads are the
+    graph rounds' (fused's graph rounds 72..80: 10%, so 76 / 80 = 0.95 is within it, where its rounds from Python
+    have none)."""
+    import bench
+    r = _new_record(fused=(86.0, 80.0, 40.0))
+    assert bench.fused_vs_best(r, "graph_median_us") == ("liger", pytest.approx(0.95), True)
+    r["variants"]["fused"]["graph_rounds_us"] = [72.0, 80.0, 79.2]
+    assert bench.fused_vs_best(r, "graph_median_us") == ("liger", pytest.approx(0.95), False)
+    assert bench.fused_vs_best(r) == ("compile", pytest.approx(85 / 86), True)  # from Python: as before
+    assert bench.spread(r["variants"]["fused"], "graph_median_us") == pytest.approx(0.1)
+
+
+def test_host_bursts_hold_100_calls_or_50_ms_of_gpu_work_at_least_20():
+    """100 calls where they take the GPU up to 50 ms (500 µs a call); fewer above (600 µs: 83), never below 20 (a
+    5 ms prefill call: 10 would fill 50 ms)."""
+    import bench
+    assert [bench.host_calls(us) for us in (10.0, 500.0, 600.0, 2500.0, 5000.0)] == [100, 100, 83, 20, 20]
+
+
+def test_the_page_table_of_a_record_with_graphs_in_every_row():
+    """The markdown table of a record with "graph_every_row": the cells are graph µs, fused vs best other by them,
+    then from Python (fused 82 against compile 85) and the host (fused 40 against eager 110)."""
+    import bench
+    shape = _new_record()
+    record = {"date": "2027-01-02T03:04:05", "device": "NVIDIA H100", "torch": "2.11", "triton": "3.6", "cuda": "13.0",
+              "liger_kernel": "0.8.5", "dtype": "bf16", "ceiling_tflops": 680.0, "copy_tbps": 4.0,
+              "graph_every_row": True, "shapes": [shape]}
+    floor = shape["floor_us"]
+    assert bench.markdown_table(record, "results/x.json").splitlines() == [
+        "Measured on 2027-01-02 on an NVIDIA H100 (torch 2.11, triton 3.6, CUDA 13.0, liger-kernel 0.8.5, bf16); "
+        "ceilings 680 TFLOP/s (GEMM) and 4.00 TB/s (copy). µs of CUDA-graph replays (the GPU's time alone), median of "
+        "3 rounds; host: µs per call to enqueue one forward; full record: `results/x.json` and `.txt`.",
+        "",
+        "| M×dim→hidden | floor (bound) | eager | compile | max-autotune | Liger | fused (of floor) | fused vs best other "
+        "| called from Python: fused vs best other | host µs per call: fused vs eager |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"| 1×4096→11008 | {floor:.1f} µs (memory) | 80.0 | 78.0 | - | 76.0 | **72.0** ({floor / 72:.2f}) | 1.06× "
+        "| 82.0 vs 85.0 (1.04×) | 40.0 vs 110.0 (2.75×) |"]
+    record["shapes"] = [_new_record(fused=(86.0, 80.0, 120.0))]
+    assert bench.markdown_table(record).splitlines()[-1].endswith(
+        "| 0.95× (slower: liger) | 86.0 vs 85.0 (0.99×, slower: compile) | 120.0 vs 110.0 (0.92×, slower) |")
+    assert bench.table_text(record).count("as CUDA graphs") == 1  # table_text reads the record's field
+
+
 def test_table_from_a_record():
     import bench
     record = _record()
@@ -143,11 +253,17 @@ def test_table_from_a_record():
     assert held.endswith("beyond the parameters: eager 0.00, compile 0.00, liger 0.00, fused 134.22")
 
 
-def test_committed_table_is_its_record():
-    """results/bench_h200.txt is what bench.py prints for results/bench_h200.json."""
+def test_committed_tables_are_their_records():
+    """Every committed bench.py record's .txt is what bench.py prints for it (results/bench_h200.json and the rest;
+    all made before "graph_every_row", so compared from Python, as then)."""
     import bench
-    record = json.loads((ROOT / "results/bench_h200.json").read_text())
-    assert (ROOT / "results/bench_h200.txt").read_text() == bench.table_text(record)
+    records = [p for p in sorted((ROOT / "results").glob("bench_*.json"))  # bench.py's: its shapes have parts
+               if "parts" in json.loads(p.read_text())["shapes"][0]]
+    assert ROOT / "results/bench_h200.json" in records and len(records) >= 10
+    for path in records:
+        record = json.loads(path.read_text())
+        assert "graph_every_row" not in record, path
+        assert path.with_suffix(".txt").read_text() == bench.table_text(record), path
 
 
 def fake_gpu(monkeypatch, bench) -> list:
@@ -171,7 +287,7 @@ def test_main_writes_the_record_and_its_table_together(tmp_path, monkeypatch):
     def bench_shape(M, dim, hidden, dtype, tol, ceiling, bandwidth, max_autotune, act):
         asked.append((M, dim, hidden, dtype, ceiling, bandwidth, max_autotune))
         assert act == "gelu_tanh"  # the default; --activation silu: SwiGLU (test_swiglu_sweep_and_flag)
-        return _record(M, dim, hidden)
+        return _new_record(M, dim, hidden)
     monkeypatch.setattr(bench, "bench_shape", bench_shape)
     monkeypatch.setattr(bench, "bench_chart_next_to", lambda record, out, title: "")
     out = tmp_path / "bench.json"
@@ -380,7 +496,7 @@ def test_main_says_what_it_measured_in_order(tmp_path, monkeypatch, capsys):
     import bench
 
     ceiling_dtypes = fake_gpu(monkeypatch, bench)
-    monkeypatch.setattr(bench, "bench_shape", lambda M, dim, hidden, *rest: _record(M, dim, hidden))
+    monkeypatch.setattr(bench, "bench_shape", lambda M, dim, hidden, *rest: _new_record(M, dim, hidden))
     charts = []
     monkeypatch.setattr(bench, "bench_chart_next_to", lambda rec, out, what: charts.append((rec, out, what)) or "chart")
     out = tmp_path / "bench.json"
@@ -393,7 +509,8 @@ def test_main_says_what_it_measured_in_order(tmp_path, monkeypatch, capsys):
     assert (record["device"], record["liger_kernel"], ceiling_dtypes) == ("a GPU (cuda)", liger, [torch.float16])
     shape = record["shapes"][0]
     assert capsys.readouterr().out == "\n".join([
-        bench.ceilings_line(record), *bench.shape_lines(shape, 680.0, 4.0), *bench.summary_lines([shape]),
+        bench.ceilings_line(record), *bench.shape_lines(shape, 680.0, 4.0, graphs=True),
+        *bench.summary_lines([shape], graphs=True),
         bench.write_record(out, record, bench.table_text(record).splitlines()), "chart"]) + "\n"
     assert [(json.loads(json.dumps(rec)), out, what) for rec, out, what in charts] == [(record, out, "GeGLU MLP forward")]
 

@@ -121,6 +121,115 @@ def test_fused_against_its_peers_only():
     assert bench_train.fused_vs_peers(near) == ("eager", 0.98, False, "fused")
 
 
+def fake_gpu_timing(monkeypatch, fail=()):
+    """bench_train.timed on a made-up GPU: peak memory 3 MiB, rounds from Python then graph replays as given below,
+    graph_step failing for the calls named in fail; returns the order things happened in."""
+    import bench
+
+    seen = []
+    plain = {"eager": [300.0, 310.0, 290.0], "liger": [280.0] * 3, "fused": [250.0] * 3}
+    graph = {"eager": [200.0, 204.0, 196.0], "liger": [190.0] * 3, "fused": [160.0] * 3}
+
+    def round_robin(fns, inference):
+        assert inference is False
+        by = graph if all(isinstance(f, tuple) for f in fns.values()) else plain
+        seen.append(("graph rounds" if by is graph else "rounds", sorted(fns)))
+        return {name: by[name] for name in fns}
+
+    def graph_step(step):
+        seen.append(("capture", step.__name__))
+        if step.__name__ in fail:
+            raise RuntimeError("operation not permitted when stream is capturing\nsecond line")
+        return ("replay", step)
+
+    monkeypatch.setattr(bench, "time_round_robin", round_robin)
+    monkeypatch.setattr(bench_train, "graph_step", graph_step)
+    monkeypatch.setattr(bench_train, "peak_bytes", lambda clear, step, cuda: seen.append(("peak", step.__name__))
+                        or 3 * 2**20)
+    return seen
+
+
+def three_calls():
+    def eager(): pass
+    def liger(): pass
+    def fused(): pass
+    calls = {f.__name__: f for f in (eager, liger, fused)}
+    return calls, {name: (lambda: None, lambda: 1e-3) for name in calls}
+
+
+def test_graph_times_beside_the_times_from_python(monkeypatch):
+    """On a GPU an MLP's calls are timed from Python, then captured and replayed: peak memory before any capture;
+    graph µs, their rounds and of floor (100 / 160 = 0.625) beside the µs; a failed capture keeps the time from
+    Python and says why. By graph time fused is 200 / 160 = 1.25x eager's (liger's 190 is not compared: a peer
+    without a graph leaves no graph comparison, one sentence says so); from Python 280 / 250 = 1.12x liger's."""
+    seen = fake_gpu_timing(monkeypatch, fail=("liger",))
+    calls, checks = three_calls()
+    out = bench_train.timed(calls, checks, {}, 100.0, 1e-2, True, "test", graphs=True)
+    assert seen == [("peak", "eager"), ("peak", "liger"), ("peak", "fused"), ("rounds", ["eager", "fused", "liger"]),
+                    ("capture", "eager"), ("capture", "liger"), ("capture", "fused"),
+                    ("graph rounds", ["eager", "fused"])]
+    assert out["fused"] == {"median_us": 250.0, "rounds_us": [250.0] * 3, "of_floor": 0.4, "grad_rel_err": 1e-3,
+                            "peak_mib": 3.0, "graph_median_us": 160.0, "graph_rounds_us": [160.0] * 3,
+                            "graph_of_floor": 0.625}
+    assert out["eager"]["graph_median_us"] == 200.0 and out["eager"]["median_us"] == 300.0
+    assert out["liger"]["graph_failed"] == "failed: RuntimeError: operation not permitted when stream is capturing"
+    assert "graph_median_us" not in out["liger"]
+    case = {"label": "MLP fwd+bwd 8x4x16", "forward_flops": 1e9, "flops": 3e9, "floor_us": 100.0, "variants": out,
+            "skipped": {}}
+    assert bench_train.fused_vs_peers(case, "graph_median_us") is None
+    lines = bench_train.case_lines(case)
+    assert lines[1].split()[-6:] == ["err", "graph", "µs", "spread", "of", "floor"]
+    assert lines[2].split()[-3:] == ["200.0", "4.0%", "0.50"]  # eager: (204 - 196) / 200
+    assert lines[3].split()[-3:] == ["-", "-", "-"]
+    assert lines[5:] == [
+        "  not as a CUDA graph (timed from Python alone): liger: failed: RuntimeError: operation not permitted when "
+        "stream is capturing",
+        "  fused vs best peer as CUDA graphs: - (not every variant compared was captured)",
+        "  fused vs best peer as called: fused against liger, 1.12x"]
+    del case["variants"]["liger"]
+    assert bench_train.case_lines(case)[-2:] == ["  fused vs best peer as CUDA graphs: fused against eager, 1.25x",
+                                                 "  fused vs best peer as called: fused against eager, 1.20x"]
+    record = {"shapes": [case], "timer": "T", "graph_timer": "G", "ceiling_tflops": 700.0, "device": "a GPU",
+              "dtype": "bf16", "torch": "2.11", "triton": "3.6", "liger_kernel": "0.8.5", "date": "2027-01-02"}
+    md = bench_train.markdown(record).splitlines()
+    assert md[2] == ("| MLP fwd+bwd 8x4x16 | 100.0 µs | 300.0 µs (0.33, 3 MiB); graph 200.0 µs (0.50) "
+                     "| 250.0 µs (0.40, 3 MiB); graph 160.0 µs (0.62) | 1.25× (fused / eager, graphs) |")
+    assert " Graph: G; fused vs best peer by graph time where every variant compared has one. a GPU," in md[4]
+
+
+def test_no_graph_where_not_asked_or_on_a_cpu(monkeypatch):
+    """The model's step (graphs=False) and a CPU run: no capture, no graph field; the tables as before."""
+    seen = fake_gpu_timing(monkeypatch)
+    calls, checks = three_calls()
+    out = bench_train.timed(dict(calls), checks, {}, 100.0, 1e-2, True, "test")
+    assert [what for what, _ in seen] == ["peak", "peak", "peak", "rounds"]
+    assert not any(k.startswith("graph") for v in out.values() for k in v)
+    out = bench_train.timed(dict(calls), checks, {}, 100.0, 1e-2, False, "test", graphs=True)  # CPU
+    assert not any(k.startswith("graph") for v in out.values() for k in v) and seen[-1][0] == "peak"
+    assert not bench_train.graphed({"variants": out})
+
+
+def test_a_failed_capture_sets_the_stream_back(monkeypatch):
+    """torch.cuda.graph's exit stops at a failed capture_end, its side stream still current: graph_step sets the
+    stream it found back and waits for the GPU before the error goes on (to timed, which records it)."""
+    import bench
+
+    said = []
+    monkeypatch.setattr(bench_train.torch.cuda, "current_stream", lambda: "the stream before")
+    monkeypatch.setattr(bench_train.torch.cuda, "set_stream", lambda stream: said.append(("set", stream)))
+    monkeypatch.setattr(bench_train.torch.cuda, "synchronize", lambda: said.append("sync"))
+
+    def replay(step, inference, warm_ups):
+        said.append(("capture", inference, warm_ups))
+        raise RuntimeError("capture failed")
+    monkeypatch.setattr(bench, "graph_replay", replay)
+    with pytest.raises(RuntimeError, match="capture failed"):
+        bench_train.graph_step(lambda: None)
+    assert said == [("capture", False, 3), ("set", "the stream before"), "sync"]
+    monkeypatch.setattr(bench, "graph_replay", lambda step, inference, warm_ups: "the replay")
+    assert bench_train.graph_step(lambda: None) == "the replay"
+
+
 def test_grad_error_names_a_missing_gradient():
     want = {"a": torch.ones(3), "b": torch.ones(2)}
     assert bench_train.grad_error({"a": torch.ones(3), "b": torch.ones(2) * 1.5}, want) == pytest.approx(
@@ -160,6 +269,12 @@ def test_gpu_every_variant_at_small_shapes(tmp_path):
         assert {"eager", "fused", "fused-recompute", "compile-fused"} <= set(s["variants"]), s["skipped"]
         for v in s["variants"].values():
             assert v["peak_mib"] > 0 and v["grad_rel_err"] <= r["grad_tolerance"]
+    # the MLP as CUDA graphs: each variant replayed, or the reason its capture failed; the model's step from Python
+    for v in r["shapes"][0]["variants"].values():
+        assert v.get("graph_median_us", 0) > 0 or v["graph_failed"].startswith("failed: "), v
+    failed = {n: v["graph_failed"] for s in r["shapes"][:-1] for n, v in s["variants"].items() if "graph_failed" in v}
+    assert not failed, failed  # each variant captured at these shapes: a failure here is news, with its reason
+    assert not bench_train.graphed(r["shapes"][-1]) and "graph_timer" in r
     model = r["shapes"][-1]["variants"]
     assert (model["compile-fused"]["execution"], model["compile-fused"]["mlp"]) == ("compile", "fused")
     assert (model["compile"]["execution"], model["compile"]["mlp"]) == ("compile", "eager")

@@ -776,8 +776,13 @@ def test_the_port_holder_is_named_with_its_command_line():
 
 
 def fake_shape(M, dim, hidden, dtype, tol, c, b, tuned, act="gelu_tanh"):
-    """A shape's record as bench_shape makes it, its times _bench_record's decode shape's."""
-    return {**_bench_record()["shapes"][1], "M": M, "dim": dim, "hidden": hidden, "tuned": tuned, "tol": tol,
+    """A shape's record as bench_shape makes it, its times _bench_record's decode shape's, replayed as graphs 1 µs
+    faster and enqueued in twice their time."""
+    shape = _bench_record()["shapes"][1]
+    for v in shape["variants"].values():
+        us = v["median_us"]
+        v.update(graph_median_us=us - 1, graph_rounds_us=[us - 1] * 3, host_us=2 * us, host_bursts_us=[2 * us] * 5)
+    return {**shape, "M": M, "dim": dim, "hidden": hidden, "tuned": tuned, "tol": tol,
             "skipped": [], "parts": {}, "rel_err": 0.0, "flops": 1.0, "bytes": 1.0, "floor_compute_us": 1.0,
             "floor_memory_us": 2.0}
 
@@ -790,7 +795,7 @@ def fake_bench(monkeypatch, **fakes):
     monkeypatch.setattr(bench, "gemm_ceiling_tflops", lambda dtype: 680.0)
     monkeypatch.setattr(bench, "copy_bandwidth_tbps", lambda: 4.0)
     monkeypatch.setattr(bench, "versions", lambda device="cuda": {"device": "a GPU", "date": "2026-11-30T00:00:00"})
-    for name, fn in {"bench_shape": fake_shape, "shape_lines": lambda *a: [], "table_text": lambda record: "",
+    for name, fn in {"bench_shape": fake_shape, "shape_lines": lambda *a, **k: [], "table_text": lambda record: "",
                      "bench_chart_next_to": lambda record, out, title: "", **fakes}.items():
         monkeypatch.setattr(bench, name, fn)
 
@@ -807,7 +812,11 @@ def test_main_writes_what_the_record_says_it_measured(tmp_path, monkeypatch):
         "device": "a GPU", "date": "2026-11-30T00:00:00", "dtype": "fp16", "activation": "gelu_tanh",
         "timer": "CUDA events, median over ~100 ms of calls, L2 evicted by a 256 MB read before each call; "
                  "middle of 5 interleaved rounds (one call of each variant in turn)",
-        "weights": "one copy, read by every variant (share_weights)",
+        "weights": "one copy, read by every variant (share_weights)", "graph_every_row": True,
+        "graph_timer": "the same forward captured in a CUDA graph and replayed, timed as above (5 interleaved rounds "
+                       "(one call of each variant in turn))",
+        "host_timer": "bench.host_bursts_us: µs per call over a burst of calls enqueued without waiting for the GPU, "
+                      "100 a burst or as many as fill ~50 ms of the GPU's time (at least 20); the median of 5 bursts",
         "ceiling_tflops": 680.0, "ceiling_gemm": "8192x8192x8192",
         "copy_tbps": 4.0, "copy": "1 GiB device-to-device, bytes read + written",
         "floor": "max(6*M*dim*hidden / ceiling, bytes / copy) with bytes = the 3 weights + x + y"}
@@ -1441,13 +1450,13 @@ def test_main_prints_each_shape_keeps_a_partial_record_and_draws_beside_the_reco
         seen.append([s["M"] for s in json.loads(partial.read_text())["shapes"]] if partial.exists() else None)
         return fake_shape(M, *rest)
 
-    fake_bench(monkeypatch, bench_shape=shape, shape_lines=lambda r, c, b: [f"shape M={r['M']}", "its verdict"],
+    fake_bench(monkeypatch, bench_shape=shape, shape_lines=lambda r, c, b, graphs: [f"shape M={r['M']}", f"its verdict, graphs {graphs}"],
                bench_chart_next_to=lambda record, path, title: drawn.append((path, title)) or "the chart's line")
     assert bench.main(["--shapes", "1x8x16,2x8x16", "--out", str(out)]) == 0
     assert seen == [None, [1]] and not partial.exists() and out.exists()
     assert drawn == [(out, "GeGLU MLP forward")]
     printed = capsys.readouterr().out
-    assert "\nshape M=1\nits verdict\nshape M=2\nits verdict\n" in printed and printed.endswith("\nthe chart's line\n")
+    assert "\nshape M=1\nits verdict, graphs True\nshape M=2\nits verdict, graphs True\n" in printed and printed.endswith("\nthe chart's line\n")
 
 
 def test_a_gemm_measured_at_no_rate_is_no_point_on_log_axes():
