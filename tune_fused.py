@@ -5,6 +5,7 @@
     python3 tune_fused.py --out /tmp/t.json     # somewhere else (fused_geglu reads only the file beside it)
     python3 tune_fused.py --packing-only        # re-measure only the packing rows of the table there (~1 min)
     python3 tune_fused.py --down-only           # re-measure only the down_proj rows of the table there
+    python3 tune_fused.py --narrow-only         # re-measure only the MoE experts' rows (hidden < dim) there
 
 For each M bucket (its upper edge: M = 1, 8, 32, ..., 16384) and each MLP width (dim -> hidden), every candidate
 (kernel, config) of the gate/up GeGLU is checked against an fp32 reference, then timed as a CUDA-graph replay
@@ -13,7 +14,9 @@ cuBLAS's gate and up GEMMs with one pointwise GeGLU kernel of fused_geglu's afte
 where no kernel beats it, the table says to run it). The fused epilogue saves the same bytes whatever the input
 width K (dim) while the GEMM's work grows with it, so the choice depends on K too: per M bucket and per class of K
 (one per dim tuned, k_classes), the table keeps the candidate with the lowest geometric mean, over the class's widths,
-of its time / torch's time. down_proj's small-M kernel is chosen against cuBLAS's GEMM per M bucket and per class
+of its time / torch's time. MoE experts (hidden < dim, NARROW_WIDTHS) have rows of their own by the same rule
+(geglu_narrow): at 2048 tokens of 2048 -> 1408 the dense rows' TMA tile ran at 0.92x of eager on an H100 (issue 57's
+measurement), its few output tiles filling the GPU unlike a dense MLP's. down_proj's small-M kernel is chosen against cuBLAS's GEMM per M bucket and per class
 of its own input width K (hidden), at DOWN_WIDTHS, wider than the gate/up widths: at one token which of the two is
 faster moves with the width by a few percent (results/tune_down_h200.txt; docs/04). Then, where the table runs
 cuBLAS, whether the module's packed gate and up weights run as one GEMM of twice the width or as two: cuBLAS picks
@@ -43,6 +46,9 @@ BUCKETS = [1, 8, 32, 64, 128, 256, 384, 512, 768, 1024, 2048, 4096, 8192, 16384]
 WIDTHS = {"models": [(768, 3072), (2304, 9216), (4096, 11008), (4096, 14336)],  # the post's (GPT-2's), Gemma-2-2B,
           # Llama-2-7B, Llama-3-8B; all: + Gemma-2B, Qwen2-7B
           "all": [(768, 3072), (2304, 9216), (4096, 11008), (4096, 14336), (2048, 16384), (3584, 18944)]}
+# MoE experts (hidden < dim): Qwen3-30B-A3B's, Qwen1.5-MoE-A2.7B's (and DeepSeek-V2-Lite's), Qwen3-235B-A22B's and
+# DeepSeek-V3's. Their few output columns tile the GPU unlike a dense MLP's, so they get rows of their own (geglu_narrow).
+NARROW_WIDTHS = [(2048, 768), (2048, 1408), (4096, 1536), (7168, 2048)]
 # The packing rows: Gemma-2B, Gemma-2-2B, Llama-3.2-3B, Qwen2-7B, Llama-2-7B, Llama-3-8B (and Mistral-7B), Qwen2.5-14B
 PACKING_WIDTHS = [(2048, 16384), (2304, 9216), (3072, 8192), (3584, 18944), (4096, 11008), (4096, 14336), (5120, 13824)]
 PACKING_MARGIN = 0.005  # packed within 0.5% of the two GEMMs counts as not slower (rounds of one shape vary ~1%)
@@ -94,9 +100,9 @@ def rel_error(y, ref):
     return ((y.float() - ref).norm() / ref.norm()).item()
 
 
-def time_candidates(fg, M, dim, hidden, dtype, tol, geglu=True):
-    """{(which, kernel, config as text): µs} for gate/up (which = 'geglu', unless geglu=False) and down_proj ('down')
-    at one shape. A candidate that fails to compile or gives a wrong result is left out, with one line saying why."""
+def time_candidates(fg, M, dim, hidden, dtype, tol, geglu=True, down=True):
+    """{(which, kernel, config as text): µs} for gate/up (which = 'geglu', unless geglu=False) and down_proj ('down',
+    unless down=False) at one shape. A candidate that fails to compile or gives a wrong result is left out, with one line saying why."""
     x = torch.randn(M, dim, device="cuda", dtype=dtype)
     w_gate, w_up = (torch.randn(hidden, dim, device="cuda", dtype=dtype) / dim ** 0.5 for _ in range(2))
     w_down = torch.randn(dim, hidden, device="cuda", dtype=dtype) / hidden ** 0.5
@@ -107,7 +113,7 @@ def time_candidates(fg, M, dim, hidden, dtype, tol, geglu=True):
     for kernel, cfg in geglu_candidates(M) if geglu else ():
         calls["geglu", kernel, json.dumps(cfg)] = (lambda k=kernel, c=cfg: fg.geglu(x, w_gate, w_up, kernel=k, config=c),
                                              ref)
-    for kernel, cfg in down_candidates(M):
+    for kernel, cfg in down_candidates(M) if down else ():
         fn = (lambda: F.linear(m, w_down)) if kernel == "torch" else (lambda c=cfg: fg.down_proj(m, w_down, config=c))
         calls["down", kernel, json.dumps(cfg)] = (fn, down_ref)
     times = {}
@@ -267,6 +273,9 @@ def parse_args(argv=None):
                       help="keep the table's kernel rows (from --out's file) and re-measure only its packing rows")
     only.add_argument("--down-only", action="store_true",
                       help="keep the table's other rows (from --out's file) and re-measure only its down_proj rows")
+    only.add_argument("--narrow-only", action="store_true",
+                      help="keep the table's other rows (from --out's file) and re-measure only its MoE-expert rows "
+                           "(hidden < dim)")
     return p.parse_args(argv)
 
 
@@ -279,8 +288,9 @@ def main(argv=None):
     out = args.out or fg.TUNED_TABLE
     dtype, widths = bench.DTYPES[args.dtype], WIDTHS[args.widths]
     torch.manual_seed(0)
-    if args.packing_only or args.down_only:
-        flag, rows = ("--packing-only", "packing") if args.packing_only else ("--down-only", "down_proj")
+    if args.packing_only or args.down_only or args.narrow_only:
+        flag, rows = (("--packing-only", "packing") if args.packing_only else ("--down-only", "down_proj")
+                      if args.down_only else ("--narrow-only", "MoE-expert (hidden < dim)"))
         try:
             record = json.loads(out.read_text())
             fg.table_rows(record, out.name)
@@ -290,12 +300,16 @@ def main(argv=None):
         print(f"{bench.versions('cuda')['device']}: tuning the {rows} rows of {out}, {args.dtype}")
     else:
         record = tune_kernels(fg, dtype, widths, args.dtype)
-    if not args.packing_only:
+    if not (args.packing_only or args.down_only):
+        tune_narrow(fg, record, dtype)
+    if not (args.packing_only or args.narrow_only):
         tune_down(fg, record, dtype)
-    if not args.down_only:  # the packing rows choose where cuBLAS runs gate and up: down_proj's rows do not move them
+    # the packing rows choose where cuBLAS runs gate and up: down_proj's and the narrow rows do not move them
+    if not (args.down_only or args.narrow_only):
         tune_packing(fg, record, dtype)
-    # --down-only dates its rows alone: the table's date stays its kernel and packing rows' (docs/04 reads it so)
-    record["down_date" if args.down_only else "date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
+    # --down-only and --narrow-only date their rows alone: the table's date stays its kernel and packing rows' (docs/04
+    # reads it so)
+    record["down_date" if args.down_only else "narrow_date" if args.narrow_only else "date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
         timespec="seconds")
     out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {out}; fused_geglu reads {fg.TUNED_TABLE} at import (commit it)")
@@ -330,18 +344,23 @@ def bucket_rows(per_width, widths, max_m):
     """One M bucket's geglu rows (one per class of K) and down row, from its times at each width ({(which, kernel,
     config as text): µs}). A geglu row where torch won also names the best fused candidate ("fused"): what the
     scripts that show the fused kernel at any token count run there (fused_geglu.show_the_kernel)."""
-    out = {"geglu": [], "down": []}
-    for which, groups in (("geglu", k_classes(widths)), ("down", [(None, list(range(len(widths))))])):
-        for max_k, members in groups:
-            times = [per_width[j] for j in members]
-            (_, kernel, cfg), score = choose(times, which)
-            row = {"max_m": max_m, **({"max_k": max_k} if which == "geglu" else {}),
-                   "kernel": kernel, "config": json.loads(cfg), "vs_torch": round(score, 3)}
-            best, fused_score = choose(times, which, fused_only=True) if which == "geglu" else (None, None)
-            if kernel == "torch" and best is not None:
-                row["fused"] = {"kernel": best[1], "config": json.loads(best[2]), "vs_torch": round(fused_score, 3)}
-            out[which].append(row)
-    return out["geglu"], out["down"]
+    (_, kernel, cfg), score = choose(per_width, "down")
+    return geglu_rows(per_width, widths, max_m), [{"max_m": max_m, "kernel": kernel, "config": json.loads(cfg),
+                                                   "vs_torch": round(score, 3)}]
+
+
+def geglu_rows(per_width, widths, max_m):
+    """One M bucket's geglu rows, one per class of K, from its times at each width (see bucket_rows)."""
+    rows = []
+    for max_k, members in k_classes(widths):
+        times = [per_width[j] for j in members]
+        (_, kernel, cfg), score = choose(times, "geglu")
+        row = {"max_m": max_m, "max_k": max_k, "kernel": kernel, "config": json.loads(cfg), "vs_torch": round(score, 3)}
+        best, fused_score = choose(times, "geglu", fused_only=True)
+        if kernel == "torch" and best is not None:
+            row["fused"] = {"kernel": best[1], "config": json.loads(best[2]), "vs_torch": round(fused_score, 3)}
+        rows.append(row)
+    return rows
 
 
 def down_rows(per_width, widths, max_m):
@@ -381,6 +400,31 @@ def tune_down(fg, record, dtype):
     record["rule"] = ("gate/up: per M bucket and class of K (dim), the lowest geometric mean over the class's widths "
                       "of time / torch's time; down_proj: the same per M bucket up to "
                       f"{DOWN_MAX_M} and class of K (hidden) at down_widths, cuBLAS past it")
+
+
+def tune_narrow(fg, record, dtype):
+    """record's geglu_narrow rows (MoE experts: hidden < dim), per M bucket and class of K (dim) at NARROW_WIDTHS, the
+    same rule as the dense rows', and what they were chosen from. fused_geglu takes them where hidden < dim."""
+    fg.table.tuned.clear()
+    record["geglu_narrow"], record["narrow_measured"] = [], []
+    for i, M in enumerate(BUCKETS):
+        per_width = [time_candidates(fg, M, d, h, dtype, common.TOLERANCE[dtype], down=False) for d, h in NARROW_WIDTHS]
+        record["narrow_measured"] += [{"M": M, "dim": d, "hidden": h,
+                                       "us": {f"{w} {k} {c}": round(us, 2) for (w, k, c), us in t.items()}}
+                                      for (d, h), t in zip(NARROW_WIDTHS, per_width)]
+        rows = geglu_rows(per_width, NARROW_WIDTHS, None if i == len(BUCKETS) - 1 else M)
+        record["geglu_narrow"] += rows
+        print(f"narrow M <= {M if i < len(BUCKETS) - 1 else 'any'}: "
+              + "  ".join(f"K<={r['max_k']} {r['kernel']} {r['vs_torch']:.2f}x" for r in rows))
+    record["narrow_widths"] = [f"{d}x{h}" for d, h in NARROW_WIDTHS]
+
+
+def narrow_from_measured(record):
+    """The geglu_narrow rows that record's narrow_measured give (tune_narrow's rule, no GPU)."""
+    widths = [tuple(map(int, w.split("x"))) for w in record["narrow_widths"]]
+    times = _by_m(record["narrow_measured"])
+    return [r for i, M in enumerate(BUCKETS)
+            for r in geglu_rows([times[M][w] for w in widths], widths, None if i == len(BUCKETS) - 1 else M)]
 
 
 def _by_m(entries):

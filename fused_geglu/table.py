@@ -32,19 +32,29 @@ def load_tuned(path=TUNED_TABLE):
     return table_rows(json.loads(path.read_text()), path.name)
 
 
+def _rows(table_rows):
+    return [(row["max_m"], row.get("max_k"), row["kernel"], row.get("config")) for row in table_rows]
+
+
+def _fused_rows(geglu_rows):
+    """Where torch won, the best fused kernel there (what show_the_kernel's scripts run); elsewhere the row's own."""
+    return [(row["max_m"], row.get("max_k"), *((row["fused"]["kernel"], row["fused"].get("config")) if "fused" in row
+                                               else (row["kernel"], row.get("config"))))
+            for row in geglu_rows if "fused" in row or row["kernel"] != "torch"]
+
+
 def table_rows(table, name):
     """load_tuned's rows of a table as tune_fused.py writes it; None: any. A row without max_k holds every K
     (tables before K classes; down_proj's K is its input width, hidden); a table without packing rows packs
     everywhere."""
-    rows = {which: [(row["max_m"], row.get("max_k"), row["kernel"], row.get("config")) for row in table[which]]
-            for which in ("geglu", "down")}
-    # Where torch won, the best fused kernel there (what show_the_kernel's scripts run); elsewhere the row's own.
-    rows["fused"] = [(row["max_m"], row.get("max_k"), *((row["fused"]["kernel"], row["fused"].get("config"))
-                                                       if "fused" in row else (row["kernel"], row.get("config"))))
-                     for row in table["geglu"] if "fused" in row or row["kernel"] != "torch"]
+    rows = {which: _rows(table[which]) for which in ("geglu", "down")}
+    rows["fused"] = _fused_rows(table["geglu"])
     rows["packing"] = [(row["max_m"], row.get("max_k"), row["packed"]) for row in table.get("packing", [])]
-    for which, allowed in (("geglu", KERNELS), ("fused", KERNELS[:3]), ("down", ("small", "torch"))):
-        for max_m, max_k, kernel, cfg in rows[which]:
+    if "geglu_narrow" in table:  # MoE experts' widths (hidden < dim), tuned apart: tune_fused.py --narrow-only
+        rows["geglu_narrow"], rows["fused_narrow"] = _rows(table["geglu_narrow"]), _fused_rows(table["geglu_narrow"])
+    for which, allowed in (("geglu", KERNELS), ("fused", KERNELS[:3]), ("down", ("small", "torch")),
+                           ("geglu_narrow", KERNELS), ("fused_narrow", KERNELS[:3])):
+        for max_m, max_k, kernel, cfg in rows.get(which, ()):
             if kernel not in allowed or (kernel != "torch" and not cfg) or not _a_largest_k(max_k):
                 raise ValueError(f"{name}: {which} row for M <= {max_m}, K <= {max_k}: kernel {kernel!r} and "
                                  f"config {cfg!r}")
@@ -82,19 +92,19 @@ def can_use_tma(x2d, w_gate, w_up, tracing):
 TORCH_WHERE_FASTER = True
 
 
-def tuned_to_torch(device, tokens, dim):
+def tuned_to_torch(device, tokens, dim, hidden=None):
     """True where the tuned table runs cuBLAS's GEMMs and a pointwise GeGLU for this many tokens of this width (the
-    MLP's input size) on this GPU."""
-    return by_m(torch.device(device), tokens, "geglu", dim)[0] == "torch"
+    MLP's input size; hidden, where given, picks the MoE experts' rows when it is narrower) on this GPU."""
+    return by_m(torch.device(device), tokens, "geglu", dim, hidden)[0] == "torch"
 
 
-def show_the_kernel(device, tokens, dim):
+def show_the_kernel(device, tokens, dim, hidden=None):
     """For the scripts that teach the fused kernel (04, and 06/07 with --mlp fused): run it at any token count,
     and say so where the tuned table would have run cuBLAS's GEMMs instead (the benchmarks time the module as
     it comes, table and all)."""
     global TORCH_WHERE_FASTER
     TORCH_WHERE_FASTER = False
-    if tuned_to_torch(device, tokens, dim):
+    if tuned_to_torch(device, tokens, dim, hidden):
         print(f"note: at {tokens} tokens of width {dim} the tuned table ({TUNED_TABLE.name}) has FusedGeGLUMLP run "
               "cuBLAS's GEMMs and a pointwise GeGLU, which measured faster there; this run shows the fused kernel "
               "anyway")
@@ -117,15 +127,19 @@ def plan(x2d, w_gate, w_up, use_tma=None, where_faster=None):
             raise ValueError("the TMA kernel needs a Hopper GPU (or the interpreter), bf16/fp16, "
                              "dim and hidden multiples of 8")
         return ("tma" if use_tma else "pointer"), None
-    kernel, cfg = by_m(x2d.device, x2d.shape[0], "geglu", x2d.shape[1])
+    (M, K), N = x2d.shape, w_gate.shape[0]
+    kernel, cfg = by_m(x2d.device, M, "geglu", K, N)
     if kernel == "torch" and not where_faster:  # the best fused kernel the table measured there, else the default
-        kernel, cfg = by_m(x2d.device, x2d.shape[0], "fused", x2d.shape[1])
+        kernel, cfg = by_m(x2d.device, M, "fused", K, N)
     if kernel is None:  # in the interpreter the pointer kernel is the default; tests ask for the TMA one explicitly
         kernel = "tma" if tma_possible and not machine.INTERPRET else "pointer"
     if kernel == "tma" and not tma_possible:
-        # Traced into a compiled graph where the TMA kernel cannot go: cuBLAS's two GEMMs and a GeGLU that Inductor
-        # fuses into one pointwise kernel measured faster than the pointer kernel (results/bench_train_h200.txt).
-        return ("torch" if tracing and where_faster else "pointer"), None
+        # The table measured TMA tiles here, and the TMA kernel cannot go (dim or hidden not a multiple of 8, an
+        # unaligned tensor, or traced into a compiled graph): cuBLAS's two GEMMs and the pointwise GeGLU (traced,
+        # Inductor fuses it into one kernel), which measured faster than the untuned pointer kernel both in a compiled
+        # graph (results/bench_train_h200.txt) and eagerly at 300 x 1000 -> 2730 (0.93x of eager on an H100,
+        # results/bench_fused_widths_before_h100.txt). The scripts that show the fused kernel run the pointer one.
+        return ("torch" if where_faster else "pointer"), None
     return kernel, cfg
 
 
@@ -143,13 +157,17 @@ def default_config(kernel, M):
     return kernels.HOPPER_CONFIG if kernel == "tma" else kernels.PORTABLE_CONFIG
 
 
-def by_m(device, M, which, K=None):
+def by_m(device, M, which, K=None, N=None):
     """(kernel, config) of the first row holding M tokens of K inputs each (K None: any row of M's bucket): the tuned
     table's on its GPUs, else the small-M buckets ('small' up to their last M, then (None, None): the default tiled
     kernel, or cuBLAS for down_proj). The table's rows go by M, then by K within an M bucket: the fused epilogue
     saves the same bytes at any K while the GEMM grows with it, so a wide input can favour cuBLAS at an M where a
-    narrow one favours the fused kernel."""
+    narrow one favours the fused kernel. N (gate/up's output width, hidden) narrower than K is an MoE expert's
+    (hidden < dim): its few output tiles fill the GPU differently, and the table's narrow rows, tuned at such widths,
+    choose there where it has them."""
     rows = tuned_rows(device, which)
+    if N is not None and K is not None and N < K and which in ("geglu", "fused"):
+        rows = tuned_rows(device, which + "_narrow") or rows
     if rows is not None:
         row = _first_row(rows, M, K)
         return (None, None) if row is None else row[2:]

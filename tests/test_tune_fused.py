@@ -51,6 +51,12 @@ def test_the_committed_table_is_its_own_measurements_chosen_by_the_rule():
     for mine, want in zip(record["geglu"] + record["down"], geglu + down, strict=True):
         assert {k: v for k, v in mine.items() if k != "vs_torch"} == {k: v for k, v in want.items() if k != "vs_torch"}
         assert mine["vs_torch"] == pytest.approx(want["vs_torch"], abs=0.002)
+    if "geglu_narrow" in record:  # the MoE experts' rows, by the same rule from their own measurements
+        narrow = tune_fused.narrow_from_measured(record)
+        for mine, want in zip(record["geglu_narrow"], narrow, strict=True):
+            assert {k: v for k, v in mine.items() if k != "vs_torch"} == {k: v for k, v in want.items()
+                                                                         if k != "vs_torch"}
+            assert mine["vs_torch"] == pytest.approx(want["vs_torch"], abs=0.002)
     row = next(r for r in record["geglu"] if r["max_m"] == 384 and r["max_k"] is None)
     assert row["kernel"] == "torch" and row["fused"]["kernel"] == "tma"
     assert row["fused"]["config"]["BM"] == row["fused"]["config"]["BN"] == 128 and not row["fused"]["config"]["ONE_DOT"]
@@ -111,15 +117,16 @@ def test_down_classes_go_by_the_input_width_hidden():
 def test_the_written_table_is_what_fused_geglu_reads(monkeypatch, tmp_path):
     """main() end to end with made-up timings (no GPU here): at M <= 8 the first small-M candidate is fastest;
     up to 256 torch; past it the first TMA candidate, except at dim 4096 from M = 4096 on, where torch is
-    (the epilogue's saving is smaller there). fused_geglu reads the file back and picks the same, by M and by K."""
+    (the epilogue's saving is smaller there); at the MoE experts' widths (hidden < dim) the TMA tiles never win.
+    fused_geglu reads the file back and picks the same, by M, by K, and by whether hidden < dim."""
     fused_geglu = pytest.importorskip("fused_geglu", reason="needs Triton (Linux wheels only)")
 
-    def made_up(fg, M, dim, hidden, dtype, tol):
+    def made_up(fg, M, dim, hidden, dtype, tol, down=True):
         times = {_key("geglu", k, c): 100.0 for k, c in tune_fused.geglu_candidates(M)}
-        times.update({_key("down", k, c): 50.0 for k, c in tune_fused.down_candidates(M)})
+        times.update({_key("down", k, c): 50.0 for k, c in tune_fused.down_candidates(M)} if down else {})
         winner = next(((k, c) for k, c in tune_fused.geglu_candidates(M) if k == ("small" if M <= 8 else "tma")),
                       None)
-        if winner and not 8 < M <= 256:
+        if winner and not 8 < M <= 256 and (hidden >= dim or M <= 8):
             times[_key("geglu", *winner)] = 80.0 if dim < 4096 or M < 4096 else 110.0
         return times
 
@@ -144,7 +151,17 @@ def test_the_written_table_is_what_fused_geglu_reads(monkeypatch, tmp_path):
         if want != "torch":
             bucket = next(b for b in tune_fused.BUCKETS if M <= b) if M <= tune_fused.BUCKETS[-1] else 16384
             assert cfg == next(c for k, c in tune_fused.geglu_candidates(bucket) if k == want)
+    # hidden < dim: the narrow rows (TMA never won there), by their own classes of K; hidden >= dim: the dense ones
+    for M, K, N, want in [(1, 2048, 1408, "small"), (8, 7168, 2048, "small"), (257, 2048, 1408, "torch"),
+                          (4096, 2048, 768, "torch"), (20000, 7168, 2048, "torch"), (257, 2048, 2048, "tma"),
+                          (257, 2048, None, "tma"), (4096, 1000, 999, "torch")]:
+        assert fused_geglu.table.by_m(gpu, M, "geglu", K, N)[0] == want, (M, K, N)
+    # where torch won a narrow row, the scripts that show the kernel run the best fused candidate measured there
+    assert fused_geglu.table.by_m(gpu, 4096, "fused", 2048, 768)[0] == "tma"
     record = json.loads(out.read_text())
+    assert record["narrow_widths"] == [f"{d}x{h}" for d, h in tune_fused.NARROW_WIDTHS]
+    assert tune_fused.narrow_from_measured(record) == record["geglu_narrow"]
+    assert len(record["geglu_narrow"]) == len(tune_fused.BUCKETS) * len({d for d, _ in tune_fused.NARROW_WIDTHS})
     n_widths, n_classes = len(tune_fused.WIDTHS["models"]), len({d for d, _ in tune_fused.WIDTHS["models"]})
     assert len(record["measured"]) == len(tune_fused.BUCKETS) * n_widths
     assert len(record["geglu"]) == len(tune_fused.BUCKETS) * n_classes
@@ -280,3 +297,33 @@ def test_down_only_keeps_the_other_rows(monkeypatch, tmp_path, capsys):
     _check_down(fused_geglu, tune_fused.torch.device("cuda", 0), new)
     with pytest.raises(SystemExit):
         tune_fused.parse_args(["--down-only", "--packing-only"])
+
+
+def test_narrow_only_keeps_the_other_rows(monkeypatch, tmp_path, capsys):
+    """--narrow-only rewrites the MoE experts' rows (geglu_narrow, their measurements and widths) of the table at --out
+    and keeps every other row and the table's date; with no readable table there, one line and exit 2."""
+    pytest.importorskip("fused_geglu", reason="needs Triton (Linux wheels only)")
+    monkeypatch.setattr(tune_fused.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(tune_fused.bench, "versions", lambda device: {"device": "a made-up GPU"})
+    seen = []
+
+    def made_up(fg, M, dim, hidden, dtype, tol, down=True):
+        assert not down and hidden < dim  # gate/up only, at the narrow widths only
+        seen.append((M, dim, hidden))
+        return {_key("geglu", k, c): 100.0 for k, c in tune_fused.geglu_candidates(M)}
+
+    monkeypatch.setattr(tune_fused, "time_candidates", made_up)
+    for name in ("time_down", "measure_packing"):
+        monkeypatch.setattr(tune_fused, name, lambda *a, name=name: pytest.fail(f"--narrow-only ran {name}"))
+    out = tmp_path / "tuned.json"
+    assert tune_fused.main(["--narrow-only", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--narrow-only: cannot read the table's kernel rows" in err
+    kept = {"capability": "9.0", "date": "then", "geglu": [{"max_m": None, "kernel": "torch"}],
+            "down": [{"max_m": None, "kernel": "torch"}], "packing": [{"max_m": None, "max_k": None, "packed": False}]}
+    out.write_text(json.dumps(kept))
+    assert tune_fused.main(["--narrow-only", "--out", str(out)]) == 0
+    new = json.loads(out.read_text())
+    assert {k: new[k] for k in kept} == kept and new["narrow_date"]
+    assert len(seen) == len(tune_fused.BUCKETS) * len(tune_fused.NARROW_WIDTHS)
+    assert {r["kernel"] for r in new["geglu_narrow"]} == {"torch"}  # ties go to torch, listed first
