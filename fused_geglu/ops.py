@@ -122,17 +122,21 @@ def make_geglu_plan(x2d, w_gate, w_up, use_tma, kernel, config, save_gu, kept, w
     new = functools.partial(torch.empty, (x2d.shape[0], w_gate.shape[0]), device=x2d.device, dtype=x2d.dtype)
     kernel, grid, tensors, rest, meta = geglu_launch(path, cfg, save_gu, activation, x2d, w_gate, w_up, new(),
                                                      *_gu(new, save_gu))
+    if path == "tma":  # its descriptors encoded once per tensor address (bind_tma)
+        launch_tma = launcher.bind_tma(kernel, grid, tensors, rest, meta)
+
+        def run(x2d, w_gate, w_up):
+            m, g, u = new(), *_gu(new, save_gu)
+            launch_tma(x2d, w_gate, w_up, m, g, u)
+            return m, g, u
+        run.encodes_once = getattr(launch_tma, "encodes_once", False)
+        return run
     launch, head, tail = launcher.bind(kernel, grid, tensors, rest, meta)
-    if path == "tma":
-        def run(x2d, w_gate, w_up):
-            m, g, u = new(), *_gu(new, save_gu)
-            launch(*head, *launcher.tma_descriptors(cfg, x2d, w_gate, w_up, m, g, u), *tail)
-            return m, g, u
-    else:
-        def run(x2d, w_gate, w_up):
-            m, g, u = new(), *_gu(new, save_gu)
-            launch(*head, x2d, w_gate, w_up, m, *((g, u) if save_gu else (x2d, x2d)), *tail)
-            return m, g, u
+
+    def run(x2d, w_gate, w_up):
+        m, g, u = new(), *_gu(new, save_gu)
+        launch(*head, x2d, w_gate, w_up, m, *((g, u) if save_gu else (x2d, x2d)), *tail)
+        return m, g, u
     return run
 
 
