@@ -78,7 +78,7 @@ def main():
     model = FusedGeGLUMLP(d, h).to(run.device, run.dtype).eval()
     x = torch.randn(args.batch, args.seq, d, device=run.device, dtype=run.dtype)
     # The lesson is the fused kernel: run it even at a token count where the tuned table found cuBLAS faster.
-    fused_geglu.show_the_kernel(run.device, tokens, d)
+    fused_geglu.show_the_kernel(run.device, tokens, d, h)
 
     # Correct before fast: the post's eager MLP with the same weights must give the same output.
     eager = importlib.import_module("03_simple_mlp").SimpleGeGLUMLP(d, h).to(run.device, run.dtype).eval()

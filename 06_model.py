@@ -301,7 +301,8 @@ def main():
           f"{config.num_attention_heads} heads / {kv} KV, head_dim {head_dim}, vocab {config.vocab_size}; "
           f"{args.phase}, batch {b}, seq {s}, MLP {args.mlp}, {variant}")
     if args.mlp == "fused" and run.cuda:  # the kernel it asks to see, at any token count
-        importlib.import_module("fused_geglu").show_the_kernel(run.device, b * s if args.phase == "prefill" else b, d)
+        tokens = b * s if args.phase == "prefill" else b
+        importlib.import_module("fused_geglu").show_the_kernel(run.device, tokens, d, h)
 
     model = build_model(config, run)
     ids = torch.randint(0, config.vocab_size, (b, s), device=run.device)

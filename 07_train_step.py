@@ -240,7 +240,7 @@ def main():
     common.describe(run)
     check_optimizer(args, run)
     if args.mlp in FUSED and run.cuda:  # the kernel it asks to see, at any token count
-        importlib.import_module("fused_geglu").show_the_kernel(run.device, b * s, d)
+        importlib.import_module("fused_geglu").show_the_kernel(run.device, b * s, d, h)
 
     if lm:
         model, ids = build_lm(args, run, model06)

@@ -47,7 +47,7 @@ WIDTHS = {"models": [(768, 3072), (2304, 9216), (4096, 11008), (4096, 14336)],  
           # Llama-2-7B, Llama-3-8B; all: + Gemma-2B, Qwen2-7B
           "all": [(768, 3072), (2304, 9216), (4096, 11008), (4096, 14336), (2048, 16384), (3584, 18944)]}
 # MoE experts (hidden < dim): Qwen3-30B-A3B's, Qwen1.5-MoE-A2.7B's (and DeepSeek-V2-Lite's), Qwen3-235B-A22B's and
-# DeepSeek-V3's. Their few output columns tile the GPU unlike a dense MLP's, so they get rows of their own (geglu_narrow).
+# DeepSeek-V3's. Their few output columns tile the GPU unlike a dense MLP's: rows of their own (geglu_narrow).
 NARROW_WIDTHS = [(2048, 768), (2048, 1408), (4096, 1536), (7168, 2048)]
 # The packing rows: Gemma-2B, Gemma-2-2B, Llama-3.2-3B, Qwen2-7B, Llama-2-7B, Llama-3-8B (and Mistral-7B), Qwen2.5-14B
 PACKING_WIDTHS = [(2048, 16384), (2304, 9216), (3072, 8192), (3584, 18944), (4096, 11008), (4096, 14336), (5120, 13824)]
@@ -408,7 +408,8 @@ def tune_narrow(fg, record, dtype):
     fg.table.tuned.clear()
     record["geglu_narrow"], record["narrow_measured"] = [], []
     for i, M in enumerate(BUCKETS):
-        per_width = [time_candidates(fg, M, d, h, dtype, common.TOLERANCE[dtype], down=False) for d, h in NARROW_WIDTHS]
+        tol = common.TOLERANCE[dtype]
+        per_width = [time_candidates(fg, M, d, h, dtype, tol, down=False) for d, h in NARROW_WIDTHS]
         record["narrow_measured"] += [{"M": M, "dim": d, "hidden": h,
                                        "us": {f"{w} {k} {c}": round(us, 2) for (w, k, c), us in t.items()}}
                                       for (d, h), t in zip(NARROW_WIDTHS, per_width)]
