@@ -95,3 +95,21 @@ def test_a_kept_tma_plan_encodes_its_descriptors_once_per_address_and_computes_t
         want = ops._run_geglu("tma", cfg, save_gu, "gelu_tanh", x, w_gate, w_up)
         for a, b in zip(got, want):
             assert (a is None and b is None) or torch.equal(a, b)
+
+
+def test_the_pages_numbers_are_the_committed_records():
+    """docs/04's numbers for the widths the table was not tuned on come from results/bench_fused_widths_before_h100.json
+    (bench.py on an H100 before these changes): the pointer kernel's ratio at 300 x 1000 -> 2730, called from Python,
+    and the host µs per call at 40 x 2048 -> 1408."""
+    import json
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    record = json.loads((root / "results/bench_fused_widths_before_h100.json").read_text())
+    page = (root / "docs/04_fused_mlp.md").read_text()
+    by_shape = {(r["M"], r["dim"], r["hidden"]): r for r in record["shapes"]}
+    odd = by_shape[300, 1000, 2730]
+    assert odd["fused_path"] == "pointer"
+    ratio = odd["variants"]["eager"]["median_us"] / odd["variants"]["fused"]["median_us"]
+    assert f"({ratio:.2f}x of eager" in page
+    few = by_shape[40, 2048, 1408]["variants"]
+    assert f"{few['fused']['host_us']:.1f} µs to\n  enqueue against eager's {few['eager']['host_us']:.1f}" in page
