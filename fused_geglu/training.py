@@ -94,9 +94,9 @@ def geglu_backward_op(grad_m: torch.Tensor, g: torch.Tensor, u: torch.Tensor,
 
 def _gradients(needs, x2d, w_gate, w_up, grad_g, grad_u):
     """(grad_x, grad_w_gate, grad_w_up) from g's and u's gradients, each None where `needs` says no: the gradients'
-    GEMMs, x's two summed in one addmm."""
+    GEMMs, x's two summed in its output itself (addmm_: no [M, dim] temporary)."""
     need_x, need_wg, need_wu = needs
-    return (torch.addmm(grad_g @ w_gate, grad_u, w_up) if need_x else None,
+    return (torch.mm(grad_g, w_gate).addmm_(grad_u, w_up) if need_x else None,
             grad_g.T @ x2d if need_wg else None,
             grad_u.T @ x2d if need_wu else None)
 
@@ -170,12 +170,7 @@ class _TrainingMLP(torch.autograd.Function):
         backward_in_place(grad_m, g, u, ctx.activation, store_m=need_wd)  # now grad_g, grad_u and m
         grad_w_down = grad_y.T @ grad_m if need_wd else None
         del grad_m  # m: freed before x's gradient is made
-        grad_g, grad_u = g, u
-        grad_x = None
-        if need_x:  # x's two gradients summed in its output itself: no [M, dim] temporary
-            grad_x = torch.mm(grad_g, w_gate).addmm_(grad_u, w_up)
-        return (grad_x, grad_g.T @ x2d if need_wg else None, grad_u.T @ x2d if need_wu else None, grad_w_down,
-                None, None)
+        return *_gradients((need_x, need_wg, need_wu), x2d, w_gate, w_up, g, u), grad_w_down, None, None
 
 
 def training_mlp(x2d, w_gate, w_up, w_down, recompute, activation="gelu_tanh"):
