@@ -309,8 +309,11 @@ def main(argv=None):
         tune_packing(fg, record, dtype)
     # --down-only and --narrow-only date their rows alone: the table's date stays its kernel and packing rows' (docs/04
     # reads it so)
-    record["down_date" if args.down_only else "narrow_date" if args.narrow_only else "date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
-        timespec="seconds")
+    # (and name the GPU they were measured on: one of the same family, by the table's capability, may have made the rest)
+    part = "down_" if args.down_only else "narrow_" if args.narrow_only else ""
+    record[part + "date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    if part:
+        record[part + "device"] = bench.versions("cuda")["device"]
     out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {out}; fused_geglu reads {fg.TUNED_TABLE} at import (commit it)")
     return 0

@@ -291,6 +291,7 @@ def test_down_only_keeps_the_other_rows(monkeypatch, tmp_path, capsys):
     new = json.loads(out.read_text())
     assert {k: new[k] for k in kept} == kept and "class of K (hidden)" in new["rule"]
     assert new["down_date"] and "date" not in new  # the table's own date stays its other rows
+    assert new["down_device"] == "a made-up GPU"  # the GPU these rows were measured on, beside the table's
     monkeypatch.setattr(fused_geglu.table, "tuned", fused_geglu.table.load_tuned(out))
     monkeypatch.setattr(fused_geglu.machine, "INTERPRET", False)
     monkeypatch.setattr(fused_geglu.machine, "capability", lambda device: (9, 0))
@@ -325,6 +326,6 @@ def test_narrow_only_keeps_the_other_rows(monkeypatch, tmp_path, capsys):
     out.write_text(json.dumps(kept))
     assert tune_fused.main(["--narrow-only", "--out", str(out)]) == 0
     new = json.loads(out.read_text())
-    assert {k: new[k] for k in kept} == kept and new["narrow_date"]
+    assert {k: new[k] for k in kept} == kept and new["narrow_date"] and new["narrow_device"] == "a made-up GPU"
     assert len(seen) == len(tune_fused.BUCKETS) * len(tune_fused.NARROW_WIDTHS)
     assert {r["kernel"] for r in new["geglu_narrow"]} == {"torch"}  # ties go to torch, listed first
