@@ -76,7 +76,11 @@ def geglu_candidates(M):
         BM = max(16, min(128, 1 << (M - 1).bit_length()))  # the smallest tensor-core row tile holding M (<= 128)
         out += [("small", small(BM, 64, 128 if BM <= 32 else 64, 4, 3)),
                 ("small", small(BM, 32, 128 if BM <= 32 else 64, 4, 4)),
-                ("small", small(BM, 128, 64, 8 if BM >= 64 else 4, 3))]
+                ("small", small(BM, 128, 64, 8 if BM >= 64 else 4, 3)),
+                # split K until the programs fill the GPU (FILL CTAs per SM): few output columns (an MoE expert's
+                # 768..2048) give a few dozen tiles alone, on 132 SMs
+                ("small", small(BM, 64, 128 if BM <= 32 else 64, 4, 4, FILL=2)),
+                ("small", small(BM, 32, 128 if BM <= 32 else 64, 4, 4, FILL=1))]
     if M >= 32:
         out += [("tma", tma(64, 128, 64, 4, 4, False)),
                 ("tma", tma(128, 128, 64, 8, 3, True)),

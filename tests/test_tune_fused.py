@@ -75,7 +75,7 @@ def test_candidates_fit_a_hopper_sm(M):
     """Every tile asked for fits 227 KB of shared memory: stages of the x, gate and up tiles (bf16), and the TMA
     kernel's output tile; torch is always there to compare with."""
     cands = tune_fused.geglu_candidates(M)
-    assert ("torch", None) in cands and len(cands) <= 12
+    assert ("torch", None) in cands and len(cands) <= 14  # each ~30 ms of timing and a compile: the sweep stays minutes
     for kernel, cfg in cands:
         if kernel == "torch":
             continue
