@@ -79,7 +79,8 @@ def expectations(args, world, buckets=None):
         out += [data_parallel.buckets_overlap_backward(world),
                 data_parallel.all_reduces_once_per_step(world, args.accumulate, buckets)]
     else:
-        out.append(data_parallel.fsdp_collectives(world, args.accumulate))
+        # a saved trace of another harness's may keep the parameters gathered (reshard_after_forward=False)
+        out.append(data_parallel.fsdp_collectives(world, args.accumulate, getattr(args, "reshards", True)))
     if args.slow_rank is not None:
         out += [data_parallel.straggler(args.slow_rank, world, SLOW_MS * 1e3),
                 data_parallel.others_wait_in_backward(args.slow_rank, world, SLOW_MS * 1e3)]

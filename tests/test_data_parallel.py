@@ -274,3 +274,60 @@ def test_expect_on_another_harness_trace(name, kind, capsys):
     out, err = capsys.readouterr()
     assert code == 0, err
     assert f"09_data_parallel eager, {kind} per step, 2 steps (read from the trace)" in out and "BROKEN" not in out
+
+
+def _collectives_around_backward(path):
+    """{step: (c10d ops before the step's first autograd node, c10d ops after it)}, from the raw JSON alone."""
+    import gzip
+
+    evs = [e for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"] if e.get("ph") == "X"]
+    out = {}
+    for n, step in by_step(evs).items():
+        start = min(e["ts"] for e in step if e["name"].startswith("autograd::engine::evaluate_function"))
+        ops = [e for e in step if e["name"].startswith("c10d::")]
+        out[n] = ([e["name"] for e in ops if e["ts"] < start], [e["name"] for e in ops if e["ts"] > start])
+    return evs, out
+
+
+def test_expect_on_fsdp2_that_keeps_its_parameters_gathered(capsys, tmp_path):
+    """FSDP2 with reshard_after_forward=False (tests/data/dist/cpu_fsdp2_keep_rank0, another harness: a transformers
+    Llama over gloo): its backwards all-gather nothing, so the guess's premise (resharded after forward) does not
+    hold, and the reader says so (not applicable, the rest checked), not BROKEN. The same trace held to 09's own runs,
+    which reshard, is broken; a trace whose backwards all-gather in some steps and not in others is broken."""
+    import gzip
+
+    from trace_reader.analyzers import data_parallel
+    from trace_reader.expectation import check
+    from trace_reader.reading.files import load_trace
+
+    import inspect_trace
+
+    keep = ROOT / "tests/data/dist/cpu_fsdp2_keep_rank0.json.gz"
+    _, around = _collectives_around_backward(keep)
+    assert around and all("c10d::_allgather_base_" in f and "c10d::_allgather_base_" not in b
+                          and "c10d::_reduce_scatter_base_" in b for f, b in around.values())
+    assert inspect_trace.main(["--expect", "09_data_parallel", str(keep)]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if "FSDP2:" in ln)
+    assert line.startswith("  n/a") and "no backward all-gathers" in line and "reshard_after_forward=False" in line
+    assert "BROKEN" not in out
+    (verdict, _), = [(v, d) for _, v, d in check(load_trace(keep), [data_parallel.fsdp_collectives(2, 1, True)])]
+    assert verdict == "broken"
+
+    # the resharding run (tests/data/dist/cpu_fsdp2) with step 3's backward all-gathers taken out: inconsistent
+    evs, around = _collectives_around_backward(ROOT / "tests/data/dist/cpu_fsdp2_rank0.json.gz")
+    assert all("c10d::_allgather_base_" in b for _, b in around.values())
+    step3 = by_step(evs)[3]
+    start = min(e["ts"] for e in step3 if e["name"].startswith("autograd::engine::evaluate_function"))
+    gone = [e for e in step3 if e["name"] == "c10d::_allgather_base_" and e["ts"] > start]
+    assert gone
+    raw = json.loads(gzip.decompress((ROOT / "tests/data/dist/cpu_fsdp2_rank0.json.gz").read_bytes()))
+    raw["traceEvents"] = [  # each of those calls, and what ran inside it on its thread, taken out
+        e for e in raw["traceEvents"]
+        if not (e.get("ph") == "X" and any(e.get("tid") == g.get("tid") and g["ts"] <= e["ts"] <= g["ts"] + g["dur"]
+                                           for g in gone))]
+    mixed = tmp_path / "mixed_rank0.json"
+    mixed.write_text(json.dumps(raw))
+    assert inspect_trace.main(["--expect", "09_data_parallel", str(mixed)]) == 1
+    out = capsys.readouterr().out
+    assert "BROKEN  FSDP2:" in out and "seen: ProfilerStep#3, micro-batch 1 of 1" in out

@@ -161,21 +161,34 @@ def all_reduces_once_per_step(world: int, n: int, buckets: int | None) -> Expect
                   f"backward and none in the {n - 1} before it (no_sync()): {many}, as without accumulation", run)
 
 
-def fsdp_collectives(world: int, n: int) -> Expect:
+def fsdp_collectives(world: int, n: int, reshards: bool | None = True) -> Expect:
     """FSDP2: each forward all-gathers, each backward all-gathers again (resharded after forward) and the last one
-    reduce-scatters the gradients; no reduce-scatter in forward, nor in the backwards without gradient sync."""
-    def check(st, where):
+    reduce-scatters the gradients; no reduce-scatter in forward, nor in the backwards without gradient sync.
+    reshards: the run resharded after forward (09's own runs do); None where a trace alone cannot say (another
+    harness's: fully_shard(..., reshard_after_forward=False) keeps the parameters gathered until backward): then a run
+    whose backwards all-gather nothing has not the guess's premise (not applicable, the rest of it still checked)."""
+    def check(st, where, again):
         for i, w in enumerate(where):
             last = i == len(where) - 1
             f, b = w["forward"], w["backward"]
-            if "all_gather" not in f or "reduce_scatter" in f or "all_gather" not in b \
+            if "all_gather" not in f or "reduce_scatter" in f or ("all_gather" in b) != again \
                     or ("reduce_scatter" in b) != last:
                 return (f"ProfilerStep#{st.number}, micro-batch {i + 1} of {len(where)}: forward called "
                         f"{_counted(f)}, backward {_counted(b)}")
         return True
 
     def run(t: Trace):
-        return _per_step(t, world, "one rank: FSDP2 shards nothing", check)
+        again = reshards
+        if again is None:  # read from the run: does any backward all-gather?
+            steps = [] if need_steps(t) or world == 1 else [placed(st) for st in t.steps]
+            again = not steps or any(isinstance(w, str) or any("all_gather" in m["backward"] for m in w)
+                                     for w in steps)
+        seen = _per_step(t, world, "one rank: FSDP2 shards nothing", lambda st, where: check(st, where, again))
+        if seen is True and not again:
+            return NotApplicable("no backward all-gathers: the parameters stayed gathered from forward to backward "
+                                 "(fully_shard(..., reshard_after_forward=False)); the rest held: every forward "
+                                 "all-gathered, the gradients were reduce-scattered in backward" + later)
+        return seen
     later = " (only the last micro-batch's: the others keep their gradients unsynced)" if n > 1 else ""
     return Expect("FSDP2: every forward all-gathers the sharded parameters, every backward all-gathers them again "
                   f"(resharded after forward) and reduce-scatters the gradients{later}; no reduce-scatter in forward",
@@ -307,3 +320,5 @@ def dp_flags(a, trace: Trace, words: list[str]) -> None:
         slow = trace.meta["distributedInfo"].get("rank")
     a.slow_rank = slow
     a.buckets = None
+    # 09's own runs reshard after forward (fully_shard's default); another harness's may not: read from the trace
+    a.reshards = True if told else None

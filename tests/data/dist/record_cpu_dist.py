@@ -12,9 +12,11 @@ Runs (one torchrun each; --case picks one):
     ddp_slowall  the same, rank 1 sleeps 10 ms before backward in every step
     ddp_accum    DDP, 2 micro-batches per optimizer step, no_sync() on the first
     fsdp2        FSDP2 (torch.distributed.fsdp.fully_shard per decoder layer and at the root)
+    fsdp2_keep   the same with reshard_after_forward=False: the parameters stay gathered from forward to backward,
+                 so backward all-gathers nothing
     ddp_again    `ddp` recorded again, later: rank 1 of it beside rank 0 of `ddp` is two runs, not one
 
-    for r in ddp ddp_slow1 ddp_slowall ddp_accum fsdp2 ddp_again; do
+    for r in ddp ddp_slow1 ddp_slowall ddp_accum fsdp2 fsdp2_keep ddp_again; do
         uv run torchrun --standalone --nproc-per-node 2 --master-port $((20000 + RANDOM % 40000)) \\
             tests/data/dist/record_cpu_dist.py --case $r --out tests/data/dist
     done
@@ -34,7 +36,7 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
 
-RUNS = ("ddp", "ddp_slow1", "ddp_slowall", "ddp_accum", "fsdp2", "ddp_again")
+RUNS = ("ddp", "ddp_slow1", "ddp_slowall", "ddp_accum", "fsdp2", "fsdp2_keep", "ddp_again")
 SLOW_S = 0.010  # rank 1's sleep before backward
 SLOW_STEP = 3  # ddp_slow1: ProfilerStep#3, the second active one (step 0 waits, 1 warms up, 2-4 are recorded)
 
@@ -58,14 +60,15 @@ def main() -> None:
     rank = dist.get_rank()
     torch.set_num_threads(1)  # two ranks on a 2-core machine: one intra-op thread each
     net = model()
-    if a.case == "fsdp2":
+    if a.case.startswith("fsdp2"):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
         mesh = init_device_mesh("cpu", (dist.get_world_size(),))  # on a GPU machine the default mesh is CUDA's
+        keep = {"reshard_after_forward": False} if a.case == "fsdp2_keep" else {}
         for layer in net.model.layers:
-            fully_shard(layer, mesh=mesh)
-        fully_shard(net, mesh=mesh)
+            fully_shard(layer, mesh=mesh, **keep)
+        fully_shard(net, mesh=mesh, **keep)
         wrapped = net
     else:
         from torch.nn.parallel import DistributedDataParallel as DDP
