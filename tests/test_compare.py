@@ -730,6 +730,48 @@ def test_training_lines_by_hand():
     assert compare_text._training_lines(None, True) == []
 
 
+def test_different_micro_batch_counts_are_said_and_set_per_micro_batch():
+    """A run with 2 micro-batches a step against one with 1: each per-step phase holds that many passes, so the
+    comparison says so and gives forward and backward per micro-batch (by hand: 600 / 2 = 300 against 280, +7%;
+    900 / 2 = 450 against 500, -10%); the same count, or a side that does not tell, says nothing more."""
+    phases = lambda f, b: {"forward": {"cpu_us": f, "gpu_us": None, "kernels": 0},  # noqa: E731
+                           "backward": {"cpu_us": b, "gpu_us": None, "kernels": 0}}
+    t = {"a": {"phases": phases(280.0, 500.0), "optimizer": None, "micro_batches": 1},
+         "b": {"phases": phases(600.0, 900.0), "optimizer": None, "micro_batches": 2}}
+    lines = compare_text._training_lines(t, False)
+    assert lines[3:] == ["micro-batches per step: A 1, B 2: each phase above holds that many passes; per micro-batch "
+                         "(CPU µs): forward 280.0 -> 300.0 (+7%), backward 500.0 -> 450.0 (-10%)"]
+    t["b"]["micro_batches"] = 1
+    assert len(compare_text._training_lines(t, False)) == 3
+    del t["a"]["micro_batches"]
+    t["b"]["micro_batches"] = 2
+    assert len(compare_text._training_lines(t, False)) == 3
+
+
+def test_micro_batches_of_two_other_harness_traces(capsys):
+    """Two committed traces of another harness (tests/data/train_foreign: a tiny transformers Llama): an FSDP2 rank
+    without accumulation against one process with 2 micro-batches a step; how many each step runs, counted here from
+    the raw JSON: one aten::embedding (the token embedding) per forward."""
+    import gzip
+    import re
+
+    def embeddings_per_step(path):
+        evs = [e for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"] if e.get("ph") == "X"]
+        steps = [e for e in evs if e["name"].startswith("ProfilerStep#")]
+        return {sum(1 for e in evs if e["name"] == "aten::embedding" and s["ts"] <= e["ts"] <= s["ts"] + s["dur"])
+                for s in steps}
+
+    single, accum = DATA / "train_foreign/cpu_fsdp_rank0.json.gz", DATA / "train_foreign/cpu_accum.json.gz"
+    assert embeddings_per_step(single) == {1} and embeddings_per_step(accum) == {2}
+    assert it.main([str(single), str(accum)]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("micro-batches per step:"))
+    assert re.match(r"micro-batches per step: A 1, B 2: each phase above holds that many passes; per micro-batch "
+                    r"\(CPU µs\): forward ", line), line
+    assert it.main([str(accum), str(accum)]) == 0
+    assert "micro-batches per step" not in capsys.readouterr().out
+
+
 def test_names_count_repeats_and_times():
     assert compare_text._names(["k", "k", "m"], 1, str) == "2 × k + m"
     assert compare_text._names(["k", "m"], 3, str) == "3 × (k + m)"

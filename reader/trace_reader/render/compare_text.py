@@ -83,6 +83,7 @@ def _training_lines(t: dict | None, gpu: bool) -> list[str]:
     out = ["", f"Training step, phase by phase ({unit} µs per step, median over the steps):"]
     out.append(text_table(["phase", f"A {unit} µs", f"B {unit} µs", "change", *(["kernels A", "kernels B"] if gpu else [])],
                       rows, right=set(range(1, 6))) if rows else "(no phase in both)")
+    out += _micro_batch_lines(t, key, unit)
     for side in "ab":
         o = t[side]["optimizer"]
         if o is not None:
@@ -90,6 +91,21 @@ def _training_lines(t: dict | None, gpu: bool) -> list[str]:
             out.append(f"optimizer {side.upper()}: {o['class'] or '?'}, looks {o['implementation']}: "
                        f"{o['ops']:g} ops{kernels} per step")
     return out
+
+
+def _micro_batch_lines(t: dict, key: str, unit: str) -> list[str]:
+    """Where A and B run a different number of micro-batches a step (gradient accumulation), their per-step forward
+    and backward hold that many passes each: say so, and set them side by side per micro-batch too."""
+    na, nb = t["a"].get("micro_batches"), t["b"].get("micro_batches")  # absent: not told
+    if na == nb or not na or not nb:
+        return []
+    per = []
+    for p in ("forward", "backward"):
+        fa, fb = t["a"]["phases"].get(p), t["b"]["phases"].get(p)
+        if fa is not None and fb is not None and fa[key] is not None and fb[key] is not None:
+            per.append(f"{p} {fmt_us(fa[key] / na)} -> {fmt_us(fb[key] / nb)} ({_change(fa[key] / na, fb[key] / nb)})")
+    return [f"micro-batches per step: A {na:g}, B {nb:g}: each phase above holds that many passes"
+            + (f"; per micro-batch ({unit} µs): " + ", ".join(per) if per else "")]
 
 
 def _communication_lines(c: dict | None) -> list[str]:
