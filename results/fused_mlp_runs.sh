@@ -16,6 +16,8 @@ out=${1:?usage: fused_mlp_runs.sh OUTDIR STEP...}; shift
 mkdir -p "$out"
 py=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
+# The reader (reader/trace_reader) is a workspace member that `uv run` installs; an image without uv: on the path.
+export PYTHONPATH="$PWD/reader${PYTHONPATH:+:$PYTHONPATH}"
 # The widths of issue 57's table (300x1000x2730 has dims not multiples of 8; 2048 -> 1408 at 2048 and 40 tokens is
 # an MoE expert), then widths no table row or sweep was made at: OLMoE's and DeepSeek-V2's experts, Qwen2-57B-A14B's,
 # Gemma-3-4B's, and the odd dims at one token.
