@@ -199,6 +199,28 @@ def test_graph_comparison_takes_the_best_other_by_graph_time_and_the_graph_sprea
     assert bench.spread(r["variants"]["fused"], "graph_median_us") == pytest.approx(0.1)
 
 
+def test_graph_spreads_are_the_graph_rounds_of_both_sides_and_printed_under_their_header():
+    """Where the graph rounds vary and the rounds from Python do not: the best other's graph spread counts (liger's
+    graph rounds 76..83.6, 10%, so fused's 80 against its 76, 0.95, is within it), the row's graph spread column
+    prints the graph rounds' (fused 72..80 about a median of 72: 8 / 72 = 11.1%, from Python 0.0%) right under its header, and a record's whole
+    table (table_text) sums up by graph time."""
+    import bench
+    r = _new_record(fused=(86.0, 80.0, 40.0))
+    r["variants"]["liger"]["graph_rounds_us"] = [76.0, 83.6, 80.0]
+    assert bench.fused_vs_best(r, "graph_median_us") == ("liger", pytest.approx(0.95), False)
+    r = _new_record()
+    r["variants"]["fused"]["graph_rounds_us"] = [72.0, 80.0, 79.2]
+    lines = bench.shape_lines(r, 680.0, 4.0, graphs=True)
+    header, row = lines[1], lines[5]  # the column names, fused's row
+    assert row.split()[5:8] == ["1.10x", "72.0", "11.1%"]
+    end = header.index("graph µs") + len("graph µs")
+    graph_spread_end = header.index("spread", end) + len("spread")
+    assert row[:graph_spread_end].endswith("11.1%") and row[graph_spread_end] == " "
+    record = {"device": "NVIDIA H100", "dtype": "bf16", "ceiling_tflops": 680.0, "copy_tbps": 4.0,
+              "graph_every_row": True, "shapes": [r]}
+    assert "\nµs of CUDA-graph replays (the GPU's time alone)" in bench.table_text(record)
+
+
 def test_host_bursts_hold_100_calls_or_50_ms_of_gpu_work_at_least_20():
     """100 calls where they take the GPU up to 50 ms (500 µs a call); fewer above (600 µs: 83), never below 20 (a
     5 ms prefill call: 10 would fill 50 ms)."""
