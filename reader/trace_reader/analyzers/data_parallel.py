@@ -72,14 +72,15 @@ def _world(t: Trace) -> int | None:
     return world if type(world) is int and world > 0 else None
 
 
-def _per_step(t: Trace, world: int, one_rank: str, check) -> bool | str:
-    """check(step, placed) for every step, the first complaint returned; not applicable on one rank."""
+def _per_step(t: Trace, world: int, one_rank: str, check, wheres: list | None = None) -> bool | str:
+    """check(step, placed) for every step, the first complaint returned; not applicable on one rank. wheres: the
+    steps' placed(), where the caller has them already."""
     if (miss := need_steps(t)):
         return miss
     if world == 1:
         return NotApplicable(one_rank)
-    for st in t.steps:
-        where = placed(st)
+    for i, st in enumerate(t.steps):
+        where = placed(st) if wheres is None else wheres[i]
         if isinstance(where, str):
             return where
         if (seen := check(st, where)) is not True:
@@ -178,12 +179,11 @@ def fsdp_collectives(world: int, n: int, reshards: bool | None = True) -> Expect
         return True
 
     def run(t: Trace):
-        again = reshards
-        if again is None:  # read from the run: does any backward all-gather?
-            steps = [] if need_steps(t) or world == 1 else [placed(st) for st in t.steps]
-            again = not steps or any(isinstance(w, str) or any("all_gather" in m["backward"] for m in w)
-                                     for w in steps)
-        seen = _per_step(t, world, "one rank: FSDP2 shards nothing", lambda st, where: check(st, where, again))
+        again, wheres = reshards, None
+        if again is None:  # read from the run: does any backward all-gather? (no steps, or one rank: _per_step says)
+            wheres = [placed(st) for st in t.steps]
+            again = any(isinstance(w, str) or any("all_gather" in m["backward"] for m in w) for w in wheres)
+        seen = _per_step(t, world, "one rank: FSDP2 shards nothing", lambda st, where: check(st, where, again), wheres)
         if seen is True and not again:
             return NotApplicable("no backward all-gathers: the parameters stayed gathered from forward to backward "
                                  "(fully_shard(..., reshard_after_forward=False)); the rest held: every forward "
