@@ -73,17 +73,18 @@ def _training_lines(t: dict | None, gpu: bool) -> list[str]:
     if t is None:
         return []
     key, unit = ("gpu_us", "GPU") if gpu else ("cpu_us", "CPU")
-    rows = []
+    rows, both = [], {}
     for p in ("forward", "backward", "optimizer"):
         fa, fb = t["a"]["phases"].get(p), t["b"]["phases"].get(p)
         if fa is None or fb is None or fa[key] is None or fb[key] is None:
             continue
+        both[p] = fa[key], fb[key]
         rows.append([p, fmt_us(fa[key]), fmt_us(fb[key]), _change(fa[key], fb[key]),
                      *([f"{fa['kernels']:g}", f"{fb['kernels']:g}"] if gpu else [])])
     out = ["", f"Training step, phase by phase ({unit} µs per step, median over the steps):"]
     out.append(text_table(["phase", f"A {unit} µs", f"B {unit} µs", "change", *(["kernels A", "kernels B"] if gpu else [])],
                       rows, right=set(range(1, 6))) if rows else "(no phase in both)")
-    out += _micro_batch_lines(t, key, unit)
+    out += _micro_batch_lines(t["a"].get("micro_batches"), t["b"].get("micro_batches"), both, unit)
     for side in "ab":
         o = t[side]["optimizer"]
         if o is not None:
@@ -93,17 +94,14 @@ def _training_lines(t: dict | None, gpu: bool) -> list[str]:
     return out
 
 
-def _micro_batch_lines(t: dict, key: str, unit: str) -> list[str]:
-    """Where A and B run a different number of micro-batches a step (gradient accumulation), their per-step forward
-    and backward hold that many passes each: say so, and set them side by side per micro-batch too."""
-    na, nb = t["a"].get("micro_batches"), t["b"].get("micro_batches")  # absent: not told
+def _micro_batch_lines(na, nb, both: dict, unit: str) -> list[str]:
+    """Where A and B run a different number of micro-batches a step (gradient accumulation: na, nb; None where not
+    told), their per-step forward and backward hold that many passes each: say so, and set them side by side per
+    micro-batch too (both: {phase: (A's µs, B's µs)} of the phases in both)."""
     if na == nb or not na or not nb:
         return []
-    per = []
-    for p in ("forward", "backward"):
-        fa, fb = t["a"]["phases"].get(p), t["b"]["phases"].get(p)
-        if fa is not None and fb is not None and fa[key] is not None and fb[key] is not None:
-            per.append(f"{p} {fmt_us(fa[key] / na)} -> {fmt_us(fb[key] / nb)} ({_change(fa[key] / na, fb[key] / nb)})")
+    per = [f"{p} {fmt_us(both[p][0] / na)} -> {fmt_us(both[p][1] / nb)} ({_change(both[p][0] / na, both[p][1] / nb)})"
+           for p in ("forward", "backward") if p in both]
     return [f"micro-batches per step: A {na:g}, B {nb:g}: each phase above holds that many passes"
             + (f"; per micro-batch ({unit} µs): " + ", ".join(per) if per else "")]
 
