@@ -15,7 +15,6 @@ import pytest
 from trace_reader.analyzers import collectives
 from trace_reader.render import compare_text
 import inspect_trace as it
-from trace_reader.analyzers import ranks
 
 DATA = Path(__file__).resolve().parent / "data" / "dist_compare"
 DDP, FSDP2, SINGLE = (DATA / f for f in ("cpu_ddp_rank0.json.gz", "cpu_fsdp2_rank0.json.gz", "cpu_single.json.gz"))

@@ -148,7 +148,6 @@ def comm_wait_truth(data: dict) -> list[float]:
     gradients; FSDP inside FSDP::all_gather and FSDP::post_backward_reduce, waiting for gloo's thread."""
     out = []
     for s, ev in steps_raw(data):
-        ops = [e for e in ev if e.get("cat") == "cpu_op"]
         engine = [e for e in ev if e["name"].startswith(ENGINE)]
         roots = sorted((e for e in engine if not any(contains(o, e) for o in engine)), key=lambda e: e["ts"])
         tails = [e for e in ev if e["name"].startswith(("torch.distributed.ddp.reducer::", "FSDP::"))] + bucket_views(ev)
