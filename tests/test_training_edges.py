@@ -508,3 +508,26 @@ def test_a_step_of_forward_and_backward_alone_has_its_flops_ratio(tmp_path):
     lines = training_text.text(a)
     assert lines[3].startswith("=> backward's GEMMs do 2.00x forward's FLOPs (about 2x")
     assert not any(ln.startswith("optimizer:") for ln in lines)
+
+
+def test_a_traces_analysis_is_worked_out_once_and_each_caller_gets_its_own_copy():
+    """One --expect 07_train_step report reads the analysis in the report, in the flags it reads from the trace and in
+    each guess: the walk over the steps runs once per trace, and what one caller changes in its copy, the next
+    caller does not see. A trace read again (a new object) is walked again."""
+    import inspect_trace as it
+    path = Path(__file__).parent / "data/train/h200_train_mlp_foreach.json.gz"
+    walks = []
+    inner = training.phases_summary.__wrapped__  # the walk itself, counted below
+    once = training._once_per_trace(lambda t: walks.append(t) or inner(t))
+    trace = it.load_trace(path)
+    first = once(trace)
+    first["steps"].clear()
+    first["phases"]["forward"]["cpu_us"] = -1.0
+    second = once(trace)
+    assert len(walks) == 1
+    fresh = inner(it.load_trace(path))
+    assert second == fresh and second["steps"] and second["phases"]["forward"]["cpu_us"] > 0
+    assert once(it.load_trace(path)) == fresh and len(walks) == 2
+    # the module's own analyses are memoized the same way: the same answer twice, never the same object
+    a, b = training.analyze(trace), training.analyze(trace)
+    assert a == b and a is not b and a["steps"] is not b["steps"]

@@ -19,6 +19,7 @@ analyze(trace) -> data (None without a backward); render/training_text.py prints
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import re
@@ -270,14 +271,30 @@ def slowest_backward(trace: Trace, pairs: list[tuple[Event, Event]], gpu: bool) 
 
 # ------------------------------------------------------------------------------------------------ the analysis
 
-def analyze(trace: Trace, flows=None) -> dict | None:
+def _once_per_trace(fn):
+    """fn(trace) worked out once per Trace object, a copy to each caller: one report reads a training step's analysis
+    in several places (the report, the flags read from the trace, each of 07's guesses), and each is a walk over every
+    step. A copy, so that what one caller changes no other sees."""
+    attr = f"_once_{fn.__name__}"
+
+    @functools.wraps(fn)
+    def once(trace: Trace) -> dict | None:
+        memo = vars(trace)  # beside the dataclass's fields: not compared, not printed, not carried by replace()
+        if attr not in memo:
+            memo[attr] = fn(trace)
+        return copy.deepcopy(memo[attr])
+    return once
+
+
+@_once_per_trace
+def analyze(trace: Trace) -> dict | None:
     """The training step as data; None when no step runs a backward. Per step and per phase: CPU µs, GPU µs,
     kernels, GEMMs and their FLOPs; medians over the steps; backward's GEMM FLOPs over forward's; the
     optimizer's ops and kernels; the backward ops by time with the forward op each came from (fwdbwd flows)."""
     summary = phases_summary(trace)
     if summary is None:
         return None
-    pairs = links(trace, flows)
+    pairs = links(trace)
     gpu = trace.device == "cuda"
     return {
         "device": trace.device,
@@ -287,6 +304,7 @@ def analyze(trace: Trace, flows=None) -> dict | None:
     }
 
 
+@_once_per_trace
 def phases_summary(trace: Trace) -> dict | None:
     """The phases of a training step, without the backward links: per step and median (see analyze); None
     when no step runs a backward."""
