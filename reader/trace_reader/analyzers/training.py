@@ -188,7 +188,7 @@ def read_flows(trace: Trace) -> tuple[tuple, ...]:
     return _flows(str(trace.path), st.st_mtime_ns, st.st_size)
 
 
-def links(trace: Trace, flows=None) -> list[tuple[Event, Event]]:
+def links(trace: Trace) -> list[tuple[Event, Event]]:
     """(forward op, the backward op it made) for each fwdbwd flow pair whose two ends are ops of the trace (the
     compiler's own work aside).
 
@@ -208,7 +208,7 @@ def links(trace: Trace, flows=None) -> list[tuple[Event, Event]]:
         return min(here, key=lambda e: ("Sequence number" not in e.args, e.dur))
 
     ends: dict[object, dict[str, Event]] = defaultdict(dict)
-    for fid, ph, pid, tid, ts in read_flows(trace) if flows is None else flows:
+    for fid, ph, pid, tid, ts in read_flows(trace):
         if (op := op_at(pid, tid, ts)) is not None:
             ends[fid][ph] = op
     return [(e["s"], e["f"]) for e in ends.values() if "s" in e and "f" in e]
