@@ -490,7 +490,8 @@ def test_args_are_decoded_on_first_use_each_trace_its_own():
     cats = {"cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "kernel", "gpu_memcpy", "gpu_memset"}
     for n in names:  # until then the trace holds its own events for that pass, and no others (flows, metadata)
         held = [e for e in traces[n].steps[0].spans[0].source.events if e is not None]
-        assert len(held) == sum(e.get("ph") == "X" and e.get("cat") in cats for e in raw(n)["traceEvents"])
+        assert len(held) == sum(e.get("ph") == "X" and e.get("cat") in cats or e.get("name") == "[memory]"
+                                for e in raw(n)["traceEvents"])
     for n in reversed(names):
         by_time = {(e["name"], float(e["ts"])): e.get("args", {}) for e in raw(n)["traceEvents"] if e.get("ph") == "X"}
         spans = [e for st in traces[n].steps for e in st.spans]
@@ -503,7 +504,8 @@ def test_both_kinds_of_event_have_the_same_attributes():
         pytest.skip("msgspec is not installed here")
     from trace_reader.reading import fast_json
 
-    decode_only = {"ph", "links", "source", "raw_args", "parsed_args"}  # what args and the links are made from
+    # what args and the links are made from; a flow end's id (into Trace.flow_ends)
+    decode_only = {"ph", "links", "source", "raw_args", "parsed_args", "id"}
     decoded = set(fast_json.DecodedEvent.__struct_fields__) - decode_only | {"args"}
     assert decoded == set(trace_events.Event.__slots__)
 
@@ -671,3 +673,76 @@ def test_the_reading_page_states_the_readers_limits_as_the_code_has_them():
            for t in [gzip.decompress(path.read_bytes())]]
     assert (round(min(per)), round(max(per))) == (102, 208) and len(per) > 50, per
     assert "the committed traces have one per 102 to 208 bytes" in page
+
+
+def _side_truth(events: list) -> tuple[list, list]:
+    """(the fwdbwd flow ends, the "[memory]" instants as (ts, pid, tid, args)) of a raw JSON events list, by the
+    rules the reader states (Trace.flow_ends): a flow end needs a number for its time, an int or str id and
+    threads that are no list or object."""
+    def thread(x):
+        return not isinstance(x, (list, dict))
+
+    flows = [(e["id"], e["ph"], e.get("pid"), e.get("tid"), float(e["ts"])) for e in events
+             if isinstance(e, dict) and e.get("cat") == "fwdbwd" and e.get("ph") in ("s", "f")
+             and type(e.get("ts")) in (int, float) and type(e.get("id")) in (int, str)
+             and thread(e.get("pid")) and thread(e.get("tid"))]
+    memory = [(e.get("ts"), e.get("pid"), e.get("tid"), e.get("args")) for e in events
+              if isinstance(e, dict) and e.get("name") == "[memory]" and e.get("ph") in ("i", "I")
+              and not (e.get("cat") == "fwdbwd" and e.get("ph") in ("s", "f"))]
+    return flows, memory
+
+
+@pytest.mark.parametrize("name", ["train/h200_train_gemma_2l_memory", "train_foreign/cpu_fsdp_rank0",
+                                  "foreign/h200_foreign_llama2_train_forloop", "h200_attention_math"])
+def test_flows_and_memory_events_are_kept_in_the_one_read_as_the_raw_json_has_them(tmp_path, monkeypatch, name):
+    """The training reader's fwdbwd flows and the memory reader's allocations come from the same read as the call
+    tree, under either decoder: what they hold is the raw JSON's, and the file is not opened again (removed after the
+    read, the step's analysis and peaks are what they were)."""
+    from trace_reader.analyzers import memory, training
+
+    with gzip.open(DATA / f"{name}.json.gz") as f:
+        events = json.load(f)["traceEvents"]
+    flows, instants = _side_truth(events)
+    assert flows or instants
+    path = tmp_path / "t.json.gz"
+    path.write_bytes((DATA / f"{name}.json.gz").read_bytes())
+    seen = []
+    for fast in (read._fast, lambda: None):
+        monkeypatch.setattr(read, "_fast", fast)
+        t = it.load_trace(path)
+        assert list(t.flow_ends) == flows
+        assert [(float(e.ts), e.pid, e.tid, e.args) for e in t.memory_events] == [
+            (float(ts), pid, tid, args) for ts, pid, tid, args in instants]
+        before = (training.analyze(t), memory.step_peaks(t))
+        seen.append(before)
+        moved = path.rename(tmp_path / "gone.json.gz")
+        t2 = it.load_trace(moved)
+        moved.unlink()
+        assert (training.analyze(t2), memory.step_peaks(t2)) == before
+        path.write_bytes((DATA / f"{name}.json.gz").read_bytes())
+    assert seen[0] == seen[1]
+
+
+def test_odd_flow_and_memory_fields_are_left_out_alike_by_both_decoders(tmp_path, monkeypatch):
+    """Flow ends whose id, thread or time the reader cannot use are left out, memory events whose args are no
+    object are skipped, and none of them stops the read (an integer time of 400 digits: the stdlib reads the file,
+    and float() of it overflows)."""
+    from trace_reader.analyzers.memory import read_allocs
+
+    step = {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "ts": 0, "dur": 100, "pid": 1, "tid": 1}
+    flow = {"ph": "s", "cat": "fwdbwd", "name": "fwdbwd", "id": 7, "ts": 10, "pid": 1, "tid": 1}
+    mem = {"ph": "i", "name": "[memory]", "ts": 20, "pid": 1, "tid": 1,
+           "args": {"Bytes": 64, "Total Allocated": 64, "Device Type": 0, "Device Id": 0}}
+    odd = [dict(flow, id=[7]), dict(flow, id=1.5), dict(flow, tid=[1]), dict(flow, pid={"a": 1}), dict(flow, ts="10"),
+           dict(flow, ts=True), dict(flow, ts=None), dict(flow, ph="t"), dict(flow, cat="ac2g"),
+           dict(mem, args=[1]), dict(mem, args=None), dict(mem, ph="X", cat="cpu_instant_event")]
+    good = [flow, dict(flow, ph="f", id="7", ts=30.5, tid="1"), mem]
+    for extra in ([], [dict(flow, ts=10 ** 400)]):
+        evs = [step, *odd, *good, *extra]
+        path = tmp_path / "t.json"
+        path.write_text(json.dumps({"traceEvents": evs}))
+        for fast in (read._fast, lambda: None):
+            monkeypatch.setattr(read, "_fast", fast)
+            t = it.load_trace(path)
+            assert t.flow_ends == ((7, "s", 1, 1, 10.0), ("7", "f", 1, "1", 30.5)), (extra, fast)
+            assert [a.nbytes for a in read_allocs(t)] == [64.0] and len(t.memory_events) == 3

@@ -8,8 +8,8 @@ A run profiled with `profile_memory=True` carries one instant event per allocati
 ("Bytes" < 0 is a free; "Total Allocated" is the allocator's running total after it; Device Type 0 is the
 CPU, 1 CUDA.) A step's peak is the highest running total inside its ProfilerStep span, less the total just
 before the step's first event: what the step itself allocated at its worst moment, weights and inputs
-excluded. The events are read from the trace file the Trace was loaded from; each field is checked, and
-an event with odd types is skipped, never trusted.
+excluded. The events are those the Trace kept when its file was read (Trace.memory_events); each field is checked,
+and an event with odd types is skipped, never trusted.
 
 Whether a step allocates a given tensor (attention's score matrix) is asked of the allocations themselves, not of
 the peak: the peak also holds every other live tensor. "Addr" pairs an allocation with its free, and the CPU span
@@ -19,17 +19,14 @@ around it on its thread says which op made it.
 from __future__ import annotations
 
 import bisect
-import functools
 import math
-import os
 import re
 from dataclasses import dataclass
 
 from ..expectation import Expect, NotApplicable, need_steps
 from ..facts.kernels import BOOKKEEPING_OPS
 from ..facts.peaks import device_peak
-from ..reading.events import COMPILED_REGION, Event, Step, Trace
-from ..reading.files import side_events
+from ..reading.events import COMPILED_REGION, Event, Step, Trace, once_per_trace
 
 DEVICE_TYPE = {"cpu": 0, "cuda": 1}  # c10::DeviceType
 
@@ -54,25 +51,19 @@ def _number(value) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def read_allocs(path: str) -> list[Alloc]:
-    """The "[memory]" events of a trace file, in time order; events with odd fields are skipped."""
-    st = os.stat(path)
-    return list(_read_allocs(str(path), st.st_mtime_ns, st.st_size))
-
-
-@functools.lru_cache(maxsize=8)
-def _read_allocs(path: str, mtime_ns: int, size: int) -> tuple[Alloc, ...]:  # cached per file version
+@once_per_trace
+def read_allocs(trace: Trace) -> tuple[Alloc, ...]:
+    """The trace's "[memory]" events, in time order; events with odd fields are skipped."""
     allocs = []
-    for raw in side_events(path, mtime_ns, size)[1]:
-        args = raw.get("args")
+    for ev in trace.memory_events:  # no more of them than the file has events
+        args = ev.args
         if not isinstance(args, dict):
             continue
-        ts, nbytes, total = _number(raw.get("ts")), _number(args.get("Bytes")), _number(args.get("Total Allocated"))
+        ts, nbytes, total = _number(ev.ts), _number(args.get("Bytes")), _number(args.get("Total Allocated"))
         dtype, did, addr = args.get("Device Type"), args.get("Device Id", 0), args.get("Addr")
         if None in (ts, nbytes, total) or type(dtype) is not int or type(did) is not int:
             continue
-        thread = tuple(x if isinstance(x, (int, str)) else None for x in (raw.get("pid"), raw.get("tid")))
-        # no more of these than the file has events
+        thread = tuple(x if isinstance(x, (int, str)) else None for x in (ev.pid, ev.tid))
         allocs.append(Alloc(ts, nbytes, total, (dtype, did), addr if type(addr) is int else None, thread))
     allocs.sort(key=lambda a: a.ts)
     return tuple(allocs)
@@ -81,7 +72,7 @@ def _read_allocs(path: str, mtime_ns: int, size: int) -> tuple[Alloc, ...]:  # c
 def device_allocs(trace: Trace) -> list[Alloc]:
     """The trace's "[memory]" events on its own device (a CPU trace's on the CPU, a GPU trace's on the GPU)."""
     want = DEVICE_TYPE[trace.device]
-    return [a for a in read_allocs(trace.path) if a.device[0] == want]
+    return [a for a in read_allocs(trace) if a.device[0] == want]
 
 
 def step_peaks(trace: Trace) -> dict[int, float] | None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import os
 import re
 import statistics
 from collections import defaultdict
@@ -38,8 +37,7 @@ from ..facts.kernels import (
     numel_of,
     shape_of,
 )
-from ..reading.events import BACKWARD_PREFIX, STEP_RE, Event, Step, Trace
-from ..reading.files import side_events
+from ..reading.events import BACKWARD_PREFIX, STEP_RE, Event, Step, Trace, once_per_trace
 from .collectives import kind_of
 from .memory import device_allocs
 from .passes import (
@@ -163,31 +161,6 @@ def implementation(opt: dict) -> str:
 
 # ------------------------------------------------------------------------------------------------ links
 
-@functools.lru_cache(maxsize=8)
-def _flows(path: str, mtime_ns: int, size: int) -> tuple[tuple, ...]:  # cached per file version
-    """((id, "s" | "f", pid, tid, ts), ...) of the trace file's fwdbwd flow events; odd ones skipped."""
-    out = []
-    for raw in side_events(path, mtime_ns, size)[0]:
-        ts, fid, pid, tid = raw.get("ts"), raw.get("id"), raw.get("pid"), raw.get("tid")
-        if type(ts) not in (int, float) or type(fid) not in (int, str) or not _scalar(pid) or not _scalar(tid):
-            continue
-        out.append((fid, raw["ph"], pid, tid, float(ts)))
-    return tuple(out)
-
-
-def _scalar(x) -> bool:
-    """A JSON value that can name a thread (a list or an object cannot: no op is on it)."""
-    return x is None or type(x) in (int, float, str, bool)
-
-
-def read_flows(trace: Trace) -> tuple[tuple, ...]:
-    try:
-        st = os.stat(trace.path)
-    except (OSError, ValueError):  # a trace parsed from data, not read from a file
-        return ()
-    return _flows(str(trace.path), st.st_mtime_ns, st.st_size)
-
-
 def links(trace: Trace) -> list[tuple[Event, Event]]:
     """(forward op, the backward op it made) for each fwdbwd flow pair whose two ends are ops of the trace (the
     compiler's own work aside).
@@ -208,7 +181,7 @@ def links(trace: Trace) -> list[tuple[Event, Event]]:
         return min(here, key=lambda e: ("Sequence number" not in e.args, e.dur))
 
     ends: dict[object, dict[str, Event]] = defaultdict(dict)
-    for fid, ph, pid, tid, ts in read_flows(trace):
+    for fid, ph, pid, tid, ts in trace.flow_ends:
         if (op := op_at(pid, tid, ts)) is not None:
             ends[fid][ph] = op
     return [(e["s"], e["f"]) for e in ends.values() if "s" in e and "f" in e]
@@ -275,14 +248,11 @@ def _once_per_trace(fn):
     """fn(trace) worked out once per Trace object, a copy to each caller: one report reads a training step's analysis
     in several places (the report, the flags read from the trace, each of 07's guesses), and each is a walk over every
     step. A copy, so that what one caller changes no other sees."""
-    attr = f"_once_{fn.__name__}"
+    kept = once_per_trace(fn)
 
     @functools.wraps(fn)
     def once(trace: Trace) -> dict | None:
-        memo = vars(trace)  # beside the dataclass's fields: not compared, not printed, not carried by replace()
-        if attr not in memo:
-            memo[attr] = fn(trace)
-        return copy.deepcopy(memo[attr])
+        return copy.deepcopy(kept(trace))
     return once
 
 

@@ -5,6 +5,7 @@ the reader keys on; TraceError, the one error bad input raises."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -175,6 +176,11 @@ class Trace:
     kernel_sources: dict[str, str] = field(default_factory=dict)  # Inductor source files, read on request only
     has_memory_events: bool = False  # "[memory]" events: profiled with profile_memory=True (see memory.py)
     whole: bool = False  # no ProfilerStep#N spans: steps is one step spanning the whole trace (WHOLE_TRACE)
+    # What the call tree leaves out and the training and memory readers need, gathered in the same pass
+    # (tree.side_event): each fwdbwd flow end as (id, "s" | "f", pid, tid, ts), and the "[memory]" instant events
+    # (ts, pid, tid and args as attributes; the args unchecked).
+    flow_ends: tuple = field(default=(), repr=False, compare=False)
+    memory_events: tuple = field(default=(), repr=False, compare=False)
 
     @property
     def device(self) -> str:
@@ -188,6 +194,20 @@ class Trace:
     def device_name(self) -> str | None:
         name = self.device_props[0].get("name") if self.device_props else None
         return name if isinstance(name, str) and 0 < len(name) <= 200 else None  # a name, not a payload
+
+
+def once_per_trace(fn):
+    """fn(trace), worked out once per Trace object and kept beside its fields (not compared, not printed, not carried
+    by dataclasses.replace): for what several readers of one trace ask for and none changes."""
+    attr = f"_once_{fn.__module__}.{fn.__name__}"
+
+    @functools.wraps(fn)
+    def once(trace: Trace):
+        memo = vars(trace)
+        if attr not in memo:
+            memo[attr] = fn(trace)
+        return memo[attr]
+    return once
 
 
 def real_steps(trace: Trace) -> Trace:

@@ -57,6 +57,7 @@ class DecodedEvent(EventMethods, msgspec.Struct, eq=False):
     dur: _Dur | None = None
     pid: Any = None
     tid: Any = None
+    id: Any = None  # a flow event's (tree.Side)
     # The args' links, the rest skipped; args that are neither an object nor null are refused: the stdlib reads them.
     links: _Links | None = msgspec.field(default=None, name="args")
     # The reader's own, set after the decode. Typed as their defaults: a trace that gives one another value is

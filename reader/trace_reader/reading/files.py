@@ -1,6 +1,6 @@
 """Reading a trace file: JSON or gzip, capped (a trace is untrusted input: bytes, objects, nesting), decoded by
 msgspec where it can (fast_json.py) and by the stdlib's json otherwise, then built into a Trace (tree.py); the
-Inductor kernel sources a trace names, only on request; the events the Trace leaves out (flows, "[memory]")."""
+Inductor kernel sources a trace names, only on request."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import zlib
 from pathlib import Path
 
 from .events import Trace, TraceError
-from .tree import assemble, event_lists, parse_trace
+from .tree import MEMORY, Side, assemble, event_lists, parse_trace
 
 # A trace is untrusted input. What it may cost to read is bounded here, well above any real trace
 # (the 35 MB, 600-step traces this suite was tried on are ~3% of it): past a limit, one line, nothing more.
@@ -201,23 +201,6 @@ def read_json(path: str | Path) -> dict:
     return _decode(_read_text(path), path)
 
 
-@functools.lru_cache(maxsize=2)
-def side_events(path: str, mtime_ns: int, size: int) -> tuple[tuple[dict, ...], tuple[dict, ...]]:
-    """(fwdbwd flow ends, "[memory]" events) of a trace file, raw: the events parse_trace leaves out that the
-    training and memory readers need, taken in one read of the file per version (mtime and size are the key)."""
-    data = read_json(path)
-    events = data.get("traceEvents") if isinstance(data, dict) else None
-    flows, memory = [], []
-    for raw in events if isinstance(events, list) else []:
-        if not isinstance(raw, dict):
-            continue
-        if raw.get("cat") == "fwdbwd" and raw.get("ph") in ("s", "f"):
-            flows.append(raw)
-        elif raw.get("name") == "[memory]" and raw.get("ph") in ("i", "I"):
-            memory.append(raw)
-    return tuple(flows), tuple(memory)
-
-
 @contextlib.contextmanager
 def no_gc():
     """A trace is 10^5-10^6 small objects: the cyclic GC would rescan them again and again while we work.
@@ -292,11 +275,14 @@ def _parse_fast(text: bytes, path: str) -> Trace | None:
         return None
     meta, events, source = decoded
     spans, calls, gpu, into = event_lists()
-    skipped, memory, sort = 0, False, into.get
+    skipped, memory, sort, side = 0, False, into.get, Side()
     for i, e in enumerate(events):  # as parse_trace does with each dict, and Event.__init__ with what it keeps
         if e.ph != "X" or (out := sort(e.cat)) is None:
-            memory = memory or e.name == "[memory]"
-            events[i] = None  # not the reader's: freed now, not held for the args pass (see fast_json.Source)
+            memory = memory or e.name == MEMORY
+            if side.take(e.ph, e.cat, e.name, e.id, e.pid, e.tid, e.ts, lambda: e):  # its args, from the args pass
+                e.source = source
+            else:
+                events[i] = None  # not the reader's: freed now, not held for the args pass (see fast_json.Source)
             continue
         ts = e.ts  # in range, or msgspec refused it (fast_json.DecodedEvent): then the stdlib skips the event
         if ts is None:
@@ -308,4 +294,4 @@ def _parse_fast(text: bytes, path: str) -> Trace | None:
         if (links := e.links) is not None:
             e.ext, e.corr = links.ext, links.corr
         out.append(e)
-    return assemble(spans, calls, gpu, skipped, memory, meta, path)
+    return assemble(spans, calls, gpu, skipped, memory, meta, path, side)

@@ -7,6 +7,7 @@ import bisect
 import math
 from collections import defaultdict
 from operator import attrgetter
+from typing import NamedTuple
 
 from .events import (
     CPU_SPAN_CATS,
@@ -31,20 +32,65 @@ def parse_trace(data: object, path: str = "<trace>") -> Trace:
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise TraceError(f"{path}: JSON, but not a torch.profiler trace (no 'traceEvents' list)")
     spans, calls, gpu, into = event_lists()
-    skipped, memory = 0, False
+    skipped, memory, side = 0, False, Side()
     for raw in data["traceEvents"]:
         if not isinstance(raw, dict):
             continue
         out = into.get(raw.get("cat")) if raw.get("ph") == "X" else None  # any "cat" of another phase is let be
         if out is None:
-            memory = memory or raw.get("name") == "[memory]"
+            name = raw.get("name")
+            memory = memory or name == MEMORY
+            side.take(raw.get("ph"), raw.get("cat"), name, raw.get("id"), raw.get("pid"), raw.get("tid"),
+                      raw.get("ts"), lambda: Instant(raw.get("ts"), raw.get("pid"), raw.get("tid"), raw.get("args")))
             continue
         try:
             out.append(Event(raw))
         except (KeyError, TypeError, ValueError):
             skipped += 1  # no usable timestamp or duration (missing, NaN, negative, absurd): cannot be placed
     meta = {k: v for k, v in data.items() if k != "traceEvents"}
-    return assemble(spans, calls, gpu, skipped, memory, meta, path)
+    return assemble(spans, calls, gpu, skipped, memory, meta, path, side)
+
+
+MEMORY = "[memory]"  # the name of profile_memory=True's instant events, one per allocation and free
+
+
+class Instant(NamedTuple):
+    """A "[memory]" event as the stdlib decoded it: the fields the memory reader takes, unchecked (see Side)."""
+    ts: object
+    pid: object
+    tid: object
+    args: object
+
+
+class Side:
+    """The events parse_trace leaves out of the call tree that the training and memory readers need, gathered in
+    the same pass over the events (so the file is read once): fwdbwd flow ends, "[memory]" instants."""
+
+    __slots__ = ("flows", "memory")
+
+    def __init__(self):
+        self.flows: list[tuple] = []
+        self.memory: list = []
+
+    def take(self, ph, cat, name, fid, pid, tid, ts, instant) -> bool:
+        """One event the tree does not keep, by its fields; instant() makes what memory_events holds of it. True
+        when it is a "[memory]" instant, kept. A flow end with an odd field (an id neither int nor str, a thread
+        named by a list or an object, a time that is not a number) is left out: no op can be found at it."""
+        if cat == "fwdbwd" and ph in ("s", "f"):
+            if type(ts) in (int, float) and type(fid) in (int, str) and _scalar(pid) and _scalar(tid):
+                try:
+                    self.flows.append((fid, ph, pid, tid, float(ts)))
+                except OverflowError:  # an integer of 400 digits is valid JSON
+                    pass
+        elif name == MEMORY and ph in ("i", "I"):
+            self.memory.append(instant())
+            return True
+        return False
+
+
+def _scalar(x) -> bool:
+    """A JSON value that can name a thread (a list or an object cannot: no op is on it)."""
+    return x is None or type(x) in (int, float, str, bool)
 
 
 def event_lists() -> tuple[list, list, list, dict]:
@@ -57,7 +103,7 @@ def event_lists() -> tuple[list, list, list, dict]:
 
 
 def assemble(spans: list[Event], calls: list[Event], gpu: list[Event], skipped: int, memory: bool, meta: dict,
-              path: str) -> Trace:
+             path: str, side: Side) -> Trace:
     """The Trace of a trace's events, sorted into its CPU spans, runtime calls and GPU work: the call tree,
     the steps, each launch to its op and each GPU activity to its launch."""
     threads = _build_tree(spans)
@@ -155,7 +201,8 @@ def assemble(spans: list[Event], calls: list[Event], gpu: list[Event], skipped: 
     # GPU activity or a launch makes it a GPU trace. Runtime calls that launch nothing (cudaGetDevice,
     # cudaStreamIsCapturing) do not: without a launch, no GPU work belongs to the trace.
     has_gpu_work = bool(gpu) or any(_launches(c) for c in calls)
-    return Trace(path, meta, steps, props, has_gpu_work, skipped, has_memory_events=memory, whole=whole)
+    return Trace(path, meta, steps, props, has_gpu_work, skipped, has_memory_events=memory, whole=whole,
+                 flow_ends=tuple(side.flows), memory_events=tuple(side.memory))
 
 
 def _added(items: list | tuple, item) -> list:
