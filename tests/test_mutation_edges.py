@@ -2096,6 +2096,31 @@ def test_memory_events_with_a_bool_or_infinite_size_are_skipped(tmp_path):
     assert [a.nbytes for a in read_allocs(it.load_trace(path))] == [1000.0]
 
 
+@pytest.mark.parametrize("fast", [True, False])
+def test_each_memory_event_is_read_on_its_own_fields(tmp_path, monkeypatch, fast):
+    """Under either decoder: "i" and "I" both are instant events; a missing "Device Id" is device 0; a device id or
+    type that is no int skips the event (either one alone), and an odd event does not end the reading of those
+    after it; a thread named by a list and an address that is no int are not kept (None)."""
+    from test_reader_report import x
+    from trace_reader.analyzers.memory import Alloc, read_allocs
+    from trace_reader.reading import files
+
+    if not fast:
+        monkeypatch.setattr(files, "_fast", lambda: None)
+    no_id = mem(20, 20, 120, 1)
+    del no_id["args"]["Device Id"]
+    events = [x("ProfilerStep#2", "user_annotation", 0, 100),
+              dict(mem(5, 1, 1, 0), args={**mem(5, 1, 1, 0)["args"], "Device Id": "0"}),  # an id that is no int
+              mem(6, 1, 1, "1"),  # a type that is no int
+              dict(mem(10, 10, 100, 1), ph="I", tid=[1]),
+              dict(no_id, args={**no_id["args"], "Addr": 140000}),
+              dict(mem(30, -10, 110, 1), args={**mem(30, -10, 110, 1)["args"], "Addr": "0x7f"})]
+    t = load_written(tmp_path, events)
+    assert read_allocs(t) == (Alloc(10.0, 10.0, 100.0, (1, 0), None, (1, None)),
+                              Alloc(20.0, 20.0, 120.0, (1, 0), 140000, (1, 1)),
+                              Alloc(30.0, -10.0, 110.0, (1, 0), None, (1, 1)))
+
+
 def test_a_step_that_only_frees_has_no_peak_above_its_start(tmp_path):
     """Step #2 frees 100 B (total 900 after): its start was 1000, nothing rose above it: a peak of 0."""
     from test_reader_report import x

@@ -51,7 +51,6 @@ def _number(value) -> float | None:
     return value if math.isfinite(value) else None
 
 
-@once_per_trace
 def read_allocs(trace: Trace) -> tuple[Alloc, ...]:
     """The trace's "[memory]" events, in time order; events with odd fields are skipped."""
     allocs = []
@@ -67,6 +66,9 @@ def read_allocs(trace: Trace) -> tuple[Alloc, ...]:
         allocs.append(Alloc(ts, nbytes, total, (dtype, did), addr if type(addr) is int else None, thread))
     allocs.sort(key=lambda a: a.ts)
     return tuple(allocs)
+
+
+read_allocs = once_per_trace(read_allocs)  # not as a decorator: mutmut leaves decorated functions unmutated
 
 
 def device_allocs(trace: Trace) -> list[Alloc]:

@@ -256,7 +256,6 @@ def _once_per_trace(fn):
     return once
 
 
-@_once_per_trace
 def analyze(trace: Trace) -> dict | None:
     """The training step as data; None when no step runs a backward. Per step and per phase: CPU µs, GPU µs,
     kernels, GEMMs and their FLOPs; medians over the steps; backward's GEMM FLOPs over forward's; the
@@ -274,7 +273,6 @@ def analyze(trace: Trace) -> dict | None:
     }
 
 
-@_once_per_trace
 def phases_summary(trace: Trace) -> dict | None:
     """The phases of a training step, without the backward links: per step and median (see analyze); None
     when no step runs a backward."""
@@ -316,6 +314,11 @@ def phases_summary(trace: Trace) -> dict | None:
     return {"phases_from": "annotations" if annotated else "torch.optim and autograd spans", "steps": steps,
             "phases": phases, "backward_over_forward_flops": statistics.median(ratios) if ratios else None,
             "micro_batches": _median([s["micro_batches"] for s in steps]), "optimizer": optimizer}
+
+
+# Not as decorators: mutmut leaves decorated functions unmutated.
+analyze = _once_per_trace(analyze)
+phases_summary = _once_per_trace(phases_summary)
 
 
 def backward_wait(st: Step, window: Window, gpu: bool, compiler: Compiler) -> float:
