@@ -531,3 +531,21 @@ def test_a_traces_analysis_is_worked_out_once_and_each_caller_gets_its_own_copy(
     # the module's own analyses are memoized the same way: the same answer twice, never the same object
     a, b = training.analyze(trace), training.analyze(trace)
     assert a == b and a is not b and a["steps"] is not b["steps"]
+
+
+def test_each_function_kept_per_trace_keeps_its_own_answer():
+    """once_per_trace keeps one answer per function beside the trace's fields: the step's phases, its analysis (which
+    asks for the phases first) and its allocations, asked of one trace, are each their own."""
+    import inspect_trace as it
+    from trace_reader.analyzers import memory
+    from trace_reader.reading.events import once_per_trace
+
+    trace = it.load_trace(Path(__file__).parent / "data/train/h200_train_mlp_foreach.json.gz")
+    summary = training.phases_summary(trace)
+    analysis = training.analyze(trace)
+    allocs = memory.read_allocs(trace)
+    assert "links_per_step" in analysis and "links_per_step" not in summary
+    assert {k: v for k, v in analysis.items() if k in summary} == summary
+    assert allocs and all(isinstance(a, memory.Alloc) for a in allocs) and memory.read_allocs(trace) is allocs
+    one, two = once_per_trace(lambda t: "one"), once_per_trace(lambda t: "two")
+    assert (one(trace), two(trace), one(trace)) == ("one", "two", "one")

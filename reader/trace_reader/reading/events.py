@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import re
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -196,10 +197,13 @@ class Trace:
         return name if isinstance(name, str) and 0 < len(name) <= 200 else None  # a name, not a payload
 
 
+_ONCE = itertools.count()
+
+
 def once_per_trace(fn):
     """fn(trace), worked out once per Trace object and kept beside its fields (not compared, not printed, not carried
     by dataclasses.replace): for what several readers of one trace ask for and none changes."""
-    attr = f"_once_{fn.__module__}.{fn.__name__}"
+    attr = f"_once_{next(_ONCE)}_{fn.__name__}"  # one key per wrapped function, whatever its name
 
     @functools.wraps(fn)
     def once(trace: Trace):
