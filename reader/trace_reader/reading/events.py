@@ -178,7 +178,7 @@ class Trace:
     has_memory_events: bool = False  # "[memory]" events: profiled with profile_memory=True (see memory.py)
     whole: bool = False  # no ProfilerStep#N spans: steps is one step spanning the whole trace (WHOLE_TRACE)
     # What the call tree leaves out and the training and memory readers need, gathered in the same pass
-    # (tree.side_event): each fwdbwd flow end as (id, "s" | "f", pid, tid, ts), and the "[memory]" instant events
+    # (tree.Side): each fwdbwd flow end as (id, "s" | "f", pid, tid, ts), and the "[memory]" instant events
     # (ts, pid, tid and args as attributes; the args unchecked).
     flow_ends: tuple = field(default=(), repr=False, compare=False)
     memory_events: tuple = field(default=(), repr=False, compare=False)

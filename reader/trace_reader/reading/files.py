@@ -16,7 +16,7 @@ import zlib
 from pathlib import Path
 
 from .events import Trace, TraceError
-from .tree import MEMORY, Side, assemble, event_lists, parse_trace
+from .tree import Side, assemble, event_lists, parse_trace
 
 # A trace is untrusted input. What it may cost to read is bounded here, well above any real trace
 # (the 35 MB, 600-step traces this suite was tried on are ~3% of it): past a limit, one line, nothing more.
@@ -275,10 +275,9 @@ def _parse_fast(text: bytes, path: str) -> Trace | None:
         return None
     meta, events, source = decoded
     spans, calls, gpu, into = event_lists()
-    skipped, memory, sort, side = 0, False, into.get, Side()
+    skipped, sort, side = 0, into.get, Side()
     for i, e in enumerate(events):  # as parse_trace does with each dict, and Event.__init__ with what it keeps
         if e.ph != "X" or (out := sort(e.cat)) is None:
-            memory = memory or e.name == MEMORY
             if side.take(e.ph, e.cat, e.name, e.id, e.pid, e.tid, e.ts, lambda: e):  # its args, from the args pass
                 e.source = source
             else:
@@ -294,4 +293,4 @@ def _parse_fast(text: bytes, path: str) -> Trace | None:
         if (links := e.links) is not None:
             e.ext, e.corr = links.ext, links.corr
         out.append(e)
-    return assemble(spans, calls, gpu, skipped, memory, meta, path, side)
+    return assemble(spans, calls, gpu, skipped, meta, path, side)

@@ -32,15 +32,13 @@ def parse_trace(data: object, path: str = "<trace>") -> Trace:
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise TraceError(f"{path}: JSON, but not a torch.profiler trace (no 'traceEvents' list)")
     spans, calls, gpu, into = event_lists()
-    skipped, memory, side = 0, False, Side()
+    skipped, side = 0, Side()
     for raw in data["traceEvents"]:
         if not isinstance(raw, dict):
             continue
         out = into.get(raw.get("cat")) if raw.get("ph") == "X" else None  # any "cat" of another phase is let be
         if out is None:
-            name = raw.get("name")
-            memory = memory or name == MEMORY
-            side.take(raw.get("ph"), raw.get("cat"), name, raw.get("id"), raw.get("pid"), raw.get("tid"),
+            side.take(raw.get("ph"), raw.get("cat"), raw.get("name"), raw.get("id"), raw.get("pid"), raw.get("tid"),
                       raw.get("ts"), lambda: Instant(raw.get("ts"), raw.get("pid"), raw.get("tid"), raw.get("args")))
             continue
         try:
@@ -48,7 +46,7 @@ def parse_trace(data: object, path: str = "<trace>") -> Trace:
         except (KeyError, TypeError, ValueError):
             skipped += 1  # no usable timestamp or duration (missing, NaN, negative, absurd): cannot be placed
     meta = {k: v for k, v in data.items() if k != "traceEvents"}
-    return assemble(spans, calls, gpu, skipped, memory, meta, path, side)
+    return assemble(spans, calls, gpu, skipped, meta, path, side)
 
 
 MEMORY = "[memory]"  # the name of profile_memory=True's instant events, one per allocation and free
@@ -66,16 +64,19 @@ class Side:
     """The events parse_trace leaves out of the call tree that the training and memory readers need, gathered in
     the same pass over the events (so the file is read once): fwdbwd flow ends, "[memory]" instants."""
 
-    __slots__ = ("flows", "memory")
+    __slots__ = ("flows", "memory", "named_memory")
 
     def __init__(self):
         self.flows: list[tuple] = []
         self.memory: list = []
+        self.named_memory = False  # an event named "[memory]", of any phase: profiled with profile_memory=True
 
     def take(self, ph, cat, name, fid, pid, tid, ts, instant) -> bool:
         """One event the tree does not keep, by its fields; instant() makes what memory_events holds of it. True
         when it is a "[memory]" instant, kept. A flow end with an odd field (an id neither int nor str, a thread
         named by a list or an object, a time that is not a number) is left out: no op can be found at it."""
+        if name == MEMORY:
+            self.named_memory = True
         if cat == "fwdbwd" and ph in ("s", "f"):
             if type(ts) in (int, float) and type(fid) in (int, str) and _scalar(pid) and _scalar(tid):
                 try:
@@ -102,8 +103,8 @@ def event_lists() -> tuple[list, list, list, dict]:
     return spans, calls, gpu, into
 
 
-def assemble(spans: list[Event], calls: list[Event], gpu: list[Event], skipped: int, memory: bool, meta: dict,
-             path: str, side: Side) -> Trace:
+def assemble(spans: list[Event], calls: list[Event], gpu: list[Event], skipped: int, meta: dict, path: str,
+             side: Side) -> Trace:
     """The Trace of a trace's events, sorted into its CPU spans, runtime calls and GPU work: the call tree,
     the steps, each launch to its op and each GPU activity to its launch."""
     threads = _build_tree(spans)
@@ -201,7 +202,7 @@ def assemble(spans: list[Event], calls: list[Event], gpu: list[Event], skipped: 
     # GPU activity or a launch makes it a GPU trace. Runtime calls that launch nothing (cudaGetDevice,
     # cudaStreamIsCapturing) do not: without a launch, no GPU work belongs to the trace.
     has_gpu_work = bool(gpu) or any(_launches(c) for c in calls)
-    return Trace(path, meta, steps, props, has_gpu_work, skipped, has_memory_events=memory, whole=whole,
+    return Trace(path, meta, steps, props, has_gpu_work, skipped, has_memory_events=side.named_memory, whole=whole,
                  flow_ends=tuple(side.flows), memory_events=tuple(side.memory))
 
 
